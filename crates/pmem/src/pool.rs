@@ -1,0 +1,466 @@
+//! A pool: one file mapped shared, plus the rule for making stores durable.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::crash::CrashDomain;
+use crate::flush::{self, FlushInsn};
+
+/// How stores to a pool become durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Real persistent memory (a DAX file system): `MAP_SYNC`, cache-line flushes.
+    Dax,
+    /// Any other file system: `msync(MS_SYNC)` of the range at each persist point.
+    Msync,
+    /// A file on tmpfs (`/dev/shm`): survives a process crash, not a reboot.
+    Volatile,
+    /// In-memory pool whose stores and persists are recorded by a [`CrashDomain`].
+    CrashSim,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Dax => "dax",
+            Mode::Msync => "msync",
+            Mode::Volatile => "volatile",
+            Mode::CrashSim => "crash-sim",
+        }
+    }
+
+    /// What the mode promises, for the line a daemon prints at start.
+    pub fn durability(self) -> &'static str {
+        match self {
+            Mode::Dax => "durable across power failure (cache-line flush on MAP_SYNC mapping)",
+            Mode::Msync => "durable across power failure (msync at each commit point)",
+            Mode::Volatile => "survives process crashes, not reboots (tmpfs emulates NVMM)",
+            Mode::CrashSim => "test mode: stores recorded per cache line",
+        }
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mode, String> {
+        match s {
+            "dax" => Ok(Mode::Dax),
+            "msync" => Ok(Mode::Msync),
+            "volatile" => Ok(Mode::Volatile),
+            _ => Err(format!("unknown pool mode {s:?}: expected dax, msync or volatile")),
+        }
+    }
+}
+
+/// Which mode to map a pool file with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ModeChoice {
+    /// tmpfs → volatile; a file system that accepts `MAP_SYNC` → dax; else msync.
+    #[default]
+    Auto,
+    Force(Mode),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    #[error("pool access out of bounds: offset {offset} length {len} in a pool of {size} bytes")]
+    OutOfBounds { offset: u64, len: u64, size: u64 },
+    #[error("misaligned 8-byte atomic access at offset {0}")]
+    Misaligned(u64),
+    #[error("{path}: {what}: {source}")]
+    Io {
+        path: PathBuf,
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("{path}: {0}", path = .1.display())]
+    Unsupported(String, PathBuf),
+}
+
+enum Backing {
+    Mapped { _file: File },
+    Sim { domain: Arc<CrashDomain>, id: usize },
+}
+
+/// A mapped pool. Offsets are relative to its start; every access is bounds-checked.
+pub struct Pool {
+    base: *mut u8,
+    len: usize,
+    mode: Mode,
+    flush: FlushInsn,
+    path: PathBuf,
+    backing: Backing,
+}
+
+// SAFETY: the mapping lives as long as the Pool; accessors copy through raw pointers
+// and the only shared mutable words are accessed through AtomicU64. Callers keep
+// concurrent writers to disjoint ranges (the file-system layers above own disjoint
+// inodes and pages), as they would with real shared persistent memory.
+unsafe impl Send for Pool {}
+// SAFETY: as above; `&Pool` only permits bounds-checked copies and atomic words.
+unsafe impl Sync for Pool {}
+
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+
+impl Pool {
+    /// Creates (or truncates) the file at `path` with `size` bytes and maps it.
+    pub fn create(path: &Path, size: u64, choice: ModeChoice) -> Result<Pool, PoolError> {
+        let io = |what, source| PoolError::Io {
+            path: path.to_owned(),
+            what,
+            source,
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map_err(|e| io("cannot create pool file", e))?;
+        file.set_len(size)
+            .map_err(|e| io("cannot size pool file", e))?;
+        Self::map(file, path, choice)
+    }
+
+    /// Maps an existing pool file.
+    pub fn open(path: &Path, choice: ModeChoice) -> Result<Pool, PoolError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|source| PoolError::Io {
+                path: path.to_owned(),
+                what: "cannot open pool file",
+                source,
+            })?;
+        Self::map(file, path, choice)
+    }
+
+    fn map(file: File, path: &Path, choice: ModeChoice) -> Result<Pool, PoolError> {
+        let io = |what, source| PoolError::Io {
+            path: path.to_owned(),
+            what,
+            source,
+        };
+        let len = file
+            .metadata()
+            .map_err(|e| io("cannot stat pool file", e))?
+            .len() as usize;
+        if len == 0 {
+            return Err(PoolError::Unsupported(
+                "pool file is empty (run `orion mkfs` first)".into(),
+                path.to_owned(),
+            ));
+        }
+        let fd = file.as_raw_fd();
+        let on_tmpfs = {
+            // SAFETY: statfs only writes into the zeroed struct we pass.
+            let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+            // SAFETY: fd is an open descriptor owned by `file`.
+            let rc = unsafe { libc::fstatfs(fd, &mut st) };
+            rc == 0 && st.f_type as i64 == TMPFS_MAGIC
+        };
+        let want = match choice {
+            ModeChoice::Force(Mode::CrashSim) => {
+                return Err(PoolError::Unsupported(
+                    "crash-sim pools live in memory, not in files".into(),
+                    path.to_owned(),
+                ))
+            }
+            ModeChoice::Force(m) => Some(m),
+            ModeChoice::Auto if on_tmpfs => Some(Mode::Volatile),
+            ModeChoice::Auto => None,
+        };
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        let mut mode = Mode::Msync;
+        let mut base = libc::MAP_FAILED;
+        if want.is_none() || want == Some(Mode::Dax) {
+            // SAFETY: mapping a file we hold open; the kernel validates the flags.
+            base = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    prot,
+                    libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC,
+                    fd,
+                    0,
+                )
+            };
+            if base != libc::MAP_FAILED {
+                mode = Mode::Dax;
+            } else if want == Some(Mode::Dax) {
+                return Err(PoolError::Unsupported(
+                    "mode dax needs a file on a DAX file system (MAP_SYNC was refused); \
+                     use --pool-mode msync or volatile"
+                        .into(),
+                    path.to_owned(),
+                ));
+            }
+        }
+        if base == libc::MAP_FAILED {
+            mode = want.unwrap_or(Mode::Msync);
+            // SAFETY: as above, a plain shared mapping of an open file.
+            base = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, 0) };
+            if base == libc::MAP_FAILED {
+                return Err(io("cannot map pool file", std::io::Error::last_os_error()));
+            }
+        }
+        Ok(Pool {
+            base: base as *mut u8,
+            len,
+            mode,
+            flush: FlushInsn::detect(),
+            path: path.to_owned(),
+            backing: Backing::Mapped { _file: file },
+        })
+    }
+
+    pub(crate) fn new_sim(base: *mut u8, len: usize, domain: Arc<CrashDomain>, id: usize) -> Pool {
+        Pool {
+            base,
+            len,
+            mode: Mode::CrashSim,
+            flush: FlushInsn::Clflush,
+            path: PathBuf::from(format!("<crash-sim pool {id}>")),
+            backing: Backing::Sim { domain, id },
+        }
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len as u64
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// One line describing the mode, e.g. for a daemon's start-up log.
+    pub fn describe(&self) -> String {
+        let how = match self.mode {
+            Mode::Dax => format!(", flush with {}", self.flush.name()),
+            _ => String::new(),
+        };
+        format!(
+            "pool {} ({} MiB): mode {}{} — {}",
+            self.path.display(),
+            self.len >> 20,
+            self.mode.name(),
+            how,
+            self.mode.durability()
+        )
+    }
+
+    #[inline]
+    fn check(&self, off: u64, len: usize) -> Result<usize, PoolError> {
+        match off.checked_add(len as u64) {
+            Some(end) if end <= self.len as u64 => Ok(off as usize),
+            _ => Err(PoolError::OutOfBounds {
+                offset: off,
+                len: len as u64,
+                size: self.len as u64,
+            }),
+        }
+    }
+
+    /// Copies `buf.len()` bytes at `off` into `buf`.
+    #[inline]
+    pub fn read(&self, off: u64, buf: &mut [u8]) -> Result<(), PoolError> {
+        let o = self.check(off, buf.len())?;
+        // SAFETY: o..o+len is inside the mapping (checked); buf is a distinct
+        // allocation, so the ranges cannot overlap.
+        unsafe { std::ptr::copy_nonoverlapping(self.base.add(o), buf.as_mut_ptr(), buf.len()) };
+        Ok(())
+    }
+
+    pub fn read_vec(&self, off: u64, len: usize) -> Result<Vec<u8>, PoolError> {
+        let mut v = vec![0u8; len];
+        self.read(off, &mut v)?;
+        Ok(v)
+    }
+
+    /// Stores `data` at `off` (cached stores; not durable until [`Pool::persist`]).
+    #[inline]
+    pub fn write(&self, off: u64, data: &[u8]) -> Result<(), PoolError> {
+        let o = self.check(off, data.len())?;
+        // SAFETY: bounds checked; `data` cannot alias the mapping mutably.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(o), data.len()) };
+        self.record_store(off, data.len());
+        Ok(())
+    }
+
+    /// Stores bulk data at `off`, with non-temporal stores in dax mode (paper §5.2:
+    /// memcpy_nt + sfence). Still followed by [`Pool::persist`] to mark the commit point.
+    pub fn write_data(&self, off: u64, data: &[u8]) -> Result<(), PoolError> {
+        let o = self.check(off, data.len())?;
+        if self.mode == Mode::Dax {
+            // SAFETY: bounds checked above.
+            unsafe { flush::copy_nontemporal(self.base.add(o), data) };
+        } else {
+            // SAFETY: bounds checked above.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(o), data.len()) };
+        }
+        self.record_store(off, data.len());
+        Ok(())
+    }
+
+    /// Fills `len` bytes at `off` with zeros.
+    pub fn zero(&self, off: u64, len: usize) -> Result<(), PoolError> {
+        let o = self.check(off, len)?;
+        // SAFETY: bounds checked above.
+        unsafe { std::ptr::write_bytes(self.base.add(o), 0, len) };
+        self.record_store(off, len);
+        Ok(())
+    }
+
+    fn atomic(&self, off: u64) -> Result<&AtomicU64, PoolError> {
+        let o = self.check(off, 8)?;
+        if o % 8 != 0 || (self.base as usize) % 8 != 0 {
+            return Err(PoolError::Misaligned(off));
+        }
+        // SAFETY: in bounds and 8-byte aligned; the mapping outlives `&self`.
+        Ok(unsafe { &*(self.base.add(o) as *const AtomicU64) })
+    }
+
+    /// Atomically loads the aligned u64 at `off` (e.g. a packed log tail).
+    #[inline]
+    pub fn load_u64(&self, off: u64) -> Result<u64, PoolError> {
+        Ok(self.atomic(off)?.load(Ordering::Acquire))
+    }
+
+    /// Atomically stores the aligned u64 at `off`: the one store a crash cannot tear.
+    #[inline]
+    pub fn store_u64(&self, off: u64, value: u64) -> Result<(), PoolError> {
+        self.atomic(off)?.store(value, Ordering::Release);
+        self.record_store(off, 8);
+        Ok(())
+    }
+
+    /// Makes `[off, off + len)` durable under the pool's mode, in program order.
+    pub fn persist(&self, off: u64, len: usize) -> Result<(), PoolError> {
+        let o = self.check(off, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        match self.mode {
+            // SAFETY: the checked range lies inside the mapping.
+            Mode::Dax => unsafe { flush::flush_range(self.flush, self.base.add(o), len) },
+            Mode::Msync => {
+                let page = 4096usize;
+                let start = o & !(page - 1);
+                let end = (o + len).div_ceil(page) * page;
+                let end = end.min(self.len.div_ceil(page) * page);
+                // SAFETY: start..end is page aligned and within the mapping.
+                let rc = unsafe {
+                    libc::msync(self.base.add(start) as *mut _, end - start, libc::MS_SYNC)
+                };
+                if rc != 0 {
+                    return Err(PoolError::Io {
+                        path: self.path.clone(),
+                        what: "msync failed",
+                        source: std::io::Error::last_os_error(),
+                    });
+                }
+            }
+            Mode::Volatile => fence(Ordering::SeqCst),
+            Mode::CrashSim => {
+                if let Backing::Sim { domain, id } = &self.backing {
+                    domain.on_persist(*id, o, len);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Orders earlier stores before later ones (sfence).
+    pub fn fence(&self) {
+        fence(Ordering::SeqCst);
+    }
+
+    #[inline]
+    fn record_store(&self, off: u64, len: usize) {
+        if let Backing::Sim { domain, id } = &self.backing {
+            domain.on_store(*id, off as usize, len);
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        if let Backing::Mapped { .. } = self.backing {
+            // SAFETY: base/len came from a successful mmap and nothing borrows the
+            // mapping past the Pool's lifetime.
+            unsafe { libc::munmap(self.base as *mut _, self.len) };
+        }
+    }
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("path", &self.path)
+            .field("len", &self.len)
+            .field("mode", &self.mode)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tmpfs_pool_is_volatile_and_round_trips() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let path = dir.path().join("p");
+        let pool = Pool::create(&path, 1 << 20, ModeChoice::Auto).unwrap();
+        assert_eq!(pool.mode(), Mode::Volatile);
+        pool.write(100, b"hello").unwrap();
+        pool.store_u64(4096, 0xdead_beef).unwrap();
+        pool.persist(0, 8192).unwrap();
+        drop(pool);
+        let pool = Pool::open(&path, ModeChoice::Auto).unwrap();
+        assert_eq!(pool.read_vec(100, 5).unwrap(), b"hello");
+        assert_eq!(pool.load_u64(4096).unwrap(), 0xdead_beef);
+    }
+
+    #[test]
+    fn msync_mode_on_disk_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p");
+        let pool = Pool::create(&path, 1 << 16, ModeChoice::Force(Mode::Msync)).unwrap();
+        assert_eq!(pool.mode(), Mode::Msync);
+        pool.write_data(4000, &[7u8; 300]).unwrap();
+        pool.persist(4000, 300).unwrap();
+        assert_eq!(pool.read_vec(4000, 300).unwrap(), vec![7u8; 300]);
+    }
+
+    #[test]
+    fn out_of_bounds_and_misaligned_are_errors() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let pool = Pool::create(&dir.path().join("p"), 4096, ModeChoice::Auto).unwrap();
+        assert!(matches!(pool.write(4090, &[0; 8]), Err(PoolError::OutOfBounds { .. })));
+        assert!(matches!(pool.read(u64::MAX, &mut [0; 2]), Err(PoolError::OutOfBounds { .. })));
+        assert!(matches!(pool.load_u64(4), Err(PoolError::Misaligned(4))));
+        assert!(pool.persist(0, 5000).is_err());
+    }
+
+    #[test]
+    fn forcing_dax_on_tmpfs_is_refused_clearly() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let err = Pool::create(&dir.path().join("p"), 4096, ModeChoice::Force(Mode::Dax))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("DAX"), "{err}");
+    }
+}
