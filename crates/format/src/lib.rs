@@ -1,1 +1,57 @@
-pub fn x(){}
+//! `orion-format`: the bytes on the media, and nothing else.
+//!
+//! An MDS pool holds a superblock, a redo journal, a table of fixed-size inode slots
+//! and 4 KiB pages that form the inode logs (NOVA-style: a linked list of log pages
+//! per inode, entries in 64-byte multiples). A data pool holds a superblock and 4 KiB
+//! data pages named by global page addresses. All pointers are pool offsets.
+//!
+//! Every decoder takes untrusted bytes and returns an error rather than panicking;
+//! `fuzz/` drives them with arbitrary input.
+
+mod codec;
+mod entry;
+mod inode;
+mod journal;
+mod log;
+mod superblock;
+
+pub use codec::FormatError;
+pub use entry::{
+    attr_mask, DirEntryRec, Entry, EntryKind, SetAttrRec, WriteRec, ENTRY_HEADER, MAX_ENTRY_LINES,
+};
+pub use inode::{FileType, InodeSlot, INODE_SLOT_SIZE, SLOT_TAIL_OFFSET};
+pub use journal::{JournalRecord, JOURNAL_MAGIC};
+pub use log::{LogPageHeader, Tail, LOG_PAGE_HEADER, PAGE_NEXT_OFFSET};
+pub use superblock::{PoolKind, Superblock, SUPERBLOCK_SIZE};
+
+/// Every page, log or data, is 4 KiB.
+pub const PAGE_SIZE: u64 = 4096;
+/// Entries, journal records and persistence work in 64-byte lines.
+pub const LINE: u64 = 64;
+/// Longest name in a directory (as Linux's NAME_MAX).
+pub const NAME_MAX: usize = 255;
+/// Longest symlink target (as Linux's PATH_MAX minus the terminator).
+pub const SYMLINK_MAX: usize = 4095;
+/// Most pages one write entry may cover (Orion caps a write entry at 512 MiB).
+pub const MAX_WRITE_PAGES: u32 = (512 << 20) / PAGE_SIZE as u32;
+
+/// A global page address: replication group in the top 16 bits, page index below.
+/// Meaningful on every node and after restart (paper §3.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Gpa(pub u64);
+
+impl Gpa {
+    pub const NONE: Gpa = Gpa(u64::MAX);
+    pub fn new(group: u16, page: u64) -> Gpa {
+        Gpa(((group as u64) << 48) | (page & ((1 << 48) - 1)))
+    }
+    pub fn group(self) -> u16 {
+        (self.0 >> 48) as u16
+    }
+    pub fn page(self) -> u64 {
+        self.0 & ((1 << 48) - 1)
+    }
+    pub fn add(self, pages: u64) -> Gpa {
+        Gpa::new(self.group(), self.page() + pages)
+    }
+}
