@@ -1,1 +1,29 @@
+//! `orion-meta`: the log-structured metadata engine of OrionFS.
+//!
+//! Inode logs ([`log`]) are walked into DRAM state ([`index`]): attributes, a name
+//! index per directory, an extent index per file. The same walk and the same
+//! [`InodeState::apply`] serve the MDS and a client's cached copy of an inode.
+//! [`MetaEngine`] owns an MDS pool and commits changes (one tail store, or the
+//! [`journal`] when several inodes change), compacts logs ([`MetaEngine::force_gc`]),
+//! and rebuilds everything at mount ([`recovery`]). [`LocalFs`] puts the engine
+//! beside a data pool in one process: the foundation's local file system.
 
+pub mod alloc;
+pub mod clock;
+pub mod engine;
+pub mod error;
+pub mod fsck;
+pub mod index;
+pub mod journal;
+pub mod localfs;
+pub mod log;
+pub mod recovery;
+
+pub use clock::{Clock, LogicalClock, SystemClock};
+pub use engine::{EngineConfig, MetaEngine, MountReport, ReaddirEntry, SetAttrReq, TimeSet, ROOT_INO};
+pub use error::{FsError, FsResult};
+pub use index::{Attr, InodeState};
+pub use localfs::{LocalConfig, LocalFs, StatFs};
+
+/// Largest file size accepted (EFBIG past it).
+pub const MAX_FILE_SIZE: u64 = 1 << 60;

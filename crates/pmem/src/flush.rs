@@ -19,16 +19,12 @@ impl FlushInsn {
     pub(crate) fn detect() -> FlushInsn {
         #[cfg(target_arch = "x86_64")]
         {
-            // SAFETY: CPUID is available on every x86-64 CPU; leaf 7 sub-leaf 0 is
-            // defined when the max leaf is >= 7, which we check first.
-            let (max_leaf, ebx7) = unsafe {
-                let max = core::arch::x86_64::__cpuid(0).eax;
-                let ebx = if max >= 7 {
-                    core::arch::x86_64::__cpuid_count(7, 0).ebx
-                } else {
-                    0
-                };
-                (max, ebx)
+            // Leaf 7 sub-leaf 0 is defined when the max leaf is >= 7.
+            let max_leaf = core::arch::x86_64::__cpuid(0).eax;
+            let ebx7 = if max_leaf >= 7 {
+                core::arch::x86_64::__cpuid_count(7, 0).ebx
+            } else {
+                0
             };
             if max_leaf >= 7 && ebx7 & (1 << 24) != 0 {
                 return FlushInsn::Clwb;

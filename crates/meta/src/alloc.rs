@@ -1,0 +1,166 @@
+//! A page allocator over a pool's page area: a DRAM bitmap rebuilt from the logs at
+//! mount, next-fit search, a reserve that only freeing operations may dip into, and
+//! deferred frees that wait out a grace period (readers of the old pages may still
+//! be reading them, paper §4.2).
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+pub struct PageAllocator {
+    bits: Vec<u64>,
+    count: u64,
+    free: u64,
+    hint: u64,
+    reserve: u64,
+    grace: Duration,
+    deferred: VecDeque<(Instant, u64, u64)>,
+}
+
+impl PageAllocator {
+    /// All `count` pages free; `reserve` pages are kept for operations that free space.
+    pub fn new(count: u64, reserve: u64, grace: Duration) -> PageAllocator {
+        PageAllocator {
+            bits: vec![0; count.div_ceil(64) as usize],
+            count,
+            free: count,
+            hint: 0,
+            reserve: reserve.min(count / 4),
+            grace,
+            deferred: VecDeque::new(),
+        }
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Free pages, counting those still in their grace period.
+    pub fn free(&self) -> u64 {
+        self.free + self.deferred.iter().map(|d| d.2).sum::<u64>()
+    }
+
+    pub fn is_used(&self, page: u64) -> bool {
+        page < self.count && self.bits[(page / 64) as usize] & (1 << (page % 64)) != 0
+    }
+
+    /// Marks a page used while rebuilding; false if it already was (a double reference).
+    pub fn mark_used(&mut self, page: u64) -> bool {
+        if page >= self.count || self.is_used(page) {
+            return false;
+        }
+        self.bits[(page / 64) as usize] |= 1 << (page % 64);
+        self.free -= 1;
+        true
+    }
+
+    fn set_free(&mut self, page: u64) {
+        debug_assert!(self.is_used(page), "double free of page {page}");
+        if self.is_used(page) {
+            self.bits[(page / 64) as usize] &= !(1 << (page % 64));
+            self.free += 1;
+        }
+    }
+
+    /// Allocates a run of up to `max` contiguous pages (at least one). `use_reserve`
+    /// lets operations that release space (unlink, truncate) proceed on a full pool.
+    pub fn alloc_run(&mut self, max: u64, use_reserve: bool) -> Option<(u64, u64)> {
+        self.reclaim(false);
+        let floor = if use_reserve { 0 } else { self.reserve };
+        if self.free <= floor && !self.reclaim(true) {
+            return None;
+        }
+        if self.free <= floor {
+            return None;
+        }
+        let max = max.min(self.free - floor).max(1);
+        let start = self.find_free(self.hint).or_else(|| self.find_free(0))?;
+        let mut n = 1;
+        while n < max && start + n < self.count && !self.is_used(start + n) {
+            n += 1;
+        }
+        for p in start..start + n {
+            self.bits[(p / 64) as usize] |= 1 << (p % 64);
+        }
+        self.free -= n;
+        self.hint = start + n;
+        Some((start, n))
+    }
+
+    pub fn alloc(&mut self, use_reserve: bool) -> Option<u64> {
+        self.alloc_run(1, use_reserve).map(|(p, _)| p)
+    }
+
+    fn find_free(&self, from: u64) -> Option<u64> {
+        let mut w = (from / 64) as usize;
+        let mut mask = !0u64 << (from % 64);
+        while w < self.bits.len() {
+            let free_bits = !self.bits[w] & mask;
+            if free_bits != 0 {
+                let p = w as u64 * 64 + free_bits.trailing_zeros() as u64;
+                return (p < self.count).then_some(p);
+            }
+            w += 1;
+            mask = !0;
+        }
+        None
+    }
+
+    /// Frees a run now (pages nobody else can be reading).
+    pub fn free_now(&mut self, start: u64, n: u64) {
+        for p in start..start + n {
+            self.set_free(p);
+        }
+    }
+
+    /// Frees a run once the grace period has passed.
+    pub fn free_later(&mut self, start: u64, n: u64) {
+        if self.grace.is_zero() {
+            self.free_now(start, n);
+        } else {
+            self.deferred.push_back((Instant::now(), start, n));
+        }
+    }
+
+    /// Returns expired deferred frees to the pool (all of them if `all`). True if any.
+    pub fn reclaim(&mut self, all: bool) -> bool {
+        let mut any = false;
+        while let Some(&(t, start, n)) = self.deferred.front() {
+            if !all && t.elapsed() < self.grace {
+                break;
+            }
+            if all && t.elapsed() < self.grace {
+                // Out of space: wait out the rest of this grace period rather than fail.
+                std::thread::sleep(self.grace - t.elapsed());
+            }
+            self.deferred.pop_front();
+            self.free_now(start, n);
+            any = true;
+        }
+        any
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_reserve_and_grace() {
+        let mut a = PageAllocator::new(100, 10, Duration::ZERO);
+        let (s, n) = a.alloc_run(8, false).unwrap();
+        assert_eq!((s, n), (0, 8));
+        assert_eq!(a.free(), 92);
+        while a.alloc(false).is_some() {}
+        assert_eq!(a.free(), 10, "the reserve is kept for freeing operations");
+        assert!(a.alloc(true).is_some());
+        a.free_now(0, 8);
+        assert_eq!(a.free(), 17);
+        let mut g = PageAllocator::new(2, 0, Duration::from_millis(20));
+        let p = g.alloc(false).unwrap();
+        let q = g.alloc(false).unwrap();
+        g.free_later(p, 1);
+        assert!(!g.is_used(q) == false && g.is_used(p), "still in its grace period");
+        let r = g.alloc(false).expect("a full pool waits out the grace period");
+        assert_eq!(r, p);
+    }
+}

@@ -1,0 +1,206 @@
+//! Inode logs: walking them from head to tail, and appending in the order that keeps
+//! them crash-consistent (paper §4.2, DESIGN §2): write the entries (and any new page,
+//! linked from the old last page), persist them, and only then store and persist the
+//! tail. The tail store is the commit point; everything past it is invisible.
+
+use orion_format::{
+    Entry, LogPageHeader, Tail, LINE, LOG_PAGE_HEADER, MAX_ENTRY_LINES, PAGE_NEXT_OFFSET, PAGE_SIZE,
+    SLOT_TAIL_OFFSET,
+};
+use orion_pmem::Pool;
+
+use crate::alloc::PageAllocator;
+use crate::error::{FsError, FsResult, ENOSPC};
+
+/// Anything log pages can be read from: the MDS pool, or a client's copy of a log.
+pub trait PageSource {
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> FsResult<()>;
+}
+
+impl PageSource for Pool {
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> FsResult<()> {
+        Ok(self.read(off, buf)?)
+    }
+}
+
+/// Where an inode's log lives: its pages in order, and the committed tail.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InodeLog {
+    pub head: u64,
+    pub tail: Tail,
+    /// Pool offsets of the log's pages, head first; the last one holds the tail.
+    pub pages: Vec<u64>,
+    /// Entries in the log, padding excluded.
+    pub entries: u64,
+}
+
+/// Entries appended past the tail, persisted, waiting for their tail store.
+#[derive(Debug)]
+pub struct PendingTail {
+    pub tail: Tail,
+    pub new_pages: Vec<u64>,
+    pub entries: u64,
+}
+
+/// Walks `ino`'s log from `head` to `tail`, calling `f` with each entry and its pool
+/// offset. Fails on a damaged or foreign page, a log that ends before its tail, or
+/// one longer than `max_pages` (a cycle).
+pub fn walk_log(
+    src: &dyn PageSource,
+    ino: u64,
+    head: u64,
+    tail: Tail,
+    max_pages: u64,
+    f: &mut dyn FnMut(&Entry, u64) -> FsResult<()>,
+) -> FsResult<InodeLog> {
+    let corrupt = |what: String| FsError::Corrupt(format!("inode {ino}: {what}"));
+    let mut page = vec![0u8; PAGE_SIZE as usize];
+    let mut log = InodeLog {
+        head,
+        tail,
+        pages: Vec::new(),
+        entries: 0,
+    };
+    let mut cur = head;
+    loop {
+        if log.pages.len() as u64 >= max_pages {
+            return Err(corrupt("log has a cycle or runs past the pool".into()));
+        }
+        if cur % PAGE_SIZE != 0 {
+            return Err(corrupt(format!("log page pointer {cur} is not page aligned")));
+        }
+        src.read_at(cur, &mut page)?;
+        let hdr = LogPageHeader::decode(&page).map_err(|e| corrupt(format!("log page {cur}: {e}")))?;
+        if hdr.ino != ino {
+            return Err(corrupt(format!("log page {cur} belongs to inode {}", hdr.ino)));
+        }
+        log.pages.push(cur);
+        let mut at = LOG_PAGE_HEADER;
+        loop {
+            if cur + at == tail.offset {
+                return Ok(log);
+            }
+            if at >= PAGE_SIZE {
+                break;
+            }
+            let (entry, lines) = Entry::decode(&page[at as usize..])
+                .map_err(|e| corrupt(format!("entry at {}: {e}", cur + at)))?;
+            if !matches!(entry, Entry::Pad { .. }) {
+                f(&entry, cur + at)?;
+                log.entries += 1;
+            }
+            at += lines as u64 * LINE;
+        }
+        if hdr.next == 0 {
+            return Err(corrupt(format!("log ends at page {cur} before its tail {}", tail.offset)));
+        }
+        cur = hdr.next;
+    }
+}
+
+/// Bytes left in the page that holds `tail`.
+fn room(log: &InodeLog) -> u64 {
+    let last = *log.pages.last().expect("a log has at least one page");
+    last + PAGE_SIZE - log.tail.offset
+}
+
+/// Writes a fresh log page (header only) and persists it.
+pub fn init_log_page(pool: &Pool, page: u64, ino: u64, version: u32) -> FsResult<()> {
+    let hdr = LogPageHeader { ino, version, next: 0 };
+    pool.write(page, &hdr.encode())?;
+    pool.persist(page, LOG_PAGE_HEADER as usize)?;
+    Ok(())
+}
+
+/// Appends `entries` past the committed tail and persists them; the caller makes them
+/// visible by storing the returned tail (alone, or through the journal).
+pub fn append(
+    pool: &Pool,
+    alloc: &mut PageAllocator,
+    page_area_off: u64,
+    ino: u64,
+    log: &InodeLog,
+    entries: &[Entry],
+    use_reserve: bool,
+    buf: &mut Vec<u8>,
+) -> FsResult<PendingTail> {
+    // Plan: how many new pages do the entries need?
+    let mut space = room(log);
+    let mut need = 0u64;
+    for e in entries {
+        let len = e.lines() as u64 * LINE;
+        debug_assert!(e.lines() <= MAX_ENTRY_LINES);
+        if len > space {
+            need += 1;
+            space = PAGE_SIZE - LOG_PAGE_HEADER;
+        }
+        space -= len;
+    }
+    let mut fresh = Vec::with_capacity(need as usize);
+    for _ in 0..need {
+        match alloc.alloc(use_reserve) {
+            Some(p) => fresh.push(page_area_off + p * PAGE_SIZE),
+            None => {
+                for p in fresh {
+                    alloc.free_now((p - page_area_off) / PAGE_SIZE, 1);
+                }
+                return Err(ENOSPC);
+            }
+        }
+    }
+    let version = log.tail.version;
+    let mut page = *log.pages.last().expect("log has a page");
+    let mut pos = log.tail.offset;
+    let mut dirty_from = pos;
+    let mut next_fresh = fresh.iter();
+    for e in entries {
+        e.encode_into(buf);
+        let len = buf.len() as u64;
+        if len > page + PAGE_SIZE - pos {
+            let left = page + PAGE_SIZE - pos;
+            if left > 0 {
+                let pad = Entry::Pad {
+                    lines: (left / LINE) as u8,
+                };
+                pool.write(pos, &pad.encode())?;
+            }
+            pool.persist(dirty_from, (page + PAGE_SIZE - dirty_from) as usize)?;
+            let new_page = *next_fresh.next().expect("planned pages");
+            init_log_page(pool, new_page, ino, version)?;
+            // Link it: an 8-byte store past the tail, so still invisible to readers.
+            pool.store_u64(page + PAGE_NEXT_OFFSET, new_page)?;
+            pool.persist(page + PAGE_NEXT_OFFSET, 8)?;
+            page = new_page;
+            pos = new_page + LOG_PAGE_HEADER;
+            dirty_from = pos;
+        }
+        pool.write(pos, buf)?;
+        pos += len;
+    }
+    pool.persist(dirty_from, (pos - dirty_from) as usize)?;
+    Ok(PendingTail {
+        tail: Tail {
+            version,
+            offset: pos,
+        },
+        new_pages: fresh,
+        entries: entries.iter().filter(|e| !matches!(e, Entry::Pad { .. })).count() as u64,
+    })
+}
+
+/// The commit point of a single-inode update: store and persist the packed tail.
+pub fn commit_tail(pool: &Pool, slot_off: u64, tail: Tail) -> FsResult<()> {
+    let at = slot_off + SLOT_TAIL_OFFSET;
+    pool.store_u64(at, tail.pack())?;
+    pool.persist(at, 8)?;
+    Ok(())
+}
+
+impl InodeLog {
+    /// Applies a committed append to the DRAM copy of the log position.
+    pub fn advance(&mut self, p: PendingTail) {
+        self.tail = p.tail;
+        self.pages.extend(p.new_pages);
+        self.entries += p.entries;
+    }
+}
