@@ -1,1 +1,160 @@
-fn main(){}
+//! `orion`: the one command of OrionFS.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use orion_meta::localfs::data_pool_path;
+use orion_meta::{Clock, LocalFs, SystemClock};
+use orion_pmem::{Mode, ModeChoice, Pool};
+
+mod bench_local;
+
+#[derive(Parser)]
+#[command(
+    name = "orion",
+    version,
+    about = "OrionFS: a distributed file system for persistent memory and RDMA"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Format a new local file system: a metadata pool at POOL and a data pool at POOL.data.
+    Mkfs {
+        #[arg(long)]
+        pool: PathBuf,
+        /// Total size (metadata takes 1/8, at least 1 MiB), e.g. 256M, 4G.
+        #[arg(long, value_parser = parse_size)]
+        size: u64,
+        /// auto (tmpfs → volatile, DAX → dax, else msync), dax, msync or volatile.
+        #[arg(long, default_value = "auto")]
+        pool_mode: String,
+        /// Overwrite existing pool files.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Check a file system's pools without changing them; exit 1 if inconsistent.
+    Fsck {
+        #[arg(long)]
+        pool: PathBuf,
+        /// The data pool (default: POOL.data if it exists).
+        #[arg(long)]
+        data_pool: Option<PathBuf>,
+    },
+    /// Benchmarks that print figures.
+    Bench {
+        #[command(subcommand)]
+        which: BenchCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// The local core (volatile pools in /dev/shm) next to tmpfs: ops/s, p50, p99.
+    Local {
+        /// Operations per measured call type.
+        #[arg(long, default_value_t = 20000)]
+        ops: usize,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Parses "4096", "64K", "256M", "4G", "1GiB".
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim().trim_end_matches("iB").trim_end_matches('B');
+    let (num, mul) = match t.chars().last() {
+        Some('K' | 'k') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
+        Some('T' | 't') => (&t[..t.len() - 1], 1 << 40),
+        _ => (t, 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mul))
+        .ok_or_else(|| format!("invalid size {s:?}: use bytes or a suffix K, M, G, T"))
+}
+
+fn mode_choice(s: &str) -> Result<ModeChoice> {
+    if s == "auto" {
+        return Ok(ModeChoice::Auto);
+    }
+    let m: Mode = s.parse().map_err(anyhow::Error::msg)?;
+    Ok(ModeChoice::Force(m))
+}
+
+fn run() -> Result<ExitCode> {
+    match Cli::parse().cmd {
+        Cmd::Mkfs {
+            pool,
+            size,
+            pool_mode,
+            force,
+        } => {
+            let data = data_pool_path(&pool);
+            for p in [&pool, &data] {
+                if p.exists() && !force {
+                    bail!(
+                        "{} already exists; pass --force to overwrite it",
+                        p.display()
+                    );
+                }
+            }
+            let (m, d) = LocalFs::mkfs(&pool, size, mode_choice(&pool_mode)?, SystemClock.now())
+                .with_context(|| format!("formatting {}", pool.display()))?;
+            println!("{}", m.describe());
+            println!("{}", d.describe());
+            println!(
+                "formatted: {} inodes, {} MiB of data pages",
+                m.len() / 8192,
+                d.len() >> 20
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Fsck { pool, data_pool } => {
+            let meta = Pool::open(&pool, ModeChoice::Auto)?;
+            let data_path =
+                data_pool.or_else(|| Some(data_pool_path(&pool)).filter(|p| p.exists()));
+            let data = data_path
+                .as_deref()
+                .map(|p| Pool::open(p, ModeChoice::Auto))
+                .transpose()?;
+            let report = orion_meta::fsck::check(&meta, data.as_ref());
+            for p in &report.problems {
+                println!("problem: {p}");
+            }
+            println!("orion fsck {}: {}", pool.display(), report.summary());
+            Ok(if report.is_clean() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        Cmd::Bench {
+            which: BenchCmd::Local { ops, json },
+        } => {
+            bench_local::run(ops, json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("orion: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[allow(dead_code)]
+fn _unused(_: Arc<dyn Clock>) {}

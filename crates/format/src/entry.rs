@@ -76,14 +76,22 @@ pub struct DirEntryRec {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Entry {
     /// Fills the rest of a page when the next entry does not fit in it.
-    Pad { lines: u8 },
+    Pad {
+        lines: u8,
+    },
     Write(WriteRec),
     SetAttr(SetAttrRec),
-    LinkChange { nlink: u32, ctime: i64 },
+    LinkChange {
+        nlink: u32,
+        ctime: i64,
+    },
     DirAdd(DirEntryRec),
     DirRemove(DirEntryRec),
     /// The target of a symlink lives in a data page (it can be 4095 bytes long).
-    Symlink { gpa: Gpa, len: u32 },
+    Symlink {
+        gpa: Gpa,
+        len: u32,
+    },
 }
 
 /// Checks a directory-entry name: 1..=255 bytes, no '/', no NUL, not "." or "..".
@@ -208,7 +216,9 @@ impl Entry {
                 };
                 if w.npages == 0
                     || w.npages > MAX_WRITE_PAGES
-                    || w.pgoff.checked_add(w.npages as u64).is_none_or(|e| e > (1 << 52))
+                    || w.pgoff
+                        .checked_add(w.npages as u64)
+                        .is_none_or(|e| e > (1 << 52))
                 {
                     return Err(FormatError::Invalid("write entry extent"));
                 }
@@ -247,13 +257,23 @@ impl Entry {
                     ftype: FileType::from_code(b[32])?,
                     name: name.to_vec(),
                 };
-                Ok((if k == 4 { Entry::DirAdd(d) } else { Entry::DirRemove(d) }, lines))
+                Ok((
+                    if k == 4 {
+                        Entry::DirAdd(d)
+                    } else {
+                        Entry::DirRemove(d)
+                    },
+                    lines,
+                ))
             }
             6 => one_line(Entry::Symlink {
                 gpa: Gpa(u64_at(b, 8)?),
                 len: u32_at(b, 16)?,
             }),
-            k => Err(FormatError::BadCode { what: "log entry kind", code: k as u64 }),
+            k => Err(FormatError::BadCode {
+                what: "log entry kind",
+                code: k as u64,
+            }),
         }
     }
 }
@@ -264,19 +284,61 @@ mod tests {
     use proptest::prelude::*;
 
     fn arb_entry() -> impl Strategy<Value = Entry> {
-        let name = proptest::collection::vec(1u8..=255, 1..=255).prop_filter("valid", |n| valid_name(n));
+        let name =
+            proptest::collection::vec(1u8..=255, 1..=255).prop_filter("valid", |n| valid_name(n));
         prop_oneof![
-            (0u64..1 << 40, 1u32..1000, any::<u64>(), any::<u64>(), any::<i64>()).prop_map(
-                |(pgoff, npages, gpa, size, mtime)| Entry::Write(WriteRec { pgoff, npages, gpa: Gpa(gpa), size, mtime })
+            (
+                0u64..1 << 40,
+                1u32..1000,
+                any::<u64>(),
+                any::<u64>(),
+                any::<i64>()
+            )
+                .prop_map(|(pgoff, npages, gpa, size, mtime)| Entry::Write(WriteRec {
+                    pgoff,
+                    npages,
+                    gpa: Gpa(gpa),
+                    size,
+                    mtime
+                })),
+            (any::<u32>(), any::<u32>(), any::<u64>(), any::<i64>()).prop_map(
+                |(mask, mode, size, t)| {
+                    Entry::SetAttr(SetAttrRec {
+                        mask,
+                        mode,
+                        uid: mode ^ 1,
+                        gid: 3,
+                        size,
+                        atime: t,
+                        mtime: t ^ 5,
+                        ctime: -t,
+                        rdev: 9,
+                    })
+                }
             ),
-            (any::<u32>(), any::<u32>(), any::<u64>(), any::<i64>()).prop_map(|(mask, mode, size, t)| {
-                Entry::SetAttr(SetAttrRec { mask, mode, uid: mode ^ 1, gid: 3, size, atime: t, mtime: t ^ 5, ctime: -t, rdev: 9 })
-            }),
-            (any::<u32>(), any::<i64>()).prop_map(|(nlink, ctime)| Entry::LinkChange { nlink, ctime }),
-            (any::<u64>(), any::<u64>(), any::<i64>(), name, any::<bool>()).prop_map(|(ino, cookie, time, name, add)| {
-                let d = DirEntryRec { ino, cookie, time, ftype: FileType::Directory, name };
-                if add { Entry::DirAdd(d) } else { Entry::DirRemove(d) }
-            }),
+            (any::<u32>(), any::<i64>())
+                .prop_map(|(nlink, ctime)| Entry::LinkChange { nlink, ctime }),
+            (
+                any::<u64>(),
+                any::<u64>(),
+                any::<i64>(),
+                name,
+                any::<bool>()
+            )
+                .prop_map(|(ino, cookie, time, name, add)| {
+                    let d = DirEntryRec {
+                        ino,
+                        cookie,
+                        time,
+                        ftype: FileType::Directory,
+                        name,
+                    };
+                    if add {
+                        Entry::DirAdd(d)
+                    } else {
+                        Entry::DirRemove(d)
+                    }
+                }),
             (any::<u64>(), any::<u32>()).prop_map(|(g, len)| Entry::Symlink { gpa: Gpa(g), len }),
         ]
     }

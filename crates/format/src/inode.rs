@@ -31,7 +31,12 @@ impl FileType {
             5 => FileType::CharDev,
             6 => FileType::BlockDev,
             7 => FileType::Socket,
-            _ => return Err(FormatError::BadCode { what: "file type", code: c as u64 }),
+            _ => {
+                return Err(FormatError::BadCode {
+                    what: "file type",
+                    code: c as u64,
+                })
+            }
         })
     }
 
@@ -82,7 +87,9 @@ impl InodeSlot {
 
     /// `Ok(None)` for a free slot (no magic), an error for a damaged one.
     pub fn decode(b: &[u8]) -> Result<Option<InodeSlot>, FormatError> {
-        let b = b.get(..INODE_SLOT_SIZE).ok_or(FormatError::Truncated("inode slot"))?;
+        let b = b
+            .get(..INODE_SLOT_SIZE)
+            .ok_or(FormatError::Truncated("inode slot"))?;
         if u32_at(b, 0)? != MAGIC {
             return Ok(None);
         }

@@ -53,15 +53,25 @@ impl JournalRecord {
             return Ok(None);
         }
         let len = (HEADER + 16 * count).div_ceil(64) * 64;
-        let Some(rec) = b.get(..len) else { return Ok(None) };
+        let Some(rec) = b.get(..len) else {
+            return Ok(None);
+        };
         if crc_skipping(rec, CRC_AT) != u32_at(rec, CRC_AT)? {
             // A record whose lines did not all reach the media was never committed.
             return Ok(None);
         }
         let stores = (0..count)
-            .map(|i| Ok((u64_at(rec, HEADER + 16 * i)?, u64_at(rec, HEADER + 16 * i + 8)?)))
+            .map(|i| {
+                Ok((
+                    u64_at(rec, HEADER + 16 * i)?,
+                    u64_at(rec, HEADER + 16 * i + 8)?,
+                ))
+            })
             .collect::<Result<_, FormatError>>()?;
-        Ok(Some(JournalRecord { txid: u64_at(rec, 8)?, stores }))
+        Ok(Some(JournalRecord {
+            txid: u64_at(rec, 8)?,
+            stores,
+        }))
     }
 }
 
@@ -71,7 +81,10 @@ mod tests {
 
     #[test]
     fn round_trip_and_torn_record_is_not_committed() {
-        let r = JournalRecord { txid: 7, stores: vec![(40, 1), (168, 2), (296, 3)] };
+        let r = JournalRecord {
+            txid: 7,
+            stores: vec![(40, 1), (168, 2), (296, 3)],
+        };
         let mut b = r.encode();
         b.resize(4096, 0);
         assert_eq!(JournalRecord::decode(&b).unwrap(), Some(r));

@@ -59,7 +59,9 @@ impl LogPageHeader {
     }
 
     pub fn decode(b: &[u8]) -> Result<LogPageHeader, FormatError> {
-        let b = b.get(..LOG_PAGE_HEADER as usize).ok_or(FormatError::Truncated("log page header"))?;
+        let b = b
+            .get(..LOG_PAGE_HEADER as usize)
+            .ok_or(FormatError::Truncated("log page header"))?;
         if u32_at(b, 0)? != MAGIC {
             return Err(FormatError::BadMagic("log page"));
         }
@@ -80,9 +82,16 @@ mod tests {
 
     #[test]
     fn tail_packs_and_header_round_trips() {
-        let t = Tail { version: 0xABCDE, offset: 64 * 12345 };
+        let t = Tail {
+            version: 0xABCDE,
+            offset: 64 * 12345,
+        };
         assert_eq!(Tail::unpack(t.pack()), t);
-        let h = LogPageHeader { ino: 9, version: 3, next: 8192 };
+        let h = LogPageHeader {
+            ino: 9,
+            version: 3,
+            next: 8192,
+        };
         let mut b = h.encode();
         assert_eq!(LogPageHeader::decode(&b).unwrap(), h);
         b[9] ^= 0xff;

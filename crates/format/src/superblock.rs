@@ -51,9 +51,14 @@ impl Superblock {
         let journal_size = PAGE_SIZE;
         let inode_table_off = journal_off + journal_size;
         let inode_count = (pool_size / 8192).max(16);
-        let page_area_off = align_up(inode_table_off + inode_count * INODE_SLOT_SIZE as u64, PAGE_SIZE);
+        let page_area_off = align_up(
+            inode_table_off + inode_count * INODE_SLOT_SIZE as u64,
+            PAGE_SIZE,
+        );
         if page_area_off + 16 * PAGE_SIZE > pool_size {
-            return Err(FormatError::Invalid("pool size: too small for a metadata pool (min 256 KiB)"));
+            return Err(FormatError::Invalid(
+                "pool size: too small for a metadata pool (min 256 KiB)",
+            ));
         }
         let sb = Superblock {
             kind: PoolKind::Metadata,
@@ -82,7 +87,9 @@ impl Superblock {
         created_ns: i64,
     ) -> Result<Superblock, FormatError> {
         if pool_size < 16 * PAGE_SIZE {
-            return Err(FormatError::Invalid("pool size: too small for a data pool (min 64 KiB)"));
+            return Err(FormatError::Invalid(
+                "pool size: too small for a data pool (min 64 KiB)",
+            ));
         }
         let sb = Superblock {
             kind: PoolKind::Data,
@@ -142,7 +149,9 @@ impl Superblock {
                 || table_end > self.page_area_off
                 || self.inode_count < 2
             {
-                return Err(FormatError::Invalid("geometry: journal or inode table misplaced"));
+                return Err(FormatError::Invalid(
+                    "geometry: journal or inode table misplaced",
+                ));
             }
         }
         Ok(())
@@ -172,7 +181,9 @@ impl Superblock {
     }
 
     pub fn decode(b: &[u8]) -> Result<Superblock, FormatError> {
-        let b = b.get(..SUPERBLOCK_SIZE).ok_or(FormatError::Truncated("superblock"))?;
+        let b = b
+            .get(..SUPERBLOCK_SIZE)
+            .ok_or(FormatError::Truncated("superblock"))?;
         if &b[0..8] != MAGIC {
             return Err(FormatError::BadMagic("superblock (not an OrionFS pool)"));
         }
@@ -189,7 +200,12 @@ impl Superblock {
         let kind = match u32_at(b, 12)? {
             1 => PoolKind::Metadata,
             2 => PoolKind::Data,
-            k => return Err(FormatError::BadCode { what: "pool kind", code: k as u64 }),
+            k => {
+                return Err(FormatError::BadCode {
+                    what: "pool kind",
+                    code: k as u64,
+                })
+            }
         };
         if u16_at(b, 58)? != 4096 || u32_at(b, 60)? != INODE_SLOT_SIZE as u32 {
             return Err(FormatError::Invalid("geometry: page or inode slot size"));
@@ -227,7 +243,10 @@ mod tests {
         let mut b = sb.encode();
         assert_eq!(Superblock::decode(&b).unwrap(), sb);
         b[100] ^= 1;
-        assert_eq!(Superblock::decode(&b), Err(FormatError::BadChecksum("superblock")));
+        assert_eq!(
+            Superblock::decode(&b),
+            Err(FormatError::BadChecksum("superblock"))
+        );
         assert!(Superblock::decode(&[0u8; 10]).is_err());
         let d = Superblock::new_data(1 << 20, [3; 16], [2; 16], 0, 5).unwrap();
         assert_eq!(Superblock::decode(&d.encode()).unwrap(), d);

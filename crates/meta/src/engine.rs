@@ -8,9 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use orion_format::{
-    attr_mask as m, valid_name, DirEntryRec, Entry, FileType, Gpa, InodeSlot, PoolKind,
-    SetAttrRec, Superblock, Tail, LOG_PAGE_HEADER, NAME_MAX, PAGE_SIZE, SLOT_TAIL_OFFSET,
-    SUPERBLOCK_SIZE,
+    attr_mask as m, valid_name, DirEntryRec, Entry, FileType, Gpa, InodeSlot, PoolKind, SetAttrRec,
+    Superblock, Tail, LOG_PAGE_HEADER, NAME_MAX, PAGE_SIZE, SLOT_TAIL_OFFSET, SUPERBLOCK_SIZE,
 };
 use orion_pmem::Pool;
 
@@ -152,12 +151,30 @@ impl MetaEngine {
         alloc.mark_used(0);
         let tmp = InodeLog {
             head: page,
-            tail: Tail { version: 0, offset: page + LOG_PAGE_HEADER },
+            tail: Tail {
+                version: 0,
+                offset: page + LOG_PAGE_HEADER,
+            },
             pages: vec![page],
             entries: 0,
         };
-        let entries = [Entry::SetAttr(attr), Entry::LinkChange { nlink: 2, ctime: now }];
-        let p = log::append(pool, &mut alloc, sb.page_area_off, ROOT_INO, &tmp, &entries, false, &mut Vec::new())?;
+        let entries = [
+            Entry::SetAttr(attr),
+            Entry::LinkChange {
+                nlink: 2,
+                ctime: now,
+            },
+        ];
+        let p = log::append(
+            pool,
+            &mut alloc,
+            sb.page_area_off,
+            ROOT_INO,
+            &tmp,
+            &entries,
+            false,
+            &mut Vec::new(),
+        )?;
         let slot = InodeSlot {
             ftype: FileType::Directory,
             ino: ROOT_INO,
@@ -172,10 +189,17 @@ impl MetaEngine {
 
     /// Mounts: checks the superblock, replays the journal, walks every log reachable
     /// from the root, and reclaims inodes and pages nothing reaches.
-    pub fn open(pool: Pool, clock: Arc<dyn Clock>, cfg: EngineConfig) -> FsResult<(MetaEngine, MountReport)> {
+    pub fn open(
+        pool: Pool,
+        clock: Arc<dyn Clock>,
+        cfg: EngineConfig,
+    ) -> FsResult<(MetaEngine, MountReport)> {
         let sb = Superblock::decode(&pool.read_vec(0, SUPERBLOCK_SIZE)?)?;
         if sb.kind != PoolKind::Metadata {
-            return Err(FsError::Io(format!("{}: not a metadata pool", pool.path().display())));
+            return Err(FsError::Io(format!(
+                "{}: not a metadata pool",
+                pool.path().display()
+            )));
         }
         if sb.pool_size > pool.len() {
             return Err(FsError::Corrupt(format!(
@@ -194,7 +218,9 @@ impl MetaEngine {
         let mut inodes = HashMap::with_capacity(tree.inodes.len());
         for (ino, li) in tree.inodes {
             for &p in &li.log.pages {
-                let idx = sb.page_index(p).ok_or_else(|| FsError::Corrupt(format!("inode {ino}: log page {p} outside the page area")))?;
+                let idx = sb.page_index(p).ok_or_else(|| {
+                    FsError::Corrupt(format!("inode {ino}: log page {p} outside the page area"))
+                })?;
                 if !log_alloc.mark_used(idx) {
                     return Err(FsError::Corrupt(format!("log page {p} is used twice")));
                 }
@@ -300,7 +326,12 @@ impl MetaEngine {
         match name {
             b"." => Ok(parent),
             b".." => Ok(d.parent),
-            _ => d.state.dir().and_then(|x| x.names.get(name)).map(|e| e.ino).ok_or(ENOENT),
+            _ => d
+                .state
+                .dir()
+                .and_then(|x| x.names.get(name))
+                .map(|e| e.ino)
+                .ok_or(ENOENT),
         }
     }
 
@@ -310,7 +341,11 @@ impl MetaEngine {
     }
 
     fn next_cookie(&self, dir: u64) -> u64 {
-        self.inodes[&dir].state.dir().map(|d| d.next_cookie).unwrap_or(3)
+        self.inodes[&dir]
+            .state
+            .dir()
+            .map(|d| d.next_cookie)
+            .unwrap_or(3)
     }
 
     // ---- committing ----
@@ -322,7 +357,16 @@ impl MetaEngine {
         let mut pending = Vec::with_capacity(updates.len());
         for (ino, entries) in &updates {
             let inode = &self.inodes[ino];
-            match log::append(&self.pool, &mut self.log_alloc, self.sb.page_area_off, *ino, &inode.log, entries, use_reserve, &mut self.buf) {
+            match log::append(
+                &self.pool,
+                &mut self.log_alloc,
+                self.sb.page_area_off,
+                *ino,
+                &inode.log,
+                entries,
+                use_reserve,
+                &mut self.buf,
+            ) {
                 Ok(p) => pending.push(p),
                 Err(e) => {
                     for p in pending {
@@ -381,11 +425,23 @@ impl MetaEngine {
         log::init_log_page(&self.pool, page, ino, version)?;
         let fresh = InodeLog {
             head: page,
-            tail: Tail { version, offset: page + LOG_PAGE_HEADER },
+            tail: Tail {
+                version,
+                offset: page + LOG_PAGE_HEADER,
+            },
             pages: vec![page],
             entries: 0,
         };
-        let p = match log::append(&self.pool, &mut self.log_alloc, self.sb.page_area_off, ino, &fresh, &entries, true, &mut self.buf) {
+        let p = match log::append(
+            &self.pool,
+            &mut self.log_alloc,
+            self.sb.page_area_off,
+            ino,
+            &fresh,
+            &entries,
+            true,
+            &mut self.buf,
+        ) {
             Ok(p) => p,
             Err(_) => {
                 self.log_alloc.free_now(first, 1);
@@ -403,7 +459,10 @@ impl MetaEngine {
             rebuilt.apply(e, &mut ignored)?;
         }
         let inode = self.inodes.get_mut(&ino).expect("inode exists");
-        debug_assert_eq!(rebuilt.attr, inode.state.attr, "GC must not change the inode");
+        debug_assert_eq!(
+            rebuilt.attr, inode.state.attr,
+            "GC must not change the inode"
+        );
         let mut new_log = fresh;
         new_log.advance(p);
         let old = std::mem::replace(&mut inode.log, new_log);
@@ -418,7 +477,13 @@ impl MetaEngine {
 
     /// Writes a new inode (slot, first log page, initial entries) that is invisible
     /// until a directory entry naming it commits.
-    fn new_inode(&mut self, ftype: FileType, attr: SetAttrRec, nlink: u32, extra: Vec<Entry>) -> FsResult<u64> {
+    fn new_inode(
+        &mut self,
+        ftype: FileType,
+        attr: SetAttrRec,
+        nlink: u32,
+        extra: Vec<Entry>,
+    ) -> FsResult<u64> {
         let ino = self.free_inos.pop().ok_or(ENOSPC)?;
         let Some(pidx) = self.log_alloc.alloc(false) else {
             self.free_inos.push(ino);
@@ -432,16 +497,40 @@ impl MetaEngine {
                 .flatten()
                 .map_or(1, |s| s.generation + 1);
             log::init_log_page(&self.pool, page, ino, 0)?;
-            let mut entries = vec![Entry::SetAttr(attr), Entry::LinkChange { nlink, ctime: attr.ctime }];
+            let mut entries = vec![
+                Entry::SetAttr(attr),
+                Entry::LinkChange {
+                    nlink,
+                    ctime: attr.ctime,
+                },
+            ];
             entries.extend(extra);
             let mut ilog = InodeLog {
                 head: page,
-                tail: Tail { version: 0, offset: page + LOG_PAGE_HEADER },
+                tail: Tail {
+                    version: 0,
+                    offset: page + LOG_PAGE_HEADER,
+                },
                 pages: vec![page],
                 entries: 0,
             };
-            let p = log::append(&self.pool, &mut self.log_alloc, self.sb.page_area_off, ino, &ilog, &entries, false, &mut self.buf)?;
-            let slot = InodeSlot { ftype, ino, generation, heads: [page, 0], tail: p.tail };
+            let p = log::append(
+                &self.pool,
+                &mut self.log_alloc,
+                self.sb.page_area_off,
+                ino,
+                &ilog,
+                &entries,
+                false,
+                &mut self.buf,
+            )?;
+            let slot = InodeSlot {
+                ftype,
+                ino,
+                generation,
+                heads: [page, 0],
+                tail: p.tail,
+            };
             self.pool.write(slot_off, &slot.encode())?;
             self.pool.persist(slot_off, 128)?;
             ilog.advance(p);
@@ -453,7 +542,15 @@ impl MetaEngine {
         })();
         match result {
             Ok((state, log, generation)) => {
-                self.inodes.insert(ino, Inode { state, log, generation, parent: 0 });
+                self.inodes.insert(
+                    ino,
+                    Inode {
+                        state,
+                        log,
+                        generation,
+                        parent: 0,
+                    },
+                );
                 Ok(ino)
             }
             Err(e) => {
@@ -467,7 +564,9 @@ impl MetaEngine {
     /// Forgets an inode nothing links to any more: frees its log pages (after the
     /// grace period) and data pages, and clears its slot.
     fn destroy(&mut self, ino: u64) -> FsResult<()> {
-        let Some(inode) = self.inodes.remove(&ino) else { return Ok(()) };
+        let Some(inode) = self.inodes.remove(&ino) else {
+            return Ok(());
+        };
         for page in inode.log.pages {
             let idx = self.page_idx(page);
             self.log_alloc.free_later(idx, 1);
@@ -522,7 +621,17 @@ impl MetaEngine {
             }
         }
         let pnlink = pdir.state.attr.nlink;
-        let attr = SetAttrRec { mask: m::ALL, mode, uid, gid, size: 0, atime: now, mtime: now, ctime: now, rdev };
+        let attr = SetAttrRec {
+            mask: m::ALL,
+            mode,
+            uid,
+            gid,
+            size: 0,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            rdev,
+        };
         let ino = self.new_inode(ftype, attr, if is_dir { 2 } else { 1 }, extra)?;
         let mut entries = vec![Entry::DirAdd(DirEntryRec {
             ino,
@@ -532,7 +641,10 @@ impl MetaEngine {
             name: name.to_vec(),
         })];
         if is_dir {
-            entries.push(Entry::LinkChange { nlink: pnlink + 1, ctime: now });
+            entries.push(Entry::LinkChange {
+                nlink: pnlink + 1,
+                ctime: now,
+            });
         }
         if let Err(e) = self.commit(vec![(parent, entries)], false) {
             // Never linked: give the inode back (its slot is reclaimed at mount too).
@@ -550,7 +662,11 @@ impl MetaEngine {
             return Err(ENAMETOOLONG);
         }
         if name == b"." || name == b".." {
-            return Err(if self.dir(parent).is_ok() { EISDIR } else { ENOTDIR });
+            return Err(if self.dir(parent).is_ok() {
+                EISDIR
+            } else {
+                ENOTDIR
+            });
         }
         let ent = self.entry(parent, name)?.ok_or(ENOENT)?;
         if ent.ftype == FileType::Directory {
@@ -558,9 +674,24 @@ impl MetaEngine {
         }
         let now = self.clock.now();
         let nlink = self.inode(ent.ino)?.state.attr.nlink;
-        let mut u = vec![(parent, vec![Entry::DirRemove(DirEntryRec { ino: ent.ino, cookie: ent.cookie, time: now, ftype: ent.ftype, name: name.to_vec() })])];
+        let mut u = vec![(
+            parent,
+            vec![Entry::DirRemove(DirEntryRec {
+                ino: ent.ino,
+                cookie: ent.cookie,
+                time: now,
+                ftype: ent.ftype,
+                name: name.to_vec(),
+            })],
+        )];
         if nlink > 1 {
-            u.push((ent.ino, vec![Entry::LinkChange { nlink: nlink - 1, ctime: now }]));
+            u.push((
+                ent.ino,
+                vec![Entry::LinkChange {
+                    nlink: nlink - 1,
+                    ctime: now,
+                }],
+            ));
         }
         self.commit(u, true)?;
         if nlink <= 1 {
@@ -582,14 +713,28 @@ impl MetaEngine {
         if ent.ftype != FileType::Directory {
             return Err(ENOTDIR);
         }
-        if !self.inode(ent.ino)?.state.dir().is_some_and(|d| d.names.is_empty()) {
+        if !self
+            .inode(ent.ino)?
+            .state
+            .dir()
+            .is_some_and(|d| d.names.is_empty())
+        {
             return Err(ENOTEMPTY);
         }
         let now = self.clock.now();
         let pnlink = self.inode(parent)?.state.attr.nlink;
         let entries = vec![
-            Entry::DirRemove(DirEntryRec { ino: ent.ino, cookie: ent.cookie, time: now, ftype: ent.ftype, name: name.to_vec() }),
-            Entry::LinkChange { nlink: pnlink - 1, ctime: now },
+            Entry::DirRemove(DirEntryRec {
+                ino: ent.ino,
+                cookie: ent.cookie,
+                time: now,
+                ftype: ent.ftype,
+                name: name.to_vec(),
+            }),
+            Entry::LinkChange {
+                nlink: pnlink - 1,
+                ctime: now,
+            },
         ];
         self.commit(vec![(parent, entries)], true)?;
         self.destroy(ent.ino)
@@ -600,14 +745,15 @@ impl MetaEngine {
             return Err(ENAMETOOLONG);
         }
         let target = self.inode(ino)?;
-        if target.state.attr.ftype == FileType::Directory {
-            return Err(EPERM);
-        }
         let nlink = target.state.attr.nlink;
         let ftype = target.state.attr.ftype;
         self.dir(parent)?;
+        // Linux resolves the new name first (EEXIST), then refuses directories.
         if name == b"." || name == b".." || self.entry(parent, name)?.is_some() {
             return Err(EEXIST);
+        }
+        if ftype == FileType::Directory {
+            return Err(EPERM);
         }
         check_name(name)?;
         if nlink >= MAX_LINKS {
@@ -615,8 +761,23 @@ impl MetaEngine {
         }
         let now = self.clock.now();
         let u = vec![
-            (parent, vec![Entry::DirAdd(DirEntryRec { ino, cookie: self.next_cookie(parent), time: now, ftype, name: name.to_vec() })]),
-            (ino, vec![Entry::LinkChange { nlink: nlink + 1, ctime: now }]),
+            (
+                parent,
+                vec![Entry::DirAdd(DirEntryRec {
+                    ino,
+                    cookie: self.next_cookie(parent),
+                    time: now,
+                    ftype,
+                    name: name.to_vec(),
+                })],
+            ),
+            (
+                ino,
+                vec![Entry::LinkChange {
+                    nlink: nlink + 1,
+                    ctime: now,
+                }],
+            ),
         ];
         self.commit(u, false)?;
         self.getattr(ino)
@@ -639,8 +800,16 @@ impl MetaEngine {
     }
 
     /// rename(2), with RENAME_NOREPLACE when `noreplace`.
-    pub fn rename(&mut self, op: u64, on: &[u8], np: u64, nn: &[u8], noreplace: bool) -> FsResult<()> {
-        if on.len() > NAME_MAX || nn.len() > NAME_MAX {
+    pub fn rename(
+        &mut self,
+        op: u64,
+        on: &[u8],
+        np: u64,
+        nn: &[u8],
+        noreplace: bool,
+    ) -> FsResult<()> {
+        // Linux looks the source up before the target name.
+        if on.len() > NAME_MAX {
             return Err(ENAMETOOLONG);
         }
         self.dir(op)?;
@@ -649,6 +818,9 @@ impl MetaEngine {
             return Err(EBUSY);
         }
         let src = self.entry(op, on)?.ok_or(ENOENT)?;
+        if nn.len() > NAME_MAX {
+            return Err(ENAMETOOLONG);
+        }
         let dst = self.entry(np, nn)?;
         let src_dir = src.ftype == FileType::Directory;
         if dst.is_some() && noreplace {
@@ -673,14 +845,30 @@ impl MetaEngine {
             if !src_dir && dst_dir {
                 return Err(EISDIR);
             }
-            if dst_dir && !self.inode(d.ino)?.state.dir().is_some_and(|x| x.names.is_empty()) {
+            if dst_dir
+                && !self
+                    .inode(d.ino)?
+                    .state
+                    .dir()
+                    .is_some_and(|x| x.names.is_empty())
+            {
                 return Err(ENOTEMPTY);
             }
         }
         check_name(nn)?;
         let now = self.clock.now();
         let mut u: Updates = Vec::new();
-        push_update(&mut u, op, Entry::DirRemove(DirEntryRec { ino: src.ino, cookie: src.cookie, time: now, ftype: src.ftype, name: on.to_vec() }));
+        push_update(
+            &mut u,
+            op,
+            Entry::DirRemove(DirEntryRec {
+                ino: src.ino,
+                cookie: src.cookie,
+                time: now,
+                ftype: src.ftype,
+                name: on.to_vec(),
+            }),
+        );
         let mut dst_dies = false;
         let mut nlink_delta: Vec<(u64, i64)> = Vec::new();
         if src_dir && op != np {
@@ -688,7 +876,17 @@ impl MetaEngine {
             nlink_delta.push((np, 1));
         }
         if let Some(d) = dst {
-            push_update(&mut u, np, Entry::DirRemove(DirEntryRec { ino: d.ino, cookie: d.cookie, time: now, ftype: d.ftype, name: nn.to_vec() }));
+            push_update(
+                &mut u,
+                np,
+                Entry::DirRemove(DirEntryRec {
+                    ino: d.ino,
+                    cookie: d.cookie,
+                    time: now,
+                    ftype: d.ftype,
+                    name: nn.to_vec(),
+                }),
+            );
             let dn = self.inode(d.ino)?.state.attr.nlink;
             if d.ftype == FileType::Directory {
                 nlink_delta.push((np, -1));
@@ -696,16 +894,56 @@ impl MetaEngine {
             } else if dn <= 1 {
                 dst_dies = true;
             } else {
-                push_update(&mut u, d.ino, Entry::LinkChange { nlink: dn - 1, ctime: now });
+                push_update(
+                    &mut u,
+                    d.ino,
+                    Entry::LinkChange {
+                        nlink: dn - 1,
+                        ctime: now,
+                    },
+                );
             }
         }
-        push_update(&mut u, np, Entry::DirAdd(DirEntryRec { ino: src.ino, cookie: self.next_cookie(np), time: now, ftype: src.ftype, name: nn.to_vec() }));
-        push_update(&mut u, src.ino, Entry::SetAttr(SetAttrRec { mask: m::CTIME, ctime: now, ..Default::default() }));
+        push_update(
+            &mut u,
+            np,
+            Entry::DirAdd(DirEntryRec {
+                ino: src.ino,
+                cookie: self.next_cookie(np),
+                time: now,
+                ftype: src.ftype,
+                name: nn.to_vec(),
+            }),
+        );
+        push_update(
+            &mut u,
+            src.ino,
+            Entry::SetAttr(SetAttrRec {
+                mask: m::CTIME,
+                ctime: now,
+                ..Default::default()
+            }),
+        );
         for dir in [op, np] {
-            let delta: i64 = nlink_delta.iter().filter(|(d, _)| *d == dir).map(|(_, x)| x).sum();
-            if delta != 0 && !u.iter().any(|(i, v)| *i == dir && v.iter().any(|e| matches!(e, Entry::LinkChange { .. }))) {
+            let delta: i64 = nlink_delta
+                .iter()
+                .filter(|(d, _)| *d == dir)
+                .map(|(_, x)| x)
+                .sum();
+            if delta != 0
+                && !u.iter().any(|(i, v)| {
+                    *i == dir && v.iter().any(|e| matches!(e, Entry::LinkChange { .. }))
+                })
+            {
                 let n = self.inode(dir)?.state.attr.nlink as i64 + delta;
-                push_update(&mut u, dir, Entry::LinkChange { nlink: n as u32, ctime: now });
+                push_update(
+                    &mut u,
+                    dir,
+                    Entry::LinkChange {
+                        nlink: n as u32,
+                        ctime: now,
+                    },
+                );
             }
         }
         self.commit(u, true)?;
@@ -732,7 +970,11 @@ impl MetaEngine {
             }
         }
         let now = self.clock.now();
-        let mut rec = SetAttrRec { mask: 0, ctime: now, ..Default::default() };
+        let mut rec = SetAttrRec {
+            mask: 0,
+            ctime: now,
+            ..Default::default()
+        };
         let mut touched = false;
         let mut mode = a.mode;
         if let Some(md) = req.mode {
@@ -779,9 +1021,18 @@ impl MetaEngine {
             if size > crate::MAX_FILE_SIZE {
                 return Err(EFBIG);
             }
-            if size != a.size {
-                rec.size = size;
-                rec.mask |= m::SIZE;
+            // As tmpfs: a size change sets mtime and ctime, and so does a truncation
+            // to the same size of a file that holds data pages (it drops page tails).
+            let has_pages = self
+                .inode(ino)?
+                .state
+                .file()
+                .is_some_and(|f| !f.pages.is_empty());
+            if size != a.size || has_pages {
+                if size != a.size {
+                    rec.size = size;
+                    rec.mask |= m::SIZE;
+                }
                 if req.mtime.is_none() {
                     rec.mtime = now;
                     rec.mask |= m::MTIME;
@@ -809,15 +1060,30 @@ impl MetaEngine {
         let d = self.dir(ino)?;
         let mut out = Vec::new();
         if offset < 1 {
-            out.push(ReaddirEntry { cookie: 1, ino, ftype: FileType::Directory, name: b".".to_vec() });
+            out.push(ReaddirEntry {
+                cookie: 1,
+                ino,
+                ftype: FileType::Directory,
+                name: b".".to_vec(),
+            });
         }
         if offset < 2 {
-            out.push(ReaddirEntry { cookie: 2, ino: d.parent, ftype: FileType::Directory, name: b"..".to_vec() });
+            out.push(ReaddirEntry {
+                cookie: 2,
+                ino: d.parent,
+                ftype: FileType::Directory,
+                name: b"..".to_vec(),
+            });
         }
         let idx = d.state.dir().expect("dir");
         for (&cookie, name) in idx.by_cookie.range(offset.max(2) + 1..) {
             let e = idx.names[name];
-            out.push(ReaddirEntry { cookie, ino: e.ino, ftype: e.ftype, name: name.to_vec() });
+            out.push(ReaddirEntry {
+                cookie,
+                ino: e.ino,
+                ftype: e.ftype,
+                name: name.to_vec(),
+            });
         }
         Ok(out)
     }

@@ -53,12 +53,27 @@ macro_rules! errnos {
         $(pub const $name: FsError = FsError::Errno(libc::$name);)*
     };
 }
-errnos!(ENOENT, EEXIST, ENOTEMPTY, ENOTDIR, EISDIR, ENAMETOOLONG, ENOSPC, EINVAL, EPERM, EMLINK, EFBIG, EBUSY);
+errnos!(
+    ENOENT,
+    EEXIST,
+    ENOTEMPTY,
+    ENOTDIR,
+    EISDIR,
+    ENAMETOOLONG,
+    ENOSPC,
+    EINVAL,
+    EPERM,
+    EMLINK,
+    EFBIG,
+    EBUSY
+);
 
 impl From<PoolError> for FsError {
     fn from(e: PoolError) -> FsError {
         match e {
-            PoolError::OutOfBounds { .. } | PoolError::Misaligned(_) => FsError::Corrupt(e.to_string()),
+            PoolError::OutOfBounds { .. } | PoolError::Misaligned(_) => {
+                FsError::Corrupt(e.to_string())
+            }
             other => FsError::Io(other.to_string()),
         }
     }

@@ -4,7 +4,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use orion_format::{attr_mask as m, DirEntryRec, Entry, FileType, Gpa, SetAttrRec, WriteRec, PAGE_SIZE};
+use orion_format::{
+    attr_mask as m, DirEntryRec, Entry, FileType, Gpa, SetAttrRec, WriteRec, PAGE_SIZE,
+};
 
 use crate::error::{FsError, FsResult};
 
@@ -282,7 +284,13 @@ impl InodeState {
                 *s = Some((*gpa, *len));
                 self.attr.size = *len as u64;
             }
-            (e, _) => return bad(&format!("{:?} entry in a {:?} log", e.kind(), self.attr.ftype)),
+            (e, _) => {
+                return bad(&format!(
+                    "{:?} entry in a {:?} log",
+                    e.kind(),
+                    self.attr.ftype
+                ))
+            }
         }
         if let Body::File(f) = &self.body {
             self.attr.blocks = f.pages.len() as u64 * (PAGE_SIZE / 512);
@@ -319,7 +327,10 @@ impl InodeState {
                     }));
                 }
             }
-            Body::Symlink(Some((gpa, len))) => out.push(Entry::Symlink { gpa: *gpa, len: *len }),
+            Body::Symlink(Some((gpa, len))) => out.push(Entry::Symlink {
+                gpa: *gpa,
+                len: *len,
+            }),
             Body::Symlink(None) | Body::Special => {}
         }
         out.push(Entry::LinkChange {

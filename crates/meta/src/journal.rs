@@ -47,7 +47,9 @@ pub fn pending(pool: &Pool, sb: &Superblock) -> FsResult<Option<JournalRecord>> 
     };
     let table = sb.inode_table_off..sb.inode_table_off + sb.inode_count * INODE_SLOT_SIZE as u64;
     for &(off, _) in &rec.stores {
-        if !table.contains(&off) || (off - sb.inode_table_off) % INODE_SLOT_SIZE as u64 != SLOT_TAIL_OFFSET {
+        if !table.contains(&off)
+            || (off - sb.inode_table_off) % INODE_SLOT_SIZE as u64 != SLOT_TAIL_OFFSET
+        {
             return Err(FsError::Corrupt(format!(
                 "journal record {} stores to offset {off}, which is not an inode tail",
                 rec.txid

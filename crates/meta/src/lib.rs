@@ -20,7 +20,9 @@ pub mod log;
 pub mod recovery;
 
 pub use clock::{Clock, LogicalClock, SystemClock};
-pub use engine::{EngineConfig, MetaEngine, MountReport, ReaddirEntry, SetAttrReq, TimeSet, ROOT_INO};
+pub use engine::{
+    EngineConfig, MetaEngine, MountReport, ReaddirEntry, SetAttrReq, TimeSet, ROOT_INO,
+};
 pub use error::{FsError, FsResult};
 pub use index::{Attr, InodeState};
 pub use localfs::{LocalConfig, LocalFs, StatFs};

@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use orion_format::{Entry, FileType, Gpa, PoolKind, Superblock, WriteRec, MAX_WRITE_PAGES, PAGE_SIZE, SUPERBLOCK_SIZE, SYMLINK_MAX};
+use orion_format::{
+    Entry, FileType, Gpa, PoolKind, Superblock, WriteRec, MAX_WRITE_PAGES, PAGE_SIZE,
+    SUPERBLOCK_SIZE, SYMLINK_MAX,
+};
 use orion_pmem::{ModeChoice, Pool};
 
 use crate::alloc::PageAllocator;
@@ -24,7 +27,10 @@ pub struct LocalConfig {
 
 impl Default for LocalConfig {
     fn default() -> Self {
-        LocalConfig { mode: ModeChoice::Auto, engine: EngineConfig::default() }
+        LocalConfig {
+            mode: ModeChoice::Auto,
+            engine: EngineConfig::default(),
+        }
     }
 }
 
@@ -83,28 +89,45 @@ impl LocalFs {
         let meta_size = ((size / 8).max(1 << 20) / PAGE_SIZE) * PAGE_SIZE;
         let data_size = (size.saturating_sub(meta_size) / PAGE_SIZE) * PAGE_SIZE;
         if data_size < 16 * PAGE_SIZE {
-            return Err(FsError::Io(format!("size {size} is too small: need at least {} bytes", meta_size + 16 * PAGE_SIZE)));
+            return Err(FsError::Io(format!(
+                "size {size} is too small: need at least {} bytes",
+                meta_size + 16 * PAGE_SIZE
+            )));
         }
         let meta = Pool::create(path, meta_size, mode).map_err(|e| FsError::Io(e.to_string()))?;
-        let data = Pool::create(&data_pool_path(path), data_size, mode).map_err(|e| FsError::Io(e.to_string()))?;
+        let data = Pool::create(&data_pool_path(path), data_size, mode)
+            .map_err(|e| FsError::Io(e.to_string()))?;
         Self::format(&meta, &data, now)?;
         Ok((meta, data))
     }
 
     /// Opens the pools at `path` and `path.data`.
-    pub fn open_path(path: &Path, clock: Arc<dyn Clock>, cfg: &LocalConfig) -> FsResult<(LocalFs, MountReport)> {
+    pub fn open_path(
+        path: &Path,
+        clock: Arc<dyn Clock>,
+        cfg: &LocalConfig,
+    ) -> FsResult<(LocalFs, MountReport)> {
         let meta = Pool::open(path, cfg.mode).map_err(|e| FsError::Io(e.to_string()))?;
-        let data = Pool::open(&data_pool_path(path), cfg.mode).map_err(|e| FsError::Io(e.to_string()))?;
+        let data =
+            Pool::open(&data_pool_path(path), cfg.mode).map_err(|e| FsError::Io(e.to_string()))?;
         Self::open(meta, data, clock, cfg.engine.clone())
     }
 
     /// Mounts: recovers the metadata engine, then marks every data page a file or
     /// symlink references; all other data pages are free.
-    pub fn open(meta: Pool, data: Pool, clock: Arc<dyn Clock>, cfg: EngineConfig) -> FsResult<(LocalFs, MountReport)> {
+    pub fn open(
+        meta: Pool,
+        data: Pool,
+        clock: Arc<dyn Clock>,
+        cfg: EngineConfig,
+    ) -> FsResult<(LocalFs, MountReport)> {
         let dsb = Superblock::decode(&data.read_vec(0, SUPERBLOCK_SIZE)?)
             .map_err(|e| FsError::Corrupt(format!("{}: {e}", data.path().display())))?;
         if dsb.kind != PoolKind::Data {
-            return Err(FsError::Io(format!("{}: not a data pool", data.path().display())));
+            return Err(FsError::Io(format!(
+                "{}: not a data pool",
+                data.path().display()
+            )));
         }
         let grace = cfg.grace;
         let (meta, report) = MetaEngine::open(meta, clock, cfg)?;
@@ -115,7 +138,8 @@ impl LocalFs {
                 meta.pool().path().display()
             )));
         }
-        let mut data_alloc = PageAllocator::new(dsb.page_count, (dsb.page_count / 100).max(8), grace);
+        let mut data_alloc =
+            PageAllocator::new(dsb.page_count, (dsb.page_count / 100).max(8), grace);
         for inode in meta.inodes.values() {
             let pages: Vec<Gpa> = match &inode.state.body {
                 Body::File(f) => f.pages.values().map(|e| e.gpa).collect(),
@@ -124,11 +148,24 @@ impl LocalFs {
             };
             for g in pages {
                 if g.group() != dsb.group || !data_alloc.mark_used(g.page()) {
-                    return Err(FsError::Corrupt(format!("inode {}: data page {g:?} is out of range or used twice", inode.state.attr.ino)));
+                    return Err(FsError::Corrupt(format!(
+                        "inode {}: data page {g:?} is out of range or used twice",
+                        inode.state.attr.ino
+                    )));
                 }
             }
         }
-        Ok((LocalFs { inner: Mutex::new(Inner { meta, data, dsb, data_alloc }) }, report))
+        Ok((
+            LocalFs {
+                inner: Mutex::new(Inner {
+                    meta,
+                    data,
+                    dsb,
+                    data_alloc,
+                }),
+            },
+            report,
+        ))
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -159,23 +196,58 @@ impl LocalFs {
         self.lock().meta.getattr(ino)
     }
 
-    pub fn create(&self, parent: u64, name: &[u8], mode: u32, uid: u32, gid: u32) -> FsResult<Attr> {
-        self.with_meta(|i| i.meta.create_node(parent, name, FileType::Regular, mode, uid, gid, 0, vec![]))
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    ) -> FsResult<Attr> {
+        self.with_meta(|i| {
+            i.meta
+                .create_node(parent, name, FileType::Regular, mode, uid, gid, 0, vec![])
+        })
     }
 
     pub fn mkdir(&self, parent: u64, name: &[u8], mode: u32, uid: u32, gid: u32) -> FsResult<Attr> {
-        self.with_meta(|i| i.meta.create_node(parent, name, FileType::Directory, mode, uid, gid, 0, vec![]))
+        self.with_meta(|i| {
+            i.meta
+                .create_node(parent, name, FileType::Directory, mode, uid, gid, 0, vec![])
+        })
     }
 
     /// FIFOs, sockets and device nodes.
-    pub fn mknod(&self, parent: u64, name: &[u8], ftype: FileType, mode: u32, uid: u32, gid: u32, rdev: u32) -> FsResult<Attr> {
-        if matches!(ftype, FileType::Regular | FileType::Directory | FileType::Symlink) {
+    pub fn mknod(
+        &self,
+        parent: u64,
+        name: &[u8],
+        ftype: FileType,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        rdev: u32,
+    ) -> FsResult<Attr> {
+        if matches!(
+            ftype,
+            FileType::Regular | FileType::Directory | FileType::Symlink
+        ) {
             return Err(EINVAL);
         }
-        self.with_meta(|i| i.meta.create_node(parent, name, ftype, mode, uid, gid, rdev, vec![]))
+        self.with_meta(|i| {
+            i.meta
+                .create_node(parent, name, ftype, mode, uid, gid, rdev, vec![])
+        })
     }
 
-    pub fn symlink(&self, parent: u64, name: &[u8], target: &[u8], uid: u32, gid: u32) -> FsResult<Attr> {
+    pub fn symlink(
+        &self,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+        uid: u32,
+        gid: u32,
+    ) -> FsResult<Attr> {
         if target.is_empty() {
             return Err(ENOENT);
         }
@@ -188,10 +260,19 @@ impl LocalFs {
             let mut buf = vec![0u8; PAGE_SIZE as usize];
             buf[..target.len()].copy_from_slice(target);
             let off = i.dsb.page_off(page);
-            let r = i.data.write_data(off, &buf).and_then(|_| i.data.persist(off, buf.len())).map_err(FsError::from).and_then(|_| {
-                let extra = vec![Entry::Symlink { gpa, len: target.len() as u32 }];
-                i.meta.create_node(parent, name, FileType::Symlink, 0o777, uid, gid, 0, extra)
-            });
+            let r = i
+                .data
+                .write_data(off, &buf)
+                .and_then(|_| i.data.persist(off, buf.len()))
+                .map_err(FsError::from)
+                .and_then(|_| {
+                    let extra = vec![Entry::Symlink {
+                        gpa,
+                        len: target.len() as u32,
+                    }];
+                    i.meta
+                        .create_node(parent, name, FileType::Symlink, 0o777, uid, gid, 0, extra)
+                });
             if r.is_err() {
                 i.data_alloc.free_now(page, 1);
             }
@@ -249,7 +330,13 @@ impl LocalFs {
                     i.data.persist(off, buf.len())?;
                     new_page = Some(page);
                     let now = i.meta.now();
-                    pre.push(Entry::Write(WriteRec { pgoff: pg, npages: 1, gpa: Gpa::new(i.dsb.group, page), size: a.size, mtime: now }));
+                    pre.push(Entry::Write(WriteRec {
+                        pgoff: pg,
+                        npages: 1,
+                        gpa: Gpa::new(i.dsb.group, page),
+                        size: a.size,
+                        mtime: now,
+                    }));
                 }
             }
             let r = i.meta.setattr(ino, req, pre);
@@ -295,7 +382,9 @@ impl LocalFs {
 impl Inner {
     fn data_off(&self, gpa: Gpa) -> FsResult<u64> {
         if gpa.group() != self.dsb.group || gpa.page() >= self.dsb.page_count {
-            return Err(FsError::Corrupt(format!("data page {gpa:?} outside the data pool")));
+            return Err(FsError::Corrupt(format!(
+                "data page {gpa:?} outside the data pool"
+            )));
         }
         Ok(self.dsb.page_off(gpa.page()))
     }
@@ -324,7 +413,8 @@ impl Inner {
             let n = (PAGE_SIZE - in_page).min(end - pos) as usize;
             let at = (pos - off) as usize;
             if let Some(gpa) = file.get(pg) {
-                self.data.read(self.data_off(gpa)? + in_page, &mut out[at..at + n])?;
+                self.data
+                    .read(self.data_off(gpa)? + in_page, &mut out[at..at + n])?;
             }
             pos += n as u64;
         }
@@ -336,14 +426,20 @@ impl Inner {
         if data.is_empty() {
             return Ok(0);
         }
-        let end = off.checked_add(data.len() as u64).filter(|e| *e <= MAX_FILE_SIZE).ok_or(EFBIG)?;
+        let end = off
+            .checked_add(data.len() as u64)
+            .filter(|e| *e <= MAX_FILE_SIZE)
+            .ok_or(EFBIG)?;
         let first = off / PAGE_SIZE;
         let npages = (end - 1) / PAGE_SIZE - first + 1;
         // Allocate every page first, so a full pool fails before anything is written.
         let mut runs: Vec<(u64, u64, u64)> = Vec::new(); // (file page, data page, count)
         let mut got = 0;
         while got < npages {
-            match self.data_alloc.alloc_run((npages - got).min(MAX_WRITE_PAGES as u64), false) {
+            match self
+                .data_alloc
+                .alloc_run((npages - got).min(MAX_WRITE_PAGES as u64), false)
+            {
                 Some((p, n)) => {
                     runs.push((first + got, p, n));
                     got += n;
@@ -361,7 +457,15 @@ impl Inner {
             let size = a.size.max(end);
             let entries = runs
                 .iter()
-                .map(|&(pg, p, n)| Entry::Write(WriteRec { pgoff: pg, npages: n as u32, gpa: Gpa::new(self.dsb.group, p), size, mtime: now }))
+                .map(|&(pg, p, n)| {
+                    Entry::Write(WriteRec {
+                        pgoff: pg,
+                        npages: n as u32,
+                        gpa: Gpa::new(self.dsb.group, p),
+                        size,
+                        mtime: now,
+                    })
+                })
                 .collect();
             self.meta.commit_data(ino, entries)
         });
@@ -376,7 +480,13 @@ impl Inner {
 
     /// Writes the new pages of a copy-on-write update and persists them. Pages the
     /// write covers partly start as a copy of the old page (or zeros in a hole).
-    fn fill_pages(&self, ino: u64, off: u64, data: &[u8], runs: &[(u64, u64, u64)]) -> FsResult<()> {
+    fn fill_pages(
+        &self,
+        ino: u64,
+        off: u64,
+        data: &[u8],
+        runs: &[(u64, u64, u64)],
+    ) -> FsResult<()> {
         let end = off + data.len() as u64;
         let file = self.meta.inode(ino)?.state.file().expect("regular file");
         let mut buf = vec![0u8; PAGE_SIZE as usize];
@@ -399,7 +509,8 @@ impl Inner {
                 buf[(lo - start) as usize..(hi - start) as usize].copy_from_slice(src);
                 self.data.write_data(dst, &buf)?;
             }
-            self.data.persist(self.dsb.page_off(p0), (n * PAGE_SIZE) as usize)?;
+            self.data
+                .persist(self.dsb.page_off(p0), (n * PAGE_SIZE) as usize)?;
         }
         Ok(())
     }

@@ -4,8 +4,8 @@
 //! tail. The tail store is the commit point; everything past it is invisible.
 
 use orion_format::{
-    Entry, LogPageHeader, Tail, LINE, LOG_PAGE_HEADER, MAX_ENTRY_LINES, PAGE_NEXT_OFFSET, PAGE_SIZE,
-    SLOT_TAIL_OFFSET,
+    Entry, LogPageHeader, Tail, LINE, LOG_PAGE_HEADER, MAX_ENTRY_LINES, PAGE_NEXT_OFFSET,
+    PAGE_SIZE, SLOT_TAIL_OFFSET,
 };
 use orion_pmem::Pool;
 
@@ -67,12 +67,18 @@ pub fn walk_log(
             return Err(corrupt("log has a cycle or runs past the pool".into()));
         }
         if cur % PAGE_SIZE != 0 {
-            return Err(corrupt(format!("log page pointer {cur} is not page aligned")));
+            return Err(corrupt(format!(
+                "log page pointer {cur} is not page aligned"
+            )));
         }
         src.read_at(cur, &mut page)?;
-        let hdr = LogPageHeader::decode(&page).map_err(|e| corrupt(format!("log page {cur}: {e}")))?;
+        let hdr =
+            LogPageHeader::decode(&page).map_err(|e| corrupt(format!("log page {cur}: {e}")))?;
         if hdr.ino != ino {
-            return Err(corrupt(format!("log page {cur} belongs to inode {}", hdr.ino)));
+            return Err(corrupt(format!(
+                "log page {cur} belongs to inode {}",
+                hdr.ino
+            )));
         }
         log.pages.push(cur);
         let mut at = LOG_PAGE_HEADER;
@@ -92,7 +98,10 @@ pub fn walk_log(
             at += lines as u64 * LINE;
         }
         if hdr.next == 0 {
-            return Err(corrupt(format!("log ends at page {cur} before its tail {}", tail.offset)));
+            return Err(corrupt(format!(
+                "log ends at page {cur} before its tail {}",
+                tail.offset
+            )));
         }
         cur = hdr.next;
     }
@@ -106,7 +115,11 @@ fn room(log: &InodeLog) -> u64 {
 
 /// Writes a fresh log page (header only) and persists it.
 pub fn init_log_page(pool: &Pool, page: u64, ino: u64, version: u32) -> FsResult<()> {
-    let hdr = LogPageHeader { ino, version, next: 0 };
+    let hdr = LogPageHeader {
+        ino,
+        version,
+        next: 0,
+    };
     pool.write(page, &hdr.encode())?;
     pool.persist(page, LOG_PAGE_HEADER as usize)?;
     Ok(())
@@ -184,7 +197,10 @@ pub fn append(
             offset: pos,
         },
         new_pages: fresh,
-        entries: entries.iter().filter(|e| !matches!(e, Entry::Pad { .. })).count() as u64,
+        entries: entries
+            .iter()
+            .filter(|e| !matches!(e, Entry::Pad { .. }))
+            .count() as u64,
     })
 }
 

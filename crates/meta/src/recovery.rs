@@ -29,12 +29,23 @@ pub struct Tree {
 
 /// Loads one inode from its slot and log. `tails` overrides slot tails (fsck's
 /// view of a journal record that mount would replay).
-pub fn load_inode(pool: &Pool, sb: &Superblock, ino: u64, tails: &HashMap<u64, u64>) -> FsResult<(InodeState, InodeLog, u64, FileType)> {
+pub fn load_inode(
+    pool: &Pool,
+    sb: &Superblock,
+    ino: u64,
+    tails: &HashMap<u64, u64>,
+) -> FsResult<(InodeState, InodeLog, u64, FileType)> {
     let off = sb.slot_off(ino);
-    let slot = InodeSlot::decode(&pool.read_vec(off, INODE_SLOT_SIZE)?)?
-        .ok_or_else(|| crate::FsError::Corrupt(format!("inode {ino}: slot is free but a directory names it")))?;
+    let slot = InodeSlot::decode(&pool.read_vec(off, INODE_SLOT_SIZE)?)?.ok_or_else(|| {
+        crate::FsError::Corrupt(format!(
+            "inode {ino}: slot is free but a directory names it"
+        ))
+    })?;
     if slot.ino != ino {
-        return Err(crate::FsError::Corrupt(format!("inode {ino}: slot says inode {}", slot.ino)));
+        return Err(crate::FsError::Corrupt(format!(
+            "inode {ino}: slot says inode {}",
+            slot.ino
+        )));
     }
     let tail = tails
         .get(&(off + SLOT_TAIL_OFFSET))
@@ -50,45 +61,88 @@ pub fn load_inode(pool: &Pool, sb: &Superblock, ino: u64, tails: &HashMap<u64, u
     Ok((state, log, slot.generation, slot.ftype))
 }
 
-pub fn load_tree(pool: &Pool, sb: &Superblock, tails: Option<&HashMap<u64, u64>>) -> FsResult<Tree> {
+pub fn load_tree(
+    pool: &Pool,
+    sb: &Superblock,
+    tails: Option<&HashMap<u64, u64>>,
+) -> FsResult<Tree> {
     let empty = HashMap::new();
     let tails = tails.unwrap_or(&empty);
-    let mut tree = Tree { inodes: HashMap::new(), refs: HashMap::new(), problems: Vec::new() };
+    let mut tree = Tree {
+        inodes: HashMap::new(),
+        refs: HashMap::new(),
+        problems: Vec::new(),
+    };
     let mut queue = VecDeque::new();
     match load_inode(pool, sb, ROOT_INO, tails) {
         Ok((state, log, generation, ftype)) if ftype == FileType::Directory => {
-            tree.inodes.insert(ROOT_INO, LoadedInode { state, log, generation, parent: ROOT_INO });
+            tree.inodes.insert(
+                ROOT_INO,
+                LoadedInode {
+                    state,
+                    log,
+                    generation,
+                    parent: ROOT_INO,
+                },
+            );
             queue.push_back(ROOT_INO);
         }
-        Ok(_) => tree.problems.push("the root inode is not a directory".into()),
+        Ok(_) => tree
+            .problems
+            .push("the root inode is not a directory".into()),
         Err(e) => tree.problems.push(format!("root: {e}")),
     }
     while let Some(dir) = queue.pop_front() {
         let children: Vec<(Vec<u8>, u64, FileType)> = tree.inodes[&dir]
             .state
             .dir()
-            .map(|d| d.names.iter().map(|(n, e)| (n.to_vec(), e.ino, e.ftype)).collect())
+            .map(|d| {
+                d.names
+                    .iter()
+                    .map(|(n, e)| (n.to_vec(), e.ino, e.ftype))
+                    .collect()
+            })
             .unwrap_or_default();
         for (name, ino, ftype) in children {
-            let what = || format!("directory {dir} entry {:?} (inode {ino})", String::from_utf8_lossy(&name));
+            let what = || {
+                format!(
+                    "directory {dir} entry {:?} (inode {ino})",
+                    String::from_utf8_lossy(&name)
+                )
+            };
             *tree.refs.entry(ino).or_insert(0) += 1;
             if ino <= ROOT_INO || ino >= sb.inode_count {
-                tree.problems.push(format!("{}: inode number out of range", what()));
+                tree.problems
+                    .push(format!("{}: inode number out of range", what()));
                 continue;
             }
             if let Some(existing) = tree.inodes.get(&ino) {
                 if ftype == FileType::Directory || existing.state.attr.ftype != ftype {
-                    tree.problems.push(format!("{}: a second link to a directory, or of another type", what()));
+                    tree.problems.push(format!(
+                        "{}: a second link to a directory, or of another type",
+                        what()
+                    ));
                 }
                 continue;
             }
             match load_inode(pool, sb, ino, tails) {
                 Ok((state, log, generation, real)) => {
                     if real != ftype {
-                        tree.problems.push(format!("{}: entry says {ftype:?}, inode is {real:?}", what()));
+                        tree.problems.push(format!(
+                            "{}: entry says {ftype:?}, inode is {real:?}",
+                            what()
+                        ));
                         continue;
                     }
-                    tree.inodes.insert(ino, LoadedInode { state, log, generation, parent: dir });
+                    tree.inodes.insert(
+                        ino,
+                        LoadedInode {
+                            state,
+                            log,
+                            generation,
+                            parent: dir,
+                        },
+                    );
                     if ftype == FileType::Directory {
                         queue.push_back(ino);
                     }

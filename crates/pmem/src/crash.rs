@@ -120,7 +120,9 @@ impl CrashDomain {
     }
 
     fn capture(st: &mut State) -> CrashImage {
-        let State { pools, rng, events, .. } = st;
+        let State {
+            pools, rng, events, ..
+        } = st;
         let images = pools
             .iter()
             .map(|p| {
@@ -208,7 +210,10 @@ mod tests {
                 kept[i] += (l[0] == 2) as usize;
             }
         }
-        assert!(kept.iter().all(|&k| k > 0 && k < 64), "each dirty line is sometimes dropped: {kept:?}");
+        assert!(
+            kept.iter().all(|&k| k > 0 && k < 64),
+            "each dirty line is sometimes dropped: {kept:?}"
+        );
     }
 
     #[test]

@@ -50,7 +50,9 @@ impl std::str::FromStr for Mode {
             "dax" => Ok(Mode::Dax),
             "msync" => Ok(Mode::Msync),
             "volatile" => Ok(Mode::Volatile),
-            _ => Err(format!("unknown pool mode {s:?}: expected dax, msync or volatile")),
+            _ => Err(format!(
+                "unknown pool mode {s:?}: expected dax, msync or volatile"
+            )),
         }
     }
 }
@@ -449,8 +451,14 @@ mod tests {
     fn out_of_bounds_and_misaligned_are_errors() {
         let dir = tempfile::tempdir_in("/dev/shm").unwrap();
         let pool = Pool::create(&dir.path().join("p"), 4096, ModeChoice::Auto).unwrap();
-        assert!(matches!(pool.write(4090, &[0; 8]), Err(PoolError::OutOfBounds { .. })));
-        assert!(matches!(pool.read(u64::MAX, &mut [0; 2]), Err(PoolError::OutOfBounds { .. })));
+        assert!(matches!(
+            pool.write(4090, &[0; 8]),
+            Err(PoolError::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            pool.read(u64::MAX, &mut [0; 2]),
+            Err(PoolError::OutOfBounds { .. })
+        ));
         assert!(matches!(pool.load_u64(4), Err(PoolError::Misaligned(4))));
         assert!(pool.persist(0, 5000).is_err());
     }

@@ -1,0 +1,189 @@
+//! The oracle: the same operations through real system calls on a tmpfs directory.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use super::{pattern, target, Node, Op, Outcome, Snapshot, P};
+
+fn c(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+fn rc(r: libc::c_int) -> Result<Outcome, i32> {
+    if r == 0 {
+        Ok(Outcome::Ok)
+    } else {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap())
+    }
+}
+
+fn io<T>(r: std::io::Result<T>) -> Result<T, i32> {
+    r.map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+pub fn run_oracle(root: &Path, op: &Op) -> Outcome {
+    let at = |p: &P| root.join(p.rel());
+    // SAFETY (all blocks below): plain system calls on NUL-terminated paths we own.
+    let r: Result<Outcome, i32> = (|| match op {
+        Op::Create(p, m) => {
+            let fd = unsafe {
+                libc::open(
+                    c(&at(p)).as_ptr(),
+                    libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+                    *m,
+                )
+            };
+            if fd < 0 {
+                return rc(-1);
+            }
+            unsafe { libc::close(fd) };
+            Ok(Outcome::Ok)
+        }
+        Op::Mkdir(p, m) => rc(unsafe { libc::mkdir(c(&at(p)).as_ptr(), *m) }),
+        Op::Unlink(p) => rc(unsafe { libc::unlink(c(&at(p)).as_ptr()) }),
+        Op::Rmdir(p) => rc(unsafe { libc::rmdir(c(&at(p)).as_ptr()) }),
+        Op::Rename(a, b) => rc(unsafe { libc::rename(c(&at(a)).as_ptr(), c(&at(b)).as_ptr()) }),
+        Op::Link(a, b) => rc(unsafe { libc::link(c(&at(a)).as_ptr(), c(&at(b)).as_ptr()) }),
+        Op::Symlink(t, p) => rc(unsafe {
+            libc::symlink(
+                CString::new(target(*t)).unwrap().as_ptr(),
+                c(&at(p)).as_ptr(),
+            )
+        }),
+        Op::Readlink(p) => {
+            io(std::fs::read_link(at(p))).map(|t| Outcome::Data(t.as_os_str().as_bytes().to_vec()))
+        }
+        Op::Write(p, off, len, seed) => {
+            let f = io(std::fs::OpenOptions::new().write(true).open(at(p)))?;
+            let n = io(f.write_at(&pattern(*len, *seed), *off))?;
+            Ok(Outcome::Data(n.to_le_bytes().to_vec()))
+        }
+        Op::Read(p, off, len) => {
+            let f = io(std::fs::File::open(at(p)))?;
+            let mut buf = vec![0u8; *len];
+            let mut got = 0;
+            while got < *len {
+                let n = io(f.read_at(&mut buf[got..], off + got as u64))?;
+                if n == 0 {
+                    break;
+                }
+                got += n;
+            }
+            buf.truncate(got);
+            Ok(Outcome::Data(buf))
+        }
+        Op::Truncate(p, s) => rc(unsafe { libc::truncate(c(&at(p)).as_ptr(), *s as i64) }),
+        Op::Chmod(p, m) => rc(unsafe { libc::chmod(c(&at(p)).as_ptr(), *m) }),
+        Op::Chown(p, u, g) => rc(unsafe { libc::chown(c(&at(p)).as_ptr(), *u, *g) }),
+        Op::Utimens(p, a, m) => {
+            let ts = [
+                libc::timespec {
+                    tv_sec: *a,
+                    tv_nsec: 0,
+                },
+                libc::timespec {
+                    tv_sec: *m,
+                    tv_nsec: 0,
+                },
+            ];
+            rc(unsafe { libc::utimensat(libc::AT_FDCWD, c(&at(p)).as_ptr(), ts.as_ptr(), 0) })
+        }
+        Op::Fsync(p) => {
+            let f = io(std::fs::File::open(at(p)))?;
+            io(f.sync_all()).map(|_| Outcome::Ok)
+        }
+    })();
+    r.unwrap_or_else(Outcome::Err)
+}
+
+fn ns(sec: i64, nsec: i64) -> i64 {
+    sec * 1_000_000_000 + nsec
+}
+
+pub fn oracle_snapshot(root: &Path) -> Snapshot {
+    let mut out = BTreeMap::new();
+    fn walk(dir: &Path, prefix: &str, out: &mut Snapshot) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            let path = if prefix.is_empty() {
+                name
+            } else {
+                format!("{prefix}/{name}")
+            };
+            let full: PathBuf = e.path();
+            let md = std::fs::symlink_metadata(&full).unwrap();
+            let ft = md.file_type();
+            let (kind, content) = if ft.is_dir() {
+                ('d', vec![])
+            } else if ft.is_symlink() {
+                (
+                    'l',
+                    std::fs::read_link(&full)
+                        .unwrap()
+                        .as_os_str()
+                        .as_bytes()
+                        .to_vec(),
+                )
+            } else if ft.is_file() {
+                ('f', std::fs::read(&full).unwrap())
+            } else {
+                ('o', vec![])
+            };
+            out.insert(
+                path.clone(),
+                Node {
+                    kind,
+                    perm: md.mode() & 0o7777,
+                    uid: md.uid(),
+                    gid: md.gid(),
+                    nlink: md.nlink() as u32,
+                    size: if kind == 'd' { 0 } else { md.size() },
+                    content,
+                    mtime: ns(md.mtime(), md.mtime_nsec()),
+                    ctime: ns(md.ctime(), md.ctime_nsec()),
+                },
+            );
+            if kind == 'd' {
+                walk(&full, &path, out);
+            }
+        }
+    }
+    walk(root, "", &mut out);
+    let md = std::fs::symlink_metadata(root).unwrap();
+    out.insert(
+        ".".into(),
+        Node {
+            kind: 'd',
+            perm: md.mode() & 0o7777,
+            uid: md.uid(),
+            gid: md.gid(),
+            nlink: md.nlink() as u32,
+            size: 0,
+            content: vec![],
+            mtime: ns(md.mtime(), md.mtime_nsec()),
+            ctime: ns(md.ctime(), md.ctime_nsec()),
+        },
+    );
+    out
+}
+
+/// Waits until the kernel's coarse clock (tmpfs timestamps) is past `t`, so the next
+/// change gets a timestamp different from every earlier one.
+pub fn wait_past(t: i64) {
+    loop {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes into the timespec we pass.
+        unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+        if ns(ts.tv_sec, ts.tv_nsec) > t {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(300));
+    }
+}
