@@ -373,6 +373,12 @@ impl LocalFs {
         }
     }
 
+    /// Runs fsck over this file system's pools.
+    pub fn check(&self) -> crate::fsck::FsckReport {
+        let g = self.lock();
+        crate::fsck::check(g.meta.pool(), Some(&g.data))
+    }
+
     /// Runs `f` with the metadata engine (tests and tools).
     pub fn with_engine<T>(&self, f: impl FnOnce(&mut MetaEngine) -> T) -> T {
         f(&mut self.lock().meta)
