@@ -52,7 +52,7 @@ impl Gpa {
     pub fn page(self) -> u64 {
         self.0 & ((1 << 48) - 1)
     }
-    pub fn add(self, pages: u64) -> Gpa {
+    pub fn offset_by(self, pages: u64) -> Gpa {
         Gpa::new(self.group(), self.page() + pages)
     }
 }

@@ -23,7 +23,10 @@ impl Tail {
     pub const MAX_VERSION: u32 = (1 << 24) - 1;
 
     pub fn pack(self) -> u64 {
-        debug_assert!(self.offset % LINE == 0, "tail must be line-aligned");
+        debug_assert!(
+            self.offset.is_multiple_of(LINE),
+            "tail must be line-aligned"
+        );
         ((self.version as u64 & Self::MAX_VERSION as u64) << Self::OFFSET_BITS)
             | ((self.offset / LINE) & ((1 << Self::OFFSET_BITS) - 1))
     }

@@ -134,7 +134,10 @@ impl Superblock {
             .checked_mul(ps)
             .and_then(|b| b.checked_add(self.page_area_off))
             .ok_or(FormatError::Invalid("geometry: page area overflows"))?;
-        if page_end > self.pool_size || self.page_area_off % ps != 0 || self.page_area_off < ps {
+        if page_end > self.pool_size
+            || !self.page_area_off.is_multiple_of(ps)
+            || self.page_area_off < ps
+        {
             return Err(FormatError::Invalid("geometry: page area outside the pool"));
         }
         if self.kind == PoolKind::Metadata {

@@ -159,10 +159,7 @@ mod tests {
         let p = g.alloc(false).unwrap();
         let q = g.alloc(false).unwrap();
         g.free_later(p, 1);
-        assert!(
-            !g.is_used(q) == false && g.is_used(p),
-            "still in its grace period"
-        );
+        assert!(g.is_used(q) && g.is_used(p), "still in its grace period");
         let r = g
             .alloc(false)
             .expect("a full pool waits out the grace period");

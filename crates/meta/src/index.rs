@@ -95,7 +95,7 @@ impl FileIndex {
         self.next_seq += 1;
         for i in 0..w.npages as u64 {
             let ext = Extent {
-                gpa: w.gpa.add(i),
+                gpa: w.gpa.offset_by(i),
                 write_seq: seq,
             };
             if let Some(old) = self.pages.insert(w.pgoff + i, ext) {
@@ -119,7 +119,7 @@ impl FileIndex {
         for (&pg, ext) in &self.pages {
             if let Some(last) = runs.last_mut() {
                 if last.0 + last.2 as u64 == pg
-                    && last.1.add(last.2 as u64) == ext.gpa
+                    && last.1.offset_by(last.2 as u64) == ext.gpa
                     && last.2 < orion_format::MAX_WRITE_PAGES
                 {
                     last.2 += 1;

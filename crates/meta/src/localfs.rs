@@ -218,6 +218,7 @@ impl LocalFs {
     }
 
     /// FIFOs, sockets and device nodes.
+    #[allow(clippy::too_many_arguments)] // mknod(2)'s arguments plus the owner
     pub fn mknod(
         &self,
         parent: u64,

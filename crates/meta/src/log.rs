@@ -66,7 +66,7 @@ pub fn walk_log(
         if log.pages.len() as u64 >= max_pages {
             return Err(corrupt("log has a cycle or runs past the pool".into()));
         }
-        if cur % PAGE_SIZE != 0 {
+        if !cur.is_multiple_of(PAGE_SIZE) {
             return Err(corrupt(format!(
                 "log page pointer {cur} is not page aligned"
             )));
@@ -127,6 +127,7 @@ pub fn init_log_page(pool: &Pool, page: u64, ino: u64, version: u32) -> FsResult
 
 /// Appends `entries` past the committed tail and persists them; the caller makes them
 /// visible by storing the returned tail (alone, or through the journal).
+#[allow(clippy::too_many_arguments)] // the pool, its allocator and the log: all needed
 pub fn append(
     pool: &Pool,
     alloc: &mut PageAllocator,

@@ -75,7 +75,7 @@ pub fn load_tree(
     };
     let mut queue = VecDeque::new();
     match load_inode(pool, sb, ROOT_INO, tails) {
-        Ok((state, log, generation, ftype)) if ftype == FileType::Directory => {
+        Ok((state, log, generation, FileType::Directory)) => {
             tree.inodes.insert(
                 ROOT_INO,
                 LoadedInode {

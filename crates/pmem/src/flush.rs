@@ -83,7 +83,7 @@ pub(crate) unsafe fn copy_nontemporal(dst: *mut u8, src: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     {
         use core::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
-        if (dst as usize) % 16 == 0 && src.len() >= 64 {
+        if (dst as usize).is_multiple_of(16) && src.len() >= 64 {
             let chunks = src.len() / 16;
             for i in 0..chunks {
                 // SAFETY: i * 16 + 16 <= src.len(); dst is 16-byte aligned and the

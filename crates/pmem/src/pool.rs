@@ -327,7 +327,7 @@ impl Pool {
 
     fn atomic(&self, off: u64) -> Result<&AtomicU64, PoolError> {
         let o = self.check(off, 8)?;
-        if o % 8 != 0 || (self.base as usize) % 8 != 0 {
+        if o % 8 != 0 || !(self.base as usize).is_multiple_of(8) {
             return Err(PoolError::Misaligned(off));
         }
         // SAFETY: in bounds and 8-byte aligned; the mapping outlives `&self`.

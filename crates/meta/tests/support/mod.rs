@@ -71,7 +71,7 @@ impl Sel {
                 } else {
                     split(existing[i % existing.len()])
                 };
-                p.push(if self.name % 3 == 0 {
+                p.push(if self.name.is_multiple_of(3) {
                     long_name().into_bytes()
                 } else {
                     name
@@ -512,7 +512,7 @@ pub fn run_property<S: Strategy>(
     let seed: u64 = std::env::var("ORION_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(0x0_51_0_2019);
+        .unwrap_or(0x0510_2019);
     let cases = std::env::var("ORION_CASES")
         .ok()
         .and_then(|s| s.parse().ok())

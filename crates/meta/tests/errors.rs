@@ -1,0 +1,204 @@
+//! Bad input and full pools: clear errors, nothing lost, the file system consistent.
+
+use std::sync::Arc;
+
+use orion_meta::{LocalConfig, LocalFs, LogicalClock, SetAttrReq, ROOT_INO};
+use orion_pmem::ModeChoice;
+
+fn fresh(size: u64) -> (tempfile::TempDir, std::path::PathBuf, LocalFs) {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let path = dir.path().join("fs");
+    drop(LocalFs::mkfs(&path, size, ModeChoice::Auto, 1).unwrap());
+    let (fs, _) = LocalFs::open_path(
+        &path,
+        Arc::new(LogicalClock::new(1)),
+        &LocalConfig::default(),
+    )
+    .unwrap();
+    (dir, path, fs)
+}
+
+#[test]
+fn full_pools_give_enospc_and_stay_consistent() {
+    let (_dir, path, fs) = fresh(2 << 20);
+    // Fill the data pool.
+    let mut files = Vec::new();
+    let chunk = vec![0xabu8; 40_000];
+    let err = loop {
+        let name = format!("f{}", files.len());
+        let ino = match fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0) {
+            Ok(a) => a.ino,
+            Err(e) => break e,
+        };
+        match fs.write(ino, 0, &chunk) {
+            Ok(_) => files.push(ino),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err.errno(), libc::ENOSPC, "{err}");
+    assert!(files.len() > 5);
+    for &f in &files {
+        assert_eq!(
+            fs.read(f, 0, chunk.len()).unwrap(),
+            chunk,
+            "data written before the pool filled"
+        );
+    }
+    assert!(fs.check().is_clean(), "{:?}", fs.check().problems);
+    // Fill the inode table and log pages with empty files and directories.
+    let mut n = 0;
+    let err = loop {
+        let r = if n % 2 == 0 {
+            fs.create(ROOT_INO, format!("e{n}").as_bytes(), 0o644, 0, 0)
+        } else {
+            fs.mkdir(ROOT_INO, format!("e{n}").as_bytes(), 0o755, 0, 0)
+        };
+        match r {
+            Ok(_) => n += 1,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err.errno(), libc::ENOSPC);
+    assert!(fs.check().is_clean(), "{:?}", fs.check().problems);
+    // Removing still works on a full file system, and frees room.
+    fs.unlink(ROOT_INO, b"f0").unwrap();
+    fs.rmdir(ROOT_INO, b"e1").unwrap();
+    fs.setattr(
+        files[1],
+        &SetAttrReq {
+            size: Some(10),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let g = fs.create(ROOT_INO, b"again", 0o644, 0, 0).unwrap().ino;
+    fs.write(g, 0, &chunk[..20_000]).unwrap();
+    assert!(fs.check().is_clean());
+    drop(fs);
+    let (fs, report) = LocalFs::open_path(
+        &path,
+        Arc::new(LogicalClock::new(1)),
+        &LocalConfig::default(),
+    )
+    .unwrap();
+    assert_eq!(report.orphans_reclaimed, 0);
+    assert_eq!(fs.read(files[2], 0, chunk.len()).unwrap(), chunk);
+    assert_eq!(fs.read(files[1], 0, 100).unwrap(), vec![0xab; 10]);
+    assert_eq!(fs.read(g, 0, 20_000).unwrap(), vec![0xab; 20_000]);
+}
+
+fn e<T: std::fmt::Debug>(r: Result<T, orion_meta::FsError>) -> i32 {
+    r.unwrap_err().errno()
+}
+
+#[test]
+fn names_paths_and_types_give_linux_errors() {
+    let (_dir, _path, fs) = fresh(8 << 20);
+    let long = vec![b'x'; 256];
+    assert_eq!(
+        e(fs.create(ROOT_INO, &long, 0o644, 0, 0)),
+        libc::ENAMETOOLONG
+    );
+    assert!(
+        fs.create(ROOT_INO, &long[..255], 0o644, 0, 0).is_ok(),
+        "255 bytes is a valid name"
+    );
+    assert_eq!(e(fs.lookup(ROOT_INO, b"missing")), libc::ENOENT);
+    let f = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap().ino;
+    assert_eq!(e(fs.create(ROOT_INO, b"f", 0o644, 0, 0)), libc::EEXIST);
+    assert_eq!(e(fs.lookup(f, b"x")), libc::ENOTDIR);
+    assert_eq!(e(fs.mkdir(f, b"x", 0o755, 0, 0)), libc::ENOTDIR);
+    assert_eq!(e(fs.rmdir(ROOT_INO, b"f")), libc::ENOTDIR);
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap().ino;
+    fs.create(d, b"inner", 0o644, 0, 0).unwrap();
+    assert_eq!(e(fs.unlink(ROOT_INO, b"d")), libc::EISDIR);
+    assert_eq!(e(fs.rmdir(ROOT_INO, b"d")), libc::ENOTEMPTY);
+    assert_eq!(e(fs.write(d, 0, b"x")), libc::EISDIR);
+    assert_eq!(e(fs.read(d, 0, 1)), libc::EISDIR);
+    assert_eq!(
+        e(fs.rename(ROOT_INO, b"d", d, b"self", false)),
+        libc::EINVAL,
+        "a directory into itself"
+    );
+    assert_eq!(
+        e(fs.rename(ROOT_INO, b"f", ROOT_INO, b"d", false)),
+        libc::EISDIR
+    );
+    assert_eq!(
+        e(fs.rename(ROOT_INO, b"d", ROOT_INO, b"f", false)),
+        libc::ENOTDIR
+    );
+    assert_eq!(
+        e(fs.rename(ROOT_INO, b"f", ROOT_INO, &long[..255], true)),
+        libc::EEXIST,
+        "RENAME_NOREPLACE"
+    );
+    assert_eq!(e(fs.link(d, ROOT_INO, b"dlink")), libc::EPERM);
+    assert_eq!(e(fs.readlink(f)), libc::EINVAL);
+    assert_eq!(
+        e(fs.symlink(ROOT_INO, b"s", &vec![b'a'; 4096], 0, 0)),
+        libc::ENAMETOOLONG
+    );
+    assert_eq!(e(fs.symlink(ROOT_INO, b"s", b"", 0, 0)), libc::ENOENT);
+    let s = fs.symlink(ROOT_INO, b"s", &vec![b'a'; 4095], 0, 0).unwrap();
+    assert_eq!(fs.readlink(s.ino).unwrap().len(), 4095);
+    assert_eq!(
+        e(fs.setattr(
+            d,
+            &SetAttrReq {
+                size: Some(0),
+                ..Default::default()
+            }
+        )),
+        libc::EISDIR
+    );
+    assert_eq!(e(fs.write(f, u64::MAX - 2, b"abc")), libc::EFBIG);
+    assert_eq!(e(fs.getattr(999_999)), libc::ENOENT);
+    assert!(fs.check().is_clean());
+}
+
+#[test]
+fn a_damaged_pool_is_reported_not_trusted() {
+    let (_dir, path, fs) = fresh(8 << 20);
+    let f = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap().ino;
+    fs.write(f, 0, b"hello").unwrap();
+    let (log_page, sb) = fs.with_engine(|e| {
+        (
+            e.inode(ROOT_INO).unwrap().log.pages[0],
+            e.superblock().clone(),
+        )
+    });
+    drop(fs);
+    let pool = orion_pmem::Pool::open(&path, ModeChoice::Auto).unwrap();
+    // Flip a byte inside the root directory's first entries.
+    let at = log_page + 64 + 70;
+    let mut b = [0u8; 1];
+    pool.read(at, &mut b).unwrap();
+    pool.write(at, &[b[0] ^ 0x40]).unwrap();
+    let report = orion_meta::fsck::check(&pool, None);
+    assert!(!report.is_clean());
+    assert!(
+        report.problems[0].contains("checksum"),
+        "{:?}",
+        report.problems
+    );
+    drop(pool);
+    let err = LocalFs::open_path(
+        &path,
+        Arc::new(LogicalClock::new(1)),
+        &LocalConfig::default(),
+    )
+    .err()
+    .expect("mount refuses");
+    assert!(err.to_string().contains("damaged"), "{err}");
+    // A wrong superblock is named as such.
+    let pool = orion_pmem::Pool::open(&path, ModeChoice::Auto).unwrap();
+    pool.write(0, b"NOTORION").unwrap();
+    let report = orion_meta::fsck::check(&pool, None);
+    assert!(
+        report.problems[0].contains("not an OrionFS pool"),
+        "{:?}",
+        report.problems
+    );
+    let _ = sb;
+}

@@ -1,0 +1,119 @@
+//! Log garbage collection keeps logs bounded under endless overwrites and churn,
+//! and never changes what the file system holds (also after a remount).
+
+use std::sync::Arc;
+
+use orion_meta::{LocalConfig, LocalFs, LogicalClock, ROOT_INO};
+use orion_pmem::ModeChoice;
+
+fn fresh(size: u64) -> (tempfile::TempDir, std::path::PathBuf, LocalFs) {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let path = dir.path().join("fs");
+    drop(LocalFs::mkfs(&path, size, ModeChoice::Auto, 1).unwrap());
+    let (fs, _) = LocalFs::open_path(
+        &path,
+        Arc::new(LogicalClock::new(1)),
+        &LocalConfig::default(),
+    )
+    .unwrap();
+    (dir, path, fs)
+}
+
+fn block(i: u64) -> Vec<u8> {
+    let mut b = vec![0u8; 4096];
+    for (j, x) in b.iter_mut().enumerate() {
+        *x = (i as u8) ^ (j as u8).wrapping_mul(7) ^ ((i >> 8) as u8);
+    }
+    b
+}
+
+#[test]
+fn one_block_overwritten_a_million_times_keeps_a_bounded_log() {
+    let writes: u64 = std::env::var("ORION_GC_WRITES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
+    let (_dir, path, fs) = fresh(64 << 20);
+    let f = fs.create(ROOT_INO, b"hot", 0o644, 0, 0).unwrap().ino;
+    fs.write(f, 0, &block(u64::MAX)).unwrap();
+    fs.write(f, 8192, b"tail").unwrap();
+    fs.write(f, 4096, &block(0)).unwrap();
+    let free_before = fs.statfs().bfree;
+    let mut max_pages = 0;
+    for i in 0..writes {
+        fs.write(f, 4096, &block(i)).unwrap();
+        if i % 1024 == 0 {
+            max_pages = max_pages.max(fs.with_engine(|e| e.log_pages(f).unwrap()));
+        }
+        if i % 100_000 == 0 {
+            assert_eq!(
+                fs.read(f, 4096, 4096).unwrap(),
+                block(i),
+                "content after write {i}"
+            );
+        }
+    }
+    let gc_runs = fs.with_engine(|e| e.stats.gc_runs);
+    println!("{writes} overwrites: {gc_runs} log compactions, at most {max_pages} log pages");
+    assert!(max_pages <= 3, "the log grew to {max_pages} pages");
+    assert!(gc_runs >= writes / 100, "GC ran only {gc_runs} times");
+    assert_eq!(
+        fs.statfs().bfree,
+        free_before,
+        "superseded data pages were all freed"
+    );
+    let last = block(writes - 1);
+    assert_eq!(fs.read(f, 0, 4096).unwrap(), block(u64::MAX));
+    assert_eq!(fs.read(f, 4096, 4096).unwrap(), last);
+    assert_eq!(fs.read(f, 8192, 10).unwrap(), b"tail");
+    drop(fs);
+    let (fs, _) = LocalFs::open_path(
+        &path,
+        Arc::new(LogicalClock::new(1)),
+        &LocalConfig::default(),
+    )
+    .unwrap();
+    assert_eq!(fs.read(f, 4096, 4096).unwrap(), last);
+    assert!(fs.check().is_clean());
+}
+
+#[test]
+fn directory_churn_keeps_a_bounded_log_and_stable_cookies() {
+    let (_dir, path, fs) = fresh(32 << 20);
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap().ino;
+    fs.create(d, b"stays", 0o644, 0, 0).unwrap();
+    let cookie = |fs: &LocalFs| {
+        fs.readdir(d, 0)
+            .unwrap()
+            .into_iter()
+            .find(|e| e.name == b"stays")
+            .unwrap()
+            .cookie
+    };
+    let c0 = cookie(&fs);
+    for i in 0..50_000u32 {
+        let name = format!("tmp{}", i % 7);
+        fs.create(d, name.as_bytes(), 0o644, 0, 0).unwrap();
+        fs.rename(d, name.as_bytes(), d, b"moved", false).unwrap();
+        fs.unlink(d, b"moved").unwrap();
+    }
+    let pages = fs.with_engine(|e| e.log_pages(d).unwrap());
+    assert!(pages <= 3, "directory log has {pages} pages");
+    assert_eq!(cookie(&fs), c0, "readdir offsets survive compaction");
+    drop(fs);
+    let (fs, _) = LocalFs::open_path(
+        &path,
+        Arc::new(LogicalClock::new(1)),
+        &LocalConfig::default(),
+    )
+    .unwrap();
+    let names: Vec<_> = fs
+        .readdir(d, 2)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, vec![b"stays".to_vec()]);
+    assert_eq!(cookie(&fs), c0);
+    assert!(fs.check().is_clean());
+}
