@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use orion_meta::{LocalConfig, LocalFs, LogicalClock, ROOT_INO};
+use orion_meta::{EngineConfig, LocalConfig, LocalFs, LogicalClock, ROOT_INO};
 use orion_pmem::ModeChoice;
 
 fn fresh(size: u64) -> (tempfile::TempDir, std::path::PathBuf, LocalFs) {
@@ -56,6 +56,12 @@ fn one_block_overwritten_a_million_times_keeps_a_bounded_log() {
     let gc_runs = fs.with_engine(|e| e.stats.gc_runs);
     println!("{writes} overwrites: {gc_runs} log compactions, at most {max_pages} log pages");
     assert!(max_pages <= 3, "the log grew to {max_pages} pages");
+    let (_, _, log_total, log_free) = fs.with_engine(|e| e.usage());
+    assert!(
+        log_total - log_free < 16,
+        "log pages in use or waiting: {}",
+        log_total - log_free
+    );
     assert!(gc_runs >= writes / 100, "GC ran only {gc_runs} times");
     assert_eq!(
         fs.statfs().bfree,

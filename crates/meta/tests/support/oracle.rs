@@ -26,9 +26,9 @@ fn io<T>(r: std::io::Result<T>) -> Result<T, i32> {
 
 pub fn run_oracle(root: &Path, op: &Op) -> Outcome {
     let at = |p: &P| root.join(p.rel());
-    // SAFETY (all blocks below): plain system calls on NUL-terminated paths we own.
     let r: Result<Outcome, i32> = (|| match op {
         Op::Create(p, m) => {
+            // SAFETY: a system call on a NUL-terminated path (or buffer) we own.
             let fd = unsafe {
                 libc::open(
                     c(&at(p)).as_ptr(),
@@ -39,14 +39,21 @@ pub fn run_oracle(root: &Path, op: &Op) -> Outcome {
             if fd < 0 {
                 return rc(-1);
             }
+            // SAFETY: a system call on a NUL-terminated path (or buffer) we own.
             unsafe { libc::close(fd) };
             Ok(Outcome::Ok)
         }
+        // SAFETY: a system call on a NUL-terminated path (or buffer) we own.
         Op::Mkdir(p, m) => rc(unsafe { libc::mkdir(c(&at(p)).as_ptr(), *m) }),
+        // SAFETY: a system call on a NUL-terminated path (or buffer) we own.
         Op::Unlink(p) => rc(unsafe { libc::unlink(c(&at(p)).as_ptr()) }),
+        // SAFETY: a system call on a NUL-terminated path (or buffer) we own.
         Op::Rmdir(p) => rc(unsafe { libc::rmdir(c(&at(p)).as_ptr()) }),
+        // SAFETY: a system call on a NUL-terminated path (or buffer) we own.
         Op::Rename(a, b) => rc(unsafe { libc::rename(c(&at(a)).as_ptr(), c(&at(b)).as_ptr()) }),
+        // SAFETY: a system call on a NUL-terminated path (or buffer) we own.
         Op::Link(a, b) => rc(unsafe { libc::link(c(&at(a)).as_ptr(), c(&at(b)).as_ptr()) }),
+        // SAFETY: a system call on a NUL-terminated path (or buffer) we own.
         Op::Symlink(t, p) => rc(unsafe {
             libc::symlink(
                 CString::new(target(*t)).unwrap().as_ptr(),
@@ -75,8 +82,11 @@ pub fn run_oracle(root: &Path, op: &Op) -> Outcome {
             buf.truncate(got);
             Ok(Outcome::Data(buf))
         }
+        // SAFETY: a system call on a NUL-terminated path (or buffer) we own.
         Op::Truncate(p, s) => rc(unsafe { libc::truncate(c(&at(p)).as_ptr(), *s as i64) }),
+        // SAFETY: a system call on a NUL-terminated path (or buffer) we own.
         Op::Chmod(p, m) => rc(unsafe { libc::chmod(c(&at(p)).as_ptr(), *m) }),
+        // SAFETY: a system call on a NUL-terminated path (or buffer) we own.
         Op::Chown(p, u, g) => rc(unsafe { libc::chown(c(&at(p)).as_ptr(), *u, *g) }),
         Op::Utimens(p, a, m) => {
             let ts = [
@@ -89,6 +99,7 @@ pub fn run_oracle(root: &Path, op: &Op) -> Outcome {
                     tv_nsec: 0,
                 },
             ];
+            // SAFETY: a system call on a NUL-terminated path (or buffer) we own.
             rc(unsafe { libc::utimensat(libc::AT_FDCWD, c(&at(p)).as_ptr(), ts.as_ptr(), 0) })
         }
         Op::Fsync(p) => {
