@@ -6,16 +6,22 @@ use std::sync::Arc;
 use orion_meta::{EngineConfig, LocalConfig, LocalFs, LogicalClock, ROOT_INO};
 use orion_pmem::ModeChoice;
 
+/// Freed pages wait out a grace period here, as they will when remote readers exist.
+fn config() -> LocalConfig {
+    LocalConfig {
+        engine: EngineConfig {
+            grace: std::time::Duration::from_millis(2),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
 fn fresh(size: u64) -> (tempfile::TempDir, std::path::PathBuf, LocalFs) {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let path = dir.path().join("fs");
     drop(LocalFs::mkfs(&path, size, ModeChoice::Auto, 1).unwrap());
-    let (fs, _) = LocalFs::open_path(
-        &path,
-        Arc::new(LogicalClock::new(1)),
-        &LocalConfig::default(),
-    )
-    .unwrap();
+    let (fs, _) = LocalFs::open_path(&path, Arc::new(LogicalClock::new(1)), &config()).unwrap();
     (dir, path, fs)
 }
 
@@ -73,12 +79,7 @@ fn one_block_overwritten_a_million_times_keeps_a_bounded_log() {
     assert_eq!(fs.read(f, 4096, 4096).unwrap(), last);
     assert_eq!(fs.read(f, 8192, 10).unwrap(), b"tail");
     drop(fs);
-    let (fs, _) = LocalFs::open_path(
-        &path,
-        Arc::new(LogicalClock::new(1)),
-        &LocalConfig::default(),
-    )
-    .unwrap();
+    let (fs, _) = LocalFs::open_path(&path, Arc::new(LogicalClock::new(1)), &config()).unwrap();
     assert_eq!(fs.read(f, 4096, 4096).unwrap(), last);
     assert!(fs.check().is_clean());
 }
@@ -107,12 +108,7 @@ fn directory_churn_keeps_a_bounded_log_and_stable_cookies() {
     assert!(pages <= 3, "directory log has {pages} pages");
     assert_eq!(cookie(&fs), c0, "readdir offsets survive compaction");
     drop(fs);
-    let (fs, _) = LocalFs::open_path(
-        &path,
-        Arc::new(LogicalClock::new(1)),
-        &LocalConfig::default(),
-    )
-    .unwrap();
+    let (fs, _) = LocalFs::open_path(&path, Arc::new(LogicalClock::new(1)), &config()).unwrap();
     let names: Vec<_> = fs
         .readdir(d, 2)
         .unwrap()
