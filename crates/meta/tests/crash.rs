@@ -25,7 +25,7 @@ const POINTS_PER_SEQUENCE: usize = 25;
 fn config() -> EngineConfig {
     // A low GC threshold so crashes also land inside log compactions.
     EngineConfig {
-        gc_min_dead: 8,
+        gc_min_dead: 1,
         ..Default::default()
     }
 }
@@ -46,6 +46,10 @@ struct Reference {
     snaps: Vec<Snapshot>,
     /// Recorded events at the same moments.
     events: Vec<u64>,
+    /// Log compactions and journal commits the sequence made (the crash points
+    /// must land inside both).
+    gc_runs: u64,
+    journal_commits: u64,
 }
 
 fn reference(templates: &[OpT]) -> Reference {
@@ -55,6 +59,8 @@ fn reference(templates: &[OpT]) -> Reference {
         ops: vec![],
         snaps: vec![core_snapshot(&fs)],
         events: vec![domain.events()],
+        gc_runs: 0,
+        journal_commits: 0,
     };
     for t in templates {
         let op = t.resolve(r.snaps.last().unwrap());
@@ -63,17 +69,18 @@ fn reference(templates: &[OpT]) -> Reference {
         r.snaps.push(core_snapshot(&fs));
         r.events.push(domain.events());
     }
+    (r.gc_runs, r.journal_commits) = fs.with_engine(|e| (e.stats.gc_runs, e.stats.journal_commits));
     r
 }
 
 /// Explores `points` crash points of one random sequence; returns the failures.
-fn explore(seed: u64, points: usize) -> (usize, Vec<String>) {
+fn explore(seed: u64, points: usize) -> (usize, Vec<String>, u64, u64) {
     let mut rng = SmallRng::seed_from_u64(seed);
     let templates = random_ops(&mut rng, OPS);
     let r = reference(&templates);
     let (first, last) = (r.events[0] + 1, *r.events.last().unwrap());
     if last < first {
-        return (0, vec![]);
+        return (0, vec![], 0, 0);
     }
     let mut armed = std::collections::BTreeSet::new();
     while armed.len() < points.min((last - first + 1) as usize) {
@@ -153,7 +160,7 @@ fn explore(seed: u64, points: usize) -> (usize, Vec<String>) {
             ));
         }
     }
-    (explored, failures)
+    (explored, failures, r.gc_runs, r.journal_commits)
 }
 
 #[test]
@@ -169,16 +176,26 @@ fn crash_points_recover_to_a_prefix() {
     let mut explored = 0;
     let mut failures = Vec::new();
     let mut i = 0u64;
+    let (mut gc_runs, mut journal_commits) = (0, 0);
     while explored < points {
-        let (n, f) = explore(
+        let (n, f, g, j) = explore(
             seed.wrapping_mul(1_000_003).wrapping_add(i),
             POINTS_PER_SEQUENCE.min(points - explored),
         );
         explored += n;
         failures.extend(f);
+        gc_runs += g;
+        journal_commits += j;
         i += 1;
     }
     println!("crash points: {explored}, inconsistent: {}", failures.len());
+    println!(
+        "(over {i} sequences with {gc_runs} log compactions and {journal_commits} journal commits)"
+    );
+    assert!(
+        gc_runs > 0 && journal_commits > 0,
+        "the sequences never compacted a log or used the journal"
+    );
     for f in failures.iter().take(10) {
         println!("  {f}");
     }
