@@ -1,7 +1,9 @@
 //! A page allocator over a pool's page area: a DRAM bitmap rebuilt from the logs at
 //! mount, next-fit search, a reserve that only freeing operations may dip into, and
 //! deferred frees that wait out a grace period (readers of the old pages may still
-//! be reading them, paper §4.2).
+//! be reading them, paper §4.2). Single pages freed recently are handed out again
+//! first: they are hot in the cache and already mapped, so copy-on-write overwrites
+//! cycle through a few pages instead of sweeping the pool.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -14,7 +16,11 @@ pub struct PageAllocator {
     reserve: u64,
     grace: Duration,
     deferred: VecDeque<(Instant, u64, u64)>,
+    /// Recently freed pages, most recent last (may hold pages allocated since: checked).
+    recent: Vec<u64>,
 }
+
+const RECENT_MAX: usize = 4096;
 
 impl PageAllocator {
     /// All `count` pages free; `reserve` pages are kept for operations that free space.
@@ -27,6 +33,7 @@ impl PageAllocator {
             reserve: reserve.min(count / 4),
             grace,
             deferred: VecDeque::new(),
+            recent: Vec::new(),
         }
     }
 
@@ -73,6 +80,15 @@ impl PageAllocator {
             return None;
         }
         let max = max.min(self.free - floor).max(1);
+        if max == 1 {
+            while let Some(p) = self.recent.pop() {
+                if !self.is_used(p) {
+                    self.bits[(p / 64) as usize] |= 1 << (p % 64);
+                    self.free -= 1;
+                    return Some((p, 1));
+                }
+            }
+        }
         let start = self.find_free(self.hint).or_else(|| self.find_free(0))?;
         let mut n = 1;
         while n < max && start + n < self.count && !self.is_used(start + n) {
@@ -109,6 +125,9 @@ impl PageAllocator {
     pub fn free_now(&mut self, start: u64, n: u64) {
         for p in start..start + n {
             self.set_free(p);
+        }
+        if n == 1 && self.recent.len() < RECENT_MAX {
+            self.recent.push(start);
         }
     }
 
