@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use orion_format::{
     attr_mask as m, valid_name, DirEntryRec, Entry, FileType, Gpa, InodeSlot, PoolKind, SetAttrRec,
-    Superblock, Tail, LOG_PAGE_HEADER, NAME_MAX, PAGE_SIZE, SLOT_TAIL_OFFSET, SUPERBLOCK_SIZE,
+    Superblock, Tail, NAME_MAX, PAGE_SIZE, SLOT_TAIL_OFFSET, SUPERBLOCK_SIZE,
 };
 use orion_pmem::Pool;
 
@@ -149,15 +149,7 @@ impl MetaEngine {
         };
         let mut alloc = PageAllocator::new(sb.page_count, 0, Duration::ZERO);
         alloc.mark_used(0);
-        let tmp = InodeLog {
-            head: page,
-            tail: Tail {
-                version: 0,
-                offset: page + LOG_PAGE_HEADER,
-            },
-            pages: vec![page],
-            entries: 0,
-        };
+        let tmp = InodeLog::empty(page, 0);
         let entries = [
             Entry::SetAttr(attr),
             Entry::LinkChange {
@@ -423,15 +415,7 @@ impl MetaEngine {
         };
         let page = self.sb.page_off(first);
         log::init_log_page(&self.pool, page, ino, version)?;
-        let fresh = InodeLog {
-            head: page,
-            tail: Tail {
-                version,
-                offset: page + LOG_PAGE_HEADER,
-            },
-            pages: vec![page],
-            entries: 0,
-        };
+        let fresh = InodeLog::empty(page, version);
         let p = match log::append(
             &self.pool,
             &mut self.log_alloc,
@@ -505,15 +489,7 @@ impl MetaEngine {
                 },
             ];
             entries.extend(extra);
-            let mut ilog = InodeLog {
-                head: page,
-                tail: Tail {
-                    version: 0,
-                    offset: page + LOG_PAGE_HEADER,
-                },
-                pages: vec![page],
-                entries: 0,
-            };
+            let mut ilog = InodeLog::empty(page, 0);
             let p = log::append(
                 &self.pool,
                 &mut self.log_alloc,

@@ -214,6 +214,19 @@ pub fn commit_tail(pool: &Pool, slot_off: u64, tail: Tail) -> FsResult<()> {
 }
 
 impl InodeLog {
+    /// A log with no entries yet on a freshly initialised `page` (see [`init_log_page`]).
+    pub fn empty(page: u64, version: u32) -> InodeLog {
+        InodeLog {
+            head: page,
+            tail: Tail {
+                version,
+                offset: page + LOG_PAGE_HEADER,
+            },
+            pages: vec![page],
+            entries: 0,
+        }
+    }
+
     /// Applies a committed append to the DRAM copy of the log position.
     pub fn advance(&mut self, p: PendingTail) {
         self.tail = p.tail;
