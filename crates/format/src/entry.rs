@@ -21,6 +21,7 @@ pub enum EntryKind {
     DirAdd = 4,
     DirRemove = 5,
     Symlink = 6,
+    DirCookie = 7,
 }
 
 /// Bits of [`SetAttrRec::mask`]: which fields the entry sets.
@@ -92,6 +93,11 @@ pub enum Entry {
         gpa: Gpa,
         len: u32,
     },
+    /// The next readdir cookie of a directory. Log GC writes it so that cookies of
+    /// removed names are never given out again.
+    DirCookie {
+        next: u64,
+    },
 }
 
 /// Checks a directory-entry name: 1..=255 bytes, no '/', no NUL, not "." or "..".
@@ -114,6 +120,7 @@ impl Entry {
             Entry::DirAdd(_) => EntryKind::DirAdd,
             Entry::DirRemove(_) => EntryKind::DirRemove,
             Entry::Symlink { .. } => EntryKind::Symlink,
+            Entry::DirCookie { .. } => EntryKind::DirCookie,
         }
     }
 
@@ -172,6 +179,7 @@ impl Entry {
                 put_u64(b, 8, gpa.0);
                 put_u32(b, 16, *len);
             }
+            Entry::DirCookie { next } => put_u64(b, 8, *next),
         }
         let crc = crc_skipping(b, 4);
         put_u32(b, 4, crc);
@@ -280,6 +288,9 @@ impl Entry {
                 gpa: Gpa(u64_at(b, 8)?),
                 len: u32_at(b, 16)?,
             }),
+            7 => one_line(Entry::DirCookie {
+                next: u64_at(b, 8)?,
+            }),
             k => Err(FormatError::BadCode {
                 what: "log entry kind",
                 code: k as u64,
@@ -350,6 +361,7 @@ mod tests {
                     }
                 }),
             (any::<u64>(), any::<u32>()).prop_map(|(g, len)| Entry::Symlink { gpa: Gpa(g), len }),
+            any::<u64>().prop_map(|next| Entry::DirCookie { next }),
         ]
     }
 

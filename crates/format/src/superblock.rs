@@ -7,6 +7,8 @@ pub const SUPERBLOCK_SIZE: usize = 256;
 const MAGIC: &[u8; 8] = b"ORIONFS\x01";
 pub const FORMAT_VERSION: u32 = 1;
 const CRC_AT: usize = SUPERBLOCK_SIZE - 4;
+/// Largest journal a superblock may declare (one record of 8-byte stores).
+const MAX_JOURNAL: u64 = 1 << 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PoolKind {
@@ -146,9 +148,14 @@ impl Superblock {
                 .checked_mul(INODE_SLOT_SIZE as u64)
                 .and_then(|b| b.checked_add(self.inode_table_off))
                 .ok_or(FormatError::Invalid("geometry: inode table overflows"))?;
+            let journal_end = self
+                .journal_off
+                .checked_add(self.journal_size)
+                .ok_or(FormatError::Invalid("geometry: journal overflows"))?;
             if self.journal_off < ps
                 || self.journal_size < ps
-                || self.journal_off + self.journal_size > self.inode_table_off
+                || self.journal_size > MAX_JOURNAL
+                || journal_end > self.inode_table_off
                 || table_end > self.page_area_off
                 || self.inode_count < 2
             {
@@ -239,6 +246,16 @@ impl Superblock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hostile_geometry_is_refused_not_trusted() {
+        let mut sb = Superblock::new_metadata(64 << 20, [1; 16], [2; 16], 5).unwrap();
+        sb.journal_size = u64::MAX;
+        assert!(Superblock::decode(&sb.encode()).is_err());
+        let mut sb = Superblock::new_metadata(64 << 20, [1; 16], [2; 16], 5).unwrap();
+        sb.inode_count = u64::MAX / 64;
+        assert!(Superblock::decode(&sb.encode()).is_err());
+    }
 
     #[test]
     fn round_trip_and_corruption() {

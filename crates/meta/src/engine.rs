@@ -106,6 +106,9 @@ pub struct MetaEngine {
     txid: u64,
     /// Data pages released by the last operations, for the data allocator to take.
     freed: Vec<Gpa>,
+    /// Set when an operation fails past its commit point: DRAM may no longer match
+    /// the media, so the engine refuses further changes until it is mounted again.
+    failed: Option<String>,
     pub stats: EngineStats,
 }
 
@@ -261,6 +264,7 @@ impl MetaEngine {
                 buf: Vec::with_capacity(512),
                 txid: 0,
                 freed: Vec::new(),
+                failed: None,
                 stats: EngineStats::default(),
             },
             report,
@@ -346,6 +350,7 @@ impl MetaEngine {
     /// for one inode, the journal for several. Then applies them to DRAM and runs log
     /// GC where dead entries have piled up.
     pub(crate) fn commit(&mut self, updates: Updates, use_reserve: bool) -> FsResult<()> {
+        self.check_not_failed()?;
         let mut pending = Vec::with_capacity(updates.len());
         for (ino, entries) in &updates {
             let inode = &self.inodes[ino];
@@ -370,6 +375,16 @@ impl MetaEngine {
                 }
             }
         }
+        // From here on the operation may be durable: a failure cannot be rolled back.
+        let r = self.commit_appended(updates, pending);
+        r.map_err(|e| self.fail(e))
+    }
+
+    fn commit_appended(
+        &mut self,
+        updates: Updates,
+        pending: Vec<log::PendingTail>,
+    ) -> FsResult<()> {
         if pending.len() == 1 {
             log::commit_tail(&self.pool, self.sb.slot_off(updates[0].0), pending[0].tail)?;
         } else {
@@ -393,6 +408,29 @@ impl MetaEngine {
         Ok(())
     }
 
+    /// Records a failure past a commit point and returns the error callers see.
+    fn fail(&mut self, e: FsError) -> FsError {
+        let msg = format!(
+            "{}: an update failed after its commit point ({e}); no further changes are \
+             accepted until the file system is mounted again",
+            self.pool.path().display()
+        );
+        self.failed.get_or_insert(msg.clone());
+        FsError::Io(msg)
+    }
+
+    /// Whether an earlier failure stopped the engine (see [`MetaEngine::fail`]).
+    pub fn has_failed(&self) -> bool {
+        self.failed.is_some()
+    }
+
+    fn check_not_failed(&self) -> FsResult<()> {
+        match &self.failed {
+            Some(m) => Err(FsError::Io(m.clone())),
+            None => Ok(()),
+        }
+    }
+
     fn page_idx(&self, off: u64) -> u64 {
         (off - self.sb.page_area_off) / PAGE_SIZE
     }
@@ -414,7 +452,10 @@ impl MetaEngine {
             return Ok(()); // no room to compact now; the log stays valid
         };
         let page = self.sb.page_off(first);
-        log::init_log_page(&self.pool, page, ino, version)?;
+        if log::init_log_page(&self.pool, page, ino, version).is_err() {
+            self.log_alloc.free_now(first, 1);
+            return Ok(()); // compaction is an optimisation: the old log stays valid
+        }
         let fresh = InodeLog::empty(page, version);
         let p = match log::append(
             &self.pool,
@@ -434,8 +475,17 @@ impl MetaEngine {
         };
         let slot = self.sb.slot_off(ino);
         let head_at = slot + 24 + 8 * (version & 1) as u64;
-        self.pool.store_u64(head_at, page)?;
-        self.pool.persist(head_at, 8)?;
+        let staged = self
+            .pool
+            .store_u64(head_at, page)
+            .and_then(|_| self.pool.persist(head_at, 8));
+        if staged.is_err() {
+            // The idle head is not read while the old version is live: nothing changed.
+            for pg in std::iter::once(page).chain(p.new_pages) {
+                self.log_alloc.free_now(self.page_idx(pg), 1);
+            }
+            return Ok(());
+        }
         log::commit_tail(&self.pool, slot, p.tail)?;
         let mut rebuilt = InodeState::new(ino, self.inodes[&ino].state.attr.ftype);
         let mut ignored = Vec::new();
@@ -468,6 +518,7 @@ impl MetaEngine {
         nlink: u32,
         extra: Vec<Entry>,
     ) -> FsResult<u64> {
+        self.check_not_failed()?;
         let ino = self.free_inos.pop().ok_or(ENOSPC)?;
         let Some(pidx) = self.log_alloc.alloc(false) else {
             self.free_inos.push(ino);
@@ -476,10 +527,8 @@ impl MetaEngine {
         let result = (|| {
             let page = self.sb.page_off(pidx);
             let slot_off = self.sb.slot_off(ino);
-            let generation = InodeSlot::decode(&self.pool.read_vec(slot_off, 128)?)
-                .ok()
-                .flatten()
-                .map_or(1, |s| s.generation + 1);
+            // A freed slot keeps its generation word (only its magic is cleared).
+            let generation = self.pool.load_u64(slot_off + 16)?.wrapping_add(1);
             log::init_log_page(&self.pool, page, ino, 0)?;
             let mut entries = vec![
                 Entry::SetAttr(attr),
@@ -540,6 +589,13 @@ impl MetaEngine {
     /// Forgets an inode nothing links to any more: frees its log pages (after the
     /// grace period) and data pages, and clears its slot.
     fn destroy(&mut self, ino: u64) -> FsResult<()> {
+        self.forget(ino, true)
+    }
+
+    /// Drops an inode from DRAM and clears its slot; `release_data` hands its data
+    /// pages to the data allocator (not when the caller still owns them: a create
+    /// that failed before it was linked).
+    fn forget(&mut self, ino: u64, release_data: bool) -> FsResult<()> {
         let Some(inode) = self.inodes.remove(&ino) else {
             return Ok(());
         };
@@ -548,8 +604,8 @@ impl MetaEngine {
             self.log_alloc.free_later(idx, 1);
         }
         match inode.state.body {
-            Body::File(f) => self.freed.extend(f.pages.values().map(|e| e.gpa)),
-            Body::Symlink(Some((gpa, _))) => self.freed.push(gpa),
+            Body::File(f) if release_data => self.freed.extend(f.pages.values().map(|e| e.gpa)),
+            Body::Symlink(Some((gpa, _))) if release_data => self.freed.push(gpa),
             _ => {}
         }
         let off = self.sb.slot_off(ino);
@@ -623,8 +679,10 @@ impl MetaEngine {
             });
         }
         if let Err(e) = self.commit(vec![(parent, entries)], false) {
-            // Never linked: give the inode back (its slot is reclaimed at mount too).
-            self.destroy(ino)?;
+            if !self.has_failed() {
+                // Never linked: give the inode back; the caller keeps its data pages.
+                self.forget(ino, false)?;
+            }
             return Err(e);
         }
         if is_dir {
@@ -1052,7 +1110,7 @@ impl MetaEngine {
             });
         }
         let idx = d.state.dir().expect("dir");
-        for (&cookie, name) in idx.by_cookie.range(offset.max(2) + 1..) {
+        for (&cookie, name) in idx.by_cookie.range(offset.max(2).saturating_add(1)..) {
             let e = idx.names[name];
             out.push(ReaddirEntry {
                 cookie,

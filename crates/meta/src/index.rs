@@ -197,7 +197,7 @@ impl InodeState {
     pub fn live_entries(&self) -> u64 {
         2 + match &self.body {
             Body::File(f) => f.live_writes(),
-            Body::Dir(d) => d.names.len() as u64,
+            Body::Dir(d) => d.names.len() as u64 + 1, // + its next-cookie entry
             Body::Symlink(_) => 1,
             Body::Special => 0,
         }
@@ -266,7 +266,7 @@ impl InodeState {
                     },
                 );
                 dir.by_cookie.insert(d.cookie, name);
-                dir.next_cookie = dir.next_cookie.max(d.cookie + 1);
+                dir.next_cookie = dir.next_cookie.max(d.cookie.saturating_add(1));
                 self.attr.mtime = d.time;
                 self.attr.ctime = d.time;
             }
@@ -279,6 +279,9 @@ impl InodeState {
                 }
                 self.attr.mtime = d.time;
                 self.attr.ctime = d.time;
+            }
+            (Entry::DirCookie { next }, Body::Dir(dir)) => {
+                dir.next_cookie = dir.next_cookie.max(*next);
             }
             (Entry::Symlink { gpa, len }, Body::Symlink(s)) => {
                 *s = Some((*gpa, *len));
@@ -316,6 +319,9 @@ impl InodeState {
                 }
             }
             Body::Dir(d) => {
+                out.push(Entry::DirCookie {
+                    next: d.next_cookie,
+                });
                 for name in d.by_cookie.values() {
                     let ent = d.names[name];
                     out.push(Entry::DirAdd(DirEntryRec {

@@ -4,7 +4,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use orion_format::{
     Entry, FileType, Gpa, PoolKind, Superblock, WriteRec, MAX_WRITE_PAGES, PAGE_SIZE,
@@ -274,7 +273,7 @@ impl LocalFs {
                     i.meta
                         .create_node(parent, name, FileType::Symlink, 0o777, uid, gid, 0, extra)
                 });
-            if r.is_err() {
+            if r.is_err() && !i.meta.has_failed() {
                 i.data_alloc.free_now(page, 1);
             }
             r
@@ -341,7 +340,7 @@ impl LocalFs {
                 }
             }
             let r = i.meta.setattr(ino, req, pre);
-            if let (Err(_), Some(p)) = (&r, new_page) {
+            if let (Err(_), Some(p), false) = (&r, new_page, i.meta.has_failed()) {
                 i.data_alloc.free_now(p, 1);
             }
             r
@@ -477,8 +476,10 @@ impl Inner {
             self.meta.commit_data(ino, entries)
         });
         if let Err(e) = result {
-            for &(_, p, n) in &runs {
-                self.data_alloc.free_now(p, n);
+            if !self.meta.has_failed() {
+                for &(_, p, n) in &runs {
+                    self.data_alloc.free_now(p, n);
+                }
             }
             return Err(e);
         }
@@ -523,9 +524,59 @@ impl Inner {
     }
 }
 
-#[allow(dead_code)]
-fn _assert_send_sync() {
-    fn is<T: Send + Sync>() {}
-    is::<LocalFs>();
-    let _ = Duration::ZERO;
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::LogicalClock;
+    use crate::engine::ROOT_INO;
+
+    #[test]
+    fn a_symlink_whose_directory_entry_finds_no_room_gives_its_page_back_once() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let path = dir.path().join("fs");
+        drop(LocalFs::mkfs(&path, 16 << 20, ModeChoice::Auto, 1).unwrap());
+        let (fs, _) = LocalFs::open_path(
+            &path,
+            Arc::new(LogicalClock::new(1)),
+            &LocalConfig::default(),
+        )
+        .unwrap();
+        let long = |i: usize| format!("{i:05}{}", "n".repeat(250)).into_bytes();
+        // Fill the root's last log page until a 5-line entry no longer fits.
+        let room = |fs: &LocalFs| {
+            fs.with_engine(|e| {
+                let log = &e.inode(ROOT_INO).unwrap().log;
+                log.pages.last().unwrap() + PAGE_SIZE - log.tail.offset
+            })
+        };
+        let mut i = 0;
+        while room(&fs) >= 5 * 64 || i == 0 {
+            fs.create(ROOT_INO, &long(i), 0o644, 0, 0).unwrap();
+            i += 1;
+        }
+        // Leave exactly one log page above the reserve: the new inode's.
+        {
+            let mut g = fs.lock();
+            let mut last = None;
+            while let Some(p) = g.meta.log_alloc.alloc(false) {
+                last = Some(p);
+            }
+            g.meta.log_alloc.free_now(last.unwrap(), 1);
+        }
+        let data_free = fs.statfs().bfree;
+        let err = fs
+            .symlink(ROOT_INO, &long(99_999), b"somewhere", 0, 0)
+            .unwrap_err();
+        assert_eq!(err.errno(), libc::ENOSPC, "{err}");
+        assert_eq!(
+            fs.statfs().bfree,
+            data_free,
+            "the target's data page came back"
+        );
+        // A page handed back twice would be handed out twice: allocate and check.
+        let a = fs.lock().data_alloc.alloc(false).unwrap();
+        let b = fs.lock().data_alloc.alloc(false).unwrap();
+        assert_ne!(a, b);
+        assert!(fs.check().is_clean(), "{:?}", fs.check().problems);
+    }
 }

@@ -202,3 +202,38 @@ fn a_damaged_pool_is_reported_not_trusted() {
     );
     let _ = sb;
 }
+
+#[test]
+fn readdir_cookies_are_never_reused_after_compaction() {
+    let (_dir, path, fs) = fresh(8 << 20);
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap().ino;
+    for n in [b"a", b"b", b"c"] {
+        fs.create(d, n, 0o644, 0, 0).unwrap();
+    }
+    let cookie_of = |fs: &LocalFs, n: &[u8]| {
+        fs.readdir(d, 0)
+            .unwrap()
+            .into_iter()
+            .find(|e| e.name == n)
+            .unwrap()
+            .cookie
+    };
+    let last = cookie_of(&fs, b"c");
+    fs.unlink(d, b"c").unwrap();
+    fs.with_engine(|e| e.force_gc(d)).unwrap();
+    fs.create(d, b"z", 0o644, 0, 0).unwrap();
+    assert!(
+        cookie_of(&fs, b"z") > last,
+        "a reader at offset {last} must still see z"
+    );
+    drop(fs);
+    let (fs, _) = LocalFs::open_path(
+        &path,
+        Arc::new(LogicalClock::new(1)),
+        &LocalConfig::default(),
+    )
+    .unwrap();
+    assert!(cookie_of(&fs, b"z") > last);
+    fs.create(d, b"y", 0o644, 0, 0).unwrap();
+    assert!(cookie_of(&fs, b"y") > cookie_of(&fs, b"z"));
+}
