@@ -2,7 +2,6 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -111,9 +110,11 @@ fn run() -> Result<ExitCode> {
                 .with_context(|| format!("formatting {}", pool.display()))?;
             println!("{}", m.describe());
             println!("{}", d.describe());
+            let sb =
+                orion_format::Superblock::decode(&m.read_vec(0, orion_format::SUPERBLOCK_SIZE)?)?;
             println!(
-                "formatted: {} inodes, {} MiB of data pages",
-                m.len() / 8192,
+                "formatted: {} inode slots, {} MiB of data pages",
+                sb.inode_count - 1,
                 d.len() >> 20
             );
             Ok(ExitCode::SUCCESS)
@@ -155,6 +156,3 @@ fn main() -> ExitCode {
         }
     }
 }
-
-#[allow(dead_code)]
-fn _unused(_: Arc<dyn Clock>) {}
