@@ -53,6 +53,29 @@ pub struct Inode {
     pub parent: u64,
 }
 
+/// What a new inode is: its type, permission bits (after the caller's umask), owner
+/// and device number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NewNode {
+    pub ftype: FileType,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+}
+
+impl NewNode {
+    pub fn new(ftype: FileType, mode: u32, uid: u32, gid: u32) -> NewNode {
+        NewNode {
+            ftype,
+            mode,
+            uid,
+            gid,
+            rdev: 0,
+        }
+    }
+}
+
 /// A change of times requested by setattr.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimeSet {
@@ -618,20 +641,21 @@ impl MetaEngine {
     // ---- namespace operations ----
 
     /// Creates a file, directory, symlink or special node named `name` in `parent`.
-    /// `mode` is the permission bits after the caller's umask. For symlinks, `extra`
-    /// holds the entry naming the page with the target.
-    #[allow(clippy::too_many_arguments)]
+    /// For symlinks, `extra` holds the entry naming the page with the target.
     pub fn create_node(
         &mut self,
         parent: u64,
         name: &[u8],
-        ftype: FileType,
-        mode: u32,
-        uid: u32,
-        gid: u32,
-        rdev: u32,
+        node: NewNode,
         extra: Vec<Entry>,
     ) -> FsResult<Attr> {
+        let NewNode {
+            ftype,
+            mode,
+            uid,
+            gid,
+            rdev,
+        } = node;
         if name.len() > NAME_MAX {
             return Err(ENAMETOOLONG);
         }

@@ -21,7 +21,7 @@ pub mod recovery;
 
 pub use clock::{Clock, LogicalClock, SystemClock};
 pub use engine::{
-    EngineConfig, MetaEngine, MountReport, ReaddirEntry, SetAttrReq, TimeSet, ROOT_INO,
+    EngineConfig, MetaEngine, MountReport, NewNode, ReaddirEntry, SetAttrReq, TimeSet, ROOT_INO,
 };
 pub use error::{FsError, FsResult};
 pub use index::{Attr, InodeState};

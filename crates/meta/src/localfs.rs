@@ -13,7 +13,7 @@ use orion_pmem::{ModeChoice, Pool};
 
 use crate::alloc::PageAllocator;
 use crate::clock::Clock;
-use crate::engine::{EngineConfig, MetaEngine, MountReport, ReaddirEntry, SetAttrReq};
+use crate::engine::{EngineConfig, MetaEngine, MountReport, NewNode, ReaddirEntry, SetAttrReq};
 use crate::error::*;
 use crate::index::{Attr, Body};
 use crate::MAX_FILE_SIZE;
@@ -204,40 +204,35 @@ impl LocalFs {
         gid: u32,
     ) -> FsResult<Attr> {
         self.with_meta(|i| {
-            i.meta
-                .create_node(parent, name, FileType::Regular, mode, uid, gid, 0, vec![])
+            i.meta.create_node(
+                parent,
+                name,
+                NewNode::new(FileType::Regular, mode, uid, gid),
+                vec![],
+            )
         })
     }
 
     pub fn mkdir(&self, parent: u64, name: &[u8], mode: u32, uid: u32, gid: u32) -> FsResult<Attr> {
         self.with_meta(|i| {
-            i.meta
-                .create_node(parent, name, FileType::Directory, mode, uid, gid, 0, vec![])
+            i.meta.create_node(
+                parent,
+                name,
+                NewNode::new(FileType::Directory, mode, uid, gid),
+                vec![],
+            )
         })
     }
 
     /// FIFOs, sockets and device nodes.
-    #[allow(clippy::too_many_arguments)] // mknod(2)'s arguments plus the owner
-    pub fn mknod(
-        &self,
-        parent: u64,
-        name: &[u8],
-        ftype: FileType,
-        mode: u32,
-        uid: u32,
-        gid: u32,
-        rdev: u32,
-    ) -> FsResult<Attr> {
+    pub fn mknod(&self, parent: u64, name: &[u8], node: NewNode) -> FsResult<Attr> {
         if matches!(
-            ftype,
+            node.ftype,
             FileType::Regular | FileType::Directory | FileType::Symlink
         ) {
             return Err(EINVAL);
         }
-        self.with_meta(|i| {
-            i.meta
-                .create_node(parent, name, ftype, mode, uid, gid, rdev, vec![])
-        })
+        self.with_meta(|i| i.meta.create_node(parent, name, node, vec![]))
     }
 
     pub fn symlink(
@@ -270,8 +265,12 @@ impl LocalFs {
                         gpa,
                         len: target.len() as u32,
                     }];
-                    i.meta
-                        .create_node(parent, name, FileType::Symlink, 0o777, uid, gid, 0, extra)
+                    i.meta.create_node(
+                        parent,
+                        name,
+                        NewNode::new(FileType::Symlink, 0o777, uid, gid),
+                        extra,
+                    )
                 });
             if r.is_err() && !i.meta.has_failed() {
                 i.data_alloc.free_now(page, 1);
@@ -497,7 +496,8 @@ impl Inner {
     ) -> FsResult<()> {
         let end = off + data.len() as u64;
         let file = self.meta.inode(ino)?.state.file().expect("regular file");
-        let mut buf = vec![0u8; PAGE_SIZE as usize];
+        // Only partly covered pages need a staging copy (at most the first and last).
+        let mut buf = Vec::new();
         for &(pg0, p0, n) in runs {
             for i in 0..n {
                 let pg = pg0 + i;
@@ -510,6 +510,7 @@ impl Inner {
                     self.data.write_data(dst, src)?;
                     continue;
                 }
+                buf.resize(PAGE_SIZE as usize, 0);
                 match file.get(pg) {
                     Some(old) => self.data.read(self.data_off(old)?, &mut buf)?,
                     None => buf.fill(0),
