@@ -1,0 +1,415 @@
+//! The backend-independent interface: domains, connections, completion queues, listeners.
+//!
+//! Argument checking lives here, once: local buffer bounds, the remote range against the
+//! peer's descriptor, message sizes, and that a buffer belongs to the connection's domain.
+//! Backends receive only well-formed operations; the target side still enforces its own
+//! registrations (a forged descriptor is refused there).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::{Backend, FabricConfig};
+use crate::error::{Error, Result};
+use crate::region::{Access, Region, RemoteRegion};
+use crate::wait::Spinner;
+
+/// Largest SEND; larger transfers use one-sided WRITE or READ.
+pub const MAX_MESSAGE: usize = 64 * 1024;
+
+/// Identifies a connection within this process (completions name the connection they belong to).
+pub type ConnId = u32;
+
+static NEXT_CONN: AtomicU32 = AtomicU32::new(1);
+
+pub(crate) fn next_conn_id() -> ConnId {
+    NEXT_CONN.fetch_add(1, Ordering::Relaxed)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    Send,
+    Recv,
+    Read,
+    Write,
+    WriteImm,
+    /// A peer's WRITE with immediate landed in one of our regions (no `wr_id`: it is 0).
+    RemoteWrite,
+}
+
+/// One finished operation. Every posted operation yields exactly one completion, successful or
+/// not; a peer's WRITE with immediate yields a `RemoteWrite` completion at the target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    pub conn: ConnId,
+    pub wr_id: u64,
+    pub kind: OpKind,
+    /// Bytes received (`Recv`) or moved (`Read`, `Write`, `WriteImm`, `Send`); 0 for `RemoteWrite`.
+    pub len: usize,
+    /// The immediate value of a `RemoteWrite`.
+    pub imm: u32,
+    pub status: Result<()>,
+}
+
+impl Completion {
+    pub(crate) fn ok(conn: ConnId, wr_id: u64, kind: OpKind, len: usize) -> Completion {
+        Completion { conn, wr_id, kind, len, imm: 0, status: Ok(()) }
+    }
+
+    pub(crate) fn failed(conn: ConnId, wr_id: u64, kind: OpKind, e: Error) -> Completion {
+        Completion { conn, wr_id, kind, len: 0, imm: 0, status: Err(e) }
+    }
+}
+
+/// A validated operation handed to a backend.
+pub(crate) struct PostOp {
+    pub kind: OpKind,
+    pub wr_id: u64,
+    pub local: Region,
+    pub off: u64,
+    pub len: usize,
+    /// For one-sided operations: the target region and the offset in it.
+    pub remote: Option<(RemoteRegion, u64)>,
+    pub imm: u32,
+}
+
+impl PostOp {
+    /// The address put on the wire: base + offset when the provider uses virtual addresses
+    /// (the descriptor's base is then non-zero), else the offset itself.
+    pub(crate) fn wire_addr(&self) -> (u64, u64) {
+        let (r, off) = self.remote.expect("one-sided op without a target");
+        (r.key, r.addr.wrapping_add(off))
+    }
+}
+
+pub(crate) trait ConnImpl: Send + Sync {
+    fn post(&self, op: PostOp) -> Result<()>;
+    fn is_alive(&self) -> bool;
+    fn close(&self);
+}
+
+pub(crate) trait CqImpl: Send + Sync {
+    /// Moves up to `max` finished completions to `out`; never blocks.
+    fn poll(&self, out: &mut Vec<Completion>, max: usize) -> usize;
+    /// Blocks until a completion may be ready, a peer may have died, or `timeout` passes.
+    fn sleep(&self, timeout: Duration);
+    /// Detects dead peers and completes their outstanding operations with `PeerGone`.
+    fn check_peers(&self);
+    fn as_any_arc(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync>;
+}
+
+pub(crate) trait ListenerImpl: Send + Sync {
+    fn accept(&self, cq: &CompletionQueue, timeout: Duration) -> Result<Connection>;
+    fn local_addr(&self) -> String;
+}
+
+pub(crate) enum RegionSource<'a> {
+    Memory(usize),
+    File { path: &'a Path, offset: u64, len: usize },
+}
+
+pub(crate) trait DomainImpl: Send + Sync {
+    fn register(&self, src: RegionSource<'_>, access: Access) -> Result<Region>;
+    fn completion_queue(&self) -> Result<Arc<dyn CqImpl>>;
+    fn listen(&self, addr: &str) -> Result<Box<dyn ListenerImpl>>;
+    fn connect(&self, addr: &str, cq: &CompletionQueue, timeout: Duration) -> Result<Connection>;
+    fn describe(&self) -> String;
+}
+
+/// One node's attachment to the fabric (an RDMA device context, in verbs terms).
+#[derive(Clone)]
+pub struct Domain {
+    imp: Arc<dyn DomainImpl>,
+    id: u64,
+    cfg: Arc<FabricConfig>,
+}
+
+impl Domain {
+    pub fn open(cfg: FabricConfig) -> Result<Domain> {
+        let id = crate::region::random_u64();
+        let cfg = Arc::new(cfg);
+        let imp: Arc<dyn DomainImpl> = match &cfg.backend {
+            Backend::Libfabric => { let _ = crate::ofi::OfiDomain::open(cfg.clone(), id)?; unreachable!() }
+            Backend::Local => { let _ = crate::local::LocalDomain::open(cfg.clone(), id)?; unreachable!() }
+            Backend::Mock(net) => Arc::new(net.domain(cfg.clone(), id)),
+        };
+        Ok(Domain { imp, id, cfg })
+    }
+
+    pub fn config(&self) -> &FabricConfig {
+        &self.cfg
+    }
+
+    /// What this domain runs on, for logs ("libfabric tcp;ofi_rxm on lo", "local shared memory").
+    pub fn describe(&self) -> String {
+        self.imp.describe()
+    }
+
+    /// Allocates and registers `len` bytes of zeroed memory.
+    pub fn alloc_region(&self, len: usize, access: Access) -> Result<Region> {
+        self.imp.register(RegionSource::Memory(len), access)
+    }
+
+    /// Registers `len` bytes of a file from `offset` (a pool file, so that peers read and write
+    /// the pool itself). The file must already be that large.
+    pub fn register_file(&self, path: &Path, offset: u64, len: usize, access: Access) -> Result<Region> {
+        self.imp.register(RegionSource::File { path, offset, len }, access)
+    }
+
+    pub fn completion_queue(&self) -> Result<CompletionQueue> {
+        Ok(CompletionQueue {
+            imp: self.imp.completion_queue()?,
+            domain: self.id,
+            spinner: Spinner::new(self.cfg.spin),
+            idle_polls: AtomicU32::new(0),
+        })
+    }
+
+    /// Listens for connections on `addr` ("host:port"; port 0 picks a free one).
+    pub fn listen(&self, addr: &str) -> Result<Listener> {
+        Ok(Listener { imp: self.imp.listen(addr)? })
+    }
+
+    /// Connects to a listener, authenticating both ways; the connection's completions go to `cq`.
+    pub fn connect(&self, addr: &str, cq: &CompletionQueue) -> Result<Connection> {
+        self.check_cq(cq)?;
+        self.imp.connect(addr, cq, self.cfg.connect_timeout)
+    }
+
+    fn check_cq(&self, cq: &CompletionQueue) -> Result<()> {
+        if cq.domain != self.id {
+            return Err(Error::ForeignRegion);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+pub struct Listener {
+    imp: Box<dyn ListenerImpl>,
+}
+
+impl Listener {
+    /// Waits up to `timeout` for one peer, runs the handshake, and binds the connection to `cq`.
+    /// A peer that fails the handshake is refused (logged) and reported as the error.
+    pub fn accept(&self, cq: &CompletionQueue, timeout: Duration) -> Result<Connection> {
+        self.imp.accept(cq, timeout)
+    }
+
+    /// The address peers connect to.
+    pub fn local_addr(&self) -> String {
+        self.imp.local_addr()
+    }
+}
+
+struct ConnHandle {
+    imp: Arc<dyn ConnImpl>,
+}
+
+impl Drop for ConnHandle {
+    fn drop(&mut self) {
+        self.imp.close();
+    }
+}
+
+/// A reliable, connected endpoint (an RC queue pair, in verbs terms). Cloning shares it; it
+/// closes when the last clone is dropped or on [`Connection::close`].
+#[derive(Clone)]
+pub struct Connection {
+    handle: Arc<ConnHandle>,
+    id: ConnId,
+    epoch: u64,
+    peer: Arc<str>,
+    domain: u64,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Connection#{} to {} (epoch {})", self.id, self.peer, self.epoch)
+    }
+}
+
+impl Connection {
+    pub(crate) fn new(imp: Arc<dyn ConnImpl>, id: ConnId, epoch: u64, peer: String, domain: u64) -> Connection {
+        Connection { handle: Arc::new(ConnHandle { imp }), id, epoch, peer: peer.into(), domain }
+    }
+
+    pub fn id(&self) -> ConnId {
+        self.id
+    }
+
+    /// The cluster epoch both sides agreed on at the handshake.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.handle.imp.is_alive()
+    }
+
+    /// Closes the connection; outstanding operations complete with `Closed` or `PeerGone`.
+    pub fn close(&self) {
+        self.handle.imp.close();
+    }
+
+    fn local(&self, buf: &Region, off: u64, len: usize) -> Result<()> {
+        if buf.inner.domain != self.domain {
+            return Err(Error::ForeignRegion);
+        }
+        buf.inner.map.check(off, len).map(|_| ())
+    }
+
+    fn post(&self, op: PostOp) -> Result<()> {
+        self.local(&op.local, op.off, op.len)?;
+        if let Some((r, roff)) = op.remote {
+            r.slice(roff, op.len as u64)?;
+        }
+        self.handle.imp.post(op)
+    }
+
+    /// Sends `len` bytes at `off` of `buf`; the peer receives them into its oldest posted RECV.
+    pub fn post_send(&self, wr_id: u64, buf: &Region, off: u64, len: usize) -> Result<()> {
+        if len > MAX_MESSAGE {
+            return Err(Error::MessageTooLarge { len, max: MAX_MESSAGE });
+        }
+        self.post(PostOp { kind: OpKind::Send, wr_id, local: buf.clone(), off, len, remote: None, imm: 0 })
+    }
+
+    /// Posts a buffer for one incoming message of at most `len` bytes.
+    pub fn post_recv(&self, wr_id: u64, buf: &Region, off: u64, len: usize) -> Result<()> {
+        self.post(PostOp { kind: OpKind::Recv, wr_id, local: buf.clone(), off, len, remote: None, imm: 0 })
+    }
+
+    /// One-sided READ of `len` bytes at `roff` of `remote` into `dst` at `off`.
+    pub fn post_read(&self, wr_id: u64, dst: &Region, off: u64, remote: &RemoteRegion, roff: u64, len: usize) -> Result<()> {
+        let op = PostOp { kind: OpKind::Read, wr_id, local: dst.clone(), off, len, remote: Some((*remote, roff)), imm: 0 };
+        self.post(op)
+    }
+
+    /// One-sided WRITE of `len` bytes at `off` of `src` to `roff` of `remote`.
+    pub fn post_write(&self, wr_id: u64, src: &Region, off: u64, remote: &RemoteRegion, roff: u64, len: usize) -> Result<()> {
+        let op = PostOp { kind: OpKind::Write, wr_id, local: src.clone(), off, len, remote: Some((*remote, roff)), imm: 0 };
+        self.post(op)
+    }
+
+    /// WRITE whose arrival the target sees as a `RemoteWrite` completion carrying `imm`, after
+    /// the data is in place.
+    #[allow(clippy::too_many_arguments)]
+    pub fn post_write_imm(&self, wr_id: u64, src: &Region, off: u64, remote: &RemoteRegion, roff: u64, len: usize, imm: u32) -> Result<()> {
+        let op = PostOp { kind: OpKind::WriteImm, wr_id, local: src.clone(), off, len, remote: Some((*remote, roff)), imm };
+        self.post(op)
+    }
+}
+
+/// Where completions of the connections bound to it arrive. Poll it, or wait: a wait spins for
+/// an adaptive budget (bounded by the domain's [`crate::SpinPolicy`]) before it sleeps, so a
+/// busy peer is answered without a wake-up and an idle one costs no CPU.
+pub struct CompletionQueue {
+    pub(crate) imp: Arc<dyn CqImpl>,
+    pub(crate) domain: u64,
+    spinner: Spinner,
+    idle_polls: AtomicU32,
+}
+
+/// How often a busy poller checks that its peers are still alive.
+const POLLS_PER_PEER_CHECK: u32 = 1 << 14;
+/// Longest sleep between two liveness checks while waiting.
+const SLEEP_SLICE: Duration = Duration::from_millis(50);
+
+impl CompletionQueue {
+    /// Moves up to `max` completions to `out` without blocking; returns how many.
+    pub fn poll(&self, out: &mut Vec<Completion>, max: usize) -> usize {
+        let n = self.imp.poll(out, max);
+        if n == 0 && self.idle_polls.fetch_add(1, Ordering::Relaxed) % POLLS_PER_PEER_CHECK == POLLS_PER_PEER_CHECK - 1 {
+            self.imp.check_peers();
+        }
+        n
+    }
+
+    /// Waits up to `timeout` for at least one completion; `Err(Timeout)` if none came.
+    pub fn wait(&self, out: &mut Vec<Completion>, max: usize, timeout: Duration) -> Result<usize> {
+        let start = Instant::now();
+        let n = self.imp.poll(out, max);
+        if n > 0 {
+            return Ok(n);
+        }
+        let budget = self.spinner.budget().min(timeout);
+        loop {
+            let n = self.imp.poll(out, max);
+            if n > 0 {
+                self.spinner.hit(start.elapsed());
+                return Ok(n);
+            }
+            if start.elapsed() >= budget {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        loop {
+            let elapsed = start.elapsed();
+            if elapsed >= timeout {
+                self.imp.check_peers();
+                let n = self.imp.poll(out, max);
+                if n > 0 {
+                    return Ok(n);
+                }
+                self.spinner.miss(None);
+                return Err(Error::Timeout(timeout));
+            }
+            self.imp.sleep((timeout - elapsed).min(SLEEP_SLICE));
+            let mut n = self.imp.poll(out, max);
+            if n == 0 {
+                self.imp.check_peers();
+                n = self.imp.poll(out, max);
+            }
+            if n > 0 {
+                self.spinner.miss(Some(start.elapsed()));
+                return Ok(n);
+            }
+        }
+    }
+
+    /// Waits for the completion of `wr_id` on `conn`, keeping every other completion in `other`
+    /// for the caller. For simple request/response code and tests.
+    pub fn wait_for(&self, conn: ConnId, wr_id: u64, other: &mut Vec<Completion>, timeout: Duration) -> Result<Completion> {
+        let deadline = Instant::now() + timeout;
+        let mut batch = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Timeout(timeout));
+            }
+            batch.clear();
+            self.wait(&mut batch, 64, left)?;
+            let mut found = None;
+            for c in batch.drain(..) {
+                if found.is_none() && c.conn == conn && c.wr_id == wr_id && c.kind != OpKind::RemoteWrite {
+                    found = Some(c);
+                } else {
+                    other.push(c);
+                }
+            }
+            if let Some(c) = found {
+                return Ok(c);
+            }
+        }
+    }
+}
+
+/// Where a shared-memory backend keeps files peers must open: `/dev/shm` when present.
+pub(crate) fn shm_dir() -> PathBuf {
+    let p = PathBuf::from("/dev/shm");
+    if p.is_dir() {
+        p
+    } else {
+        std::env::temp_dir()
+    }
+}

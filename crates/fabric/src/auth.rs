@@ -1,0 +1,256 @@
+//! The connection handshake: mutual challenge-response with the cluster secret, then the epoch.
+//!
+//! ```text
+//! client -> server  HELLO     magic, version, backend, epoch, client nonce
+//! server -> client  CHALLENGE server nonce, server epoch, HMAC(secret, "server", nonces, epoch)
+//! client -> server  PROOF     HMAC(secret, "client", nonces, client epoch)
+//! server -> client  VERDICT   accepted | epoch mismatch (server epoch) | refused (reason)
+//! ```
+//! The secret never crosses the wire; each side proves it knows it over both fresh nonces, so a
+//! recorded handshake cannot be replayed. After an accepted verdict, the backend exchanges its
+//! own setup frames (endpoint names, shared-memory file names) on the same stream.
+//! Every frame is length-prefixed and bounded; malformed frames are errors, never panics.
+
+use std::io::{Read, Write};
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use crate::config::{Backend, Secret};
+use crate::error::{Error, Result};
+
+const MAGIC: &[u8; 4] = b"ORFB";
+const VERSION: u16 = 1;
+const MAX_FRAME: usize = 64 * 1024;
+const HELLO_LEN: usize = 4 + 2 + 1 + 1 + 8 + 32;
+const MAC_LEN: usize = 32;
+
+const VERDICT_OK: u8 = 0;
+const VERDICT_EPOCH: u8 = 1;
+const VERDICT_REFUSED: u8 = 2;
+
+pub(crate) struct Params<'a> {
+    pub secret: &'a Secret,
+    pub epoch: u64,
+    pub backend: &'a Backend,
+    /// The peer's address, for errors and logs.
+    pub peer: String,
+}
+
+pub(crate) fn send_frame<S: Write>(s: &mut S, peer: &str, body: &[u8]) -> Result<()> {
+    debug_assert!(body.len() <= MAX_FRAME);
+    let mut buf = Vec::with_capacity(4 + body.len());
+    buf.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    buf.extend_from_slice(body);
+    s.write_all(&buf).and_then(|_| s.flush()).map_err(|e| stream_error(peer, e))
+}
+
+pub(crate) fn recv_frame<S: Read>(s: &mut S, peer: &str) -> Result<Vec<u8>> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).map_err(|e| stream_error(peer, e))?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(protocol(peer, format!("handshake frame of {len} bytes (limit {MAX_FRAME})")));
+    }
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).map_err(|e| stream_error(peer, e))?;
+    Ok(body)
+}
+
+fn stream_error(peer: &str, e: std::io::Error) -> Error {
+    use std::io::ErrorKind::*;
+    match e.kind() {
+        WouldBlock | TimedOut => Error::gone(peer, "no answer during the connection handshake"),
+        UnexpectedEof | ConnectionReset | BrokenPipe | ConnectionAborted => Error::gone(peer, format!("closed the connection during the handshake ({e})")),
+        _ => Error::io(format!("handshake with {peer}"), e),
+    }
+}
+
+fn protocol(peer: &str, why: impl Into<String>) -> Error {
+    Error::Protocol { peer: peer.to_string(), why: why.into() }
+}
+
+fn mac(secret: &Secret, role: &[u8], nc: &[u8], ns: &[u8], epoch: u64) -> Hmac<Sha256> {
+    let mut m = Hmac::<Sha256>::new_from_slice(secret.expose()).expect("HMAC takes any key length");
+    m.update(b"orion-fabric ");
+    m.update(role);
+    m.update(nc);
+    m.update(ns);
+    m.update(&epoch.to_le_bytes());
+    m
+}
+
+fn nonce() -> [u8; 32] {
+    let mut n = [0u8; 32];
+    getrandom::getrandom(&mut n).expect("the OS random source failed");
+    n
+}
+
+/// The client side; returns once the server accepted.
+pub(crate) fn client<S: Read + Write>(s: &mut S, p: &Params<'_>) -> Result<()> {
+    let nc = nonce();
+    let mut hello = Vec::with_capacity(HELLO_LEN);
+    hello.extend_from_slice(MAGIC);
+    hello.extend_from_slice(&VERSION.to_le_bytes());
+    hello.push(p.backend.wire_id());
+    hello.push(0);
+    hello.extend_from_slice(&p.epoch.to_le_bytes());
+    hello.extend_from_slice(&nc);
+    send_frame(s, &p.peer, &hello)?;
+
+    let ch = recv_frame(s, &p.peer)?;
+    if ch.first() == Some(&VERDICT_REFUSED) {
+        return Err(refusal(p, &ch));
+    }
+    if ch.len() != 1 + 32 + 8 + MAC_LEN || ch[0] != VERDICT_OK {
+        return Err(protocol(&p.peer, "malformed challenge"));
+    }
+    let ns = &ch[1..33];
+    let server_epoch = u64::from_le_bytes(ch[33..41].try_into().unwrap());
+    if mac(p.secret, b"server", &nc, ns, server_epoch).verify_slice(&ch[41..]).is_err() {
+        let mut abort = vec![VERDICT_REFUSED];
+        abort.extend_from_slice(b"the server's proof does not match this client's cluster secret");
+        let _ = send_frame(s, &p.peer, &abort);
+        return Err(Error::AuthFailed { peer: p.peer.clone(), why: "the server does not know the cluster secret".into() });
+    }
+    let proof = mac(p.secret, b"client", &nc, ns, p.epoch).finalize().into_bytes();
+    send_frame(s, &p.peer, &proof)?;
+
+    let verdict = recv_frame(s, &p.peer)?;
+    match verdict.first() {
+        Some(&VERDICT_OK) => Ok(()),
+        Some(&VERDICT_EPOCH) if verdict.len() == 9 => Err(Error::EpochMismatch {
+            peer: p.peer.clone(),
+            ours: p.epoch,
+            theirs: u64::from_le_bytes(verdict[1..9].try_into().unwrap()),
+        }),
+        Some(&VERDICT_REFUSED) => Err(refusal(p, &verdict)),
+        _ => Err(protocol(&p.peer, "malformed verdict")),
+    }
+}
+
+fn refusal(p: &Params<'_>, frame: &[u8]) -> Error {
+    let why = String::from_utf8_lossy(&frame[1..]).into_owned();
+    Error::AuthFailed { peer: p.peer.clone(), why: format!("refused by the server: {why}") }
+}
+
+/// The server side; returns once the client is accepted. Refusals are logged and told to the
+/// client before the error returns.
+pub(crate) fn server<S: Read + Write>(s: &mut S, p: &Params<'_>) -> Result<()> {
+    let result = server_inner(s, p);
+    if let Err(e) = &result {
+        tracing::warn!(peer = %p.peer, "refused fabric connection: {e}");
+    }
+    result
+}
+
+fn refuse<S: Write>(s: &mut S, p: &Params<'_>, why: &str) {
+    let mut f = vec![VERDICT_REFUSED];
+    f.extend_from_slice(why.as_bytes());
+    let _ = send_frame(s, &p.peer, &f);
+}
+
+fn server_inner<S: Read + Write>(s: &mut S, p: &Params<'_>) -> Result<()> {
+    let hello = recv_frame(s, &p.peer)?;
+    if hello.len() != HELLO_LEN || &hello[0..4] != MAGIC {
+        refuse(s, p, "not an OrionFS fabric handshake");
+        return Err(protocol(&p.peer, "not an OrionFS fabric handshake"));
+    }
+    let version = u16::from_le_bytes([hello[4], hello[5]]);
+    if version != VERSION {
+        let why = format!("handshake version {version}, this node speaks {VERSION}");
+        refuse(s, p, &why);
+        return Err(protocol(&p.peer, why));
+    }
+    if hello[6] != p.backend.wire_id() {
+        let why = format!("peer uses the {} backend, this node {}", Backend::name_of(hello[6]), p.backend.name());
+        refuse(s, p, &why);
+        return Err(protocol(&p.peer, why));
+    }
+    let client_epoch = u64::from_le_bytes(hello[8..16].try_into().unwrap());
+    let nc = &hello[16..48];
+    let ns = nonce();
+    let mut ch = vec![VERDICT_OK];
+    ch.extend_from_slice(&ns);
+    ch.extend_from_slice(&p.epoch.to_le_bytes());
+    ch.extend_from_slice(&mac(p.secret, b"server", nc, &ns, p.epoch).finalize().into_bytes());
+    send_frame(s, &p.peer, &ch)?;
+
+    let proof = recv_frame(s, &p.peer)?;
+    if proof.len() != MAC_LEN {
+        let why = match proof.first() {
+            Some(&VERDICT_REFUSED) => format!("authentication failed: {}", String::from_utf8_lossy(&proof[1..])),
+            _ => "malformed proof".to_string(),
+        };
+        return Err(Error::AuthFailed { peer: p.peer.clone(), why });
+    }
+    if mac(p.secret, b"client", nc, &ns, client_epoch).verify_slice(&proof).is_err() {
+        refuse(s, p, "authentication failed");
+        return Err(Error::AuthFailed { peer: p.peer.clone(), why: "the client does not know the cluster secret".into() });
+    }
+    if client_epoch != p.epoch {
+        let mut f = vec![VERDICT_EPOCH];
+        f.extend_from_slice(&p.epoch.to_le_bytes());
+        let _ = send_frame(s, &p.peer, &f);
+        return Err(Error::EpochMismatch { peer: p.peer.clone(), ours: p.epoch, theirs: client_epoch });
+    }
+    send_frame(s, &p.peer, &[VERDICT_OK])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+
+    fn run(cs: &[u8], ss: &[u8], ce: u64, se: u64) -> (Result<()>, Result<()>) {
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let (cs, ss) = (Secret::from_bytes(cs).unwrap(), Secret::from_bytes(ss).unwrap());
+        let server = std::thread::spawn(move || {
+            let be = Backend::Local;
+            server(&mut b, &Params { secret: &ss, epoch: se, backend: &be, peer: "client".into() })
+        });
+        let be = Backend::Local;
+        let c = client(&mut a, &Params { secret: &cs, epoch: ce, backend: &be, peer: "server".into() });
+        drop(a);
+        (c, server.join().unwrap())
+    }
+
+    #[test]
+    fn same_secret_and_epoch_is_accepted() {
+        let (c, s) = run(b"0123456789abcdef", b"0123456789abcdef", 7, 7);
+        assert_eq!(c, Ok(()));
+        assert_eq!(s, Ok(()));
+    }
+
+    #[test]
+    fn wrong_secret_is_refused_on_both_sides() {
+        let (c, s) = run(b"0123456789abcdef", b"0123456789abcdeX", 1, 1);
+        assert!(matches!(c, Err(Error::AuthFailed { .. })), "{c:?}");
+        assert!(matches!(s, Err(Error::AuthFailed { .. })), "{s:?}");
+    }
+
+    #[test]
+    fn epoch_mismatch_names_both_epochs() {
+        let (c, s) = run(b"0123456789abcdef", b"0123456789abcdef", 3, 5);
+        assert_eq!(c, Err(Error::EpochMismatch { peer: "server".into(), ours: 3, theirs: 5 }));
+        assert!(matches!(s, Err(Error::EpochMismatch { ours: 5, theirs: 3, .. })));
+    }
+
+    #[test]
+    fn garbage_hello_is_refused_without_panic() {
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let secret = Secret::from_bytes(b"0123456789abcdef").unwrap();
+        let t = std::thread::spawn(move || {
+            let be = Backend::Local;
+            server(&mut b, &Params { secret: &secret, epoch: 1, backend: &be, peer: "x".into() })
+        });
+        send_frame(&mut a, "s", b"GET / HTTP/1.1\r\n").unwrap();
+        assert!(matches!(t.join().unwrap(), Err(Error::Protocol { .. })));
+        let reply = recv_frame(&mut a, "s").unwrap();
+        assert_eq!(reply[0], VERDICT_REFUSED);
+        // A frame claiming 4 GiB is refused before anything is allocated.
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        a.write_all(&u32::MAX.to_le_bytes()).unwrap();
+        assert!(matches!(recv_frame(&mut b, "x"), Err(Error::Protocol { .. })));
+    }
+}

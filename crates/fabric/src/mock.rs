@@ -1,0 +1,504 @@
+//! The in-process mock fabric, for tests: every domain, region and connection lives in one
+//! process, and a seeded [`Faults`] plan drops, corrupts, delays or reorders what flows through
+//! it. [`MockNet::kill`] makes a domain vanish the way a crashed node does.
+//!
+//! It honours the same contract as the real backends (the conformance suite runs against all
+//! of them): exactly one completion per posted operation, target-side key and bounds checks,
+//! RECV buffers consumed in order, flushes with `PeerGone` when the peer dies.
+
+use std::collections::{HashMap, VecDeque};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::api::{
+    next_conn_id, Completion, CompletionQueue, ConnId, ConnImpl, Connection, CqImpl, DomainImpl, ListenerImpl, OpKind, PostOp,
+    RegionSource,
+};
+use crate::auth;
+use crate::config::FabricConfig;
+use crate::error::{Error, Result};
+use crate::region::{random_u64, Access, Mapping, Region, RegionBackend, RegionInner};
+
+/// What the mock does to traffic. Probabilities are per message or per completion.
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    /// A SEND completes at the sender but never reaches the peer.
+    pub drop_send: f64,
+    /// A SEND reaches the peer with one byte flipped.
+    pub corrupt_send: f64,
+    /// A completion is held back for a few polls.
+    pub delay: f64,
+    /// Completions ready together are returned in random order.
+    pub reorder: bool,
+}
+
+/// An in-process network of mock domains. Clone it into each [`FabricConfig`] that should
+/// share the network.
+#[derive(Clone)]
+pub struct MockNet {
+    inner: Arc<NetInner>,
+}
+
+struct NetInner {
+    listeners: Mutex<HashMap<String, Arc<ListenQueue>>>,
+    faults: Mutex<(Faults, StdRng)>,
+    domains: Mutex<HashMap<u64, Weak<DomainState>>>,
+    next_port: AtomicU32,
+}
+
+impl MockNet {
+    pub fn new(seed: u64) -> MockNet {
+        MockNet {
+            inner: Arc::new(NetInner {
+                listeners: Mutex::new(HashMap::new()),
+                faults: Mutex::new((Faults::default(), StdRng::seed_from_u64(seed))),
+                domains: Mutex::new(HashMap::new()),
+                next_port: AtomicU32::new(1),
+            }),
+        }
+    }
+
+    pub fn set_faults(&self, f: Faults) {
+        self.inner.faults.lock().unwrap().0 = f;
+    }
+
+    /// Kills a domain: its peers see `PeerGone`, its own operations fail.
+    pub fn kill(&self, domain: &crate::Domain) {
+        if let Some(d) = self.inner.domains.lock().unwrap().get(&domain.id()).and_then(Weak::upgrade) {
+            d.alive.store(false, Ordering::Release);
+        }
+        self.inner.listeners.lock().unwrap().retain(|_, l| l.domain != domain.id());
+    }
+
+    pub(crate) fn domain(&self, cfg: Arc<FabricConfig>, id: u64) -> MockDomain {
+        let state = Arc::new(DomainState { id, alive: AtomicBool::new(true), regions: Mutex::new(HashMap::new()) });
+        self.inner.domains.lock().unwrap().insert(id, Arc::downgrade(&state));
+        MockDomain { net: self.inner.clone(), cfg, state }
+    }
+}
+
+impl NetInner {
+    fn roll(&self, p: f64) -> bool {
+        if p <= 0.0 {
+            return false;
+        }
+        self.faults.lock().unwrap().1.gen_bool(p.min(1.0))
+    }
+}
+
+struct DomainState {
+    id: u64,
+    alive: AtomicBool,
+    regions: Mutex<HashMap<u64, Weak<RegionInner>>>,
+}
+
+struct MockRegion {
+    domain: Weak<DomainState>,
+    key: u64,
+}
+
+impl RegionBackend for MockRegion {
+    fn revoke(&self) {
+        if let Some(d) = self.domain.upgrade() {
+            d.regions.lock().unwrap().remove(&self.key);
+        }
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+pub(crate) struct MockDomain {
+    net: Arc<NetInner>,
+    cfg: Arc<FabricConfig>,
+    state: Arc<DomainState>,
+}
+
+impl DomainImpl for MockDomain {
+    fn register(&self, src: RegionSource<'_>, access: Access) -> Result<Region> {
+        let map = match src {
+            RegionSource::Memory(len) => Mapping::anonymous(len)?,
+            RegionSource::File { path, offset, len } => Region::open_file(path, offset, len, true)?.1,
+        };
+        let key = random_u64();
+        let backend = MockRegion { domain: Arc::downgrade(&self.state), key };
+        let inner = Arc::new(RegionInner { map, key, wire_addr: 0, access, domain: self.state.id, backend: Some(Box::new(backend)) });
+        if access.is_remote() {
+            self.state.regions.lock().unwrap().insert(key, Arc::downgrade(&inner));
+        }
+        Ok(Region { inner })
+    }
+
+    fn completion_queue(&self) -> Result<Arc<dyn CqImpl>> {
+        Ok(Arc::new(MockCq { net: self.net.clone(), state: Mutex::new(CqState::default()), cv: Condvar::new() }))
+    }
+
+    fn listen(&self, addr: &str) -> Result<Box<dyn ListenerImpl>> {
+        let name = if addr.ends_with(":0") {
+            format!("mock:{}", self.net.next_port.fetch_add(1, Ordering::Relaxed))
+        } else {
+            addr.to_string()
+        };
+        let q = Arc::new(ListenQueue { domain: self.state.id, pending: Mutex::new(VecDeque::new()), cv: Condvar::new() });
+        let mut ls = self.net.listeners.lock().unwrap();
+        if ls.contains_key(&name) {
+            return Err(Error::io(format!("listening on {name}"), std::io::ErrorKind::AddrInUse.into()));
+        }
+        ls.insert(name.clone(), q.clone());
+        Ok(Box::new(MockListener { name, queue: q, domain: self.clone_handle() }))
+    }
+
+    fn connect(&self, addr: &str, cq: &CompletionQueue, timeout: Duration) -> Result<Connection> {
+        let queue = self.net.listeners.lock().unwrap().get(addr).cloned().ok_or_else(|| Error::gone(addr, "nothing listens there"))?;
+        let (mut mine, theirs) = UnixStream::pair().map_err(|e| Error::io("socketpair", e))?;
+        mine.set_read_timeout(Some(timeout)).ok();
+        theirs.set_read_timeout(Some(timeout)).ok();
+        let conn = self.new_conn(cq, addr)?;
+        let (tx, rx) = mpsc::channel();
+        queue.pending.lock().unwrap().push_back(Pending { stream: theirs, client: conn.clone(), reply: tx });
+        queue.cv.notify_all();
+        let p = auth::Params { secret: &self.cfg.secret, epoch: self.cfg.epoch, backend: &self.cfg.backend, peer: addr.to_string() };
+        auth::client(&mut mine, &p)?;
+        let server = rx.recv_timeout(timeout).map_err(|_| Error::gone(addr, "the listener did not accept"))??;
+        *conn.peer.lock().unwrap() = Arc::downgrade(&server);
+        Ok(Connection::new(conn.clone(), conn.id, self.cfg.epoch, addr.to_string(), self.state.id))
+    }
+
+    fn describe(&self) -> String {
+        "mock (in-process)".into()
+    }
+}
+
+impl MockDomain {
+    fn clone_handle(&self) -> MockDomain {
+        MockDomain { net: self.net.clone(), cfg: self.cfg.clone(), state: self.state.clone() }
+    }
+
+    fn new_conn(&self, cq: &CompletionQueue, peer: &str) -> Result<Arc<MockConn>> {
+        let mcq = cq_of(cq)?;
+        let conn = Arc::new(MockConn {
+            id: next_conn_id(),
+            net: self.net.clone(),
+            domain: self.state.clone(),
+            peer: Mutex::new(Weak::new()),
+            peer_name: peer.to_string(),
+            cq: mcq.clone(),
+            inbox: Mutex::new(VecDeque::new()),
+            posted: Mutex::new(VecDeque::new()),
+            closed: AtomicBool::new(false),
+        });
+        mcq.state.lock().unwrap().conns.push(conn.clone());
+        Ok(conn)
+    }
+}
+
+fn cq_of(cq: &CompletionQueue) -> Result<Arc<MockCq>> {
+    let any: Arc<dyn std::any::Any + Send + Sync> = cq.imp.clone().as_any_arc();
+    any.downcast::<MockCq>().map_err(|_| Error::ForeignRegion)
+}
+
+struct Pending {
+    stream: UnixStream,
+    client: Arc<MockConn>,
+    reply: mpsc::Sender<Result<Arc<MockConn>>>,
+}
+
+struct ListenQueue {
+    domain: u64,
+    pending: Mutex<VecDeque<Pending>>,
+    cv: Condvar,
+}
+
+struct MockListener {
+    name: String,
+    queue: Arc<ListenQueue>,
+    domain: MockDomain,
+}
+
+impl ListenerImpl for MockListener {
+    fn accept(&self, cq: &CompletionQueue, timeout: Duration) -> Result<Connection> {
+        let deadline = Instant::now() + timeout;
+        let mut pending = self.queue.pending.lock().unwrap();
+        let mut p = loop {
+            if let Some(p) = pending.pop_front() {
+                break p;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Timeout(timeout));
+            }
+            pending = self.queue.cv.wait_timeout(pending, left).unwrap().0;
+        };
+        drop(pending);
+        let d = &self.domain;
+        let peer = format!("mock client #{}", p.client.id);
+        let params = auth::Params { secret: &d.cfg.secret, epoch: d.cfg.epoch, backend: &d.cfg.backend, peer: peer.clone() };
+        if let Err(e) = auth::server(&mut p.stream, &params) {
+            let _ = p.reply.send(Err(e.clone()));
+            return Err(e);
+        }
+        let conn = d.new_conn(cq, &peer)?;
+        *conn.peer.lock().unwrap() = Arc::downgrade(&p.client);
+        let _ = p.reply.send(Ok(conn.clone()));
+        Ok(Connection::new(conn.clone(), conn.id, d.cfg.epoch, peer, d.state.id))
+    }
+
+    fn local_addr(&self) -> String {
+        self.name.clone()
+    }
+}
+
+impl Drop for MockListener {
+    fn drop(&mut self) {
+        self.domain.net.listeners.lock().unwrap().remove(&self.name);
+    }
+}
+
+enum Msg {
+    Data(Vec<u8>),
+    Imm(u32),
+}
+
+struct PostedRecv {
+    wr_id: u64,
+    buf: Region,
+    off: u64,
+    len: usize,
+}
+
+struct MockConn {
+    id: ConnId,
+    net: Arc<NetInner>,
+    domain: Arc<DomainState>,
+    peer: Mutex<Weak<MockConn>>,
+    peer_name: String,
+    cq: Arc<MockCq>,
+    inbox: Mutex<VecDeque<Msg>>,
+    posted: Mutex<VecDeque<PostedRecv>>,
+    closed: AtomicBool,
+}
+
+impl MockConn {
+    fn live_peer(&self) -> Result<Arc<MockConn>> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        if !self.domain.alive.load(Ordering::Acquire) {
+            return Err(Error::gone(&self.peer_name, "this node was killed"));
+        }
+        let peer = self.peer.lock().unwrap().upgrade().ok_or_else(|| Error::gone(&self.peer_name, "connection closed by the peer"))?;
+        if peer.closed.load(Ordering::Acquire) {
+            return Err(Error::gone(&self.peer_name, "connection closed by the peer"));
+        }
+        if !peer.domain.alive.load(Ordering::Acquire) {
+            return Err(Error::gone(&self.peer_name, "the peer's node died"));
+        }
+        Ok(peer)
+    }
+
+    /// The target-side check of a one-sided access: key known, permission, bounds.
+    fn target_region(peer: &MockConn, key: u64, off: u64, len: usize, write: bool) -> Result<Region> {
+        let inner = peer.domain.regions.lock().unwrap().get(&key).and_then(Weak::upgrade).ok_or(Error::UnknownKey { key })?;
+        let r = Region { inner };
+        let allowed = if write { r.access().remote_write } else { r.access().remote_read };
+        if !allowed {
+            return Err(Error::RemoteAccess(format!("region {key:#x} is not remotely {}", if write { "writable" } else { "readable" })));
+        }
+        r.inner.map.check(off, len).map_err(|e| Error::RemoteAccess(e.to_string()))?;
+        Ok(r)
+    }
+
+    fn execute(&self, op: &PostOp) -> Result<()> {
+        let peer = self.live_peer()?;
+        match op.kind {
+            OpKind::Send => {
+                let mut data = vec![0u8; op.len];
+                op.local.read(op.off, &mut data)?;
+                if self.net.roll(self.net.faults.lock().unwrap().0.drop_send) {
+                    return Ok(());
+                }
+                if !data.is_empty() && self.net.roll(self.net.faults.lock().unwrap().0.corrupt_send) {
+                    let i = self.net.faults.lock().unwrap().1.gen_range(0..data.len());
+                    data[i] ^= 0x5a;
+                }
+                peer.inbox.lock().unwrap().push_back(Msg::Data(data));
+                peer.cq.cv.notify_all();
+                Ok(())
+            }
+            OpKind::Read => {
+                let (key, roff) = op.wire_addr();
+                let r = Self::target_region(&peer, key, roff, op.len, false)?;
+                Mapping::copy(&r.inner.map, roff, &op.local.inner.map, op.off, op.len)
+            }
+            OpKind::Write | OpKind::WriteImm => {
+                let (key, roff) = op.wire_addr();
+                let r = Self::target_region(&peer, key, roff, op.len, true)?;
+                Mapping::copy(&op.local.inner.map, op.off, &r.inner.map, roff, op.len)?;
+                if op.kind == OpKind::WriteImm {
+                    peer.inbox.lock().unwrap().push_back(Msg::Imm(op.imm));
+                    peer.cq.cv.notify_all();
+                }
+                Ok(())
+            }
+            OpKind::Recv | OpKind::RemoteWrite => unreachable!("not executed"),
+        }
+    }
+
+    /// Matches arrived messages with posted RECVs, in order.
+    fn deliver(&self, out: &mut Vec<Completion>) {
+        let mut inbox = self.inbox.lock().unwrap();
+        let mut posted = self.posted.lock().unwrap();
+        while let Some(front) = inbox.front() {
+            match front {
+                Msg::Imm(imm) => {
+                    out.push(Completion { conn: self.id, wr_id: 0, kind: OpKind::RemoteWrite, len: 0, imm: *imm, status: Ok(()) });
+                    inbox.pop_front();
+                }
+                Msg::Data(d) => {
+                    let Some(r) = posted.pop_front() else { break };
+                    if d.len() > r.len {
+                        out.push(Completion::failed(self.id, r.wr_id, OpKind::Recv, Error::RecvTooSmall { len: d.len(), cap: r.len }));
+                    } else {
+                        let c = match r.buf.write(r.off, d) {
+                            Ok(()) => Completion::ok(self.id, r.wr_id, OpKind::Recv, d.len()),
+                            Err(e) => Completion::failed(self.id, r.wr_id, OpKind::Recv, e),
+                        };
+                        out.push(c);
+                    }
+                    inbox.pop_front();
+                }
+            }
+        }
+    }
+
+    fn flush(&self, e: &Error, out: &mut Vec<Completion>) {
+        for r in self.posted.lock().unwrap().drain(..) {
+            out.push(Completion::failed(self.id, r.wr_id, OpKind::Recv, e.clone()));
+        }
+    }
+}
+
+impl ConnImpl for MockConn {
+    fn post(&self, op: PostOp) -> Result<()> {
+        self.live_peer()?;
+        if op.kind == OpKind::Recv {
+            self.posted.lock().unwrap().push_back(PostedRecv { wr_id: op.wr_id, buf: op.local.clone(), off: op.off, len: op.len });
+            self.cq.cv.notify_all();
+            return Ok(());
+        }
+        let c = match self.execute(&op) {
+            Ok(()) => Completion::ok(self.id, op.wr_id, op.kind, op.len),
+            Err(e) => Completion::failed(self.id, op.wr_id, op.kind, e),
+        };
+        self.cq.push(c);
+        Ok(())
+    }
+
+    fn is_alive(&self) -> bool {
+        self.live_peer().is_ok()
+    }
+
+    fn close(&self) {
+        if !self.closed.swap(true, Ordering::AcqRel) {
+            let mut out = Vec::new();
+            self.flush(&Error::Closed, &mut out);
+            for c in out {
+                self.cq.push(c);
+            }
+            if let Some(p) = self.peer.lock().unwrap().upgrade() {
+                p.cq.cv.notify_all();
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct CqState {
+    conns: Vec<Arc<MockConn>>,
+    /// Finished completions, each with the number of polls it is still held back for.
+    ready: VecDeque<(Completion, u32)>,
+}
+
+pub(crate) struct MockCq {
+    net: Arc<NetInner>,
+    state: Mutex<CqState>,
+    cv: Condvar,
+}
+
+impl MockCq {
+    fn push(&self, c: Completion) {
+        let held = if self.net.roll(self.net.faults.lock().unwrap().0.delay) { self.net.faults.lock().unwrap().1.gen_range(1..4) } else { 0 };
+        self.state.lock().unwrap().ready.push_back((c, held));
+        self.cv.notify_all();
+    }
+}
+
+impl CqImpl for MockCq {
+    fn poll(&self, out: &mut Vec<Completion>, max: usize) -> usize {
+        let conns: Vec<Arc<MockConn>> = self.state.lock().unwrap().conns.clone();
+        let mut fresh = Vec::new();
+        for c in &conns {
+            c.deliver(&mut fresh);
+        }
+        for c in fresh {
+            self.push(c);
+        }
+        let mut st = self.state.lock().unwrap();
+        st.conns.retain(|c| !c.closed.load(Ordering::Acquire) || !c.posted.lock().unwrap().is_empty());
+        if self.net.faults.lock().unwrap().0.reorder && st.ready.len() > 1 {
+            let mut v: Vec<_> = st.ready.drain(..).collect();
+            let mut f = self.net.faults.lock().unwrap();
+            for i in (1..v.len()).rev() {
+                let j = f.1.gen_range(0..=i);
+                v.swap(i, j);
+            }
+            st.ready = v.into();
+        }
+        let mut n = 0;
+        let mut kept = VecDeque::new();
+        while let Some((c, held)) = st.ready.pop_front() {
+            if held > 0 {
+                kept.push_back((c, held - 1));
+            } else if n < max {
+                out.push(c);
+                n += 1;
+            } else {
+                kept.push_back((c, 0));
+            }
+        }
+        st.ready = kept;
+        n
+    }
+
+    fn sleep(&self, timeout: Duration) {
+        let st = self.state.lock().unwrap();
+        let nothing = st.ready.is_empty() && st.conns.iter().all(|c| c.inbox.lock().unwrap().is_empty());
+        if nothing {
+            let _ = self.cv.wait_timeout(st, timeout);
+        }
+    }
+
+    fn as_any_arc(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+        self
+    }
+
+    fn check_peers(&self) {
+        let conns: Vec<Arc<MockConn>> = self.state.lock().unwrap().conns.clone();
+        for c in conns {
+            if let Err(e) = c.live_peer() {
+                if e != Error::Closed {
+                    let mut out = Vec::new();
+                    c.flush(&e, &mut out);
+                    for x in out {
+                        self.push(x);
+                    }
+                }
+            }
+        }
+    }
+}

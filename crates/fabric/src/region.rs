@@ -1,0 +1,316 @@
+//! Registered memory: mappings, regions and their remote descriptors.
+//!
+//! This is one of the two modules of the crate with `unsafe` code (the other is `futex`): a
+//! [`Mapping`] owns an `mmap`ed range and every byte access to it, by this process or on behalf
+//! of a peer, goes through its bounds-checked copy functions. Peers may read and write a
+//! registered region at any time, so accesses are copies, never references into the memory.
+
+use std::any::Any;
+use std::fs::File;
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+
+/// What a region allows. Local access (as the buffer of one's own operations) is always allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access {
+    pub remote_read: bool,
+    pub remote_write: bool,
+}
+
+impl Access {
+    pub const LOCAL: Access = Access { remote_read: false, remote_write: false };
+    pub const REMOTE_READ: Access = Access { remote_read: true, remote_write: false };
+    pub const REMOTE_WRITE: Access = Access { remote_read: false, remote_write: true };
+    pub const REMOTE_ALL: Access = Access { remote_read: true, remote_write: true };
+
+    pub fn is_remote(self) -> bool {
+        self.remote_read || self.remote_write
+    }
+
+    pub(crate) fn bits(self) -> u32 {
+        self.remote_read as u32 | (self.remote_write as u32) << 1
+    }
+
+    pub(crate) fn from_bits(b: u32) -> Access {
+        Access { remote_read: b & 1 != 0, remote_write: b & 2 != 0 }
+    }
+}
+
+/// An `mmap`ed byte range, unmapped on drop.
+pub(crate) struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; all accesses are copies or atomics through the
+// methods below, which are safe to call from any thread.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; no method hands out references that alias mutable state.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    pub(crate) fn anonymous(len: usize) -> Result<Mapping> {
+        Self::map(None, 0, len)
+    }
+
+    pub(crate) fn file(file: &File, offset: u64, len: usize) -> Result<Mapping> {
+        Self::map(Some(file), offset, len)
+    }
+
+    fn map(file: Option<&File>, offset: u64, len: usize) -> Result<Mapping> {
+        if len == 0 {
+            return Err(Error::OutOfBounds { offset, len: 0, region_len: 0 });
+        }
+        let (flags, fd) = match file {
+            Some(f) => (libc::MAP_SHARED, f.as_raw_fd()),
+            None => (libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1),
+        };
+        // SAFETY: a fresh mapping chosen by the kernel; arguments are checked by mmap itself.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                fd,
+                offset as libc::off_t,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(Error::io("mmap of a fabric region", std::io::Error::last_os_error()));
+        }
+        Ok(Mapping { ptr: NonNull::new(p.cast()).expect("mmap returned null"), len })
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn addr(&self) -> u64 {
+        self.ptr.as_ptr() as u64
+    }
+
+    pub(crate) fn check(&self, off: u64, len: usize) -> Result<usize> {
+        let end = off.checked_add(len as u64);
+        match end {
+            Some(end) if end <= self.len as u64 => Ok(off as usize),
+            _ => Err(Error::OutOfBounds { offset: off, len: len as u64, region_len: self.len as u64 }),
+        }
+    }
+
+    pub(crate) fn read(&self, off: u64, dst: &mut [u8]) -> Result<()> {
+        let o = self.check(off, dst.len())?;
+        // SAFETY: [o, o+len) is inside the mapping (checked); dst is a distinct Rust buffer.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(o), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    pub(crate) fn write(&self, off: u64, src: &[u8]) -> Result<()> {
+        let o = self.check(off, src.len())?;
+        // SAFETY: [o, o+len) is inside the mapping (checked); src is a distinct Rust buffer.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(o), src.len()) };
+        Ok(())
+    }
+
+    /// Copies `len` bytes from `src` at `src_off` to `dst` at `dst_off`: the data movement of a
+    /// one-sided operation between two mappings (possibly the same one).
+    pub(crate) fn copy(src: &Mapping, src_off: u64, dst: &Mapping, dst_off: u64, len: usize) -> Result<()> {
+        let s = src.check(src_off, len)?;
+        let d = dst.check(dst_off, len)?;
+        // SAFETY: both ranges are inside their mappings (checked); `copy` tolerates overlap
+        // when a region is read into itself.
+        unsafe { std::ptr::copy(src.ptr.as_ptr().add(s), dst.ptr.as_ptr().add(d), len) };
+        Ok(())
+    }
+
+    pub(crate) fn atomic_u64(&self, off: usize) -> &AtomicU64 {
+        assert!(off % 8 == 0 && off + 8 <= self.len, "atomic u64 at {off} outside mapping");
+        // SAFETY: aligned and in bounds (asserted); AtomicU64 has the layout of u64 and the
+        // memory lives as long as &self.
+        unsafe { &*(self.ptr.as_ptr().add(off) as *const AtomicU64) }
+    }
+
+    pub(crate) fn atomic_u32(&self, off: usize) -> &AtomicU32 {
+        assert!(off % 4 == 0 && off + 4 <= self.len, "atomic u32 at {off} outside mapping");
+        // SAFETY: aligned and in bounds (asserted); the memory lives as long as &self.
+        unsafe { &*(self.ptr.as_ptr().add(off) as *const AtomicU32) }
+    }
+
+    /// Raw base pointer, for handing to libfabric (registration, operation buffers).
+    pub(crate) fn base_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the range was mapped by Mapping::map and is unmapped exactly once.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// What a peer needs to reach a region: the key, the base address used on the wire (the
+/// region's virtual address when the provider wants virtual addressing, else 0) and its length.
+/// Applications ship it to peers in their own messages ([`RemoteRegion::encode`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RemoteRegion {
+    pub key: u64,
+    pub addr: u64,
+    pub len: u64,
+}
+
+impl RemoteRegion {
+    pub const ENCODED_LEN: usize = 24;
+
+    pub fn encode(&self) -> [u8; 24] {
+        let mut b = [0u8; 24];
+        b[0..8].copy_from_slice(&self.key.to_le_bytes());
+        b[8..16].copy_from_slice(&self.addr.to_le_bytes());
+        b[16..24].copy_from_slice(&self.len.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Option<RemoteRegion> {
+        let b: &[u8; 24] = b.get(..24)?.try_into().ok()?;
+        let f = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+        Some(RemoteRegion { key: f(0), addr: f(8), len: f(16) })
+    }
+
+    /// The sub-range [offset, offset+len) of this region, checked.
+    pub fn slice(&self, offset: u64, len: u64) -> Result<RemoteRegion> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(RemoteRegion {
+                key: self.key,
+                addr: if self.addr == 0 { 0 } else { self.addr + offset },
+                len,
+            }),
+            _ => Err(Error::OutOfBounds { offset, len, region_len: self.len }),
+        }
+    }
+}
+
+/// Backend state of a registered region (a libfabric MR, a slot in the local region table);
+/// dropping it deregisters the region.
+pub(crate) trait RegionBackend: Send + Sync + Any {
+    fn revoke(&self);
+    fn as_any(&self) -> &dyn Any;
+}
+
+pub(crate) struct RegionInner {
+    pub(crate) map: Mapping,
+    pub(crate) key: u64,
+    pub(crate) wire_addr: u64,
+    pub(crate) access: Access,
+    pub(crate) domain: u64,
+    pub(crate) backend: Option<Box<dyn RegionBackend>>,
+}
+
+impl Drop for RegionInner {
+    fn drop(&mut self) {
+        if let Some(b) = self.backend.take() {
+            b.revoke();
+        }
+    }
+}
+
+/// A registered memory region of a [`crate::Domain`]. Cheap to clone; deregistered when the
+/// last clone (including those held by posted operations) is gone.
+#[derive(Clone)]
+pub struct Region {
+    pub(crate) inner: Arc<RegionInner>,
+}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region").field("len", &self.len()).field("access", &self.inner.access).finish()
+    }
+}
+
+impl Region {
+    pub fn len(&self) -> usize {
+        self.inner.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    pub fn access(&self) -> Access {
+        self.inner.access
+    }
+
+    /// The descriptor peers use to address this region.
+    pub fn remote(&self) -> RemoteRegion {
+        RemoteRegion { key: self.inner.key, addr: self.inner.wire_addr, len: self.len() as u64 }
+    }
+
+    /// Refuses every later remote access with this region's key. Local use continues.
+    pub fn revoke(&self) {
+        if let Some(b) = &self.inner.backend {
+            b.revoke();
+        }
+    }
+
+    pub fn read(&self, off: u64, dst: &mut [u8]) -> Result<()> {
+        self.inner.map.read(off, dst)
+    }
+
+    pub fn write(&self, off: u64, src: &[u8]) -> Result<()> {
+        self.inner.map.write(off, src)
+    }
+
+    /// Atomic 8-byte load at an aligned offset (what a remote 8-byte tail read observes).
+    pub fn load_u64(&self, off: u64) -> Result<u64> {
+        self.check_word(off)?;
+        Ok(self.inner.map.atomic_u64(off as usize).load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    pub fn store_u64(&self, off: u64, v: u64) -> Result<()> {
+        self.check_word(off)?;
+        self.inner.map.atomic_u64(off as usize).store(v, std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
+
+    fn check_word(&self, off: u64) -> Result<()> {
+        self.inner.map.check(off, 8)?;
+        if off % 8 != 0 {
+            return Err(Error::OutOfBounds { offset: off, len: 8, region_len: self.len() as u64 });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn backend<T: 'static>(&self) -> Option<&T> {
+        self.inner.backend.as_ref()?.as_any().downcast_ref::<T>()
+    }
+
+    pub(crate) fn open_file(path: &Path, offset: u64, len: usize, writable: bool) -> Result<(File, Mapping)> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(writable)
+            .open(path)
+            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        let size = file.metadata().map_err(|e| Error::io(format!("stat of {}", path.display()), e))?.len();
+        if offset.checked_add(len as u64).is_none_or(|end| end > size) {
+            return Err(Error::OutOfBounds { offset, len: len as u64, region_len: size });
+        }
+        let map = Mapping::file(&file, offset, len)?;
+        Ok((file, map))
+    }
+}
+
+/// A fresh random 64-bit value for remote keys and nonces; never 0, which marks a free slot.
+pub(crate) fn random_u64() -> u64 {
+    loop {
+        let mut b = [0u8; 8];
+        getrandom::getrandom(&mut b).expect("the OS random source failed");
+        let v = u64::from_le_bytes(b);
+        if v != 0 {
+            return v;
+        }
+    }
+}
