@@ -131,7 +131,7 @@ impl Domain {
         let cfg = Arc::new(cfg);
         let imp: Arc<dyn DomainImpl> = match &cfg.backend {
             Backend::Libfabric => { let _ = crate::ofi::OfiDomain::open(cfg.clone(), id)?; unreachable!() }
-            Backend::Local => { let _ = crate::local::LocalDomain::open(cfg.clone(), id)?; unreachable!() }
+            Backend::Local => Arc::new(crate::local::LocalDomain::open(cfg.clone(), id)?),
             Backend::Mock(net) => Arc::new(net.domain(cfg.clone(), id)),
         };
         Ok(Domain { imp, id, cfg })

@@ -26,6 +26,7 @@ pub mod local;
 pub mod mock;
 pub mod ofi;
 mod region;
+mod tcp;
 mod wait;
 
 pub use api::{

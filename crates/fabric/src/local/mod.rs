@@ -1,6 +1,660 @@
-//! placeholder
-use std::sync::Arc;
+//! The same-host backend: processes on one machine share memory.
+//!
+//! Registered regions live in files (in `/dev/shm`, or the pool file itself) that peers map,
+//! so a one-sided READ or WRITE is a memory copy done by the initiator. The target's CPU takes
+//! no part, as with RDMA or CXL memory; the target's region table (see `table`) is what
+//! refuses unknown or revoked keys, bad permissions and out-of-range accesses. SEND and WRITE
+//! with immediate travel through a pair of shared-memory rings per connection; a sleeping
+//! completion queue is woken through a futex doorbell in its domain file.
+
+mod ring;
+mod table;
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use crate::api::{
+    next_conn_id, shm_dir, Completion, CompletionQueue, ConnId, ConnImpl, Connection, CqImpl, DomainImpl, ListenerImpl, OpKind, PostOp,
+    RegionSource,
+};
+use crate::auth;
 use crate::config::FabricConfig;
 use crate::error::{Error, Result};
-pub(crate) struct LocalDomain;
-impl LocalDomain { pub(crate) fn open(_c: Arc<FabricConfig>, _id: u64) -> Result<Self> { Err(Error::Closed) } }
+use crate::region::{random_u64, Access, Mapping, Region, RegionBackend, RegionInner};
+use crate::tcp;
+use ring::{Ring, KIND_IMM, KIND_MSG};
+use table::{DomainFile, SlotEntry, DOORBELLS, TABLE_SLOTS};
+
+/// Bytes of each direction's ring: room for several maximum-size messages.
+const RING_BYTES: usize = 512 * 1024;
+const RING_CTL: usize = 4096;
+const RING_DATA: usize = 16384;
+const RING_FILE_LEN: usize = RING_DATA + 2 * RING_BYTES;
+const RING_MAGIC: u64 = u64::from_le_bytes(*b"ORFLRNG1");
+/// Offsets of the two "closed" flags (connector, acceptor) in a ring file.
+const CLOSED_FLAG: [usize; 2] = [64, 128];
+
+fn ring_of(dir: usize) -> Ring {
+    Ring { ctl: RING_CTL + dir * 4096, data: RING_DATA + dir * RING_BYTES, size: RING_BYTES }
+}
+
+fn unique_path(what: &str) -> PathBuf {
+    shm_dir().join(format!("orion-fabric.{}.{:016x}.{what}", std::process::id(), random_u64()))
+}
+
+struct Shared {
+    file: DomainFile,
+    slots: Mutex<Vec<bool>>,
+    bells: Mutex<Vec<bool>>,
+    peers: Mutex<HashMap<PathBuf, Weak<PeerDomain>>>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.file.path);
+    }
+}
+
+pub(crate) struct LocalDomain {
+    cfg: Arc<FabricConfig>,
+    id: u64,
+    shared: Arc<Shared>,
+}
+
+impl LocalDomain {
+    pub(crate) fn open(cfg: Arc<FabricConfig>, id: u64) -> Result<LocalDomain> {
+        let file = DomainFile::create(&unique_path("domain"))?;
+        let shared = Arc::new(Shared {
+            file,
+            slots: Mutex::new(vec![false; TABLE_SLOTS]),
+            bells: Mutex::new(vec![false; DOORBELLS]),
+            peers: Mutex::new(HashMap::new()),
+        });
+        Ok(LocalDomain { cfg, id, shared })
+    }
+
+    fn peer_domain(&self, path: &Path) -> Result<Arc<PeerDomain>> {
+        let mut peers = self.shared.peers.lock().unwrap();
+        if let Some(p) = peers.get(path).and_then(Weak::upgrade) {
+            return Ok(p);
+        }
+        let p = Arc::new(PeerDomain { file: DomainFile::open(path)?, cache: Mutex::new(HashMap::new()) });
+        peers.insert(path.to_path_buf(), Arc::downgrade(&p));
+        Ok(p)
+    }
+
+    fn new_conn(&self, cq: &CompletionQueue, boot: TcpStream, ring: Mapping, side: usize, peer: Arc<PeerDomain>, peer_bell: usize, name: String) -> Result<Arc<LocalConn>> {
+        let lcq = cq_of(cq)?;
+        let conn = Arc::new(LocalConn {
+            id: next_conn_id(),
+            peer_name: name,
+            side,
+            ring,
+            peer,
+            peer_bell,
+            cq: Arc::downgrade(&lcq),
+            tx: Mutex::new(VecDeque::new()),
+            posted: Mutex::new(VecDeque::new()),
+            broken: Mutex::new(None),
+            closed: AtomicBool::new(false),
+            boot,
+        });
+        lcq.conns.lock().unwrap().push(conn.clone());
+        Ok(conn)
+    }
+}
+
+fn cq_of(cq: &CompletionQueue) -> Result<Arc<LocalCq>> {
+    cq.imp.clone().as_any_arc().downcast::<LocalCq>().map_err(|_| Error::ForeignRegion)
+}
+
+struct LocalRegion {
+    shared: Arc<Shared>,
+    slot: Option<usize>,
+    key: u64,
+    unlink: Option<PathBuf>,
+}
+
+impl RegionBackend for LocalRegion {
+    fn revoke(&self) {
+        if let Some(s) = self.slot {
+            self.shared.file.revoke(s, self.key);
+        }
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+impl Drop for LocalRegion {
+    fn drop(&mut self) {
+        if let Some(s) = self.slot {
+            self.shared.file.revoke(s, self.key);
+            self.shared.slots.lock().unwrap()[s] = false;
+        }
+        if let Some(p) = &self.unlink {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+impl DomainImpl for LocalDomain {
+    fn register(&self, src: RegionSource<'_>, access: Access) -> Result<Region> {
+        let key = random_u64();
+        let (map, entry, unlink) = match src {
+            RegionSource::Memory(len) if !access.is_remote() => (Mapping::anonymous(len)?, None, None),
+            RegionSource::Memory(len) => {
+                let path = unique_path("region");
+                let f = File::options().read(true).write(true).create_new(true).open(&path).map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+                f.set_len(len as u64).map_err(|e| Error::io(format!("sizing {}", path.display()), e))?;
+                let map = Mapping::file(&f, 0, len)?;
+                (map, Some(SlotEntry { len: len as u64, file_off: 0, access, path: path.clone() }), Some(path))
+            }
+            RegionSource::File { path, offset, len } => {
+                if offset % 4096 != 0 {
+                    return Err(Error::OutOfBounds { offset, len: len as u64, region_len: 0 });
+                }
+                let path = std::fs::canonicalize(path).map_err(|e| Error::io(format!("resolving {}", path.display()), e))?;
+                let (_f, map) = Region::open_file(&path, offset, len, true)?;
+                let entry = access.is_remote().then(|| SlotEntry { len: len as u64, file_off: offset, access, path });
+                (map, entry, None)
+            }
+        };
+        let slot = match &entry {
+            Some(e) => {
+                let mut slots = self.shared.slots.lock().unwrap();
+                let s = slots.iter().position(|u| !u).ok_or_else(|| Error::io("registering a region", std::io::Error::other(format!("all {TABLE_SLOTS} region slots are in use"))))?;
+                self.shared.file.publish(s, key, e)?;
+                slots[s] = true;
+                Some(s)
+            }
+            None => None,
+        };
+        let backend = LocalRegion { shared: self.shared.clone(), slot, key, unlink };
+        let inner = RegionInner { map, key, wire_addr: 0, access, domain: self.id, backend: Some(Box::new(backend)) };
+        Ok(Region { inner: Arc::new(inner) })
+    }
+
+    fn completion_queue(&self) -> Result<Arc<dyn CqImpl>> {
+        let mut bells = self.shared.bells.lock().unwrap();
+        let bell = bells.iter().position(|u| !u).ok_or_else(|| Error::io("opening a completion queue", std::io::Error::other(format!("all {DOORBELLS} doorbells are in use"))))?;
+        bells[bell] = true;
+        Ok(Arc::new(LocalCq { shared: self.shared.clone(), bell, conns: Mutex::new(Vec::new()), ready: Mutex::new(VecDeque::new()) }))
+    }
+
+    fn listen(&self, addr: &str) -> Result<Box<dyn ListenerImpl>> {
+        let l = tcp::listen(addr)?;
+        Ok(Box::new(LocalListener { l, domain: LocalDomain { cfg: self.cfg.clone(), id: self.id, shared: self.shared.clone() } }))
+    }
+
+    fn connect(&self, addr: &str, cq: &CompletionQueue, timeout: Duration) -> Result<Connection> {
+        let lcq = cq_of(cq)?;
+        let mut s = tcp::connect(addr, timeout)?;
+        let p = auth::Params { secret: &self.cfg.secret, epoch: self.cfg.epoch, backend: &self.cfg.backend, peer: addr.to_string() };
+        auth::client(&mut s, &p)?;
+        // The connector creates the ring file; the acceptor maps it and removes its name.
+        let ring_path = unique_path("ring");
+        let f = File::options().read(true).write(true).create_new(true).open(&ring_path).map_err(|e| Error::io(format!("creating {}", ring_path.display()), e))?;
+        let sized = f.set_len(RING_FILE_LEN as u64).map_err(|e| Error::io("sizing a ring file", e));
+        let ring = sized.and_then(|_| Mapping::file(&f, 0, RING_FILE_LEN));
+        let ring = match ring {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = std::fs::remove_file(&ring_path);
+                return Err(e);
+            }
+        };
+        ring.write(0, &RING_MAGIC.to_le_bytes())?;
+        let hello = encode_blob(&[self.shared.file.path.as_os_str().as_encoded_bytes(), &(lcq.bell as u32).to_le_bytes(), ring_path.as_os_str().as_encoded_bytes()]);
+        let sent = auth::send_frame(&mut s, addr, &hello);
+        let reply = sent.and_then(|_| auth::recv_frame(&mut s, addr));
+        let _ = std::fs::remove_file(&ring_path);
+        let reply = reply?;
+        let parts = decode_blob(&reply, 2).ok_or_else(|| Error::Protocol { peer: addr.into(), why: "malformed local setup reply".into() })?;
+        let peer = self.peer_domain(&path_of(&parts[0]))?;
+        let bell = bell_of(&parts[1], addr)?;
+        tcp::into_liveness(&s)?;
+        let conn = self.new_conn(cq, s, ring, 0, peer, bell, addr.to_string())?;
+        Ok(Connection::new(conn.clone(), conn.id, self.cfg.epoch, addr.to_string(), self.id))
+    }
+
+    fn describe(&self) -> String {
+        format!("local shared memory ({})", shm_dir().display())
+    }
+}
+
+fn encode_blob(parts: &[&[u8]]) -> Vec<u8> {
+    let mut v = Vec::new();
+    for p in parts {
+        v.extend_from_slice(&(p.len() as u32).to_le_bytes());
+        v.extend_from_slice(p);
+    }
+    v
+}
+
+fn decode_blob(b: &[u8], n: usize) -> Option<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    for _ in 0..n {
+        let len = u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?) as usize;
+        at += 4;
+        out.push(b.get(at..at.checked_add(len)?)?.to_vec());
+        at += len;
+    }
+    (at == b.len()).then_some(out)
+}
+
+fn path_of(b: &[u8]) -> PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    PathBuf::from(std::ffi::OsString::from_vec(b.to_vec()))
+}
+
+fn bell_of(b: &[u8], peer: &str) -> Result<usize> {
+    let v = b.try_into().map(u32::from_le_bytes).map_err(|_| Error::Protocol { peer: peer.into(), why: "malformed doorbell".into() })? as usize;
+    if v >= DOORBELLS {
+        return Err(Error::Protocol { peer: peer.into(), why: format!("doorbell {v} out of range") });
+    }
+    Ok(v)
+}
+
+struct LocalListener {
+    l: TcpListener,
+    domain: LocalDomain,
+}
+
+impl ListenerImpl for LocalListener {
+    fn accept(&self, cq: &CompletionQueue, timeout: Duration) -> Result<Connection> {
+        let (mut s, from) = tcp::accept(&self.l, timeout)?;
+        let d = &self.domain;
+        let peer = from.to_string();
+        let p = auth::Params { secret: &d.cfg.secret, epoch: d.cfg.epoch, backend: &d.cfg.backend, peer: peer.clone() };
+        auth::server(&mut s, &p)?;
+        let hello = auth::recv_frame(&mut s, &peer)?;
+        let bad = |why: &str| Error::Protocol { peer: peer.clone(), why: why.into() };
+        let parts = decode_blob(&hello, 3).ok_or_else(|| bad("malformed local setup"))?;
+        let peer_dom = d.peer_domain(&path_of(&parts[0]))?;
+        let bell = bell_of(&parts[1], &peer)?;
+        let ring_path = path_of(&parts[2]);
+        if !ring_path.starts_with(shm_dir()) {
+            return Err(bad("ring file outside the shared-memory directory"));
+        }
+        let (_f, ring) = Region::open_file(&ring_path, 0, RING_FILE_LEN, true)?;
+        let mut magic = [0u8; 8];
+        ring.read(0, &mut magic)?;
+        if u64::from_le_bytes(magic) != RING_MAGIC {
+            return Err(bad("not a ring file"));
+        }
+        let lcq = cq_of(cq)?;
+        let reply = encode_blob(&[d.shared.file.path.as_os_str().as_encoded_bytes(), &(lcq.bell as u32).to_le_bytes()]);
+        auth::send_frame(&mut s, &peer, &reply)?;
+        tcp::into_liveness(&s)?;
+        let conn = d.new_conn(cq, s, ring, 1, peer_dom, bell, peer.clone())?;
+        Ok(Connection::new(conn.clone(), conn.id, d.cfg.epoch, peer, d.id))
+    }
+
+    fn local_addr(&self) -> String {
+        self.l.local_addr().map(|a| a.to_string()).unwrap_or_default()
+    }
+}
+
+/// A peer's domain file, mapped, with the regions resolved so far.
+struct PeerDomain {
+    file: DomainFile,
+    cache: Mutex<HashMap<u64, (usize, Arc<Mapping>, Access)>>,
+}
+
+impl PeerDomain {
+    /// Resolves `key` (mapping the region's file on first use) and checks the access the way
+    /// the target's NIC would: the key must still be in its slot, the permission granted and
+    /// the range inside the registration.
+    fn target(&self, key: u64, off: u64, len: usize, write: bool) -> Result<Arc<Mapping>> {
+        let cached = self.cache.lock().unwrap().get(&key).cloned();
+        let (slot, map, access) = match cached {
+            Some(c) => c,
+            None => {
+                let (slot, e) = self.file.lookup(key).ok_or(Error::UnknownKey { key })?;
+                let (_f, map) = Region::open_file(&e.path, e.file_off, e.len as usize, true).map_err(|_| Error::UnknownKey { key })?;
+                let c = (slot, Arc::new(map), e.access);
+                self.cache.lock().unwrap().insert(key, c.clone());
+                c
+            }
+        };
+        if self.file.slot_key(slot) != key {
+            self.cache.lock().unwrap().remove(&key);
+            return Err(Error::UnknownKey { key });
+        }
+        if !(if write { access.remote_write } else { access.remote_read }) {
+            return Err(Error::RemoteAccess(format!("region {key:#x} is not remotely {}", if write { "writable" } else { "readable" })));
+        }
+        map.check(off, len).map_err(|e| Error::RemoteAccess(e.to_string()))?;
+        Ok(map)
+    }
+}
+
+enum Outgoing {
+    Send { wr_id: u64, buf: Region, off: u64, len: usize },
+    Imm { wr_id: u64, imm: u32, len: usize },
+}
+
+struct PostedRecv {
+    wr_id: u64,
+    buf: Region,
+    off: u64,
+    len: usize,
+}
+
+struct LocalConn {
+    id: ConnId,
+    peer_name: String,
+    /// 0 for the connector, 1 for the acceptor: we send on ring `side`, receive on `1 - side`.
+    side: usize,
+    ring: Mapping,
+    peer: Arc<PeerDomain>,
+    peer_bell: usize,
+    cq: Weak<LocalCq>,
+    /// Messages waiting for ring space, in order.
+    tx: Mutex<VecDeque<Outgoing>>,
+    posted: Mutex<VecDeque<PostedRecv>>,
+    broken: Mutex<Option<Error>>,
+    closed: AtomicBool,
+    boot: TcpStream,
+}
+
+impl LocalConn {
+    fn tx_ring(&self) -> Ring {
+        ring_of(self.side)
+    }
+
+    fn rx_ring(&self) -> Ring {
+        ring_of(1 - self.side)
+    }
+
+    fn state(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        if let Some(e) = &*self.broken.lock().unwrap() {
+            return Err(e.clone());
+        }
+        Ok(())
+    }
+
+    fn complete(&self, c: Completion) {
+        if let Some(cq) = self.cq.upgrade() {
+            cq.push(c);
+        }
+    }
+
+    /// Moves queued messages into the ring while there is space; returns their completions.
+    fn flush_tx(&self, tx: &mut VecDeque<Outgoing>, out: &mut Vec<Completion>) -> Result<()> {
+        let ring = self.tx_ring();
+        let mut pushed = false;
+        while let Some(o) = tx.front() {
+            let ok = match o {
+                Outgoing::Send { buf, off, len, .. } => ring.push(&self.ring, KIND_MSG, 0, *len, |m, at| Mapping::copy(&buf.inner.map, *off, m, at, *len))?,
+                Outgoing::Imm { imm, .. } => ring.push(&self.ring, KIND_IMM, *imm, 0, |_, _| Ok(()))?,
+            };
+            if !ok {
+                break;
+            }
+            pushed = true;
+            match tx.pop_front().unwrap() {
+                Outgoing::Send { wr_id, len, .. } => out.push(Completion::ok(self.id, wr_id, OpKind::Send, len)),
+                Outgoing::Imm { wr_id, len, .. } => out.push(Completion::ok(self.id, wr_id, OpKind::WriteImm, len)),
+            }
+        }
+        if pushed {
+            self.peer.file.ring(self.peer_bell);
+        }
+        Ok(())
+    }
+
+    fn enqueue(&self, o: Outgoing) -> Result<()> {
+        let mut out = Vec::new();
+        {
+            let mut tx = self.tx.lock().unwrap();
+            tx.push_back(o);
+            self.flush_tx(&mut tx, &mut out)?;
+        }
+        for c in out {
+            self.complete(c);
+        }
+        Ok(())
+    }
+
+    /// Delivers arrived records into posted receives; stops at a message with no receive.
+    fn deliver(&self, out: &mut Vec<Completion>, max: usize) {
+        let ring = self.rx_ring();
+        while out.len() < max {
+            let rec = match ring.peek(&self.ring) {
+                Ok(Some(r)) => r,
+                Ok(None) => return,
+                Err(e) => {
+                    self.fail(Error::Protocol { peer: self.peer_name.clone(), why: e.to_string() }, out);
+                    return;
+                }
+            };
+            if rec.kind == KIND_IMM {
+                out.push(Completion { conn: self.id, wr_id: 0, kind: OpKind::RemoteWrite, len: 0, imm: rec.imm, status: Ok(()) });
+            } else {
+                let Some(r) = self.posted.lock().unwrap().pop_front() else { return };
+                let c = if rec.len > r.len {
+                    Completion::failed(self.id, r.wr_id, OpKind::Recv, Error::RecvTooSmall { len: rec.len, cap: r.len })
+                } else {
+                    match Mapping::copy(&self.ring, rec.payload as u64, &r.buf.inner.map, r.off, rec.len) {
+                        Ok(()) => Completion::ok(self.id, r.wr_id, OpKind::Recv, rec.len),
+                        Err(e) => Completion::failed(self.id, r.wr_id, OpKind::Recv, e),
+                    }
+                };
+                out.push(c);
+            }
+            ring.consume(&self.ring, &rec);
+        }
+    }
+
+    /// Marks the connection broken and completes everything outstanding with `e`.
+    fn fail(&self, e: Error, out: &mut Vec<Completion>) {
+        {
+            let mut b = self.broken.lock().unwrap();
+            if b.is_none() {
+                *b = Some(e.clone());
+            }
+        }
+        for o in self.tx.lock().unwrap().drain(..) {
+            match o {
+                Outgoing::Send { wr_id, .. } => out.push(Completion::failed(self.id, wr_id, OpKind::Send, e.clone())),
+                Outgoing::Imm { wr_id, .. } => out.push(Completion::failed(self.id, wr_id, OpKind::WriteImm, e.clone())),
+            }
+        }
+        for r in self.posted.lock().unwrap().drain(..) {
+            out.push(Completion::failed(self.id, r.wr_id, OpKind::Recv, e.clone()));
+        }
+    }
+
+    fn peer_closed(&self) -> bool {
+        self.ring.atomic_u32(CLOSED_FLAG[1 - self.side]).load(Ordering::Acquire) != 0
+    }
+
+    /// Whether a poll would make progress: a record that can be delivered, or a closed peer.
+    fn deliverable(&self) -> bool {
+        if self.peer_closed() {
+            return true;
+        }
+        match self.rx_ring().peek(&self.ring) {
+            Ok(Some(r)) => r.kind == KIND_IMM || !self.posted.lock().unwrap().is_empty(),
+            Ok(None) => false,
+            Err(_) => true,
+        }
+    }
+}
+
+impl ConnImpl for LocalConn {
+    fn post(&self, op: PostOp) -> Result<()> {
+        self.state()?;
+        if self.peer_closed() {
+            return Err(Error::gone(&self.peer_name, "connection closed by the peer"));
+        }
+        match op.kind {
+            OpKind::Recv => {
+                self.posted.lock().unwrap().push_back(PostedRecv { wr_id: op.wr_id, buf: op.local, off: op.off, len: op.len });
+                // A message may already be waiting for this buffer.
+                if let Some(cq) = self.cq.upgrade() {
+                    cq.shared.file.ring(cq.bell);
+                }
+                Ok(())
+            }
+            OpKind::Send => self.enqueue(Outgoing::Send { wr_id: op.wr_id, buf: op.local, off: op.off, len: op.len }),
+            OpKind::Read | OpKind::Write | OpKind::WriteImm => {
+                let (key, roff) = op.wire_addr();
+                let write = op.kind != OpKind::Read;
+                let moved = self.peer.target(key, roff, op.len, write).and_then(|target| {
+                    if write {
+                        Mapping::copy(&op.local.inner.map, op.off, &target, roff, op.len)
+                    } else {
+                        Mapping::copy(&target, roff, &op.local.inner.map, op.off, op.len)
+                    }
+                });
+                match moved {
+                    Ok(()) if op.kind == OpKind::WriteImm => self.enqueue(Outgoing::Imm { wr_id: op.wr_id, imm: op.imm, len: op.len }),
+                    Ok(()) => {
+                        self.complete(Completion::ok(self.id, op.wr_id, op.kind, op.len));
+                        Ok(())
+                    }
+                    Err(e) => {
+                        self.complete(Completion::failed(self.id, op.wr_id, op.kind, e));
+                        Ok(())
+                    }
+                }
+            }
+            OpKind::RemoteWrite => unreachable!("not postable"),
+        }
+    }
+
+    fn is_alive(&self) -> bool {
+        self.state().is_ok() && !self.peer_closed() && tcp::peer_alive(&self.boot)
+    }
+
+    fn close(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.ring.atomic_u32(CLOSED_FLAG[self.side]).store(1, Ordering::Release);
+        self.peer.file.ring(self.peer_bell);
+        let _ = self.boot.shutdown(std::net::Shutdown::Both);
+        let mut out = Vec::new();
+        self.fail(Error::Closed, &mut out);
+        for c in out {
+            self.complete(c);
+        }
+    }
+}
+
+pub(crate) struct LocalCq {
+    shared: Arc<Shared>,
+    bell: usize,
+    conns: Mutex<Vec<Arc<LocalConn>>>,
+    ready: Mutex<VecDeque<Completion>>,
+}
+
+impl Drop for LocalCq {
+    fn drop(&mut self) {
+        self.shared.bells.lock().unwrap()[self.bell] = false;
+    }
+}
+
+impl LocalCq {
+    fn push(&self, c: Completion) {
+        self.ready.lock().unwrap().push_back(c);
+        self.shared.file.ring(self.bell);
+    }
+
+    fn conns(&self) -> Vec<Arc<LocalConn>> {
+        let mut v = self.conns.lock().unwrap();
+        v.retain(|c| !c.closed.load(Ordering::Acquire));
+        v.clone()
+    }
+}
+
+impl CqImpl for LocalCq {
+    fn poll(&self, out: &mut Vec<Completion>, max: usize) -> usize {
+        let start = out.len();
+        {
+            let mut r = self.ready.lock().unwrap();
+            while out.len() - start < max {
+                match r.pop_front() {
+                    Some(c) => out.push(c),
+                    None => break,
+                }
+            }
+        }
+        for c in self.conns() {
+            if out.len() - start >= max {
+                break;
+            }
+            let mut tx = c.tx.lock().unwrap();
+            if !tx.is_empty() {
+                let mut done = Vec::new();
+                if let Err(e) = c.flush_tx(&mut tx, &mut done) {
+                    drop(tx);
+                    c.fail(e, &mut done);
+                } else {
+                    drop(tx);
+                }
+                self.ready.lock().unwrap().extend(done);
+            } else {
+                drop(tx);
+            }
+            let mut got = Vec::new();
+            c.deliver(&mut got, max - (out.len() - start));
+            out.extend(got);
+        }
+        out.len() - start
+    }
+
+    fn sleep(&self, timeout: Duration) {
+        let conns = self.conns();
+        // A sender waiting for ring space is not woken by the consumer; poll it again soon.
+        let backlog = conns.iter().any(|c| !c.tx.lock().unwrap().is_empty());
+        let timeout = if backlog { timeout.min(Duration::from_micros(200)) } else { timeout };
+        self.shared.file.sleep(self.bell, timeout, || !self.ready.lock().unwrap().is_empty() || conns.iter().any(|c| c.deliverable()));
+    }
+
+    fn check_peers(&self) {
+        for c in self.conns() {
+            if c.broken.lock().unwrap().is_some() {
+                continue;
+            }
+            let why = if c.peer_closed() {
+                Some("connection closed by the peer")
+            } else if !tcp::peer_alive(&c.boot) {
+                Some("the peer's process is gone")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                // Deliver what the peer sent before it went away, then flush the rest.
+                let mut out = Vec::new();
+                c.deliver(&mut out, usize::MAX);
+                c.fail(Error::gone(&c.peer_name, why), &mut out);
+                self.ready.lock().unwrap().extend(out);
+            }
+        }
+    }
+
+    fn as_any_arc(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+        self
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn f<T: Send + Sync>() {}
+    f::<LocalCq>();
+    f::<LocalConn>();
+    let _ = AtomicU32::new(0);
+}

@@ -1,0 +1,74 @@
+//! The TCP bootstrap shared by the local and libfabric backends: listening, connecting, and
+//! the liveness check. The bootstrap stream carries the handshake, then stays open for the
+//! connection's lifetime: when the peer's process dies, the kernel closes it, which is how a
+//! peer's death is noticed without any traffic.
+
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+
+pub(crate) fn listen(addr: &str) -> Result<TcpListener> {
+    let l = TcpListener::bind(addr).map_err(|e| Error::io(format!("listening on {addr}"), e))?;
+    l.set_nonblocking(true).map_err(|e| Error::io("listener", e))?;
+    Ok(l)
+}
+
+/// Waits up to `timeout` for one incoming connection.
+pub(crate) fn accept(l: &TcpListener, timeout: Duration) -> Result<(TcpStream, SocketAddr)> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match l.accept() {
+            Ok((s, a)) => {
+                s.set_nonblocking(false).map_err(|e| Error::io("accepted stream", e))?;
+                prepare(&s, timeout)?;
+                return Ok((s, a));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    return Err(Error::Timeout(timeout));
+                }
+                // Connection setup is not on any latency path; a short sleep keeps it cheap.
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(Error::io("accept", e)),
+        }
+    }
+}
+
+pub(crate) fn connect(addr: &str, timeout: Duration) -> Result<TcpStream> {
+    let addrs: Vec<SocketAddr> = addr.to_socket_addrs().map_err(|e| Error::io(format!("resolving {addr}"), e))?.collect();
+    let mut last = None;
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, timeout) {
+            Ok(s) => {
+                prepare(&s, timeout)?;
+                return Ok(s);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    let e = last.unwrap_or_else(|| std::io::ErrorKind::NotFound.into());
+    Err(Error::gone(addr, format!("cannot connect: {e}")))
+}
+
+fn prepare(s: &TcpStream, timeout: Duration) -> Result<()> {
+    s.set_nodelay(true).map_err(|e| Error::io("bootstrap stream", e))?;
+    s.set_read_timeout(Some(timeout)).map_err(|e| Error::io("bootstrap stream", e))?;
+    s.set_write_timeout(Some(timeout)).map_err(|e| Error::io("bootstrap stream", e))
+}
+
+/// After the handshake: the stream only signals liveness from now on.
+pub(crate) fn into_liveness(s: &TcpStream) -> Result<()> {
+    s.set_nonblocking(true).map_err(|e| Error::io("bootstrap stream", e))
+}
+
+/// False once the peer closed its end (or its process died).
+pub(crate) fn peer_alive(s: &TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    match s.peek(&mut b) {
+        Ok(0) => false,
+        Ok(_) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+    }
+}
