@@ -130,7 +130,7 @@ impl Domain {
         let id = crate::region::random_u64();
         let cfg = Arc::new(cfg);
         let imp: Arc<dyn DomainImpl> = match &cfg.backend {
-            Backend::Libfabric => { let _ = crate::ofi::OfiDomain::open(cfg.clone(), id)?; unreachable!() }
+            Backend::Libfabric => Arc::new(crate::ofi::OfiDomain::open(cfg.clone(), id)?),
             Backend::Local => Arc::new(crate::local::LocalDomain::open(cfg.clone(), id)?),
             Backend::Mock(net) => Arc::new(net.domain(cfg.clone(), id)),
         };

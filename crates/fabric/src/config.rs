@@ -110,6 +110,10 @@ pub struct FabricConfig {
     pub epoch: u64,
     pub spin: SpinPolicy,
     pub connect_timeout: Duration,
+    /// How long a posted SEND, READ or WRITE may stay without completion before its connection
+    /// is declared failed (an RDMA NIC's transport retry limit; also what catches a target that
+    /// refused an access by dropping the connection, or stopped driving its progress).
+    pub op_timeout: Duration,
 }
 
 impl FabricConfig {
@@ -122,6 +126,7 @@ impl FabricConfig {
             epoch: 1,
             spin: SpinPolicy::default(),
             connect_timeout: Duration::from_secs(10),
+            op_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -363,6 +363,13 @@ impl MockConn {
                     let Some(r) = posted.pop_front() else { break };
                     if d.len() > r.len {
                         out.push(Completion::failed(self.id, r.wr_id, OpKind::Recv, Error::RecvTooSmall { len: d.len(), cap: r.len }));
+                        let e = crate::ofi::oversized(&self.peer_name);
+                        for r in posted.drain(..) {
+                            out.push(Completion::failed(self.id, r.wr_id, OpKind::Recv, e.clone()));
+                        }
+                        inbox.clear();
+                        self.closed.store(true, Ordering::Release);
+                        return;
                     } else {
                         let c = match r.buf.write(r.off, d) {
                             Ok(()) => Completion::ok(self.id, r.wr_id, OpKind::Recv, d.len()),

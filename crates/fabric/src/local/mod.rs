@@ -443,9 +443,12 @@ impl LocalConn {
                 out.push(Completion { conn: self.id, wr_id: 0, kind: OpKind::RemoteWrite, len: 0, imm: rec.imm, status: Ok(()) });
             } else {
                 let Some(r) = self.posted.lock().unwrap().pop_front() else { return };
-                let c = if rec.len > r.len {
-                    Completion::failed(self.id, r.wr_id, OpKind::Recv, Error::RecvTooSmall { len: rec.len, cap: r.len })
-                } else {
+                if rec.len > r.len {
+                    out.push(Completion::failed(self.id, r.wr_id, OpKind::Recv, Error::RecvTooSmall { len: rec.len, cap: r.len }));
+                    self.fail(crate::ofi::oversized(&self.peer_name), out);
+                    return;
+                }
+                let c = {
                     match Mapping::copy(&self.ring, rec.payload as u64, &r.buf.inner.map, r.off, rec.len) {
                         Ok(()) => Completion::ok(self.id, r.wr_id, OpKind::Recv, rec.len),
                         Err(e) => Completion::failed(self.id, r.wr_id, OpKind::Recv, e),
@@ -457,7 +460,8 @@ impl LocalConn {
         }
     }
 
-    /// Marks the connection broken and completes everything outstanding with `e`.
+    /// Marks the connection broken, tells the peer, and completes everything outstanding
+    /// with `e`.
     fn fail(&self, e: Error, out: &mut Vec<Completion>) {
         {
             let mut b = self.broken.lock().unwrap();
@@ -465,6 +469,9 @@ impl LocalConn {
                 *b = Some(e.clone());
             }
         }
+        self.ring.atomic_u32(CLOSED_FLAG[self.side]).store(1, Ordering::Release);
+        self.peer.file.ring(self.peer_bell);
+        let _ = self.boot.shutdown(std::net::Shutdown::Both);
         for o in self.tx.lock().unwrap().drain(..) {
             match o {
                 Outgoing::Send { wr_id, .. } => out.push(Completion::failed(self.id, wr_id, OpKind::Send, e.clone())),

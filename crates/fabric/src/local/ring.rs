@@ -82,10 +82,6 @@ impl Ring {
         Ok(true)
     }
 
-    pub(crate) fn is_empty(&self, m: &Mapping) -> bool {
-        self.tail(m).load(Ordering::Acquire) == self.head(m).load(Ordering::Relaxed)
-    }
-
     /// The oldest record, if any (skip records are consumed here).
     pub(crate) fn peek(&self, m: &Mapping) -> Result<Option<Record>> {
         loop {

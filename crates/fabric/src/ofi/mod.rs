@@ -1,6 +1,780 @@
-//! placeholder
-use std::sync::Arc;
+//! The libfabric backend: any provider, `tcp;ofi_rxm` here and across hosts, `verbs;ofi_rxm`
+//! (or another RDMA provider) on clusters.
+//!
+//! Each connection is an RDM endpoint with its own completion queue, bound to the domain's
+//! address vector; endpoint names are exchanged on the authenticated bootstrap stream. One CQ
+//! per endpoint tells which connection a peer's WRITE with immediate came from (its completion
+//! carries no context). Operation contexts are slots of a per-connection slab, so every
+//! completion, including those read while a busy send queue makes a post retry, is matched to
+//! exactly one operation and none is lost.
+//!
+//! Memory registration asks for the modes RDMA providers need (local, virtual address,
+//! provider key, allocated) and follows what the provider keeps: descriptors are passed when it
+//! wants local registration, the wire address is the virtual address when it wants that, and
+//! the key is the provider's when it picks keys (else a random one of ours).
+//!
+//! This is the crate's FFI module: every `unsafe` block calls the shim with pointers owned by
+//! the structures here.
+
+mod ffi;
+
+use std::collections::VecDeque;
+use std::ffi::{CStr, CString};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::io::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::api::{next_conn_id, Completion, CompletionQueue, ConnId, ConnImpl, Connection, CqImpl, DomainImpl, ListenerImpl, OpKind, PostOp, RegionSource};
+use crate::auth;
 use crate::config::FabricConfig;
 use crate::error::{Error, Result};
-pub(crate) struct OfiDomain;
-impl OfiDomain { pub(crate) fn open(_c: Arc<FabricConfig>, _id: u64) -> Result<Self> { Err(Error::Closed) } }
+use crate::region::{random_u64, Access, Mapping, Region, RegionBackend, RegionInner};
+use crate::tcp;
+use ffi::Ptr;
+
+/// Completion queue depth per connection.
+const CQ_SIZE: usize = 4096;
+
+fn provider_error(call: &'static str, code: i32) -> Error {
+    let code = code.abs();
+    // SAFETY: fi_strerror returns a pointer to a static string for any code.
+    let msg = unsafe { CStr::from_ptr(ffi::orion_fi_strerror(code)) }.to_string_lossy().into_owned();
+    Error::Provider { call, code, msg }
+}
+
+fn check(call: &'static str, ret: i32) -> Result<()> {
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(provider_error(call, ret))
+    }
+}
+
+/// The libfabric objects of a domain. Closed in reverse order of creation.
+struct Fi {
+    info: Ptr,
+    fabric: Ptr,
+    domain: Ptr,
+    av: Ptr,
+    mr_mode: u64,
+    key_mask: u64,
+    describe: String,
+}
+
+// SAFETY: the domain is opened FI_THREAD_SAFE: libfabric serialises access to these objects.
+unsafe impl Send for Fi {}
+// SAFETY: as above.
+unsafe impl Sync for Fi {}
+
+impl Drop for Fi {
+    fn drop(&mut self) {
+        // SAFETY: each object was opened by Fi::open and is closed once, children first.
+        unsafe {
+            ffi::orion_fi_close_av(self.av);
+            ffi::orion_fi_close_domain(self.domain);
+            ffi::orion_fi_close_fabric(self.fabric);
+            ffi::orion_fi_freeinfo(self.info);
+        }
+    }
+}
+
+impl Fi {
+    fn open(provider: &str, address: &str) -> Result<Fi> {
+        let prov = CString::new(provider).map_err(|_| Error::NoDevice { provider: provider.into(), detail: "provider name contains NUL".into() })?;
+        let node = CString::new(address).expect("an IP address has no NUL");
+        let mut info: Ptr = std::ptr::null_mut();
+        // SAFETY: valid C strings; `info` receives an fi_info list owned by us.
+        let ret = unsafe { ffi::orion_fi_getinfo(prov.as_ptr(), node.as_ptr(), &mut info) };
+        if ret != 0 {
+            let e = provider_error("fi_getinfo", ret);
+            let detail = if ret.abs() == ffi::FI_ENODATA {
+                format!("no interface at {address} offers it (is there an RDMA device and its driver on this host? `fi_info -p {provider}` lists what libfabric sees)")
+            } else {
+                e.to_string()
+            };
+            return Err(Error::NoDevice { provider: provider.into(), detail });
+        }
+        let mut a: ffi::InfoAttrs = unsafe_zeroed_attrs();
+        // SAFETY: info is the list just returned; attrs is a plain output struct.
+        unsafe { ffi::orion_fi_info_attrs(info, &mut a) };
+        let mut fi = Fi {
+            info,
+            fabric: std::ptr::null_mut(),
+            domain: std::ptr::null_mut(),
+            av: std::ptr::null_mut(),
+            mr_mode: a.mr_mode,
+            key_mask: if a.mr_key_size >= 8 { u64::MAX } else { (1u64 << (8 * a.mr_key_size.max(1))) - 1 },
+            describe: String::new(),
+        };
+        // SAFETY: each call takes objects created by the previous one; on error, Drop closes
+        // what exists (close functions tolerate nothing being left out of order because we
+        // only reach Drop after all three succeeded; earlier failures close by hand below).
+        unsafe {
+            let r = ffi::orion_fi_fabric(info, &mut fi.fabric);
+            if r != 0 {
+                ffi::orion_fi_freeinfo(info);
+                std::mem::forget(fi);
+                return Err(provider_error("fi_fabric", r));
+            }
+            let r = ffi::orion_fi_domain(fi.fabric, info, &mut fi.domain);
+            if r != 0 {
+                ffi::orion_fi_close_fabric(fi.fabric);
+                ffi::orion_fi_freeinfo(info);
+                std::mem::forget(fi);
+                return Err(provider_error("fi_domain", r));
+            }
+            let r = ffi::orion_fi_av_open(fi.domain, &mut fi.av);
+            if r != 0 {
+                ffi::orion_fi_close_domain(fi.domain);
+                ffi::orion_fi_close_fabric(fi.fabric);
+                ffi::orion_fi_freeinfo(info);
+                std::mem::forget(fi);
+                return Err(provider_error("fi_av_open", r));
+            }
+        }
+        let modes: Vec<&str> = [(ffi::FI_MR_LOCAL, "local"), (ffi::FI_MR_VIRT_ADDR, "virt_addr"), (ffi::FI_MR_ALLOCATED, "allocated"), (ffi::FI_MR_PROV_KEY, "prov_key")]
+            .iter()
+            .filter(|(b, _)| a.mr_mode & b != 0)
+            .map(|(_, n)| *n)
+            .collect();
+        fi.describe = format!(
+            "libfabric {} (fabric {}, domain {}, mr_mode [{}], requested [{}])",
+            ffi::cstr(&a.provider),
+            ffi::cstr(&a.fabric),
+            ffi::cstr(&a.domain),
+            modes.join(","),
+            // SAFETY: a constant-returning shim function.
+            unsafe { ffi::orion_fi_requested_mr_mode() }
+        );
+        Ok(fi)
+    }
+}
+
+fn unsafe_zeroed_attrs() -> ffi::InfoAttrs {
+    ffi::InfoAttrs { mr_mode: 0, mr_key_size: 0, cq_data_size: 0, max_msg_size: 0, inject_size: 0, tx_size: 0, rx_size: 0, provider: [0; 64], fabric: [0; 64], domain: [0; 64] }
+}
+
+pub(crate) struct OfiDomain {
+    cfg: Arc<FabricConfig>,
+    id: u64,
+    fi: Arc<Fi>,
+}
+
+impl OfiDomain {
+    pub(crate) fn open(cfg: Arc<FabricConfig>, id: u64) -> Result<OfiDomain> {
+        let fi = Arc::new(Fi::open(&cfg.provider, &cfg.address.to_string())?);
+        tracing::debug!("fabric domain: {}", fi.describe);
+        Ok(OfiDomain { cfg, id, fi })
+    }
+
+    /// Creates this side's endpoint and CQ for a new connection.
+    fn endpoint(&self) -> Result<Endpoint> {
+        let mut cq: Ptr = std::ptr::null_mut();
+        let mut ep: Ptr = std::ptr::null_mut();
+        let mut fd: i32 = -1;
+        // SAFETY: domain/info/av are live for the domain's lifetime, which Endpoint outlives
+        // through its Arc<Fi>; the out-pointers are locals.
+        unsafe {
+            check("fi_cq_open", ffi::orion_fi_cq_open(self.fi.domain, CQ_SIZE, 1, &mut cq))?;
+            let r = ffi::orion_fi_endpoint(self.fi.domain, self.fi.info, self.fi.av, cq, &mut ep);
+            if r != 0 {
+                ffi::orion_fi_close_cq(cq);
+                return Err(provider_error("fi_endpoint", r));
+            }
+            if ffi::orion_fi_cq_wait_fd(cq, &mut fd) != 0 {
+                fd = -1;
+            }
+        }
+        Ok(Endpoint { fi: self.fi.clone(), ep, cq, wait_fd: fd, peer: None })
+    }
+
+    fn establish(&self, mut s: TcpStream, cq: &CompletionQueue, peer: String, initiator: bool) -> Result<Connection> {
+        let ocq = cq_of(cq)?;
+        let mut ep = self.endpoint()?;
+        let mut name = [0u8; 256];
+        let mut len = name.len();
+        // SAFETY: ep is live; name/len describe a local buffer.
+        check("fi_getname", unsafe { ffi::orion_fi_getname(ep.ep, name.as_mut_ptr().cast(), &mut len) })?;
+        let theirs = if initiator {
+            auth::send_frame(&mut s, &peer, &name[..len])?;
+            auth::recv_frame(&mut s, &peer)?
+        } else {
+            let t = auth::recv_frame(&mut s, &peer)?;
+            auth::send_frame(&mut s, &peer, &name[..len])?;
+            t
+        };
+        if theirs.len() != len {
+            return Err(Error::Protocol { peer, why: format!("endpoint name of {} bytes, expected {len}", theirs.len()) });
+        }
+        let mut addr = 0u64;
+        // SAFETY: av is live; `theirs` holds an address of the provider's format and length.
+        check("fi_av_insert", unsafe { ffi::orion_fi_av_insert(self.fi.av, theirs.as_ptr().cast(), &mut addr) })?;
+        ep.peer = Some(addr);
+        tcp::into_liveness(&s)?;
+        let conn = Arc::new(OfiConn {
+            id: next_conn_id(),
+            peer_name: peer.clone(),
+            ep,
+            ops: Mutex::new(Slab::default()),
+            ready: Mutex::new(VecDeque::new()),
+            recv_order: Mutex::new(RecvOrder::default()),
+            cq_lock: Mutex::new(()),
+            backlog: Mutex::new(VecDeque::new()),
+            broken: Mutex::new(None),
+            closed: AtomicBool::new(false),
+            boot: s,
+            op_timeout: self.cfg.op_timeout,
+            graveyard: Mutex::new(Vec::new()),
+        });
+        ocq.conns.lock().unwrap().push(conn.clone());
+        Ok(Connection::new(conn.clone(), conn.id, self.cfg.epoch, peer, self.id))
+    }
+}
+
+pub(crate) fn oversized(peer: &str) -> Error {
+    Error::Protocol { peer: peer.to_string(), why: "sent a message larger than the posted receive buffer; connection closed".into() }
+}
+
+fn cq_of(cq: &CompletionQueue) -> Result<Arc<OfiCq>> {
+    cq.imp.clone().as_any_arc().downcast::<OfiCq>().map_err(|_| Error::ForeignRegion)
+}
+
+/// A region's registrations: one for remote access (closed on revoke) and, when the provider
+/// wants local buffers registered, one for local use (its descriptor).
+struct OfiRegion {
+    /// Keeps the domain open until the MRs are closed.
+    _fi: Arc<Fi>,
+    remote: Mutex<Option<usize>>,
+    local: Option<usize>,
+}
+
+impl OfiRegion {
+    fn desc(&self) -> Ptr {
+        match self.local {
+            // SAFETY: the local MR lives as long as this region.
+            Some(mr) => unsafe { ffi::orion_fi_mr_desc(mr as Ptr) },
+            None => std::ptr::null_mut(),
+        }
+    }
+}
+
+impl RegionBackend for OfiRegion {
+    fn revoke(&self) {
+        if let Some(mr) = self.remote.lock().unwrap().take() {
+            // SAFETY: the MR was registered by us and is closed once (taken out of the slot).
+            unsafe { ffi::orion_fi_close_mr(mr as Ptr) };
+        }
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+impl Drop for OfiRegion {
+    fn drop(&mut self) {
+        self.revoke();
+        if let Some(mr) = self.local.take() {
+            // SAFETY: registered by us, closed once.
+            unsafe { ffi::orion_fi_close_mr(mr as Ptr) };
+        }
+    }
+}
+
+impl DomainImpl for OfiDomain {
+    fn register(&self, src: RegionSource<'_>, access: Access) -> Result<Region> {
+        let map = match src {
+            RegionSource::Memory(len) => Mapping::anonymous(len)?,
+            RegionSource::File { path, offset, len } => Region::open_file(path, offset, len, true)?.1,
+        };
+        let fi = &self.fi;
+        let reg = |acc: u64, key: u64| -> Result<usize> {
+            let mut mr: Ptr = std::ptr::null_mut();
+            // SAFETY: the mapping outlives the MR (both live in RegionInner; the backend, which
+            // owns the MR, is dropped first).
+            check("fi_mr_reg", unsafe { ffi::orion_fi_mr_reg(fi.domain, map.base_ptr().cast(), map.len(), acc, key, &mut mr) })?;
+            Ok(mr as usize)
+        };
+        // SAFETY: constant-returning shim functions.
+        let (local_acc, rr, rw) = unsafe { (ffi::orion_fi_access_local(), ffi::orion_fi_access_remote_read(), ffi::orion_fi_access_remote_write()) };
+        let local = if fi.mr_mode & ffi::FI_MR_LOCAL != 0 { Some(reg(local_acc, random_u64() & fi.key_mask)?) } else { None };
+        let mut key = 0;
+        let remote = if access.is_remote() {
+            let acc = local_acc | if access.remote_read { rr } else { 0 } | if access.remote_write { rw } else { 0 };
+            let requested = loop {
+                let k = random_u64() & fi.key_mask;
+                if k != 0 {
+                    break k;
+                }
+            };
+            let mr = reg(acc, requested)?;
+            // SAFETY: mr was just registered.
+            key = if fi.mr_mode & ffi::FI_MR_PROV_KEY != 0 { unsafe { ffi::orion_fi_mr_key(mr as Ptr) } } else { requested };
+            Some(mr)
+        } else {
+            None
+        };
+        let wire_addr = if fi.mr_mode & ffi::FI_MR_VIRT_ADDR != 0 { map.addr() } else { 0 };
+        let backend = OfiRegion { _fi: fi.clone(), remote: Mutex::new(remote), local };
+        Ok(Region { inner: Arc::new(RegionInner { map, key, wire_addr, access, domain: self.id, backend: Some(Box::new(backend)) }) })
+    }
+
+    fn completion_queue(&self) -> Result<Arc<dyn CqImpl>> {
+        Ok(Arc::new(OfiCq { fi: self.fi.clone(), conns: Mutex::new(Vec::new()) }))
+    }
+
+    fn listen(&self, addr: &str) -> Result<Box<dyn ListenerImpl>> {
+        Ok(Box::new(OfiListener { l: tcp::listen(addr)?, domain: OfiDomain { cfg: self.cfg.clone(), id: self.id, fi: self.fi.clone() } }))
+    }
+
+    fn connect(&self, addr: &str, cq: &CompletionQueue, timeout: Duration) -> Result<Connection> {
+        let mut s = tcp::connect(addr, timeout)?;
+        let p = auth::Params { secret: &self.cfg.secret, epoch: self.cfg.epoch, backend: &self.cfg.backend, peer: addr.to_string() };
+        auth::client(&mut s, &p)?;
+        self.establish(s, cq, addr.to_string(), true)
+    }
+
+    fn describe(&self) -> String {
+        self.fi.describe.clone()
+    }
+}
+
+struct OfiListener {
+    l: TcpListener,
+    domain: OfiDomain,
+}
+
+impl ListenerImpl for OfiListener {
+    fn accept(&self, cq: &CompletionQueue, timeout: Duration) -> Result<Connection> {
+        let (mut s, from) = tcp::accept(&self.l, timeout)?;
+        let d = &self.domain;
+        let p = auth::Params { secret: &d.cfg.secret, epoch: d.cfg.epoch, backend: &d.cfg.backend, peer: from.to_string() };
+        auth::server(&mut s, &p)?;
+        d.establish(s, cq, from.to_string(), false)
+    }
+
+    fn local_addr(&self) -> String {
+        self.l.local_addr().map(|a| a.to_string()).unwrap_or_default()
+    }
+}
+
+/// One connection's endpoint and completion queue.
+struct Endpoint {
+    fi: Arc<Fi>,
+    ep: Ptr,
+    cq: Ptr,
+    wait_fd: i32,
+    peer: Option<u64>,
+}
+
+// SAFETY: FI_THREAD_SAFE domain; see Fi.
+unsafe impl Send for Endpoint {}
+// SAFETY: as above.
+unsafe impl Sync for Endpoint {}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        // SAFETY: opened in OfiDomain::endpoint, closed once: endpoint before its CQ.
+        unsafe {
+            ffi::orion_fi_close_ep(self.ep);
+            ffi::orion_fi_close_cq(self.cq);
+            if let Some(a) = self.peer {
+                ffi::orion_fi_av_remove(self.fi.av, a);
+            }
+        }
+    }
+}
+
+struct OpRecord {
+    wr_id: u64,
+    kind: OpKind,
+    len: usize,
+    /// Receives: their posting order (completions are released in it).
+    seq: u64,
+    /// When the operation counts as lost (receives wait for as long as it takes).
+    deadline: Option<Instant>,
+    /// Keeps the buffer registered and mapped until the operation completes.
+    _buf: Region,
+}
+
+/// Outstanding operations; the context handed to libfabric is the slot index + 1 (0 is what
+/// a peer's WRITE with immediate arrives with).
+#[derive(Default)]
+struct Slab {
+    slots: Vec<Option<OpRecord>>,
+    free: Vec<usize>,
+}
+
+impl Slab {
+    fn insert(&mut self, r: OpRecord) -> u64 {
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = Some(r);
+                i
+            }
+            None => {
+                self.slots.push(Some(r));
+                self.slots.len() - 1
+            }
+        };
+        i as u64 + 1
+    }
+
+    fn remove(&mut self, ctx: u64) -> Option<OpRecord> {
+        let i = (ctx as usize).checked_sub(1)?;
+        let r = self.slots.get_mut(i)?.take()?;
+        self.free.push(i);
+        Some(r)
+    }
+
+    fn drain(&mut self) -> Vec<OpRecord> {
+        self.free.clear();
+        let v: Vec<OpRecord> = self.slots.drain(..).flatten().collect();
+        v
+    }
+}
+
+#[derive(Default)]
+struct RecvOrder {
+    posted: u64,
+    released: u64,
+    held: std::collections::BTreeMap<u64, Completion>,
+}
+
+struct OfiConn {
+    id: ConnId,
+    peer_name: String,
+    ep: Endpoint,
+    ops: Mutex<Slab>,
+    /// Completions read from the provider but not yet handed to the application.
+    ready: Mutex<VecDeque<Completion>>,
+    /// Receive ordering: a provider may finish a large (rendezvous) message after a later
+    /// small one although it matched them to buffers in order; receive completions are
+    /// therefore released in posting order, as on a verbs queue pair.
+    recv_order: Mutex<RecvOrder>,
+    /// Serialises reads of this connection's CQ.
+    cq_lock: Mutex<()>,
+    /// Operations the provider refused with EAGAIN (queue full, connection still forming),
+    /// retried in order by progress; later posts queue behind them to keep the order.
+    backlog: Mutex<VecDeque<(PostOp, u64, usize)>>,
+    broken: Mutex<Option<Error>>,
+    closed: AtomicBool,
+    boot: TcpStream,
+    op_timeout: Duration,
+    /// Buffers of operations flushed while the endpoint may still touch them; released only
+    /// after the endpoint is closed (fields drop in order: `ep` above comes first).
+    graveyard: Mutex<Vec<Region>>,
+}
+
+impl OfiConn {
+    fn state(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        match &*self.broken.lock().unwrap() {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    fn call(&self, op: &PostOp, ctx: u64, desc: Ptr) -> isize {
+        let ep = self.ep.ep;
+        let dest = self.ep.peer.expect("connected endpoint");
+        let buf = op.local.inner.map.base_ptr().wrapping_add(op.off as usize);
+        // SAFETY: buf..buf+len is inside the local region (checked by Connection::post), which
+        // the op record keeps alive until completion; ep and dest are live.
+        unsafe {
+            match op.kind {
+                OpKind::Send => ffi::orion_fi_send(ep, buf.cast(), op.len, desc, dest, ctx),
+                OpKind::Recv => ffi::orion_fi_recv(ep, buf.cast(), op.len, desc, dest, ctx),
+                OpKind::Read => {
+                    let (key, addr) = op.wire_addr();
+                    ffi::orion_fi_read(ep, buf.cast(), op.len, desc, dest, addr, key, ctx)
+                }
+                OpKind::Write => {
+                    let (key, addr) = op.wire_addr();
+                    ffi::orion_fi_write(ep, buf.cast(), op.len, desc, dest, addr, key, ctx)
+                }
+                OpKind::WriteImm => {
+                    let (key, addr) = op.wire_addr();
+                    ffi::orion_fi_writedata(ep, buf.cast(), op.len, desc, op.imm as u64, dest, addr, key, ctx)
+                }
+                OpKind::RemoteWrite => unreachable!("not postable"),
+            }
+        }
+    }
+
+    /// Reads the provider's CQ (which also drives manual progress) into `ready`.
+    fn progress(&self) {
+        self.retry_backlog();
+        let Ok(_g) = self.cq_lock.try_lock() else { return };
+        let mut entries = [ffi::Cqe::default(); 32];
+        loop {
+            // SAFETY: cq is live; entries is a local array of the length passed.
+            let n = unsafe { ffi::orion_fi_cq_read(self.ep.cq, entries.as_mut_ptr(), entries.len()) };
+            if n > 0 {
+                let mut ops = self.ops.lock().unwrap();
+                let mut ready = self.ready.lock().unwrap();
+                for e in &entries[..n as usize] {
+                    // SAFETY: constant-returning shim function.
+                    if e.context == 0 && e.flags & unsafe { ffi::orion_fi_flag_remote_cq_data() } != 0 {
+                        ready.push_back(Completion { conn: self.id, wr_id: 0, kind: OpKind::RemoteWrite, len: 0, imm: e.data as u32, status: Ok(()) });
+                    } else if let Some(r) = ops.remove(e.context) {
+                        let len = if r.kind == OpKind::Recv { e.len as usize } else { r.len };
+                        self.finish(&r, Completion::ok(self.id, r.wr_id, r.kind, len), &mut ready);
+                    }
+                }
+                if (n as usize) < entries.len() {
+                    return;
+                }
+            } else if n as i32 == -ffi::FI_EAVAIL {
+                self.read_error();
+            } else {
+                return;
+            }
+        }
+    }
+
+    /// Hands a completion to the application, receives in posting order.
+    fn finish(&self, r: &OpRecord, c: Completion, ready: &mut VecDeque<Completion>) {
+        if r.kind != OpKind::Recv {
+            ready.push_back(c);
+            return;
+        }
+        let mut o = self.recv_order.lock().unwrap();
+        o.held.insert(r.seq, c);
+        loop {
+            let next = o.released;
+            match o.held.remove(&next) {
+                Some(c) => {
+                    ready.push_back(c);
+                    o.released += 1;
+                }
+                None => break,
+            }
+        }
+    }
+
+    fn retry_backlog(&self) {
+        let mut backlog = self.backlog.lock().unwrap();
+        while let Some((op, ctx, desc)) = backlog.front() {
+            let r = self.call(op, *ctx, *desc as Ptr);
+            if r as i32 == -ffi::FI_EAGAIN {
+                return;
+            }
+            let (op, ctx, _) = backlog.pop_front().unwrap();
+            if r != 0 {
+                if let Some(rec) = self.ops.lock().unwrap().remove(ctx) {
+                    let e = provider_error("posting an operation", r as i32);
+                    let mut ready = self.ready.lock().unwrap();
+                    self.finish(&rec, Completion::failed(self.id, op.wr_id, op.kind, e), &mut ready);
+                }
+            }
+        }
+    }
+
+    fn read_error(&self) {
+        let mut e = ffi::CqErr { context: 0, flags: 0, len: 0, olen: 0, err: 0, prov_errno: 0, msg: [0; 128] };
+        // SAFETY: cq is live; e is a local output struct.
+        if unsafe { ffi::orion_fi_cq_readerr(self.ep.cq, &mut e) } <= 0 {
+            return;
+        }
+        let detail = ffi::cstr(&e.msg);
+        let err = match e.err {
+            ffi::FI_ETRUNC => None,
+            libc::ENOTCONN | libc::EPIPE | libc::ECONNRESET | libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ETIMEDOUT => {
+                Some(Error::gone(&self.peer_name, format!("the provider lost the connection ({detail})")))
+            }
+            ffi::FI_ECANCELED if self.closed.load(Ordering::Acquire) => Some(Error::Closed),
+            ffi::FI_ECANCELED | libc::EACCES | libc::EINVAL | libc::EPERM => Some(Error::RemoteAccess(format!("{} ({detail})", provider_error("completion", e.err)))),
+            code => Some(provider_error("completion", code)),
+        };
+        if let Some(Error::PeerGone { .. }) = &err {
+            let mut b = self.broken.lock().unwrap();
+            if b.is_none() {
+                *b = err.clone();
+            }
+        }
+        let rec = self.ops.lock().unwrap().remove(e.context);
+        if let Some(r) = rec {
+            let truncated = err.is_none();
+            // A target that refuses an access drops the connection underneath (tcp), as a
+            // verbs QP enters the error state: make that explicit instead of letting later
+            // traffic vanish.
+            let refused = matches!(err, Some(Error::RemoteAccess(_)));
+            let err = err.unwrap_or(Error::RecvTooSmall { len: r.len + e.olen as usize, cap: r.len });
+            {
+                let mut ready = self.ready.lock().unwrap();
+                self.finish(&r, Completion::failed(self.id, r.wr_id, r.kind, err), &mut ready);
+            }
+            self.graveyard.lock().unwrap().push(r._buf);
+            if truncated {
+                self.fail(oversized(&self.peer_name));
+            } else if refused {
+                self.fail(Error::gone(&self.peer_name, "connection closed after the target refused an access"));
+            }
+        } else {
+            tracing::debug!(peer = %self.peer_name, "fabric error without an operation: {detail}");
+        }
+    }
+
+    /// Completes every outstanding operation with `e` and breaks the connection (the peer
+    /// sees its bootstrap stream close).
+    fn fail(&self, e: Error) {
+        {
+            let mut b = self.broken.lock().unwrap();
+            if b.is_none() {
+                *b = Some(e.clone());
+            }
+        }
+        let _ = self.boot.shutdown(std::net::Shutdown::Both);
+        self.backlog.lock().unwrap().clear();
+        let mut recs = self.ops.lock().unwrap().drain();
+        recs.sort_by_key(|r| (r.kind == OpKind::Recv, r.seq));
+        let mut ready = self.ready.lock().unwrap();
+        let mut graveyard = self.graveyard.lock().unwrap();
+        for r in recs {
+            self.finish(&r, Completion::failed(self.id, r.wr_id, r.kind, e.clone()), &mut ready);
+            graveyard.push(r._buf);
+        }
+    }
+}
+
+impl ConnImpl for OfiConn {
+    fn post(&self, op: PostOp) -> Result<()> {
+        self.state()?;
+        let desc = op.local.backend::<OfiRegion>().map(|r| r.desc()).unwrap_or(std::ptr::null_mut());
+        let seq = if op.kind == OpKind::Recv {
+            let mut o = self.recv_order.lock().unwrap();
+            o.posted += 1;
+            o.posted - 1
+        } else {
+            0
+        };
+        let ctx = self.ops.lock().unwrap().insert(OpRecord {
+            wr_id: op.wr_id,
+            kind: op.kind,
+            len: op.len,
+            seq,
+            deadline: (op.kind != OpKind::Recv).then(|| Instant::now() + self.op_timeout),
+            _buf: op.local.clone(),
+        });
+        let mut backlog = self.backlog.lock().unwrap();
+        if backlog.is_empty() {
+            let r = self.call(&op, ctx, desc);
+            if r == 0 {
+                return Ok(());
+            }
+            if r as i32 != -ffi::FI_EAGAIN {
+                self.ops.lock().unwrap().remove(ctx);
+                return Err(provider_error("posting an operation", r as i32));
+            }
+        }
+        backlog.push_back((op, ctx, desc as usize));
+        Ok(())
+    }
+
+    fn is_alive(&self) -> bool {
+        self.state().is_ok() && tcp::peer_alive(&self.boot)
+    }
+
+    fn close(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let _ = self.boot.shutdown(std::net::Shutdown::Both);
+        self.fail(Error::Closed);
+    }
+}
+
+pub(crate) struct OfiCq {
+    fi: Arc<Fi>,
+    conns: Mutex<Vec<Arc<OfiConn>>>,
+}
+
+impl OfiCq {
+    fn conns(&self) -> Vec<Arc<OfiConn>> {
+        let mut v = self.conns.lock().unwrap();
+        v.retain(|c| !c.closed.load(Ordering::Acquire) || !c.ready.lock().unwrap().is_empty());
+        v.clone()
+    }
+}
+
+impl CqImpl for OfiCq {
+    fn poll(&self, out: &mut Vec<Completion>, max: usize) -> usize {
+        let start = out.len();
+        for c in self.conns() {
+            if out.len() - start >= max {
+                break;
+            }
+            if !c.closed.load(Ordering::Acquire) {
+                c.progress();
+            }
+            let mut r = c.ready.lock().unwrap();
+            while out.len() - start < max {
+                match r.pop_front() {
+                    Some(x) => out.push(x),
+                    None => break,
+                }
+            }
+        }
+        out.len() - start
+    }
+
+    fn sleep(&self, timeout: Duration) {
+        let conns = self.conns();
+        let mut fds = Vec::with_capacity(conns.len() * 2);
+        let mut timeout = timeout;
+        for c in &conns {
+            if !c.ready.lock().unwrap().is_empty() {
+                return;
+            }
+            if !c.backlog.lock().unwrap().is_empty() {
+                // The provider refused work for lack of room; nothing signals when it has
+                // room again, so look again soon.
+                timeout = timeout.min(Duration::from_micros(200));
+            }
+            if c.closed.load(Ordering::Acquire) || c.broken.lock().unwrap().is_some() {
+                continue;
+            }
+            // SAFETY: fabric and cq are live. fi_trywait says whether blocking on the fd is
+            // safe now (nothing is pending inside the provider).
+            if c.ep.wait_fd < 0 || unsafe { ffi::orion_fi_trywait(self.fi.fabric, c.ep.cq) } != 0 {
+                return;
+            }
+            fds.push(libc::pollfd { fd: c.ep.wait_fd, events: libc::POLLIN, revents: 0 });
+            fds.push(libc::pollfd { fd: c.boot.as_raw_fd(), events: libc::POLLIN | libc::POLLRDHUP, revents: 0 });
+        }
+        if fds.is_empty() {
+            std::thread::sleep(timeout.min(Duration::from_millis(1)));
+            return;
+        }
+        let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
+        // SAFETY: fds is a valid array of pollfd of the given length.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    }
+
+    fn check_peers(&self) {
+        for c in self.conns() {
+            if c.closed.load(Ordering::Acquire) || c.broken.lock().unwrap().is_some() {
+                continue;
+            }
+            if !tcp::peer_alive(&c.boot) {
+                c.progress();
+                c.fail(Error::gone(&c.peer_name, "the peer's process is gone or closed the connection"));
+                continue;
+            }
+            let now = Instant::now();
+            let expired = c.ops.lock().unwrap().slots.iter().flatten().any(|r| r.deadline.is_some_and(|d| d < now));
+            if expired {
+                c.progress();
+                c.fail(Error::Timeout(c.op_timeout));
+            }
+        }
+    }
+
+    fn as_any_arc(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+        self
+    }
+}

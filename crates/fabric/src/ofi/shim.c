@@ -30,6 +30,7 @@ struct orion_cqerr {
     uint64_t context;
     uint64_t flags;
     uint64_t len;
+    uint64_t olen;
     int32_t err;
     int32_t prov_errno;
     char msg[128];
@@ -66,7 +67,15 @@ int orion_fi_getinfo(const char *provider, const char *node, struct fi_info **ou
     hints->ep_attr->type = FI_EP_RDM;
     hints->domain_attr->mr_mode = (int)orion_fi_requested_mr_mode();
     hints->domain_attr->threading = FI_THREAD_SAFE;
-    hints->tx_attr->op_flags = FI_COMPLETION;
+    /* The file system relies on these orders on one connection: messages in order, a commit
+     * message after the data it names (send after write), read-after-write and
+     * write-after-write on the same target. */
+    hints->tx_attr->msg_order = FI_ORDER_SAS | FI_ORDER_SAW | FI_ORDER_RAW | FI_ORDER_WAW;
+    hints->rx_attr->msg_order = hints->tx_attr->msg_order;
+    /* A completion means the target placed (or refused) the data, as an RDMA RC write's
+     * completion follows the remote NIC's acknowledgment; without it, tcp completes a write as
+     * soon as it is sent and a refused access would look successful. */
+    hints->tx_attr->op_flags = FI_COMPLETION | FI_DELIVERY_COMPLETE;
     hints->rx_attr->op_flags = FI_COMPLETION;
     hints->addr_format = FI_SOCKADDR_IN;
     if (provider && provider[0]) {
@@ -233,6 +242,7 @@ ssize_t orion_fi_cq_readerr(struct fid_cq *cq, struct orion_cqerr *out) {
     out->context = (uint64_t)(uintptr_t)e.op_context;
     out->flags = e.flags;
     out->len = e.len;
+    out->olen = e.olen;
     out->err = e.err;
     out->prov_errno = e.prov_errno;
     const char *s = fi_cq_strerror(cq, e.prov_errno, e.err_data, NULL, 0);

@@ -72,6 +72,9 @@ impl Setup {
         let mut c = FabricConfig::new(backend, secret);
         c.epoch = epoch;
         c.spin = spin;
+        // Short enough that an access the target refused by dropping the connection is
+        // reported within the test's patience, long enough for a loaded 2-core machine.
+        c.op_timeout = Duration::from_secs(3);
         c
     }
 
@@ -231,9 +234,9 @@ impl Pair {
         let sbuf = self.server.domain.alloc_region(4096, orion_fabric::Access::LOCAL).unwrap();
         sbuf.write(0, &r.remote().encode()).unwrap();
         self.server.conn.post_send(0xd1, &sbuf, 0, RemoteRegion::ENCODED_LEN).unwrap();
+        let got = self.client.collect(1, Duration::from_secs(10));
         let sent = self.server.collect(1, Duration::from_secs(10));
         assert_eq!(sent[0].status, Ok(()));
-        let got = self.client.collect(1, Duration::from_secs(10));
         assert_eq!((got[0].wr_id, got[0].len), (0xd0, RemoteRegion::ENCODED_LEN));
         let mut b = [0u8; 24];
         cbuf.read(0, &mut b).unwrap();
@@ -252,7 +255,9 @@ impl Pair {
         if self.client.conn.is_alive() {
             self
         } else {
-            self.setup.pair()
+            let setup = Setup { kind: self.setup.kind, net: self.setup.net.clone(), seed: self.setup.seed };
+            drop(self);
+            setup.pair()
         }
     }
 }
