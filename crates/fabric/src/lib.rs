@@ -20,6 +20,7 @@
 mod api;
 mod auth;
 mod config;
+pub mod echo;
 mod error;
 mod futex;
 pub mod local;
