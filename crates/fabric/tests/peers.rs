@@ -83,6 +83,11 @@ fn probe_and_kill(backend: Backend, name: &str) {
     }
     assert!(!s.conn.is_alive());
     assert!(s.conn.post_send(1, &s.buf, 0, 8).is_err_and(|e| e.is_fatal_to_connection()));
+    // The dead peer could not remove its shared-memory files; the next local domain does.
+    let dead = format!("orion-fabric.{}.", peer.child.id());
+    let _ = domain(Backend::Local);
+    let left: Vec<_> = std::fs::read_dir("/dev/shm").unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&dead)).collect();
+    assert!(left.is_empty(), "files of the dead peer remain: {left:?}");
 }
 
 #[test]

@@ -43,6 +43,20 @@ fn ring_of(dir: usize) -> Ring {
     Ring { ctl: RING_CTL + dir * 4096, data: RING_DATA + dir * RING_BYTES, size: RING_BYTES }
 }
 
+/// Removes the shared-memory files of processes that died without cleaning up (SIGKILL, a
+/// crash): their names carry the owner's PID, and a PID without /proc entry is gone.
+fn sweep_dead_processes_files() {
+    let Ok(dir) = std::fs::read_dir(shm_dir()) else { return };
+    for e in dir.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("orion-fabric.")) else { continue };
+        let Some(pid) = rest.split('.').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 fn unique_path(what: &str) -> PathBuf {
     shm_dir().join(format!("orion-fabric.{}.{:016x}.{what}", std::process::id(), random_u64()))
 }
@@ -68,6 +82,7 @@ pub(crate) struct LocalDomain {
 
 impl LocalDomain {
     pub(crate) fn open(cfg: Arc<FabricConfig>, id: u64) -> Result<LocalDomain> {
+        sweep_dead_processes_files();
         let file = DomainFile::create(&unique_path("domain"))?;
         let shared = Arc::new(Shared {
             file,
