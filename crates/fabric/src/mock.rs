@@ -83,6 +83,12 @@ impl MockNet {
 }
 
 impl NetInner {
+    fn plan(&self) -> Faults {
+        self.faults.lock().unwrap().0.clone()
+    }
+
+    /// True with probability `p` (from the seeded generator). Takes the fault lock: never
+    /// call it while holding that lock.
     fn roll(&self, p: f64) -> bool {
         if p <= 0.0 {
             return false;
@@ -319,10 +325,11 @@ impl MockConn {
             OpKind::Send => {
                 let mut data = vec![0u8; op.len];
                 op.local.read(op.off, &mut data)?;
-                if self.net.roll(self.net.faults.lock().unwrap().0.drop_send) {
+                let plan = self.net.plan();
+                if self.net.roll(plan.drop_send) {
                     return Ok(());
                 }
-                if !data.is_empty() && self.net.roll(self.net.faults.lock().unwrap().0.corrupt_send) {
+                if !data.is_empty() && self.net.roll(plan.corrupt_send) {
                     let i = self.net.faults.lock().unwrap().1.gen_range(0..data.len());
                     data[i] ^= 0x5a;
                 }
@@ -439,7 +446,8 @@ pub(crate) struct MockCq {
 
 impl MockCq {
     fn push(&self, c: Completion) {
-        let held = if self.net.roll(self.net.faults.lock().unwrap().0.delay) { self.net.faults.lock().unwrap().1.gen_range(1..4) } else { 0 };
+        let delay = self.net.plan().delay;
+        let held = if self.net.roll(delay) { self.net.faults.lock().unwrap().1.gen_range(1..4) } else { 0 };
         self.state.lock().unwrap().ready.push_back((c, held));
         self.cv.notify_all();
     }
@@ -457,7 +465,7 @@ impl CqImpl for MockCq {
         }
         let mut st = self.state.lock().unwrap();
         st.conns.retain(|c| !c.closed.load(Ordering::Acquire) || !c.posted.lock().unwrap().is_empty());
-        if self.net.faults.lock().unwrap().0.reorder && st.ready.len() > 1 {
+        if self.net.plan().reorder && st.ready.len() > 1 {
             let mut v: Vec<_> = st.ready.drain(..).collect();
             let mut f = self.net.faults.lock().unwrap();
             for i in (1..v.len()).rev() {

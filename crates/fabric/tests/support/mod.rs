@@ -1,6 +1,6 @@
 //! Test support: a backend setup, nodes, connected pairs, and a progress pump for the server
 //! side (libfabric over tcp progresses one-sided operations only while the target polls).
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
