@@ -9,6 +9,7 @@ use orion_meta::localfs::data_pool_path;
 use orion_meta::{Clock, LocalFs, SystemClock};
 use orion_pmem::{Mode, ModeChoice, Pool};
 
+mod bench_fabric;
 mod bench_local;
 
 #[derive(Parser)]
@@ -62,6 +63,31 @@ enum BenchCmd {
         ops: usize,
         #[arg(long)]
         json: bool,
+    },
+    /// The fabric's verbs between two processes, next to TCP and shared-memory floors.
+    Fabric {
+        /// local (same-host shared memory) or tcp (libfabric with --provider).
+        #[arg(long, default_value = "local")]
+        backend: String,
+        #[arg(long, default_value = "tcp;ofi_rxm")]
+        provider: String,
+        /// Operations per measured row.
+        #[arg(long, default_value_t = 20000)]
+        iters: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The benchmark's peer process (started by `orion bench fabric`).
+    #[command(hide = true)]
+    FabricPeer {
+        #[arg(long)]
+        role: String,
+        #[arg(long, default_value = "tcp;ofi_rxm")]
+        provider: String,
+        #[arg(long)]
+        secret_file: Option<PathBuf>,
+        #[arg(long)]
+        path: Option<PathBuf>,
     },
 }
 
@@ -142,6 +168,18 @@ fn run() -> Result<ExitCode> {
             which: BenchCmd::Local { ops, json },
         } => {
             bench_local::run(ops, json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Bench {
+            which: BenchCmd::Fabric { backend, provider, iters, json },
+        } => {
+            bench_fabric::run(&backend, &provider, iters, json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Bench {
+            which: BenchCmd::FabricPeer { role, provider, secret_file, path },
+        } => {
+            bench_fabric::peer(&role, &provider, secret_file.as_deref(), path.as_deref())?;
             Ok(ExitCode::SUCCESS)
         }
     }

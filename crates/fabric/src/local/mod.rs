@@ -45,7 +45,7 @@ fn ring_of(dir: usize) -> Ring {
 
 /// Removes the shared-memory files of processes that died without cleaning up (SIGKILL, a
 /// crash): their names carry the owner's PID, and a PID without /proc entry is gone.
-fn sweep_dead_processes_files() {
+pub fn sweep_dead_processes_files() {
     let Ok(dir) = std::fs::read_dir(shm_dir()) else { return };
     for e in dir.flatten() {
         let name = e.file_name();
@@ -114,8 +114,10 @@ impl LocalDomain {
             peer_bell,
             cq: Arc::downgrade(&lcq),
             tx: Mutex::new(VecDeque::new()),
+            backlogged: AtomicBool::new(false),
             posted: Mutex::new(VecDeque::new()),
             broken: Mutex::new(None),
+            is_broken: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             boot,
         });
@@ -374,8 +376,12 @@ struct LocalConn {
     cq: Weak<LocalCq>,
     /// Messages waiting for ring space, in order.
     tx: Mutex<VecDeque<Outgoing>>,
+    /// Whether `tx` is non-empty, readable without its lock by the polling thread.
+    backlogged: AtomicBool,
     posted: Mutex<VecDeque<PostedRecv>>,
     broken: Mutex<Option<Error>>,
+    /// Whether `broken` is set, readable without its lock on the posting path.
+    is_broken: AtomicBool,
     closed: AtomicBool,
     boot: TcpStream,
 }
@@ -393,8 +399,10 @@ impl LocalConn {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        if let Some(e) = &*self.broken.lock().unwrap() {
-            return Err(e.clone());
+        if self.is_broken.load(Ordering::Acquire) {
+            if let Some(e) = &*self.broken.lock().unwrap() {
+                return Err(e.clone());
+            }
         }
         Ok(())
     }
@@ -426,13 +434,31 @@ impl LocalConn {
         if pushed {
             self.peer.file.ring(self.peer_bell);
         }
+        self.backlogged.store(!tx.is_empty(), Ordering::Release);
         Ok(())
     }
 
     fn enqueue(&self, o: Outgoing) -> Result<()> {
+        let mut tx = self.tx.lock().unwrap();
+        if tx.is_empty() {
+            // The common case: straight into the ring, no queueing.
+            let ring = self.tx_ring();
+            let (c, pushed) = match &o {
+                Outgoing::Send { wr_id, buf, off, len } => (
+                    Completion::ok(self.id, *wr_id, OpKind::Send, *len),
+                    ring.push(&self.ring, KIND_MSG, 0, *len, |m, at| Mapping::copy(&buf.inner.map, *off, m, at, *len))?,
+                ),
+                Outgoing::Imm { wr_id, imm, len } => (Completion::ok(self.id, *wr_id, OpKind::WriteImm, *len), ring.push(&self.ring, KIND_IMM, *imm, 0, |_, _| Ok(()))?),
+            };
+            if pushed {
+                drop(tx);
+                self.peer.file.ring(self.peer_bell);
+                self.complete(c);
+                return Ok(());
+            }
+        }
         let mut out = Vec::new();
         {
-            let mut tx = self.tx.lock().unwrap();
             tx.push_back(o);
             self.flush_tx(&mut tx, &mut out)?;
         }
@@ -442,10 +468,11 @@ impl LocalConn {
         Ok(())
     }
 
-    /// Delivers arrived records into posted receives; stops at a message with no receive.
-    fn deliver(&self, out: &mut Vec<Completion>, max: usize) {
+    /// Delivers arrived records into posted receives until `out` holds `limit` completions;
+    /// stops at a message with no receive.
+    fn deliver(&self, out: &mut Vec<Completion>, limit: usize) {
         let ring = self.rx_ring();
-        while out.len() < max {
+        while out.len() < limit {
             let rec = match ring.peek(&self.ring) {
                 Ok(Some(r)) => r,
                 Ok(None) => return,
@@ -483,11 +510,14 @@ impl LocalConn {
             if b.is_none() {
                 *b = Some(e.clone());
             }
+            self.is_broken.store(true, Ordering::Release);
         }
         self.ring.atomic_u32(CLOSED_FLAG[self.side]).store(1, Ordering::Release);
         self.peer.file.ring(self.peer_bell);
         let _ = self.boot.shutdown(std::net::Shutdown::Both);
-        for o in self.tx.lock().unwrap().drain(..) {
+        let mut tx = self.tx.lock().unwrap();
+        self.backlogged.store(false, Ordering::Release);
+        for o in tx.drain(..) {
             match o {
                 Outgoing::Send { wr_id, .. } => out.push(Completion::failed(self.id, wr_id, OpKind::Send, e.clone())),
                 Outgoing::Imm { wr_id, .. } => out.push(Completion::failed(self.id, wr_id, OpKind::WriteImm, e.clone())),
@@ -614,26 +644,22 @@ impl CqImpl for LocalCq {
                 }
             }
         }
-        for c in self.conns() {
+        let mut conns = self.conns.lock().unwrap();
+        conns.retain(|c| !c.closed.load(Ordering::Acquire));
+        for c in conns.iter() {
             if out.len() - start >= max {
                 break;
             }
-            let mut tx = c.tx.lock().unwrap();
-            if !tx.is_empty() {
+            if c.backlogged.load(Ordering::Acquire) {
                 let mut done = Vec::new();
+                let mut tx = c.tx.lock().unwrap();
                 if let Err(e) = c.flush_tx(&mut tx, &mut done) {
                     drop(tx);
                     c.fail(e, &mut done);
-                } else {
-                    drop(tx);
                 }
                 self.ready.lock().unwrap().extend(done);
-            } else {
-                drop(tx);
             }
-            let mut got = Vec::new();
-            c.deliver(&mut got, max - (out.len() - start));
-            out.extend(got);
+            c.deliver(out, start + max);
         }
         out.len() - start
     }
@@ -641,14 +667,14 @@ impl CqImpl for LocalCq {
     fn sleep(&self, timeout: Duration) {
         let conns = self.conns();
         // A sender waiting for ring space is not woken by the consumer; poll it again soon.
-        let backlog = conns.iter().any(|c| !c.tx.lock().unwrap().is_empty());
+        let backlog = conns.iter().any(|c| c.backlogged.load(Ordering::Acquire));
         let timeout = if backlog { timeout.min(Duration::from_micros(200)) } else { timeout };
         self.shared.file.sleep(self.bell, timeout, || !self.ready.lock().unwrap().is_empty() || conns.iter().any(|c| c.deliverable()));
     }
 
     fn check_peers(&self) {
         for c in self.conns() {
-            if c.broken.lock().unwrap().is_some() {
+            if c.is_broken.load(Ordering::Acquire) {
                 continue;
             }
             let why = if c.peer_closed() {

@@ -1,13 +1,16 @@
 //! A single-producer, single-consumer ring of variable-length records in shared memory.
 //!
-//! Counters are monotonic byte positions; the producer owns `tail`, the consumer `head`, each
-//! on its own cache line. Records are 64-byte aligned: a 16-byte header { len, kind, imm } and
-//! the payload. A record that would straddle the end is preceded by a skip record, so each
-//! record is contiguous and can be copied straight into a posted receive buffer.
-//! The consumer validates every header it reads: a peer that scribbles on the ring gets a
-//! protocol error, never a panic or an out-of-bounds copy.
+//! Records are 64-byte aligned: a 16-byte header { stamp, len | kind << 24, imm } and the
+//! payload. The stamp is the record's ring position + 1, stored last (release): the consumer
+//! polls the stamp at its head position, so a message costs one cache-line transfer and no
+//! separate tail word (stale records of an earlier lap carry another stamp). The consumer
+//! publishes its head on a line of its own; the producer keeps a cached copy and reads the real
+//! one only when the ring looks full. A record that would straddle the end is preceded by a
+//! skip record, so each record is contiguous and is copied straight into a receive buffer.
+//! The consumer validates every header: a peer that scribbles on the ring gets a protocol
+//! error, never a panic or an out-of-bounds copy.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
 use crate::region::Mapping;
@@ -17,8 +20,10 @@ pub(crate) const KIND_IMM: u32 = 2;
 const KIND_SKIP: u32 = 3;
 const HEADER: usize = 16;
 const ALIGN: usize = 64;
+const MAX_LEN: usize = (1 << 24) - 1;
 
-/// One direction of a connection: control words at `ctl`, data at `data`, `size` bytes.
+/// One direction of a connection: control words at `ctl` (producer line, then consumer line),
+/// records at `data`, `size` bytes.
 #[derive(Clone, Copy)]
 pub(crate) struct Ring {
     pub ctl: usize,
@@ -41,44 +46,59 @@ fn round(n: usize) -> usize {
 }
 
 impl Ring {
-    fn tail<'a>(&self, m: &'a Mapping) -> &'a std::sync::atomic::AtomicU64 {
+    /// The producer's position (only the producer touches this line).
+    fn tail<'a>(&self, m: &'a Mapping) -> &'a AtomicU64 {
         m.atomic_u64(self.ctl)
     }
 
-    fn head<'a>(&self, m: &'a Mapping) -> &'a std::sync::atomic::AtomicU64 {
+    /// The producer's last reading of the consumer's head.
+    fn cached_head<'a>(&self, m: &'a Mapping) -> &'a AtomicU64 {
+        m.atomic_u64(self.ctl + 8)
+    }
+
+    fn head<'a>(&self, m: &'a Mapping) -> &'a AtomicU64 {
         m.atomic_u64(self.ctl + 64)
     }
 
-    fn header(&self, m: &Mapping, at: usize, len: usize, kind: u32, imm: u32) -> Result<()> {
-        let mut h = [0u8; HEADER];
-        h[0..4].copy_from_slice(&(len as u32).to_le_bytes());
-        h[4..8].copy_from_slice(&kind.to_le_bytes());
-        h[8..12].copy_from_slice(&imm.to_le_bytes());
-        m.write((self.data + at) as u64, &h)
+    fn stamp<'a>(&self, m: &'a Mapping, at: usize) -> &'a AtomicU64 {
+        m.atomic_u64(self.data + at)
+    }
+
+    fn publish(&self, m: &Mapping, at: usize, pos: u64, len: usize, kind: u32, imm: u32) -> Result<()> {
+        let mut h = [0u8; 8];
+        h[0..4].copy_from_slice(&(len as u32 | kind << 24).to_le_bytes());
+        h[4..8].copy_from_slice(&imm.to_le_bytes());
+        m.write((self.data + at + 8) as u64, &h)?;
+        self.stamp(m, at).store(pos + 1, Ordering::Release);
+        Ok(())
     }
 
     /// Appends a record whose payload is `len` bytes written by `fill(mapping, offset)`.
     /// Returns false (nothing written) when the ring lacks space.
     pub(crate) fn push(&self, m: &Mapping, kind: u32, imm: u32, len: usize, fill: impl FnOnce(&Mapping, u64) -> Result<()>) -> Result<bool> {
         let need = round(HEADER + len);
-        assert!(need <= self.size / 2, "record of {len} bytes exceeds the ring's limit");
+        assert!(need <= self.size / 2 && len <= MAX_LEN, "record of {len} bytes exceeds the ring's limit");
         let tail = self.tail(m).load(Ordering::Relaxed);
-        let head = self.head(m).load(Ordering::Acquire);
         let idx = (tail % self.size as u64) as usize;
         let contig = self.size - idx;
         let total = if need > contig { contig + need } else { need };
-        if (self.size as u64) - (tail - head) < total as u64 {
-            return Ok(false);
+        let fits = |head: u64| (self.size as u64) - (tail - head) >= total as u64;
+        if !fits(self.cached_head(m).load(Ordering::Relaxed)) {
+            let head = self.head(m).load(Ordering::Acquire);
+            self.cached_head(m).store(head, Ordering::Relaxed);
+            if !fits(head) {
+                return Ok(false);
+            }
         }
         let (mut pos, mut at) = (tail, idx);
         if need > contig {
-            self.header(m, at, contig - HEADER, KIND_SKIP, 0)?;
+            self.publish(m, at, pos, contig - HEADER, KIND_SKIP, 0)?;
             pos += contig as u64;
             at = 0;
         }
         fill(m, (self.data + at + HEADER) as u64)?;
-        self.header(m, at, len, kind, imm)?;
-        self.tail(m).store(pos + need as u64, Ordering::Release);
+        self.publish(m, at, pos, len, kind, imm)?;
+        self.tail(m).store(pos + need as u64, Ordering::Relaxed);
         Ok(true)
     }
 
@@ -86,22 +106,21 @@ impl Ring {
     pub(crate) fn peek(&self, m: &Mapping) -> Result<Option<Record>> {
         loop {
             let head = self.head(m).load(Ordering::Relaxed);
-            let tail = self.tail(m).load(Ordering::Acquire);
-            if head == tail {
-                return Ok(None);
-            }
             let bad = |why: &str| Err(Error::Protocol { peer: "local ring".into(), why: why.into() });
-            if tail < head || tail - head > self.size as u64 || head % ALIGN as u64 != 0 {
-                return bad("ring positions are inconsistent");
+            if head % ALIGN as u64 != 0 {
+                return bad("ring head is misaligned");
             }
             let at = (head % self.size as u64) as usize;
-            let mut h = [0u8; HEADER];
-            m.read((self.data + at) as u64, &mut h)?;
-            let len = u32::from_le_bytes(h[0..4].try_into().unwrap()) as usize;
-            let kind = u32::from_le_bytes(h[4..8].try_into().unwrap());
-            let imm = u32::from_le_bytes(h[8..12].try_into().unwrap());
+            if self.stamp(m, at).load(Ordering::Acquire) != head + 1 {
+                return Ok(None);
+            }
+            let mut h = [0u8; 8];
+            m.read((self.data + at + 8) as u64, &mut h)?;
+            let word = u32::from_le_bytes(h[0..4].try_into().unwrap());
+            let (len, kind) = ((word & MAX_LEN as u32) as usize, word >> 24);
+            let imm = u32::from_le_bytes(h[4..8].try_into().unwrap());
             let span = round(HEADER + len);
-            if at + span > self.size || span as u64 > tail - head {
+            if at + span > self.size {
                 return bad("record overruns the ring");
             }
             match kind {
