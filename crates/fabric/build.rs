@@ -10,7 +10,10 @@ fn main() {
         );
     }
     let mut build = cc::Build::new();
-    build.file("src/ofi/shim.c").warnings(true).flag_if_supported("-Wno-unused-parameter");
+    build
+        .file("src/ofi/shim.c")
+        .warnings(true)
+        .flag_if_supported("-Wno-unused-parameter");
     if let Some(flags) = found {
         for f in flags.split_whitespace() {
             if let Some(dir) = f.strip_prefix("-I") {
@@ -23,6 +26,11 @@ fn main() {
 }
 
 fn pkg_config_cflags(lib: &str) -> Option<String> {
-    let out = std::process::Command::new("pkg-config").args(["--cflags", lib]).output().ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    let out = std::process::Command::new("pkg-config")
+        .args(["--cflags", lib])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }

@@ -25,7 +25,10 @@ struct Lat {
 fn lat(mut ns: Vec<u64>) -> Lat {
     ns.sort_unstable();
     let pick = |q: f64| ns[((ns.len() as f64 * q) as usize).min(ns.len() - 1)] as f64 / 1000.0;
-    Lat { p50: pick(0.5), p99: pick(0.99) }
+    Lat {
+        p50: pick(0.5),
+        p99: pick(0.99),
+    }
 }
 
 fn measure(iters: usize, mut op: impl FnMut(u64) -> Result<()>) -> Result<Lat> {
@@ -53,7 +56,12 @@ impl Drop for Peer {
 
 fn spawn_peer(args: &[&str]) -> Result<(Peer, String)> {
     let exe = std::env::current_exe().context("locating the orion binary")?;
-    let mut child = Command::new(exe).args(["bench", "fabric-peer"]).args(args).stdout(Stdio::piped()).spawn().context("starting the benchmark peer")?;
+    let mut child = Command::new(exe)
+        .args(["bench", "fabric-peer"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting the benchmark peer")?;
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line)?;
     let peer = Peer(child);
@@ -67,7 +75,10 @@ fn config(backend: Backend, provider: &str, secret: Secret) -> FabricConfig {
     let mut c = FabricConfig::new(backend, secret);
     c.provider = provider.to_string();
     // Both sides poll: never fall asleep between a request and its reply.
-    c.spin = SpinPolicy { min: Duration::from_micros(1), max: Duration::from_secs(1) };
+    c.spin = SpinPolicy {
+        min: Duration::from_micros(1),
+        max: Duration::from_secs(1),
+    };
     c
 }
 
@@ -86,7 +97,8 @@ pub fn run(backend: &str, provider: &str, iters: usize, json: bool) -> Result<()
         other => bail!("--backend must be local or tcp, not {other}"),
     };
     let secret = Secret::generate();
-    let secret_file = std::env::temp_dir().join(format!("orion-bench-secret-{}", std::process::id()));
+    let secret_file =
+        std::env::temp_dir().join(format!("orion-bench-secret-{}", std::process::id()));
     write_private(&secret_file, secret.expose())?;
     let result = run_inner(b, name, provider, &secret, &secret_file, iters, json);
     let _ = std::fs::remove_file(&secret_file);
@@ -95,7 +107,11 @@ pub fn run(backend: &str, provider: &str, iters: usize, json: bool) -> Result<()
     let r = result?;
     if json {
         let row = |l: &Lat| format!("{{\"p50\":{:.3},\"p99\":{:.3}}}", l.p50, l.p99);
-        let rows: Vec<String> = r.rows.iter().map(|(k, l)| format!("\"{k}\":{}", row(l))).collect();
+        let rows: Vec<String> = r
+            .rows
+            .iter()
+            .map(|(k, l)| format!("\"{k}\":{}", row(l)))
+            .collect();
         println!(
             "{{\"backend\":\"{backend}\",\"fabric\":\"{}\",\"iters\":{iters},\"machine\":{{\"cores\":{},\"kernel\":\"{}\",\"rdma\":false}},{},\"write_1m_mib_s\":{:.0},\"baseline\":{{\"tcp_pingpong_64b_us\":{},\"shm_ring_64b_us\":{}}}}}",
             r.describe.replace('"', "'"),
@@ -112,41 +128,89 @@ pub fn run(backend: &str, provider: &str, iters: usize, json: bool) -> Result<()
         for (k, l) in &r.rows {
             println!("{k:<28} {:>9.2} {:>9.2}", l.p50, l.p99);
         }
-        println!("{:<28} {:>9.0} MiB/s", "write_1m (4 deep)", r.write_1m_mib_s);
-        println!("{:<28} {:>9.2} {:>9.2}", "baseline: TCP ping-pong 64B", r.tcp.p50, r.tcp.p99);
-        println!("{:<28} {:>9.2} {:>9.2}", "baseline: shm ring 64B", r.shm.p50, r.shm.p99);
+        println!(
+            "{:<28} {:>9.0} MiB/s",
+            "write_1m (4 deep)", r.write_1m_mib_s
+        );
+        println!(
+            "{:<28} {:>9.2} {:>9.2}",
+            "baseline: TCP ping-pong 64B", r.tcp.p50, r.tcp.p99
+        );
+        println!(
+            "{:<28} {:>9.2} {:>9.2}",
+            "baseline: shm ring 64B", r.shm.p50, r.shm.p99
+        );
     }
     Ok(())
 }
 
 fn kernel() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default()
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
 fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path).with_context(|| format!("writing {}", path.display()))?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
     f.write_all(bytes)?;
     Ok(())
 }
 
-fn run_inner(b: Backend, name: &str, provider: &str, secret: &Secret, secret_file: &Path, iters: usize, json: bool) -> Result<Report> {
+fn run_inner(
+    b: Backend,
+    name: &str,
+    provider: &str,
+    secret: &Secret,
+    secret_file: &Path,
+    iters: usize,
+    json: bool,
+) -> Result<Report> {
     let say = |s: &str| {
         if !json {
             eprintln!("{s}");
         }
     };
     say(&format!("orion bench fabric: {name}, {iters} operations per row, peer in another process, both polling"));
-    let (peer, addr) = spawn_peer(&["--role", name, "--provider", provider, "--secret-file", &secret_file.to_string_lossy()])?;
+    let (peer, addr) = spawn_peer(&[
+        "--role",
+        name,
+        "--provider",
+        provider,
+        "--secret-file",
+        &secret_file.to_string_lossy(),
+    ])?;
     let domain = Domain::open(config(b, provider, secret.clone()))?;
     let s = Session::connect(&domain, &addr, 1 << 20)?;
     let mut rows = Vec::new();
     say("  send/recv 64 B");
-    rows.push(("send_recv_64b_us", measure(iters, |_| s.round_trip(64).map(|_| ()).map_err(Into::into))?));
+    rows.push((
+        "send_recv_64b_us",
+        measure(iters, |_| s.round_trip(64).map(|_| ()).map_err(Into::into))?,
+    ));
     say("  read 8 B, read 4 KiB, write 4 KiB");
-    rows.push(("read_8b_us", measure(iters, |i| s.read((i % 1024) * 8, 8).map_err(Into::into))?));
-    rows.push(("read_4k_us", measure(iters, |i| s.read((i % 1024) * 4096, 4096).map_err(Into::into))?));
-    rows.push(("write_4k_us", measure(iters, |i| s.write((i % 1024) * 4096, 4096).map_err(Into::into))?));
+    rows.push((
+        "read_8b_us",
+        measure(iters, |i| s.read((i % 1024) * 8, 8).map_err(Into::into))?,
+    ));
+    rows.push((
+        "read_4k_us",
+        measure(iters, |i| {
+            s.read((i % 1024) * 4096, 4096).map_err(Into::into)
+        })?,
+    ));
+    rows.push((
+        "write_4k_us",
+        measure(iters, |i| {
+            s.write((i % 1024) * 4096, 4096).map_err(Into::into)
+        })?,
+    ));
     say("  write 4 KiB with immediate + acknowledgment");
     rows.push((
         "write_imm_ack_us",
@@ -178,7 +242,13 @@ fn run_inner(b: Backend, name: &str, provider: &str, secret: &Secret, secret_fil
 
     say("  baseline: busy-polled shared-memory ring");
     let shm = shm_ring(iters)?;
-    Ok(Report { describe: domain.describe(), rows, write_1m_mib_s, tcp, shm })
+    Ok(Report {
+        describe: domain.describe(),
+        rows,
+        write_1m_mib_s,
+        tcp,
+        shm,
+    })
 }
 
 fn bandwidth(s: &Session) -> Result<f64> {
@@ -189,7 +259,14 @@ fn bandwidth(s: &Session) -> Result<f64> {
     let (mut posted, mut done) = (0u64, 0u64);
     while done < total {
         while posted < total && posted - done < depth {
-            s.conn.post_write(100 + posted, &s.buf, SESSION_SCRATCH, &s.remote, (posted % depth) * MIB as u64, MIB)?;
+            s.conn.post_write(
+                100 + posted,
+                &s.buf,
+                SESSION_SCRATCH,
+                &s.remote,
+                (posted % depth) * MIB as u64,
+                MIB,
+            )?;
             posted += 1;
         }
         s.wait(OpKind::Write, None)?;
@@ -205,7 +282,10 @@ fn shm_ring(iters: usize) -> Result<Lat> {
     std::fs::write(&path, vec![0u8; 4096])?;
     let result = (|| {
         let (peer, _) = spawn_peer(&["--role", "shm-ring", "--path", &path.to_string_lossy()])?;
-        let d = Domain::open(FabricConfig::new(Backend::Mock(MockNet::new(0)), Secret::generate()))?;
+        let d = Domain::open(FabricConfig::new(
+            Backend::Mock(MockNet::new(0)),
+            Secret::generate(),
+        ))?;
         let r = d.register_file(&path, 0, 4096, Access::LOCAL)?;
         let mut seq = 0u64;
         let l = measure(iters, |_| {
@@ -229,19 +309,35 @@ fn shm_ring(iters: usize) -> Result<Lat> {
 }
 
 /// The far side of each measurement.
-pub fn peer(role: &str, provider: &str, secret_file: Option<&Path>, path: Option<&Path>) -> Result<()> {
+pub fn peer(
+    role: &str,
+    provider: &str,
+    secret_file: Option<&Path>,
+    path: Option<&Path>,
+) -> Result<()> {
     let announce = |a: String| {
         println!("listening {a}");
         std::io::stdout().flush().ok();
     };
     match role {
         "local" | "libfabric" => {
-            let b = if role == "local" { Backend::Local } else { Backend::Libfabric };
+            let b = if role == "local" {
+                Backend::Local
+            } else {
+                Backend::Libfabric
+            };
             let secret = Secret::from_file(secret_file.context("--secret-file is required")?)?;
             let domain = Domain::open(config(b, provider, secret))?;
             let l = domain.listen("127.0.0.1:0")?;
             announce(l.local_addr());
-            serve(&domain, &l, &ServeOptions { region_len: 8 << 20, busy: true })?;
+            serve(
+                &domain,
+                &l,
+                &ServeOptions {
+                    region_len: 8 << 20,
+                    busy: true,
+                },
+            )?;
         }
         "tcp-echo" => {
             let l = TcpListener::bind("127.0.0.1:0")?;
@@ -255,7 +351,10 @@ pub fn peer(role: &str, provider: &str, secret_file: Option<&Path>, path: Option
         }
         "shm-ring" => {
             let path = path.context("--path is required")?;
-            let d = Domain::open(FabricConfig::new(Backend::Mock(MockNet::new(0)), Secret::generate()))?;
+            let d = Domain::open(FabricConfig::new(
+                Backend::Mock(MockNet::new(0)),
+                Secret::generate(),
+            ))?;
             let r = d.register_file(path, 0, 4096, Access::LOCAL)?;
             announce(path.display().to_string());
             let mut last = 0;

@@ -171,13 +171,25 @@ fn run() -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Bench {
-            which: BenchCmd::Fabric { backend, provider, iters, json },
+            which:
+                BenchCmd::Fabric {
+                    backend,
+                    provider,
+                    iters,
+                    json,
+                },
         } => {
             bench_fabric::run(&backend, &provider, iters, json)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Bench {
-            which: BenchCmd::FabricPeer { role, provider, secret_file, path },
+            which:
+                BenchCmd::FabricPeer {
+                    role,
+                    provider,
+                    secret_file,
+                    path,
+                },
         } => {
             bench_fabric::peer(&role, &provider, secret_file.as_deref(), path.as_deref())?;
             Ok(ExitCode::SUCCESS)

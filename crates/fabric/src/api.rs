@@ -54,11 +54,25 @@ pub struct Completion {
 
 impl Completion {
     pub(crate) fn ok(conn: ConnId, wr_id: u64, kind: OpKind, len: usize) -> Completion {
-        Completion { conn, wr_id, kind, len, imm: 0, status: Ok(()) }
+        Completion {
+            conn,
+            wr_id,
+            kind,
+            len,
+            imm: 0,
+            status: Ok(()),
+        }
     }
 
     pub(crate) fn failed(conn: ConnId, wr_id: u64, kind: OpKind, e: Error) -> Completion {
-        Completion { conn, wr_id, kind, len: 0, imm: 0, status: Err(e) }
+        Completion {
+            conn,
+            wr_id,
+            kind,
+            len: 0,
+            imm: 0,
+            status: Err(e),
+        }
     }
 }
 
@@ -106,7 +120,11 @@ pub(crate) trait ListenerImpl: Send + Sync {
 
 pub(crate) enum RegionSource<'a> {
     Memory(usize),
-    File { path: &'a Path, offset: u64, len: usize },
+    File {
+        path: &'a Path,
+        offset: u64,
+        len: usize,
+    },
 }
 
 pub(crate) trait DomainImpl: Send + Sync {
@@ -153,8 +171,15 @@ impl Domain {
 
     /// Registers `len` bytes of a file from `offset` (a pool file, so that peers read and write
     /// the pool itself). The file must already be that large.
-    pub fn register_file(&self, path: &Path, offset: u64, len: usize, access: Access) -> Result<Region> {
-        self.imp.register(RegionSource::File { path, offset, len }, access)
+    pub fn register_file(
+        &self,
+        path: &Path,
+        offset: u64,
+        len: usize,
+        access: Access,
+    ) -> Result<Region> {
+        self.imp
+            .register(RegionSource::File { path, offset, len }, access)
     }
 
     pub fn completion_queue(&self) -> Result<CompletionQueue> {
@@ -168,7 +193,9 @@ impl Domain {
 
     /// Listens for connections on `addr` ("host:port"; port 0 picks a free one).
     pub fn listen(&self, addr: &str) -> Result<Listener> {
-        Ok(Listener { imp: self.imp.listen(addr)? })
+        Ok(Listener {
+            imp: self.imp.listen(addr)?,
+        })
     }
 
     /// Connects to a listener, authenticating both ways; the connection's completions go to `cq`.
@@ -229,13 +256,29 @@ pub struct Connection {
 
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Connection#{} to {} (epoch {})", self.id, self.peer, self.epoch)
+        write!(
+            f,
+            "Connection#{} to {} (epoch {})",
+            self.id, self.peer, self.epoch
+        )
     }
 }
 
 impl Connection {
-    pub(crate) fn new(imp: Arc<dyn ConnImpl>, id: ConnId, epoch: u64, peer: String, domain: u64) -> Connection {
-        Connection { handle: Arc::new(ConnHandle { imp }), id, epoch, peer: peer.into(), domain }
+    pub(crate) fn new(
+        imp: Arc<dyn ConnImpl>,
+        id: ConnId,
+        epoch: u64,
+        peer: String,
+        domain: u64,
+    ) -> Connection {
+        Connection {
+            handle: Arc::new(ConnHandle { imp }),
+            id,
+            epoch,
+            peer: peer.into(),
+            domain,
+        }
     }
 
     pub fn id(&self) -> ConnId {
@@ -278,33 +321,101 @@ impl Connection {
     /// Sends `len` bytes at `off` of `buf`; the peer receives them into its oldest posted RECV.
     pub fn post_send(&self, wr_id: u64, buf: &Region, off: u64, len: usize) -> Result<()> {
         if len > MAX_MESSAGE {
-            return Err(Error::MessageTooLarge { len, max: MAX_MESSAGE });
+            return Err(Error::MessageTooLarge {
+                len,
+                max: MAX_MESSAGE,
+            });
         }
-        self.post(PostOp { kind: OpKind::Send, wr_id, local: buf.clone(), off, len, remote: None, imm: 0 })
+        self.post(PostOp {
+            kind: OpKind::Send,
+            wr_id,
+            local: buf.clone(),
+            off,
+            len,
+            remote: None,
+            imm: 0,
+        })
     }
 
     /// Posts a buffer for one incoming message of at most `len` bytes.
     pub fn post_recv(&self, wr_id: u64, buf: &Region, off: u64, len: usize) -> Result<()> {
-        self.post(PostOp { kind: OpKind::Recv, wr_id, local: buf.clone(), off, len, remote: None, imm: 0 })
+        self.post(PostOp {
+            kind: OpKind::Recv,
+            wr_id,
+            local: buf.clone(),
+            off,
+            len,
+            remote: None,
+            imm: 0,
+        })
     }
 
     /// One-sided READ of `len` bytes at `roff` of `remote` into `dst` at `off`.
-    pub fn post_read(&self, wr_id: u64, dst: &Region, off: u64, remote: &RemoteRegion, roff: u64, len: usize) -> Result<()> {
-        let op = PostOp { kind: OpKind::Read, wr_id, local: dst.clone(), off, len, remote: Some((*remote, roff)), imm: 0 };
+    pub fn post_read(
+        &self,
+        wr_id: u64,
+        dst: &Region,
+        off: u64,
+        remote: &RemoteRegion,
+        roff: u64,
+        len: usize,
+    ) -> Result<()> {
+        let op = PostOp {
+            kind: OpKind::Read,
+            wr_id,
+            local: dst.clone(),
+            off,
+            len,
+            remote: Some((*remote, roff)),
+            imm: 0,
+        };
         self.post(op)
     }
 
     /// One-sided WRITE of `len` bytes at `off` of `src` to `roff` of `remote`.
-    pub fn post_write(&self, wr_id: u64, src: &Region, off: u64, remote: &RemoteRegion, roff: u64, len: usize) -> Result<()> {
-        let op = PostOp { kind: OpKind::Write, wr_id, local: src.clone(), off, len, remote: Some((*remote, roff)), imm: 0 };
+    pub fn post_write(
+        &self,
+        wr_id: u64,
+        src: &Region,
+        off: u64,
+        remote: &RemoteRegion,
+        roff: u64,
+        len: usize,
+    ) -> Result<()> {
+        let op = PostOp {
+            kind: OpKind::Write,
+            wr_id,
+            local: src.clone(),
+            off,
+            len,
+            remote: Some((*remote, roff)),
+            imm: 0,
+        };
         self.post(op)
     }
 
     /// WRITE whose arrival the target sees as a `RemoteWrite` completion carrying `imm`, after
     /// the data is in place.
     #[allow(clippy::too_many_arguments)]
-    pub fn post_write_imm(&self, wr_id: u64, src: &Region, off: u64, remote: &RemoteRegion, roff: u64, len: usize, imm: u32) -> Result<()> {
-        let op = PostOp { kind: OpKind::WriteImm, wr_id, local: src.clone(), off, len, remote: Some((*remote, roff)), imm };
+    pub fn post_write_imm(
+        &self,
+        wr_id: u64,
+        src: &Region,
+        off: u64,
+        remote: &RemoteRegion,
+        roff: u64,
+        len: usize,
+        imm: u32,
+    ) -> Result<()> {
+        let op = PostOp {
+            kind: OpKind::WriteImm,
+            wr_id,
+            local: src.clone(),
+            off,
+            len,
+            remote: Some((*remote, roff)),
+            imm,
+        };
         self.post(op)
     }
 }
@@ -328,7 +439,10 @@ impl CompletionQueue {
     /// Moves up to `max` completions to `out` without blocking; returns how many.
     pub fn poll(&self, out: &mut Vec<Completion>, max: usize) -> usize {
         let n = self.imp.poll(out, max);
-        if n == 0 && self.idle_polls.fetch_add(1, Ordering::Relaxed) % POLLS_PER_PEER_CHECK == POLLS_PER_PEER_CHECK - 1 {
+        if n == 0
+            && self.idle_polls.fetch_add(1, Ordering::Relaxed) % POLLS_PER_PEER_CHECK
+                == POLLS_PER_PEER_CHECK - 1
+        {
             self.imp.check_peers();
         }
         n
@@ -379,7 +493,13 @@ impl CompletionQueue {
 
     /// Waits for the completion of `wr_id` on `conn`, keeping every other completion in `other`
     /// for the caller. For simple request/response code and tests.
-    pub fn wait_for(&self, conn: ConnId, wr_id: u64, other: &mut Vec<Completion>, timeout: Duration) -> Result<Completion> {
+    pub fn wait_for(
+        &self,
+        conn: ConnId,
+        wr_id: u64,
+        other: &mut Vec<Completion>,
+        timeout: Duration,
+    ) -> Result<Completion> {
         let deadline = Instant::now() + timeout;
         let mut batch = Vec::new();
         loop {
@@ -391,7 +511,11 @@ impl CompletionQueue {
             self.wait(&mut batch, 64, left)?;
             let mut found = None;
             for c in batch.drain(..) {
-                if found.is_none() && c.conn == conn && c.wr_id == wr_id && c.kind != OpKind::RemoteWrite {
+                if found.is_none()
+                    && c.conn == conn
+                    && c.wr_id == wr_id
+                    && c.kind != OpKind::RemoteWrite
+                {
                     found = Some(c);
                 } else {
                     other.push(c);

@@ -42,7 +42,9 @@ pub(crate) fn send_frame<S: Write>(s: &mut S, peer: &str, body: &[u8]) -> Result
     let mut buf = Vec::with_capacity(4 + body.len());
     buf.extend_from_slice(&(body.len() as u32).to_le_bytes());
     buf.extend_from_slice(body);
-    s.write_all(&buf).and_then(|_| s.flush()).map_err(|e| stream_error(peer, e))
+    s.write_all(&buf)
+        .and_then(|_| s.flush())
+        .map_err(|e| stream_error(peer, e))
 }
 
 pub(crate) fn recv_frame<S: Read>(s: &mut S, peer: &str) -> Result<Vec<u8>> {
@@ -50,7 +52,10 @@ pub(crate) fn recv_frame<S: Read>(s: &mut S, peer: &str) -> Result<Vec<u8>> {
     s.read_exact(&mut len).map_err(|e| stream_error(peer, e))?;
     let len = u32::from_le_bytes(len) as usize;
     if len > MAX_FRAME {
-        return Err(protocol(peer, format!("handshake frame of {len} bytes (limit {MAX_FRAME})")));
+        return Err(protocol(
+            peer,
+            format!("handshake frame of {len} bytes (limit {MAX_FRAME})"),
+        ));
     }
     let mut body = vec![0u8; len];
     s.read_exact(&mut body).map_err(|e| stream_error(peer, e))?;
@@ -61,13 +66,19 @@ fn stream_error(peer: &str, e: std::io::Error) -> Error {
     use std::io::ErrorKind::*;
     match e.kind() {
         WouldBlock | TimedOut => Error::gone(peer, "no answer during the connection handshake"),
-        UnexpectedEof | ConnectionReset | BrokenPipe | ConnectionAborted => Error::gone(peer, format!("closed the connection during the handshake ({e})")),
+        UnexpectedEof | ConnectionReset | BrokenPipe | ConnectionAborted => Error::gone(
+            peer,
+            format!("closed the connection during the handshake ({e})"),
+        ),
         _ => Error::io(format!("handshake with {peer}"), e),
     }
 }
 
 fn protocol(peer: &str, why: impl Into<String>) -> Error {
-    Error::Protocol { peer: peer.to_string(), why: why.into() }
+    Error::Protocol {
+        peer: peer.to_string(),
+        why: why.into(),
+    }
 }
 
 fn mac(secret: &Secret, role: &[u8], nc: &[u8], ns: &[u8], epoch: u64) -> Hmac<Sha256> {
@@ -107,13 +118,21 @@ pub(crate) fn client<S: Read + Write>(s: &mut S, p: &Params<'_>) -> Result<()> {
     }
     let ns = &ch[1..33];
     let server_epoch = u64::from_le_bytes(ch[33..41].try_into().unwrap());
-    if mac(p.secret, b"server", &nc, ns, server_epoch).verify_slice(&ch[41..]).is_err() {
+    if mac(p.secret, b"server", &nc, ns, server_epoch)
+        .verify_slice(&ch[41..])
+        .is_err()
+    {
         let mut abort = vec![VERDICT_REFUSED];
         abort.extend_from_slice(b"the server's proof does not match this client's cluster secret");
         let _ = send_frame(s, &p.peer, &abort);
-        return Err(Error::AuthFailed { peer: p.peer.clone(), why: "the server does not know the cluster secret".into() });
+        return Err(Error::AuthFailed {
+            peer: p.peer.clone(),
+            why: "the server does not know the cluster secret".into(),
+        });
     }
-    let proof = mac(p.secret, b"client", &nc, ns, p.epoch).finalize().into_bytes();
+    let proof = mac(p.secret, b"client", &nc, ns, p.epoch)
+        .finalize()
+        .into_bytes();
     send_frame(s, &p.peer, &proof)?;
 
     let verdict = recv_frame(s, &p.peer)?;
@@ -131,7 +150,10 @@ pub(crate) fn client<S: Read + Write>(s: &mut S, p: &Params<'_>) -> Result<()> {
 
 fn refusal(p: &Params<'_>, frame: &[u8]) -> Error {
     let why = String::from_utf8_lossy(&frame[1..]).into_owned();
-    Error::AuthFailed { peer: p.peer.clone(), why: format!("refused by the server: {why}") }
+    Error::AuthFailed {
+        peer: p.peer.clone(),
+        why: format!("refused by the server: {why}"),
+    }
 }
 
 /// The server side; returns once the client is accepted. Refusals are logged and told to the
@@ -163,7 +185,11 @@ fn server_inner<S: Read + Write>(s: &mut S, p: &Params<'_>) -> Result<()> {
         return Err(protocol(&p.peer, why));
     }
     if hello[6] != p.backend.wire_id() {
-        let why = format!("peer uses the {} backend, this node {}", Backend::name_of(hello[6]), p.backend.name());
+        let why = format!(
+            "peer uses the {} backend, this node {}",
+            Backend::name_of(hello[6]),
+            p.backend.name()
+        );
         refuse(s, p, &why);
         return Err(protocol(&p.peer, why));
     }
@@ -173,26 +199,46 @@ fn server_inner<S: Read + Write>(s: &mut S, p: &Params<'_>) -> Result<()> {
     let mut ch = vec![VERDICT_OK];
     ch.extend_from_slice(&ns);
     ch.extend_from_slice(&p.epoch.to_le_bytes());
-    ch.extend_from_slice(&mac(p.secret, b"server", nc, &ns, p.epoch).finalize().into_bytes());
+    ch.extend_from_slice(
+        &mac(p.secret, b"server", nc, &ns, p.epoch)
+            .finalize()
+            .into_bytes(),
+    );
     send_frame(s, &p.peer, &ch)?;
 
     let proof = recv_frame(s, &p.peer)?;
     if proof.len() != MAC_LEN {
         let why = match proof.first() {
-            Some(&VERDICT_REFUSED) => format!("authentication failed: {}", String::from_utf8_lossy(&proof[1..])),
+            Some(&VERDICT_REFUSED) => format!(
+                "authentication failed: {}",
+                String::from_utf8_lossy(&proof[1..])
+            ),
             _ => "malformed proof".to_string(),
         };
-        return Err(Error::AuthFailed { peer: p.peer.clone(), why });
+        return Err(Error::AuthFailed {
+            peer: p.peer.clone(),
+            why,
+        });
     }
-    if mac(p.secret, b"client", nc, &ns, client_epoch).verify_slice(&proof).is_err() {
+    if mac(p.secret, b"client", nc, &ns, client_epoch)
+        .verify_slice(&proof)
+        .is_err()
+    {
         refuse(s, p, "authentication failed");
-        return Err(Error::AuthFailed { peer: p.peer.clone(), why: "the client does not know the cluster secret".into() });
+        return Err(Error::AuthFailed {
+            peer: p.peer.clone(),
+            why: "the client does not know the cluster secret".into(),
+        });
     }
     if client_epoch != p.epoch {
         let mut f = vec![VERDICT_EPOCH];
         f.extend_from_slice(&p.epoch.to_le_bytes());
         let _ = send_frame(s, &p.peer, &f);
-        return Err(Error::EpochMismatch { peer: p.peer.clone(), ours: p.epoch, theirs: client_epoch });
+        return Err(Error::EpochMismatch {
+            peer: p.peer.clone(),
+            ours: p.epoch,
+            theirs: client_epoch,
+        });
     }
     send_frame(s, &p.peer, &[VERDICT_OK])
 }
@@ -204,13 +250,32 @@ mod tests {
 
     fn run(cs: &[u8], ss: &[u8], ce: u64, se: u64) -> (Result<()>, Result<()>) {
         let (mut a, mut b) = UnixStream::pair().unwrap();
-        let (cs, ss) = (Secret::from_bytes(cs).unwrap(), Secret::from_bytes(ss).unwrap());
+        let (cs, ss) = (
+            Secret::from_bytes(cs).unwrap(),
+            Secret::from_bytes(ss).unwrap(),
+        );
         let server = std::thread::spawn(move || {
             let be = Backend::Local;
-            server(&mut b, &Params { secret: &ss, epoch: se, backend: &be, peer: "client".into() })
+            server(
+                &mut b,
+                &Params {
+                    secret: &ss,
+                    epoch: se,
+                    backend: &be,
+                    peer: "client".into(),
+                },
+            )
         });
         let be = Backend::Local;
-        let c = client(&mut a, &Params { secret: &cs, epoch: ce, backend: &be, peer: "server".into() });
+        let c = client(
+            &mut a,
+            &Params {
+                secret: &cs,
+                epoch: ce,
+                backend: &be,
+                peer: "server".into(),
+            },
+        );
         drop(a);
         (c, server.join().unwrap())
     }
@@ -232,8 +297,22 @@ mod tests {
     #[test]
     fn epoch_mismatch_names_both_epochs() {
         let (c, s) = run(b"0123456789abcdef", b"0123456789abcdef", 3, 5);
-        assert_eq!(c, Err(Error::EpochMismatch { peer: "server".into(), ours: 3, theirs: 5 }));
-        assert!(matches!(s, Err(Error::EpochMismatch { ours: 5, theirs: 3, .. })));
+        assert_eq!(
+            c,
+            Err(Error::EpochMismatch {
+                peer: "server".into(),
+                ours: 3,
+                theirs: 5
+            })
+        );
+        assert!(matches!(
+            s,
+            Err(Error::EpochMismatch {
+                ours: 5,
+                theirs: 3,
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -242,7 +321,15 @@ mod tests {
         let secret = Secret::from_bytes(b"0123456789abcdef").unwrap();
         let t = std::thread::spawn(move || {
             let be = Backend::Local;
-            server(&mut b, &Params { secret: &secret, epoch: 1, backend: &be, peer: "x".into() })
+            server(
+                &mut b,
+                &Params {
+                    secret: &secret,
+                    epoch: 1,
+                    backend: &be,
+                    peer: "x".into(),
+                },
+            )
         });
         send_frame(&mut a, "s", b"GET / HTTP/1.1\r\n").unwrap();
         assert!(matches!(t.join().unwrap(), Err(Error::Protocol { .. })));
@@ -251,6 +338,9 @@ mod tests {
         // A frame claiming 4 GiB is refused before anything is allocated.
         let (mut a, mut b) = UnixStream::pair().unwrap();
         a.write_all(&u32::MAX.to_le_bytes()).unwrap();
-        assert!(matches!(recv_frame(&mut b, "x"), Err(Error::Protocol { .. })));
+        assert!(matches!(
+            recv_frame(&mut b, "x"),
+            Err(Error::Protocol { .. })
+        ));
     }
 }

@@ -69,7 +69,11 @@ impl Secret {
         if b.len() < Self::MIN_LEN {
             return Err(Error::AuthFailed {
                 peer: "-".into(),
-                why: format!("the cluster secret has {} bytes; at least {} are needed", b.len(), Self::MIN_LEN),
+                why: format!(
+                    "the cluster secret has {} bytes; at least {} are needed",
+                    b.len(),
+                    Self::MIN_LEN
+                ),
             });
         }
         Ok(Secret(b.into()))
@@ -77,7 +81,8 @@ impl Secret {
 
     /// Reads a secret file (its bytes, trailing newline removed).
     pub fn from_file(path: &Path) -> Result<Secret> {
-        let mut b = std::fs::read(path).map_err(|e| Error::io(format!("reading the cluster secret {}", path.display()), e))?;
+        let mut b = std::fs::read(path)
+            .map_err(|e| Error::io(format!("reading the cluster secret {}", path.display()), e))?;
         while b.last().is_some_and(|c| *c == b'\n' || *c == b'\r') {
             b.pop();
         }

@@ -46,7 +46,12 @@ pub fn serve(domain: &Domain, listener: &Listener, opts: &ServeOptions) -> Resul
     }
 }
 
-fn serve_one(domain: &Domain, cq: &CompletionQueue, conn: &Connection, opts: &ServeOptions) -> Result<()> {
+fn serve_one(
+    domain: &Domain,
+    cq: &CompletionQueue,
+    conn: &Connection,
+    opts: &ServeOptions,
+) -> Result<()> {
     let region = domain.alloc_region(opts.region_len, Access::REMOTE_ALL)?;
     let bufs = domain.alloc_region(MAX_MESSAGE * DEPTH as usize, Access::LOCAL)?;
     let acks = domain.alloc_region(64 * DEPTH as usize, Access::LOCAL)?;
@@ -81,7 +86,9 @@ fn serve_one(domain: &Domain, cq: &CompletionQueue, conn: &Connection, opts: &Se
                 continue;
             }
             match c.kind {
-                OpKind::Recv => conn.post_send(SEND | c.wr_id, &bufs, c.wr_id * MAX_MESSAGE as u64, c.len)?,
+                OpKind::Recv => {
+                    conn.post_send(SEND | c.wr_id, &bufs, c.wr_id * MAX_MESSAGE as u64, c.len)?
+                }
                 OpKind::Send if c.wr_id & SEND != 0 => {
                     let i = c.wr_id & 0xffff_ffff;
                     conn.post_recv(i, &bufs, i * MAX_MESSAGE as u64, MAX_MESSAGE)?;
@@ -122,13 +129,27 @@ impl Session {
         for i in 0..DEPTH {
             conn.post_recv(i, &buf, i * MAX_MESSAGE as u64, MAX_MESSAGE)?;
         }
-        let mut s = Session { conn, cq, remote: RemoteRegion { key: 0, addr: 0, len: 0 }, buf, timeout: Duration::from_secs(10), stash: Default::default() };
+        let mut s = Session {
+            conn,
+            cq,
+            remote: RemoteRegion {
+                key: 0,
+                addr: 0,
+                len: 0,
+            },
+            buf,
+            timeout: Duration::from_secs(10),
+            stash: Default::default(),
+        };
         let (i, len) = s.recv()?;
         let mut d = [0u8; 24];
         s.buf.read(i * MAX_MESSAGE as u64, &mut d)?;
         s.repost(i)?;
         if len != RemoteRegion::ENCODED_LEN {
-            return Err(Error::Protocol { peer: addr.into(), why: "the echo peer sent no region descriptor".into() });
+            return Err(Error::Protocol {
+                peer: addr.into(),
+                why: "the echo peer sent no region descriptor".into(),
+            });
         }
         s.remote = RemoteRegion::decode(&d).expect("24 bytes");
         Ok(s)
@@ -143,7 +164,11 @@ impl Session {
         loop {
             {
                 let mut stash = self.stash.lock().unwrap();
-                if let Some(c) = stash.iter().position(|c| c.status.is_err() || wanted(c)).and_then(|i| stash.remove(i)) {
+                if let Some(c) = stash
+                    .iter()
+                    .position(|c| c.status.is_err() || wanted(c))
+                    .and_then(|i| stash.remove(i))
+                {
                     c.status.clone()?;
                     return Ok((c.wr_id, c.len));
                 }
@@ -163,7 +188,8 @@ impl Session {
     }
 
     pub fn repost(&self, i: u64) -> Result<()> {
-        self.conn.post_recv(i, &self.buf, i * MAX_MESSAGE as u64, MAX_MESSAGE)
+        self.conn
+            .post_recv(i, &self.buf, i * MAX_MESSAGE as u64, MAX_MESSAGE)
     }
 
     /// One message round trip of `len` bytes from the scratch area; returns the reply's length.
@@ -176,18 +202,21 @@ impl Session {
     }
 
     pub fn read(&self, roff: u64, len: usize) -> Result<()> {
-        self.conn.post_read(7, &self.buf, SESSION_SCRATCH, &self.remote, roff, len)?;
+        self.conn
+            .post_read(7, &self.buf, SESSION_SCRATCH, &self.remote, roff, len)?;
         self.wait(OpKind::Read, Some(7)).map(|_| ())
     }
 
     pub fn write(&self, roff: u64, len: usize) -> Result<()> {
-        self.conn.post_write(8, &self.buf, SESSION_SCRATCH, &self.remote, roff, len)?;
+        self.conn
+            .post_write(8, &self.buf, SESSION_SCRATCH, &self.remote, roff, len)?;
         self.wait(OpKind::Write, Some(8)).map(|_| ())
     }
 
     /// WRITE with immediate, then the peer's acknowledgment; returns the acknowledged value.
     pub fn write_imm_ack(&self, roff: u64, len: usize, imm: u32) -> Result<u32> {
-        self.conn.post_write_imm(9, &self.buf, SESSION_SCRATCH, &self.remote, roff, len, imm)?;
+        self.conn
+            .post_write_imm(9, &self.buf, SESSION_SCRATCH, &self.remote, roff, len, imm)?;
         let (i, _) = self.recv()?;
         let v = self.buf.load_u64(i * MAX_MESSAGE as u64)?;
         self.repost(i)?;
@@ -199,7 +228,10 @@ impl Session {
 /// Exercises every verb against an echo peer and checks the results; returns what it did.
 pub fn probe(domain: &Domain, addr: &str) -> Result<String> {
     let s = Session::connect(domain, addr, 1 << 20)?;
-    let bad = |what: &str| Error::Protocol { peer: addr.into(), why: format!("probe: {what}") };
+    let bad = |what: &str| Error::Protocol {
+        peer: addr.into(),
+        why: format!("probe: {what}"),
+    };
     let pattern: Vec<u8> = (0..65536u32).map(|i| (i * 7 + 3) as u8).collect();
     s.buf.write(SESSION_SCRATCH, &pattern)?;
     if s.round_trip(64)? != 64 {
@@ -216,7 +248,9 @@ pub fn probe(domain: &Domain, addr: &str) -> Result<String> {
         return Err(bad("one-sided read did not return what the write stored"));
     }
     if s.write_imm_ack(0, 4096, 0xfeed)? != 0xfeed {
-        return Err(bad("write with immediate was acknowledged with another value"));
+        return Err(bad(
+            "write with immediate was acknowledged with another value",
+        ));
     }
     Ok(format!("probe of {addr} over {}: send/recv, 64 KiB write + read-back, write-with-immediate + ack: ok", domain.describe()))
 }

@@ -9,7 +9,11 @@ pub enum Error {
     #[error("remote key {key:#x} is unknown to the target or was revoked")]
     UnknownKey { key: u64 },
     #[error("access of {len} bytes at offset {offset} is outside a region of {region_len} bytes")]
-    OutOfBounds { offset: u64, len: u64, region_len: u64 },
+    OutOfBounds {
+        offset: u64,
+        len: u64,
+        region_len: u64,
+    },
     #[error("the region does not allow {0}")]
     AccessDenied(&'static str),
     #[error("the target refused the remote access: {0}")]
@@ -21,7 +25,11 @@ pub enum Error {
     #[error("authentication with {peer} failed: {why}")]
     AuthFailed { peer: String, why: String },
     #[error("peer {peer} is at cluster epoch {theirs}, this node at {ours}")]
-    EpochMismatch { peer: String, ours: u64, theirs: u64 },
+    EpochMismatch {
+        peer: String,
+        ours: u64,
+        theirs: u64,
+    },
     #[error("message of {len} bytes exceeds the limit of {max}")]
     MessageTooLarge { len: usize, max: usize },
     #[error("message of {len} bytes does not fit the posted receive buffer of {cap}")]
@@ -31,7 +39,11 @@ pub enum Error {
     #[error("malformed message from {peer}: {why}")]
     Protocol { peer: String, why: String },
     #[error("{call} failed: {msg} ({code})")]
-    Provider { call: &'static str, code: i32, msg: String },
+    Provider {
+        call: &'static str,
+        code: i32,
+        msg: String,
+    },
     #[error("no fabric device for provider {provider}: {detail}")]
     NoDevice { provider: String, detail: String },
     #[error("{0}")]
@@ -57,11 +69,17 @@ impl fmt::Display for IoError {
 
 impl Error {
     pub(crate) fn io(what: impl fmt::Display, e: std::io::Error) -> Error {
-        Error::Io(IoError { kind: e.kind(), what: format!("{what}: {e}") })
+        Error::Io(IoError {
+            kind: e.kind(),
+            what: format!("{what}: {e}"),
+        })
     }
 
     pub(crate) fn gone(peer: &str, why: impl Into<String>) -> Error {
-        Error::PeerGone { peer: peer.to_string(), why: why.into() }
+        Error::PeerGone {
+            peer: peer.to_string(),
+            why: why.into(),
+        }
     }
 
     /// True when the connection this error came from can no longer be used.

@@ -12,7 +12,15 @@ pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     // SAFETY: `word` is a valid, aligned u32 for the duration of the call (a reference);
     // FUTEX_WAIT only reads it. The timespec lives on this stack frame.
     unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, &ts as *const libc::timespec, 0usize, 0u32);
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+            0usize,
+            0u32,
+        );
     }
 }
 
@@ -20,6 +28,14 @@ pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout: Duration) {
 pub(crate) fn wake_all(word: &AtomicU32) {
     // SAFETY: as above; FUTEX_WAKE does not access the word's memory beyond its address.
     unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX, 0usize, 0usize, 0u32);
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            0usize,
+            0usize,
+            0u32,
+        );
     }
 }

@@ -16,8 +16,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::api::{
-    next_conn_id, Completion, CompletionQueue, ConnId, ConnImpl, Connection, CqImpl, DomainImpl, ListenerImpl, OpKind, PostOp,
-    RegionSource,
+    next_conn_id, Completion, CompletionQueue, ConnId, ConnImpl, Connection, CqImpl, DomainImpl,
+    ListenerImpl, OpKind, PostOp, RegionSource,
 };
 use crate::auth;
 use crate::config::FabricConfig;
@@ -69,16 +69,39 @@ impl MockNet {
 
     /// Kills a domain: its peers see `PeerGone`, its own operations fail.
     pub fn kill(&self, domain: &crate::Domain) {
-        if let Some(d) = self.inner.domains.lock().unwrap().get(&domain.id()).and_then(Weak::upgrade) {
+        if let Some(d) = self
+            .inner
+            .domains
+            .lock()
+            .unwrap()
+            .get(&domain.id())
+            .and_then(Weak::upgrade)
+        {
             d.alive.store(false, Ordering::Release);
         }
-        self.inner.listeners.lock().unwrap().retain(|_, l| l.domain != domain.id());
+        self.inner
+            .listeners
+            .lock()
+            .unwrap()
+            .retain(|_, l| l.domain != domain.id());
     }
 
     pub(crate) fn domain(&self, cfg: Arc<FabricConfig>, id: u64) -> MockDomain {
-        let state = Arc::new(DomainState { id, alive: AtomicBool::new(true), regions: Mutex::new(HashMap::new()) });
-        self.inner.domains.lock().unwrap().insert(id, Arc::downgrade(&state));
-        MockDomain { net: self.inner.clone(), cfg, state }
+        let state = Arc::new(DomainState {
+            id,
+            alive: AtomicBool::new(true),
+            regions: Mutex::new(HashMap::new()),
+        });
+        self.inner
+            .domains
+            .lock()
+            .unwrap()
+            .insert(id, Arc::downgrade(&state));
+        MockDomain {
+            net: self.inner.clone(),
+            cfg,
+            state,
+        }
     }
 }
 
@@ -129,50 +152,108 @@ impl DomainImpl for MockDomain {
     fn register(&self, src: RegionSource<'_>, access: Access) -> Result<Region> {
         let map = match src {
             RegionSource::Memory(len) => Mapping::anonymous(len)?,
-            RegionSource::File { path, offset, len } => Region::open_file(path, offset, len, true)?.1,
+            RegionSource::File { path, offset, len } => {
+                Region::open_file(path, offset, len, true)?.1
+            }
         };
         let key = random_u64();
-        let backend = MockRegion { domain: Arc::downgrade(&self.state), key };
-        let inner = Arc::new(RegionInner { map, key, wire_addr: 0, access, domain: self.state.id, backend: Some(Box::new(backend)) });
+        let backend = MockRegion {
+            domain: Arc::downgrade(&self.state),
+            key,
+        };
+        let inner = Arc::new(RegionInner {
+            map,
+            key,
+            wire_addr: 0,
+            access,
+            domain: self.state.id,
+            backend: Some(Box::new(backend)),
+        });
         if access.is_remote() {
-            self.state.regions.lock().unwrap().insert(key, Arc::downgrade(&inner));
+            self.state
+                .regions
+                .lock()
+                .unwrap()
+                .insert(key, Arc::downgrade(&inner));
         }
         Ok(Region { inner })
     }
 
     fn completion_queue(&self) -> Result<Arc<dyn CqImpl>> {
-        Ok(Arc::new(MockCq { net: self.net.clone(), state: Mutex::new(CqState::default()), cv: Condvar::new() }))
+        Ok(Arc::new(MockCq {
+            net: self.net.clone(),
+            state: Mutex::new(CqState::default()),
+            cv: Condvar::new(),
+        }))
     }
 
     fn listen(&self, addr: &str) -> Result<Box<dyn ListenerImpl>> {
         let name = if addr.ends_with(":0") {
-            format!("mock:{}", self.net.next_port.fetch_add(1, Ordering::Relaxed))
+            format!(
+                "mock:{}",
+                self.net.next_port.fetch_add(1, Ordering::Relaxed)
+            )
         } else {
             addr.to_string()
         };
-        let q = Arc::new(ListenQueue { domain: self.state.id, pending: Mutex::new(VecDeque::new()), cv: Condvar::new() });
+        let q = Arc::new(ListenQueue {
+            domain: self.state.id,
+            pending: Mutex::new(VecDeque::new()),
+            cv: Condvar::new(),
+        });
         let mut ls = self.net.listeners.lock().unwrap();
         if ls.contains_key(&name) {
-            return Err(Error::io(format!("listening on {name}"), std::io::ErrorKind::AddrInUse.into()));
+            return Err(Error::io(
+                format!("listening on {name}"),
+                std::io::ErrorKind::AddrInUse.into(),
+            ));
         }
         ls.insert(name.clone(), q.clone());
-        Ok(Box::new(MockListener { name, queue: q, domain: self.clone_handle() }))
+        Ok(Box::new(MockListener {
+            name,
+            queue: q,
+            domain: self.clone_handle(),
+        }))
     }
 
     fn connect(&self, addr: &str, cq: &CompletionQueue, timeout: Duration) -> Result<Connection> {
-        let queue = self.net.listeners.lock().unwrap().get(addr).cloned().ok_or_else(|| Error::gone(addr, "nothing listens there"))?;
+        let queue = self
+            .net
+            .listeners
+            .lock()
+            .unwrap()
+            .get(addr)
+            .cloned()
+            .ok_or_else(|| Error::gone(addr, "nothing listens there"))?;
         let (mut mine, theirs) = UnixStream::pair().map_err(|e| Error::io("socketpair", e))?;
         mine.set_read_timeout(Some(timeout)).ok();
         theirs.set_read_timeout(Some(timeout)).ok();
         let conn = self.new_conn(cq, addr)?;
         let (tx, rx) = mpsc::channel();
-        queue.pending.lock().unwrap().push_back(Pending { stream: theirs, client: conn.clone(), reply: tx });
+        queue.pending.lock().unwrap().push_back(Pending {
+            stream: theirs,
+            client: conn.clone(),
+            reply: tx,
+        });
         queue.cv.notify_all();
-        let p = auth::Params { secret: &self.cfg.secret, epoch: self.cfg.epoch, backend: &self.cfg.backend, peer: addr.to_string() };
+        let p = auth::Params {
+            secret: &self.cfg.secret,
+            epoch: self.cfg.epoch,
+            backend: &self.cfg.backend,
+            peer: addr.to_string(),
+        };
         auth::client(&mut mine, &p)?;
-        let server = rx.recv_timeout(timeout).map_err(|_| Error::gone(addr, "the listener did not accept"))??;
+        let server = rx
+            .recv_timeout(timeout)
+            .map_err(|_| Error::gone(addr, "the listener did not accept"))??;
         *conn.peer.lock().unwrap() = Arc::downgrade(&server);
-        Ok(Connection::new(conn.clone(), conn.id, self.cfg.epoch, addr.to_string(), self.state.id))
+        Ok(Connection::new(
+            conn.clone(),
+            conn.id,
+            self.cfg.epoch,
+            addr.to_string(),
+            self.state.id,
+        ))
     }
 
     fn describe(&self) -> String {
@@ -182,7 +263,11 @@ impl DomainImpl for MockDomain {
 
 impl MockDomain {
     fn clone_handle(&self) -> MockDomain {
-        MockDomain { net: self.net.clone(), cfg: self.cfg.clone(), state: self.state.clone() }
+        MockDomain {
+            net: self.net.clone(),
+            cfg: self.cfg.clone(),
+            state: self.state.clone(),
+        }
     }
 
     fn new_conn(&self, cq: &CompletionQueue, peer: &str) -> Result<Arc<MockConn>> {
@@ -243,7 +328,12 @@ impl ListenerImpl for MockListener {
         drop(pending);
         let d = &self.domain;
         let peer = format!("mock client #{}", p.client.id);
-        let params = auth::Params { secret: &d.cfg.secret, epoch: d.cfg.epoch, backend: &d.cfg.backend, peer: peer.clone() };
+        let params = auth::Params {
+            secret: &d.cfg.secret,
+            epoch: d.cfg.epoch,
+            backend: &d.cfg.backend,
+            peer: peer.clone(),
+        };
         if let Err(e) = auth::server(&mut p.stream, &params) {
             let _ = p.reply.send(Err(e.clone()));
             return Err(e);
@@ -251,7 +341,13 @@ impl ListenerImpl for MockListener {
         let conn = d.new_conn(cq, &peer)?;
         *conn.peer.lock().unwrap() = Arc::downgrade(&p.client);
         let _ = p.reply.send(Ok(conn.clone()));
-        Ok(Connection::new(conn.clone(), conn.id, d.cfg.epoch, peer, d.state.id))
+        Ok(Connection::new(
+            conn.clone(),
+            conn.id,
+            d.cfg.epoch,
+            peer,
+            d.state.id,
+        ))
     }
 
     fn local_addr(&self) -> String {
@@ -297,9 +393,17 @@ impl MockConn {
         if !self.domain.alive.load(Ordering::Acquire) {
             return Err(Error::gone(&self.peer_name, "this node was killed"));
         }
-        let peer = self.peer.lock().unwrap().upgrade().ok_or_else(|| Error::gone(&self.peer_name, "connection closed by the peer"))?;
+        let peer = self
+            .peer
+            .lock()
+            .unwrap()
+            .upgrade()
+            .ok_or_else(|| Error::gone(&self.peer_name, "connection closed by the peer"))?;
         if peer.closed.load(Ordering::Acquire) {
-            return Err(Error::gone(&self.peer_name, "connection closed by the peer"));
+            return Err(Error::gone(
+                &self.peer_name,
+                "connection closed by the peer",
+            ));
         }
         if !peer.domain.alive.load(Ordering::Acquire) {
             return Err(Error::gone(&self.peer_name, "the peer's node died"));
@@ -308,14 +412,37 @@ impl MockConn {
     }
 
     /// The target-side check of a one-sided access: key known, permission, bounds.
-    fn target_region(peer: &MockConn, key: u64, off: u64, len: usize, write: bool) -> Result<Region> {
-        let inner = peer.domain.regions.lock().unwrap().get(&key).and_then(Weak::upgrade).ok_or(Error::UnknownKey { key })?;
+    fn target_region(
+        peer: &MockConn,
+        key: u64,
+        off: u64,
+        len: usize,
+        write: bool,
+    ) -> Result<Region> {
+        let inner = peer
+            .domain
+            .regions
+            .lock()
+            .unwrap()
+            .get(&key)
+            .and_then(Weak::upgrade)
+            .ok_or(Error::UnknownKey { key })?;
         let r = Region { inner };
-        let allowed = if write { r.access().remote_write } else { r.access().remote_read };
+        let allowed = if write {
+            r.access().remote_write
+        } else {
+            r.access().remote_read
+        };
         if !allowed {
-            return Err(Error::RemoteAccess(format!("region {key:#x} is not remotely {}", if write { "writable" } else { "readable" })));
+            return Err(Error::RemoteAccess(format!(
+                "region {key:#x} is not remotely {}",
+                if write { "writable" } else { "readable" }
+            )));
         }
-        r.inner.map.check(off, len).map_err(|e| Error::RemoteAccess(e.to_string()))?;
+        r.inner
+            .map
+            .check(off, len)
+            .map_err(|e| Error::RemoteAccess(e.to_string()))?;
         Ok(r)
     }
 
@@ -363,16 +490,36 @@ impl MockConn {
         while let Some(front) = inbox.front() {
             match front {
                 Msg::Imm(imm) => {
-                    out.push(Completion { conn: self.id, wr_id: 0, kind: OpKind::RemoteWrite, len: 0, imm: *imm, status: Ok(()) });
+                    out.push(Completion {
+                        conn: self.id,
+                        wr_id: 0,
+                        kind: OpKind::RemoteWrite,
+                        len: 0,
+                        imm: *imm,
+                        status: Ok(()),
+                    });
                     inbox.pop_front();
                 }
                 Msg::Data(d) => {
                     let Some(r) = posted.pop_front() else { break };
                     if d.len() > r.len {
-                        out.push(Completion::failed(self.id, r.wr_id, OpKind::Recv, Error::RecvTooSmall { len: d.len(), cap: r.len }));
+                        out.push(Completion::failed(
+                            self.id,
+                            r.wr_id,
+                            OpKind::Recv,
+                            Error::RecvTooSmall {
+                                len: d.len(),
+                                cap: r.len,
+                            },
+                        ));
                         let e = crate::ofi::oversized(&self.peer_name);
                         for r in posted.drain(..) {
-                            out.push(Completion::failed(self.id, r.wr_id, OpKind::Recv, e.clone()));
+                            out.push(Completion::failed(
+                                self.id,
+                                r.wr_id,
+                                OpKind::Recv,
+                                e.clone(),
+                            ));
                         }
                         inbox.clear();
                         self.closed.store(true, Ordering::Release);
@@ -392,7 +539,12 @@ impl MockConn {
 
     fn flush(&self, e: &Error, out: &mut Vec<Completion>) {
         for r in self.posted.lock().unwrap().drain(..) {
-            out.push(Completion::failed(self.id, r.wr_id, OpKind::Recv, e.clone()));
+            out.push(Completion::failed(
+                self.id,
+                r.wr_id,
+                OpKind::Recv,
+                e.clone(),
+            ));
         }
     }
 }
@@ -401,7 +553,12 @@ impl ConnImpl for MockConn {
     fn post(&self, op: PostOp) -> Result<()> {
         self.live_peer()?;
         if op.kind == OpKind::Recv {
-            self.posted.lock().unwrap().push_back(PostedRecv { wr_id: op.wr_id, buf: op.local.clone(), off: op.off, len: op.len });
+            self.posted.lock().unwrap().push_back(PostedRecv {
+                wr_id: op.wr_id,
+                buf: op.local.clone(),
+                off: op.off,
+                len: op.len,
+            });
             self.cq.cv.notify_all();
             return Ok(());
         }
@@ -447,7 +604,11 @@ pub(crate) struct MockCq {
 impl MockCq {
     fn push(&self, c: Completion) {
         let delay = self.net.plan().delay;
-        let held = if self.net.roll(delay) { self.net.faults.lock().unwrap().1.gen_range(1..4) } else { 0 };
+        let held = if self.net.roll(delay) {
+            self.net.faults.lock().unwrap().1.gen_range(1..4)
+        } else {
+            0
+        };
         self.state.lock().unwrap().ready.push_back((c, held));
         self.cv.notify_all();
     }
@@ -464,7 +625,8 @@ impl CqImpl for MockCq {
             self.push(c);
         }
         let mut st = self.state.lock().unwrap();
-        st.conns.retain(|c| !c.closed.load(Ordering::Acquire) || !c.posted.lock().unwrap().is_empty());
+        st.conns
+            .retain(|c| !c.closed.load(Ordering::Acquire) || !c.posted.lock().unwrap().is_empty());
         if self.net.plan().reorder && st.ready.len() > 1 {
             let mut v: Vec<_> = st.ready.drain(..).collect();
             let mut f = self.net.faults.lock().unwrap();
@@ -492,7 +654,8 @@ impl CqImpl for MockCq {
 
     fn sleep(&self, timeout: Duration) {
         let st = self.state.lock().unwrap();
-        let nothing = st.ready.is_empty() && st.conns.iter().all(|c| c.inbox.lock().unwrap().is_empty());
+        let nothing =
+            st.ready.is_empty() && st.conns.iter().all(|c| c.inbox.lock().unwrap().is_empty());
         if nothing {
             let _ = self.cv.wait_timeout(st, timeout);
         }

@@ -23,10 +23,22 @@ pub struct Access {
 }
 
 impl Access {
-    pub const LOCAL: Access = Access { remote_read: false, remote_write: false };
-    pub const REMOTE_READ: Access = Access { remote_read: true, remote_write: false };
-    pub const REMOTE_WRITE: Access = Access { remote_read: false, remote_write: true };
-    pub const REMOTE_ALL: Access = Access { remote_read: true, remote_write: true };
+    pub const LOCAL: Access = Access {
+        remote_read: false,
+        remote_write: false,
+    };
+    pub const REMOTE_READ: Access = Access {
+        remote_read: true,
+        remote_write: false,
+    };
+    pub const REMOTE_WRITE: Access = Access {
+        remote_read: false,
+        remote_write: true,
+    };
+    pub const REMOTE_ALL: Access = Access {
+        remote_read: true,
+        remote_write: true,
+    };
 
     pub fn is_remote(self) -> bool {
         self.remote_read || self.remote_write
@@ -37,7 +49,10 @@ impl Access {
     }
 
     pub(crate) fn from_bits(b: u32) -> Access {
-        Access { remote_read: b & 1 != 0, remote_write: b & 2 != 0 }
+        Access {
+            remote_read: b & 1 != 0,
+            remote_write: b & 2 != 0,
+        }
     }
 }
 
@@ -64,7 +79,11 @@ impl Mapping {
 
     fn map(file: Option<&File>, offset: u64, len: usize) -> Result<Mapping> {
         if len == 0 {
-            return Err(Error::OutOfBounds { offset, len: 0, region_len: 0 });
+            return Err(Error::OutOfBounds {
+                offset,
+                len: 0,
+                region_len: 0,
+            });
         }
         let (flags, fd) = match file {
             Some(f) => (libc::MAP_SHARED, f.as_raw_fd()),
@@ -82,9 +101,15 @@ impl Mapping {
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(Error::io("mmap of a fabric region", std::io::Error::last_os_error()));
+            return Err(Error::io(
+                "mmap of a fabric region",
+                std::io::Error::last_os_error(),
+            ));
         }
-        Ok(Mapping { ptr: NonNull::new(p.cast()).expect("mmap returned null"), len })
+        Ok(Mapping {
+            ptr: NonNull::new(p.cast()).expect("mmap returned null"),
+            len,
+        })
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -99,14 +124,20 @@ impl Mapping {
         let end = off.checked_add(len as u64);
         match end {
             Some(end) if end <= self.len as u64 => Ok(off as usize),
-            _ => Err(Error::OutOfBounds { offset: off, len: len as u64, region_len: self.len as u64 }),
+            _ => Err(Error::OutOfBounds {
+                offset: off,
+                len: len as u64,
+                region_len: self.len as u64,
+            }),
         }
     }
 
     pub(crate) fn read(&self, off: u64, dst: &mut [u8]) -> Result<()> {
         let o = self.check(off, dst.len())?;
         // SAFETY: [o, o+len) is inside the mapping (checked); dst is a distinct Rust buffer.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(o), dst.as_mut_ptr(), dst.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(o), dst.as_mut_ptr(), dst.len())
+        };
         Ok(())
     }
 
@@ -119,7 +150,13 @@ impl Mapping {
 
     /// Copies `len` bytes from `src` at `src_off` to `dst` at `dst_off`: the data movement of a
     /// one-sided operation between two mappings (possibly the same one).
-    pub(crate) fn copy(src: &Mapping, src_off: u64, dst: &Mapping, dst_off: u64, len: usize) -> Result<()> {
+    pub(crate) fn copy(
+        src: &Mapping,
+        src_off: u64,
+        dst: &Mapping,
+        dst_off: u64,
+        len: usize,
+    ) -> Result<()> {
         let s = src.check(src_off, len)?;
         let d = dst.check(dst_off, len)?;
         // SAFETY: both ranges are inside their mappings (checked); `copy` tolerates overlap
@@ -129,14 +166,20 @@ impl Mapping {
     }
 
     pub(crate) fn atomic_u64(&self, off: usize) -> &AtomicU64 {
-        assert!(off % 8 == 0 && off + 8 <= self.len, "atomic u64 at {off} outside mapping");
+        assert!(
+            off % 8 == 0 && off + 8 <= self.len,
+            "atomic u64 at {off} outside mapping"
+        );
         // SAFETY: aligned and in bounds (asserted); AtomicU64 has the layout of u64 and the
         // memory lives as long as &self.
         unsafe { &*(self.ptr.as_ptr().add(off) as *const AtomicU64) }
     }
 
     pub(crate) fn atomic_u32(&self, off: usize) -> &AtomicU32 {
-        assert!(off % 4 == 0 && off + 4 <= self.len, "atomic u32 at {off} outside mapping");
+        assert!(
+            off % 4 == 0 && off + 4 <= self.len,
+            "atomic u32 at {off} outside mapping"
+        );
         // SAFETY: aligned and in bounds (asserted); the memory lives as long as &self.
         unsafe { &*(self.ptr.as_ptr().add(off) as *const AtomicU32) }
     }
@@ -178,7 +221,11 @@ impl RemoteRegion {
     pub fn decode(b: &[u8]) -> Option<RemoteRegion> {
         let b: &[u8; 24] = b.get(..24)?.try_into().ok()?;
         let f = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
-        Some(RemoteRegion { key: f(0), addr: f(8), len: f(16) })
+        Some(RemoteRegion {
+            key: f(0),
+            addr: f(8),
+            len: f(16),
+        })
     }
 
     /// The sub-range [offset, offset+len) of this region, checked.
@@ -186,10 +233,18 @@ impl RemoteRegion {
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(RemoteRegion {
                 key: self.key,
-                addr: if self.addr == 0 { 0 } else { self.addr + offset },
+                addr: if self.addr == 0 {
+                    0
+                } else {
+                    self.addr + offset
+                },
                 len,
             }),
-            _ => Err(Error::OutOfBounds { offset, len, region_len: self.len }),
+            _ => Err(Error::OutOfBounds {
+                offset,
+                len,
+                region_len: self.len,
+            }),
         }
     }
 }
@@ -227,7 +282,10 @@ pub struct Region {
 
 impl std::fmt::Debug for Region {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Region").field("len", &self.len()).field("access", &self.inner.access).finish()
+        f.debug_struct("Region")
+            .field("len", &self.len())
+            .field("access", &self.inner.access)
+            .finish()
     }
 }
 
@@ -246,7 +304,11 @@ impl Region {
 
     /// The descriptor peers use to address this region.
     pub fn remote(&self) -> RemoteRegion {
-        RemoteRegion { key: self.inner.key, addr: self.inner.wire_addr, len: self.len() as u64 }
+        RemoteRegion {
+            key: self.inner.key,
+            addr: self.inner.wire_addr,
+            len: self.len() as u64,
+        }
     }
 
     /// Refuses every later remote access with this region's key. Local use continues.
@@ -267,19 +329,30 @@ impl Region {
     /// Atomic 8-byte load at an aligned offset (what a remote 8-byte tail read observes).
     pub fn load_u64(&self, off: u64) -> Result<u64> {
         self.check_word(off)?;
-        Ok(self.inner.map.atomic_u64(off as usize).load(std::sync::atomic::Ordering::Acquire))
+        Ok(self
+            .inner
+            .map
+            .atomic_u64(off as usize)
+            .load(std::sync::atomic::Ordering::Acquire))
     }
 
     pub fn store_u64(&self, off: u64, v: u64) -> Result<()> {
         self.check_word(off)?;
-        self.inner.map.atomic_u64(off as usize).store(v, std::sync::atomic::Ordering::Release);
+        self.inner
+            .map
+            .atomic_u64(off as usize)
+            .store(v, std::sync::atomic::Ordering::Release);
         Ok(())
     }
 
     fn check_word(&self, off: u64) -> Result<()> {
         self.inner.map.check(off, 8)?;
         if off % 8 != 0 {
-            return Err(Error::OutOfBounds { offset: off, len: 8, region_len: self.len() as u64 });
+            return Err(Error::OutOfBounds {
+                offset: off,
+                len: 8,
+                region_len: self.len() as u64,
+            });
         }
         Ok(())
     }
@@ -288,15 +361,27 @@ impl Region {
         self.inner.backend.as_ref()?.as_any().downcast_ref::<T>()
     }
 
-    pub(crate) fn open_file(path: &Path, offset: u64, len: usize, writable: bool) -> Result<(File, Mapping)> {
+    pub(crate) fn open_file(
+        path: &Path,
+        offset: u64,
+        len: usize,
+        writable: bool,
+    ) -> Result<(File, Mapping)> {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(writable)
             .open(path)
             .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
-        let size = file.metadata().map_err(|e| Error::io(format!("stat of {}", path.display()), e))?.len();
+        let size = file
+            .metadata()
+            .map_err(|e| Error::io(format!("stat of {}", path.display()), e))?
+            .len();
         if offset.checked_add(len as u64).is_none_or(|end| end > size) {
-            return Err(Error::OutOfBounds { offset, len: len as u64, region_len: size });
+            return Err(Error::OutOfBounds {
+                offset,
+                len: len as u64,
+                region_len: size,
+            });
         }
         let map = Mapping::file(&file, offset, len)?;
         Ok((file, map))

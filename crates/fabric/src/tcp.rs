@@ -10,7 +10,8 @@ use crate::error::{Error, Result};
 
 pub(crate) fn listen(addr: &str) -> Result<TcpListener> {
     let l = TcpListener::bind(addr).map_err(|e| Error::io(format!("listening on {addr}"), e))?;
-    l.set_nonblocking(true).map_err(|e| Error::io("listener", e))?;
+    l.set_nonblocking(true)
+        .map_err(|e| Error::io("listener", e))?;
     Ok(l)
 }
 
@@ -20,7 +21,8 @@ pub(crate) fn accept(l: &TcpListener, timeout: Duration) -> Result<(TcpStream, S
     loop {
         match l.accept() {
             Ok((s, a)) => {
-                s.set_nonblocking(false).map_err(|e| Error::io("accepted stream", e))?;
+                s.set_nonblocking(false)
+                    .map_err(|e| Error::io("accepted stream", e))?;
                 prepare(&s, timeout)?;
                 return Ok((s, a));
             }
@@ -37,7 +39,10 @@ pub(crate) fn accept(l: &TcpListener, timeout: Duration) -> Result<(TcpStream, S
 }
 
 pub(crate) fn connect(addr: &str, timeout: Duration) -> Result<TcpStream> {
-    let addrs: Vec<SocketAddr> = addr.to_socket_addrs().map_err(|e| Error::io(format!("resolving {addr}"), e))?.collect();
+    let addrs: Vec<SocketAddr> = addr
+        .to_socket_addrs()
+        .map_err(|e| Error::io(format!("resolving {addr}"), e))?
+        .collect();
     let mut last = None;
     for a in addrs {
         match TcpStream::connect_timeout(&a, timeout) {
@@ -53,14 +58,18 @@ pub(crate) fn connect(addr: &str, timeout: Duration) -> Result<TcpStream> {
 }
 
 fn prepare(s: &TcpStream, timeout: Duration) -> Result<()> {
-    s.set_nodelay(true).map_err(|e| Error::io("bootstrap stream", e))?;
-    s.set_read_timeout(Some(timeout)).map_err(|e| Error::io("bootstrap stream", e))?;
-    s.set_write_timeout(Some(timeout)).map_err(|e| Error::io("bootstrap stream", e))
+    s.set_nodelay(true)
+        .map_err(|e| Error::io("bootstrap stream", e))?;
+    s.set_read_timeout(Some(timeout))
+        .map_err(|e| Error::io("bootstrap stream", e))?;
+    s.set_write_timeout(Some(timeout))
+        .map_err(|e| Error::io("bootstrap stream", e))
 }
 
 /// After the handshake: the stream only signals liveness from now on.
 pub(crate) fn into_liveness(s: &TcpStream) -> Result<()> {
-    s.set_nonblocking(true).map_err(|e| Error::io("bootstrap stream", e))
+    s.set_nonblocking(true)
+        .map_err(|e| Error::io("bootstrap stream", e))
 }
 
 /// False once the peer closed its end (or its process died).

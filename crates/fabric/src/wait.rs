@@ -18,14 +18,20 @@ pub struct SpinPolicy {
 impl Default for SpinPolicy {
     /// Up to 50 µs: about what waking a sleeping vCPU costs, so spinning longer cannot win.
     fn default() -> Self {
-        SpinPolicy { min: Duration::from_micros(1), max: Duration::from_micros(50) }
+        SpinPolicy {
+            min: Duration::from_micros(1),
+            max: Duration::from_micros(50),
+        }
     }
 }
 
 impl SpinPolicy {
     /// Never spin: sleep at once (for tests of the sleeping path, and for idle daemons).
     pub fn never() -> Self {
-        SpinPolicy { min: Duration::ZERO, max: Duration::ZERO }
+        SpinPolicy {
+            min: Duration::ZERO,
+            max: Duration::ZERO,
+        }
     }
 }
 
@@ -36,7 +42,10 @@ pub(crate) struct Spinner {
 
 impl Spinner {
     pub(crate) fn new(policy: SpinPolicy) -> Spinner {
-        Spinner { policy, budget_ns: AtomicU64::new(policy.max.as_nanos() as u64) }
+        Spinner {
+            policy,
+            budget_ns: AtomicU64::new(policy.max.as_nanos() as u64),
+        }
     }
 
     pub(crate) fn budget(&self) -> Duration {

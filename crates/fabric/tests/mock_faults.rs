@@ -13,12 +13,18 @@ use support::*;
 fn dropped_send_completes_at_the_sender_and_never_arrives() {
     let s = Setup::mock();
     let p = s.pair();
-    s.net.as_ref().unwrap().set_faults(Faults { drop_send: 1.0, ..Faults::default() });
+    s.net.as_ref().unwrap().set_faults(Faults {
+        drop_send: 1.0,
+        ..Faults::default()
+    });
     let sbuf = p.server.domain.alloc_region(4096, Access::LOCAL).unwrap();
     p.server.conn.post_recv(1, &sbuf, 0, 4096).unwrap();
     let cbuf = p.client.domain.alloc_region(4096, Access::LOCAL).unwrap();
     p.client.conn.post_send(1, &cbuf, 0, 64).unwrap();
-    assert_eq!(p.client.collect(1, Duration::from_secs(5))[0].status, Ok(()));
+    assert_eq!(
+        p.client.collect(1, Duration::from_secs(5))[0].status,
+        Ok(())
+    );
     std::thread::sleep(Duration::from_millis(100));
     assert!(p.server.drain().is_empty(), "a dropped message arrived");
 }
@@ -27,7 +33,10 @@ fn dropped_send_completes_at_the_sender_and_never_arrives() {
 fn corrupted_send_arrives_with_one_byte_changed() {
     let s = Setup::mock();
     let p = s.pair();
-    s.net.as_ref().unwrap().set_faults(Faults { corrupt_send: 1.0, ..Faults::default() });
+    s.net.as_ref().unwrap().set_faults(Faults {
+        corrupt_send: 1.0,
+        ..Faults::default()
+    });
     let sbuf = p.server.domain.alloc_region(4096, Access::LOCAL).unwrap();
     p.server.conn.post_recv(1, &sbuf, 0, 4096).unwrap();
     let cbuf = p.client.domain.alloc_region(4096, Access::LOCAL).unwrap();
@@ -45,20 +54,43 @@ fn corrupted_send_arrives_with_one_byte_changed() {
 fn delayed_and_reordered_completions_each_arrive_once() {
     let s = Setup::mock();
     let p = s.pair();
-    let target = p.server.domain.alloc_region(1 << 16, Access::REMOTE_ALL).unwrap();
+    let target = p
+        .server
+        .domain
+        .alloc_region(1 << 16, Access::REMOTE_ALL)
+        .unwrap();
     let d = p.ship_descriptor(&target);
-    s.net.as_ref().unwrap().set_faults(Faults { delay: 0.5, reorder: true, ..Faults::default() });
-    let buf = p.client.domain.alloc_region(1 << 16, Access::LOCAL).unwrap();
+    s.net.as_ref().unwrap().set_faults(Faults {
+        delay: 0.5,
+        reorder: true,
+        ..Faults::default()
+    });
+    let buf = p
+        .client
+        .domain
+        .alloc_region(1 << 16, Access::LOCAL)
+        .unwrap();
     let n = 500u64;
     for i in 0..n {
-        p.client.conn.post_write(i, &buf, (i % 16) * 4096, &d, (i % 16) * 4096, 4096).unwrap();
+        p.client
+            .conn
+            .post_write(i, &buf, (i % 16) * 4096, &d, (i % 16) * 4096, 4096)
+            .unwrap();
     }
     let got = p.client.collect(n as usize, Duration::from_secs(10));
     let mut ids: Vec<u64> = got.iter().map(|c| c.wr_id).collect();
-    assert!(ids.windows(2).any(|w| w[0] > w[1]), "no completion was reordered");
+    assert!(
+        ids.windows(2).any(|w| w[0] > w[1]),
+        "no completion was reordered"
+    );
     ids.sort();
     assert_eq!(ids, (0..n).collect::<Vec<_>>());
-    assert!(got.iter().all(|c| c.kind == OpKind::Write && c.status.is_ok()));
+    assert!(got
+        .iter()
+        .all(|c| c.kind == OpKind::Write && c.status.is_ok()));
     let mut out = Vec::new();
-    assert!(matches!(p.client.cq.wait(&mut out, 8, Duration::from_millis(50)), Err(Error::Timeout(_))));
+    assert!(matches!(
+        p.client.cq.wait(&mut out, 8, Duration::from_millis(50)),
+        Err(Error::Timeout(_))
+    ));
 }

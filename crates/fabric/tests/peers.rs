@@ -42,19 +42,34 @@ fn spawn_peer(netns: Option<&str>, backend: &str, address: &str, secret: &std::p
         }
         None => Command::new(exe),
     };
-    cmd.args(["--backend", backend, "--address", address, "--secret-file"]).arg(secret).args(["--listen", &format!("{address}:0")]);
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("spawning fabric-peer");
+    cmd.args(["--backend", backend, "--address", address, "--secret-file"])
+        .arg(secret)
+        .args(["--listen", &format!("{address}:0")]);
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawning fabric-peer");
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     let addr = line.trim().strip_prefix("listening ").unwrap_or_else(|| {
         let _ = child.kill();
         panic!("fabric-peer did not start: {line:?}")
     });
-    Peer { addr: addr.to_string(), child }
+    Peer {
+        addr: addr.to_string(),
+        child,
+    }
 }
 
 fn domain(backend: Backend) -> Domain {
-    Domain::open(FabricConfig::new(backend, Secret::from_bytes(SECRET).unwrap())).unwrap()
+    Domain::open(FabricConfig::new(
+        backend,
+        Secret::from_bytes(SECRET).unwrap(),
+    ))
+    .unwrap()
 }
 
 fn probe_and_kill(backend: Backend, name: &str) {
@@ -73,7 +88,8 @@ fn probe_and_kill(backend: Backend, name: &str) {
     let mut flushed = 0;
     while flushed < DEPTH {
         out.clear();
-        s.cq.wait(&mut out, 64, Duration::from_secs(10)).expect("posted receives were not flushed after the peer died");
+        s.cq.wait(&mut out, 64, Duration::from_secs(10))
+            .expect("posted receives were not flushed after the peer died");
         for c in &out {
             if c.kind == OpKind::Recv {
                 assert!(matches!(c.status, Err(Error::PeerGone { .. })), "{c:?}");
@@ -82,11 +98,18 @@ fn probe_and_kill(backend: Backend, name: &str) {
         }
     }
     assert!(!s.conn.is_alive());
-    assert!(s.conn.post_send(1, &s.buf, 0, 8).is_err_and(|e| e.is_fatal_to_connection()));
+    assert!(s
+        .conn
+        .post_send(1, &s.buf, 0, 8)
+        .is_err_and(|e| e.is_fatal_to_connection()));
     // The dead peer could not remove its shared-memory files; the next local domain does.
     let dead = format!("orion-fabric.{}.", peer.child.id());
     let _ = domain(Backend::Local);
-    let left: Vec<_> = std::fs::read_dir("/dev/shm").unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&dead)).collect();
+    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&dead))
+        .collect();
     assert!(left.is_empty(), "files of the dead peer remain: {left:?}");
 }
 
@@ -121,16 +144,30 @@ struct Netns {
 }
 
 fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("running ip (iproute2)");
-    assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .expect("running ip (iproute2)");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 impl Netns {
     fn create() -> Netns {
         // SAFETY: geteuid has no preconditions.
-        assert_eq!(unsafe { libc::geteuid() }, 0, "this test creates network namespaces: run it as root (CAP_NET_ADMIN)");
+        assert_eq!(
+            unsafe { libc::geteuid() },
+            0,
+            "this test creates network namespaces: run it as root (CAP_NET_ADMIN)"
+        );
         let tag = format!("{:x}", std::process::id());
-        let n = Netns { names: [format!("orion-fa-{tag}"), format!("orion-fb-{tag}")] };
+        let n = Netns {
+            names: [format!("orion-fa-{tag}"), format!("orion-fb-{tag}")],
+        };
         let (a, b) = (&n.names[0], &n.names[1]);
         let (va, vb) = (format!("ofa{tag}"), format!("ofb{tag}"));
         ip(&["netns", "add", a]);
@@ -165,7 +202,17 @@ fn libfabric_tcp_between_two_network_namespaces() {
     assert!(peer.addr.starts_with("10.77.0.1:"), "{}", peer.addr);
     let exe = env!("CARGO_BIN_EXE_fabric-peer");
     let mut prober = Command::new("ip")
-        .args(["netns", "exec", &ns.names[1], exe, "--backend", "libfabric", "--address", "10.77.0.2", "--secret-file"])
+        .args([
+            "netns",
+            "exec",
+            &ns.names[1],
+            exe,
+            "--backend",
+            "libfabric",
+            "--address",
+            "10.77.0.2",
+            "--secret-file",
+        ])
         .arg(&secret)
         .args(["--probe", &peer.addr])
         .stdout(Stdio::piped())
@@ -184,10 +231,26 @@ fn libfabric_tcp_between_two_network_namespaces() {
     let mut stdout = String::new();
     let mut stderr = String::new();
     use std::io::Read;
-    prober.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
-    prober.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    prober
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    prober
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
     println!("{stdout}");
-    assert!(status.success(), "probe from the second namespace failed: {stderr}");
-    assert!(stdout.contains("10.77.0.1") && stdout.contains(": ok"), "{stdout}");
+    assert!(
+        status.success(),
+        "probe from the second namespace failed: {stderr}"
+    );
+    assert!(
+        stdout.contains("10.77.0.1") && stdout.contains(": ok"),
+        "{stdout}"
+    );
     drop(peer);
 }

@@ -19,7 +19,8 @@ fn main() {
 
 fn run() -> Result<(), String> {
     let mut args = std::env::args().skip(1);
-    let (mut backend, mut provider, mut address, mut secret, mut listen, mut probe_addr, mut busy) = (None, None, None, None, None, None, false);
+    let (mut backend, mut provider, mut address, mut secret, mut listen, mut probe_addr, mut busy) =
+        (None, None, None, None, None, None, false);
     while let Some(a) = args.next() {
         let mut val = || args.next().ok_or(format!("{a} needs a value"));
         match a.as_str() {
@@ -36,9 +37,14 @@ fn run() -> Result<(), String> {
     let backend = match backend.as_deref() {
         Some("local") => Backend::Local,
         Some("libfabric") => Backend::Libfabric,
-        other => return Err(format!("--backend must be local or libfabric, not {other:?}")),
+        other => {
+            return Err(format!(
+                "--backend must be local or libfabric, not {other:?}"
+            ))
+        }
     };
-    let secret = Secret::from_file(&secret.ok_or("--secret-file is required")?).map_err(|e| e.to_string())?;
+    let secret = Secret::from_file(&secret.ok_or("--secret-file is required")?)
+        .map_err(|e| e.to_string())?;
     let mut cfg = FabricConfig::new(backend, secret);
     if let Some(p) = provider {
         cfg.provider = p;
@@ -51,9 +57,19 @@ fn run() -> Result<(), String> {
         println!("{}", probe(&domain, &addr).map_err(|e| e.to_string())?);
         return Ok(());
     }
-    let listener = domain.listen(&listen.ok_or("--listen or --probe is required")?).map_err(|e| e.to_string())?;
+    let listener = domain
+        .listen(&listen.ok_or("--listen or --probe is required")?)
+        .map_err(|e| e.to_string())?;
     println!("listening {}", listener.local_addr());
     use std::io::Write;
     std::io::stdout().flush().ok();
-    serve(&domain, &listener, &ServeOptions { region_len: 8 << 20, busy }).map_err(|e| e.to_string())
+    serve(
+        &domain,
+        &listener,
+        &ServeOptions {
+            region_len: 8 << 20,
+            busy,
+        },
+    )
+    .map_err(|e| e.to_string())
 }

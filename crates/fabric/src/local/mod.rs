@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use crate::api::{
-    next_conn_id, shm_dir, Completion, CompletionQueue, ConnId, ConnImpl, Connection, CqImpl, DomainImpl, ListenerImpl, OpKind, PostOp,
-    RegionSource,
+    next_conn_id, shm_dir, Completion, CompletionQueue, ConnId, ConnImpl, Connection, CqImpl,
+    DomainImpl, ListenerImpl, OpKind, PostOp, RegionSource,
 };
 use crate::auth;
 use crate::config::FabricConfig;
@@ -40,17 +40,27 @@ const RING_MAGIC: u64 = u64::from_le_bytes(*b"ORFLRNG1");
 const CLOSED_FLAG: [usize; 2] = [64, 128];
 
 fn ring_of(dir: usize) -> Ring {
-    Ring { ctl: RING_CTL + dir * 4096, data: RING_DATA + dir * RING_BYTES, size: RING_BYTES }
+    Ring {
+        ctl: RING_CTL + dir * 4096,
+        data: RING_DATA + dir * RING_BYTES,
+        size: RING_BYTES,
+    }
 }
 
 /// Removes the shared-memory files of processes that died without cleaning up (SIGKILL, a
 /// crash): their names carry the owner's PID, and a PID without /proc entry is gone.
 pub fn sweep_dead_processes_files() {
-    let Ok(dir) = std::fs::read_dir(shm_dir()) else { return };
+    let Ok(dir) = std::fs::read_dir(shm_dir()) else {
+        return;
+    };
     for e in dir.flatten() {
         let name = e.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("orion-fabric.")) else { continue };
-        let Some(pid) = rest.split('.').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("orion-fabric.")) else {
+            continue;
+        };
+        let Some(pid) = rest.split('.').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
         if !Path::new(&format!("/proc/{pid}")).exists() {
             let _ = std::fs::remove_file(e.path());
         }
@@ -58,7 +68,11 @@ pub fn sweep_dead_processes_files() {
 }
 
 fn unique_path(what: &str) -> PathBuf {
-    shm_dir().join(format!("orion-fabric.{}.{:016x}.{what}", std::process::id(), random_u64()))
+    shm_dir().join(format!(
+        "orion-fabric.{}.{:016x}.{what}",
+        std::process::id(),
+        random_u64()
+    ))
 }
 
 struct Shared {
@@ -98,12 +112,25 @@ impl LocalDomain {
         if let Some(p) = peers.get(path).and_then(Weak::upgrade) {
             return Ok(p);
         }
-        let p = Arc::new(PeerDomain { file: DomainFile::open(path)?, cache: Mutex::new(HashMap::new()) });
+        let p = Arc::new(PeerDomain {
+            file: DomainFile::open(path)?,
+            cache: Mutex::new(HashMap::new()),
+        });
         peers.insert(path.to_path_buf(), Arc::downgrade(&p));
         Ok(p)
     }
 
-    fn new_conn(&self, cq: &CompletionQueue, boot: TcpStream, ring: Mapping, side: usize, peer: Arc<PeerDomain>, peer_bell: usize, name: String) -> Result<Arc<LocalConn>> {
+    #[allow(clippy::too_many_arguments)]
+    fn new_conn(
+        &self,
+        cq: &CompletionQueue,
+        boot: TcpStream,
+        ring: Mapping,
+        side: usize,
+        peer: Arc<PeerDomain>,
+        peer_bell: usize,
+        name: String,
+    ) -> Result<Arc<LocalConn>> {
         let lcq = cq_of(cq)?;
         let conn = Arc::new(LocalConn {
             id: next_conn_id(),
@@ -127,7 +154,11 @@ impl LocalDomain {
 }
 
 fn cq_of(cq: &CompletionQueue) -> Result<Arc<LocalCq>> {
-    cq.imp.clone().as_any_arc().downcast::<LocalCq>().map_err(|_| Error::ForeignRegion)
+    cq.imp
+        .clone()
+        .as_any_arc()
+        .downcast::<LocalCq>()
+        .map_err(|_| Error::ForeignRegion)
 }
 
 struct LocalRegion {
@@ -164,60 +195,135 @@ impl DomainImpl for LocalDomain {
     fn register(&self, src: RegionSource<'_>, access: Access) -> Result<Region> {
         let key = random_u64();
         let (map, entry, unlink) = match src {
-            RegionSource::Memory(len) if !access.is_remote() => (Mapping::anonymous(len)?, None, None),
+            RegionSource::Memory(len) if !access.is_remote() => {
+                (Mapping::anonymous(len)?, None, None)
+            }
             RegionSource::Memory(len) => {
                 let path = unique_path("region");
-                let f = File::options().read(true).write(true).create_new(true).open(&path).map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
-                f.set_len(len as u64).map_err(|e| Error::io(format!("sizing {}", path.display()), e))?;
+                let f = File::options()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .open(&path)
+                    .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+                f.set_len(len as u64)
+                    .map_err(|e| Error::io(format!("sizing {}", path.display()), e))?;
                 let map = Mapping::file(&f, 0, len)?;
-                (map, Some(SlotEntry { len: len as u64, file_off: 0, access, path: path.clone() }), Some(path))
+                (
+                    map,
+                    Some(SlotEntry {
+                        len: len as u64,
+                        file_off: 0,
+                        access,
+                        path: path.clone(),
+                    }),
+                    Some(path),
+                )
             }
             RegionSource::File { path, offset, len } => {
                 if offset % 4096 != 0 {
-                    return Err(Error::OutOfBounds { offset, len: len as u64, region_len: 0 });
+                    return Err(Error::OutOfBounds {
+                        offset,
+                        len: len as u64,
+                        region_len: 0,
+                    });
                 }
-                let path = std::fs::canonicalize(path).map_err(|e| Error::io(format!("resolving {}", path.display()), e))?;
+                let path = std::fs::canonicalize(path)
+                    .map_err(|e| Error::io(format!("resolving {}", path.display()), e))?;
                 let (_f, map) = Region::open_file(&path, offset, len, true)?;
-                let entry = access.is_remote().then(|| SlotEntry { len: len as u64, file_off: offset, access, path });
+                let entry = access.is_remote().then_some(SlotEntry {
+                    len: len as u64,
+                    file_off: offset,
+                    access,
+                    path,
+                });
                 (map, entry, None)
             }
         };
         let slot = match &entry {
             Some(e) => {
                 let mut slots = self.shared.slots.lock().unwrap();
-                let s = slots.iter().position(|u| !u).ok_or_else(|| Error::io("registering a region", std::io::Error::other(format!("all {TABLE_SLOTS} region slots are in use"))))?;
+                let s = slots.iter().position(|u| !u).ok_or_else(|| {
+                    Error::io(
+                        "registering a region",
+                        std::io::Error::other(format!("all {TABLE_SLOTS} region slots are in use")),
+                    )
+                })?;
                 self.shared.file.publish(s, key, e)?;
                 slots[s] = true;
                 Some(s)
             }
             None => None,
         };
-        let backend = LocalRegion { shared: self.shared.clone(), slot, key, unlink };
-        let inner = RegionInner { map, key, wire_addr: 0, access, domain: self.id, backend: Some(Box::new(backend)) };
-        Ok(Region { inner: Arc::new(inner) })
+        let backend = LocalRegion {
+            shared: self.shared.clone(),
+            slot,
+            key,
+            unlink,
+        };
+        let inner = RegionInner {
+            map,
+            key,
+            wire_addr: 0,
+            access,
+            domain: self.id,
+            backend: Some(Box::new(backend)),
+        };
+        Ok(Region {
+            inner: Arc::new(inner),
+        })
     }
 
     fn completion_queue(&self) -> Result<Arc<dyn CqImpl>> {
         let mut bells = self.shared.bells.lock().unwrap();
-        let bell = bells.iter().position(|u| !u).ok_or_else(|| Error::io("opening a completion queue", std::io::Error::other(format!("all {DOORBELLS} doorbells are in use"))))?;
+        let bell = bells.iter().position(|u| !u).ok_or_else(|| {
+            Error::io(
+                "opening a completion queue",
+                std::io::Error::other(format!("all {DOORBELLS} doorbells are in use")),
+            )
+        })?;
         bells[bell] = true;
-        Ok(Arc::new(LocalCq { shared: self.shared.clone(), bell, conns: Mutex::new(Vec::new()), ready: Mutex::new(VecDeque::new()) }))
+        Ok(Arc::new(LocalCq {
+            shared: self.shared.clone(),
+            bell,
+            conns: Mutex::new(Vec::new()),
+            ready: Mutex::new(VecDeque::new()),
+        }))
     }
 
     fn listen(&self, addr: &str) -> Result<Box<dyn ListenerImpl>> {
         let l = tcp::listen(addr)?;
-        Ok(Box::new(LocalListener { l, domain: LocalDomain { cfg: self.cfg.clone(), id: self.id, shared: self.shared.clone() } }))
+        Ok(Box::new(LocalListener {
+            l,
+            domain: LocalDomain {
+                cfg: self.cfg.clone(),
+                id: self.id,
+                shared: self.shared.clone(),
+            },
+        }))
     }
 
     fn connect(&self, addr: &str, cq: &CompletionQueue, timeout: Duration) -> Result<Connection> {
         let lcq = cq_of(cq)?;
         let mut s = tcp::connect(addr, timeout)?;
-        let p = auth::Params { secret: &self.cfg.secret, epoch: self.cfg.epoch, backend: &self.cfg.backend, peer: addr.to_string() };
+        let p = auth::Params {
+            secret: &self.cfg.secret,
+            epoch: self.cfg.epoch,
+            backend: &self.cfg.backend,
+            peer: addr.to_string(),
+        };
         auth::client(&mut s, &p)?;
         // The connector creates the ring file; the acceptor maps it and removes its name.
         let ring_path = unique_path("ring");
-        let f = File::options().read(true).write(true).create_new(true).open(&ring_path).map_err(|e| Error::io(format!("creating {}", ring_path.display()), e))?;
-        let sized = f.set_len(RING_FILE_LEN as u64).map_err(|e| Error::io("sizing a ring file", e));
+        let f = File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&ring_path)
+            .map_err(|e| Error::io(format!("creating {}", ring_path.display()), e))?;
+        let sized = f
+            .set_len(RING_FILE_LEN as u64)
+            .map_err(|e| Error::io("sizing a ring file", e));
         let ring = sized.and_then(|_| Mapping::file(&f, 0, RING_FILE_LEN));
         let ring = match ring {
             Ok(r) => r,
@@ -227,17 +333,30 @@ impl DomainImpl for LocalDomain {
             }
         };
         ring.write(0, &RING_MAGIC.to_le_bytes())?;
-        let hello = encode_blob(&[self.shared.file.path.as_os_str().as_encoded_bytes(), &(lcq.bell as u32).to_le_bytes(), ring_path.as_os_str().as_encoded_bytes()]);
+        let hello = encode_blob(&[
+            self.shared.file.path.as_os_str().as_encoded_bytes(),
+            &(lcq.bell as u32).to_le_bytes(),
+            ring_path.as_os_str().as_encoded_bytes(),
+        ]);
         let sent = auth::send_frame(&mut s, addr, &hello);
         let reply = sent.and_then(|_| auth::recv_frame(&mut s, addr));
         let _ = std::fs::remove_file(&ring_path);
         let reply = reply?;
-        let parts = decode_blob(&reply, 2).ok_or_else(|| Error::Protocol { peer: addr.into(), why: "malformed local setup reply".into() })?;
+        let parts = decode_blob(&reply, 2).ok_or_else(|| Error::Protocol {
+            peer: addr.into(),
+            why: "malformed local setup reply".into(),
+        })?;
         let peer = self.peer_domain(&path_of(&parts[0]))?;
         let bell = bell_of(&parts[1], addr)?;
         tcp::into_liveness(&s)?;
         let conn = self.new_conn(cq, s, ring, 0, peer, bell, addr.to_string())?;
-        Ok(Connection::new(conn.clone(), conn.id, self.cfg.epoch, addr.to_string(), self.id))
+        Ok(Connection::new(
+            conn.clone(),
+            conn.id,
+            self.cfg.epoch,
+            addr.to_string(),
+            self.id,
+        ))
     }
 
     fn describe(&self) -> String {
@@ -272,9 +391,18 @@ fn path_of(b: &[u8]) -> PathBuf {
 }
 
 fn bell_of(b: &[u8], peer: &str) -> Result<usize> {
-    let v = b.try_into().map(u32::from_le_bytes).map_err(|_| Error::Protocol { peer: peer.into(), why: "malformed doorbell".into() })? as usize;
+    let v = b
+        .try_into()
+        .map(u32::from_le_bytes)
+        .map_err(|_| Error::Protocol {
+            peer: peer.into(),
+            why: "malformed doorbell".into(),
+        })? as usize;
     if v >= DOORBELLS {
-        return Err(Error::Protocol { peer: peer.into(), why: format!("doorbell {v} out of range") });
+        return Err(Error::Protocol {
+            peer: peer.into(),
+            why: format!("doorbell {v} out of range"),
+        });
     }
     Ok(v)
 }
@@ -289,10 +417,18 @@ impl ListenerImpl for LocalListener {
         let (mut s, from) = tcp::accept(&self.l, timeout)?;
         let d = &self.domain;
         let peer = from.to_string();
-        let p = auth::Params { secret: &d.cfg.secret, epoch: d.cfg.epoch, backend: &d.cfg.backend, peer: peer.clone() };
+        let p = auth::Params {
+            secret: &d.cfg.secret,
+            epoch: d.cfg.epoch,
+            backend: &d.cfg.backend,
+            peer: peer.clone(),
+        };
         auth::server(&mut s, &p)?;
         let hello = auth::recv_frame(&mut s, &peer)?;
-        let bad = |why: &str| Error::Protocol { peer: peer.clone(), why: why.into() };
+        let bad = |why: &str| Error::Protocol {
+            peer: peer.clone(),
+            why: why.into(),
+        };
         let parts = decode_blob(&hello, 3).ok_or_else(|| bad("malformed local setup"))?;
         let peer_dom = d.peer_domain(&path_of(&parts[0]))?;
         let bell = bell_of(&parts[1], &peer)?;
@@ -307,22 +443,37 @@ impl ListenerImpl for LocalListener {
             return Err(bad("not a ring file"));
         }
         let lcq = cq_of(cq)?;
-        let reply = encode_blob(&[d.shared.file.path.as_os_str().as_encoded_bytes(), &(lcq.bell as u32).to_le_bytes()]);
+        let reply = encode_blob(&[
+            d.shared.file.path.as_os_str().as_encoded_bytes(),
+            &(lcq.bell as u32).to_le_bytes(),
+        ]);
         auth::send_frame(&mut s, &peer, &reply)?;
         tcp::into_liveness(&s)?;
         let conn = d.new_conn(cq, s, ring, 1, peer_dom, bell, peer.clone())?;
-        Ok(Connection::new(conn.clone(), conn.id, d.cfg.epoch, peer, d.id))
+        Ok(Connection::new(
+            conn.clone(),
+            conn.id,
+            d.cfg.epoch,
+            peer,
+            d.id,
+        ))
     }
 
     fn local_addr(&self) -> String {
-        self.l.local_addr().map(|a| a.to_string()).unwrap_or_default()
+        self.l
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default()
     }
 }
+
+/// A resolved remote region: its table slot, the mapping of its file, its permissions.
+type Resolved = (usize, Arc<Mapping>, Access);
 
 /// A peer's domain file, mapped, with the regions resolved so far.
 struct PeerDomain {
     file: DomainFile,
-    cache: Mutex<HashMap<u64, (usize, Arc<Mapping>, Access)>>,
+    cache: Mutex<HashMap<u64, Resolved>>,
 }
 
 impl PeerDomain {
@@ -335,7 +486,8 @@ impl PeerDomain {
             Some(c) => c,
             None => {
                 let (slot, e) = self.file.lookup(key).ok_or(Error::UnknownKey { key })?;
-                let (_f, map) = Region::open_file(&e.path, e.file_off, e.len as usize, true).map_err(|_| Error::UnknownKey { key })?;
+                let (_f, map) = Region::open_file(&e.path, e.file_off, e.len as usize, true)
+                    .map_err(|_| Error::UnknownKey { key })?;
                 let c = (slot, Arc::new(map), e.access);
                 self.cache.lock().unwrap().insert(key, c.clone());
                 c
@@ -345,17 +497,34 @@ impl PeerDomain {
             self.cache.lock().unwrap().remove(&key);
             return Err(Error::UnknownKey { key });
         }
-        if !(if write { access.remote_write } else { access.remote_read }) {
-            return Err(Error::RemoteAccess(format!("region {key:#x} is not remotely {}", if write { "writable" } else { "readable" })));
+        if !(if write {
+            access.remote_write
+        } else {
+            access.remote_read
+        }) {
+            return Err(Error::RemoteAccess(format!(
+                "region {key:#x} is not remotely {}",
+                if write { "writable" } else { "readable" }
+            )));
         }
-        map.check(off, len).map_err(|e| Error::RemoteAccess(e.to_string()))?;
+        map.check(off, len)
+            .map_err(|e| Error::RemoteAccess(e.to_string()))?;
         Ok(map)
     }
 }
 
 enum Outgoing {
-    Send { wr_id: u64, buf: Region, off: u64, len: usize },
-    Imm { wr_id: u64, imm: u32, len: usize },
+    Send {
+        wr_id: u64,
+        buf: Region,
+        off: u64,
+        len: usize,
+    },
+    Imm {
+        wr_id: u64,
+        imm: u32,
+        len: usize,
+    },
 }
 
 struct PostedRecv {
@@ -419,16 +588,26 @@ impl LocalConn {
         let mut pushed = false;
         while let Some(o) = tx.front() {
             let ok = match o {
-                Outgoing::Send { buf, off, len, .. } => ring.push(&self.ring, KIND_MSG, 0, *len, |m, at| Mapping::copy(&buf.inner.map, *off, m, at, *len))?,
-                Outgoing::Imm { imm, .. } => ring.push(&self.ring, KIND_IMM, *imm, 0, |_, _| Ok(()))?,
+                Outgoing::Send { buf, off, len, .. } => {
+                    ring.push(&self.ring, KIND_MSG, 0, *len, |m, at| {
+                        Mapping::copy(&buf.inner.map, *off, m, at, *len)
+                    })?
+                }
+                Outgoing::Imm { imm, .. } => {
+                    ring.push(&self.ring, KIND_IMM, *imm, 0, |_, _| Ok(()))?
+                }
             };
             if !ok {
                 break;
             }
             pushed = true;
             match tx.pop_front().unwrap() {
-                Outgoing::Send { wr_id, len, .. } => out.push(Completion::ok(self.id, wr_id, OpKind::Send, len)),
-                Outgoing::Imm { wr_id, len, .. } => out.push(Completion::ok(self.id, wr_id, OpKind::WriteImm, len)),
+                Outgoing::Send { wr_id, len, .. } => {
+                    out.push(Completion::ok(self.id, wr_id, OpKind::Send, len))
+                }
+                Outgoing::Imm { wr_id, len, .. } => {
+                    out.push(Completion::ok(self.id, wr_id, OpKind::WriteImm, len))
+                }
             }
         }
         if pushed {
@@ -444,11 +623,21 @@ impl LocalConn {
             // The common case: straight into the ring, no queueing.
             let ring = self.tx_ring();
             let (c, pushed) = match &o {
-                Outgoing::Send { wr_id, buf, off, len } => (
+                Outgoing::Send {
+                    wr_id,
+                    buf,
+                    off,
+                    len,
+                } => (
                     Completion::ok(self.id, *wr_id, OpKind::Send, *len),
-                    ring.push(&self.ring, KIND_MSG, 0, *len, |m, at| Mapping::copy(&buf.inner.map, *off, m, at, *len))?,
+                    ring.push(&self.ring, KIND_MSG, 0, *len, |m, at| {
+                        Mapping::copy(&buf.inner.map, *off, m, at, *len)
+                    })?,
                 ),
-                Outgoing::Imm { wr_id, imm, len } => (Completion::ok(self.id, *wr_id, OpKind::WriteImm, *len), ring.push(&self.ring, KIND_IMM, *imm, 0, |_, _| Ok(()))?),
+                Outgoing::Imm { wr_id, imm, len } => (
+                    Completion::ok(self.id, *wr_id, OpKind::WriteImm, *len),
+                    ring.push(&self.ring, KIND_IMM, *imm, 0, |_, _| Ok(()))?,
+                ),
             };
             if pushed {
                 drop(tx);
@@ -477,21 +666,50 @@ impl LocalConn {
                 Ok(Some(r)) => r,
                 Ok(None) => return,
                 Err(e) => {
-                    self.fail(Error::Protocol { peer: self.peer_name.clone(), why: e.to_string() }, out);
+                    self.fail(
+                        Error::Protocol {
+                            peer: self.peer_name.clone(),
+                            why: e.to_string(),
+                        },
+                        out,
+                    );
                     return;
                 }
             };
             if rec.kind == KIND_IMM {
-                out.push(Completion { conn: self.id, wr_id: 0, kind: OpKind::RemoteWrite, len: 0, imm: rec.imm, status: Ok(()) });
+                out.push(Completion {
+                    conn: self.id,
+                    wr_id: 0,
+                    kind: OpKind::RemoteWrite,
+                    len: 0,
+                    imm: rec.imm,
+                    status: Ok(()),
+                });
             } else {
-                let Some(r) = self.posted.lock().unwrap().pop_front() else { return };
+                let Some(r) = self.posted.lock().unwrap().pop_front() else {
+                    return;
+                };
                 if rec.len > r.len {
-                    out.push(Completion::failed(self.id, r.wr_id, OpKind::Recv, Error::RecvTooSmall { len: rec.len, cap: r.len }));
+                    out.push(Completion::failed(
+                        self.id,
+                        r.wr_id,
+                        OpKind::Recv,
+                        Error::RecvTooSmall {
+                            len: rec.len,
+                            cap: r.len,
+                        },
+                    ));
                     self.fail(crate::ofi::oversized(&self.peer_name), out);
                     return;
                 }
                 let c = {
-                    match Mapping::copy(&self.ring, rec.payload as u64, &r.buf.inner.map, r.off, rec.len) {
+                    match Mapping::copy(
+                        &self.ring,
+                        rec.payload as u64,
+                        &r.buf.inner.map,
+                        r.off,
+                        rec.len,
+                    ) {
                         Ok(()) => Completion::ok(self.id, r.wr_id, OpKind::Recv, rec.len),
                         Err(e) => Completion::failed(self.id, r.wr_id, OpKind::Recv, e),
                     }
@@ -512,24 +730,41 @@ impl LocalConn {
             }
             self.is_broken.store(true, Ordering::Release);
         }
-        self.ring.atomic_u32(CLOSED_FLAG[self.side]).store(1, Ordering::Release);
+        self.ring
+            .atomic_u32(CLOSED_FLAG[self.side])
+            .store(1, Ordering::Release);
         self.peer.file.ring(self.peer_bell);
         let _ = self.boot.shutdown(std::net::Shutdown::Both);
         let mut tx = self.tx.lock().unwrap();
         self.backlogged.store(false, Ordering::Release);
         for o in tx.drain(..) {
             match o {
-                Outgoing::Send { wr_id, .. } => out.push(Completion::failed(self.id, wr_id, OpKind::Send, e.clone())),
-                Outgoing::Imm { wr_id, .. } => out.push(Completion::failed(self.id, wr_id, OpKind::WriteImm, e.clone())),
+                Outgoing::Send { wr_id, .. } => {
+                    out.push(Completion::failed(self.id, wr_id, OpKind::Send, e.clone()))
+                }
+                Outgoing::Imm { wr_id, .. } => out.push(Completion::failed(
+                    self.id,
+                    wr_id,
+                    OpKind::WriteImm,
+                    e.clone(),
+                )),
             }
         }
         for r in self.posted.lock().unwrap().drain(..) {
-            out.push(Completion::failed(self.id, r.wr_id, OpKind::Recv, e.clone()));
+            out.push(Completion::failed(
+                self.id,
+                r.wr_id,
+                OpKind::Recv,
+                e.clone(),
+            ));
         }
     }
 
     fn peer_closed(&self) -> bool {
-        self.ring.atomic_u32(CLOSED_FLAG[1 - self.side]).load(Ordering::Acquire) != 0
+        self.ring
+            .atomic_u32(CLOSED_FLAG[1 - self.side])
+            .load(Ordering::Acquire)
+            != 0
     }
 
     /// Whether a poll would make progress: a record that can be delivered, or a closed peer.
@@ -549,30 +784,50 @@ impl ConnImpl for LocalConn {
     fn post(&self, op: PostOp) -> Result<()> {
         self.state()?;
         if self.peer_closed() {
-            return Err(Error::gone(&self.peer_name, "connection closed by the peer"));
+            return Err(Error::gone(
+                &self.peer_name,
+                "connection closed by the peer",
+            ));
         }
         match op.kind {
             OpKind::Recv => {
-                self.posted.lock().unwrap().push_back(PostedRecv { wr_id: op.wr_id, buf: op.local, off: op.off, len: op.len });
+                self.posted.lock().unwrap().push_back(PostedRecv {
+                    wr_id: op.wr_id,
+                    buf: op.local,
+                    off: op.off,
+                    len: op.len,
+                });
                 // A message may already be waiting for this buffer.
                 if let Some(cq) = self.cq.upgrade() {
                     cq.shared.file.ring(cq.bell);
                 }
                 Ok(())
             }
-            OpKind::Send => self.enqueue(Outgoing::Send { wr_id: op.wr_id, buf: op.local, off: op.off, len: op.len }),
+            OpKind::Send => self.enqueue(Outgoing::Send {
+                wr_id: op.wr_id,
+                buf: op.local,
+                off: op.off,
+                len: op.len,
+            }),
             OpKind::Read | OpKind::Write | OpKind::WriteImm => {
                 let (key, roff) = op.wire_addr();
                 let write = op.kind != OpKind::Read;
-                let moved = self.peer.target(key, roff, op.len, write).and_then(|target| {
-                    if write {
-                        Mapping::copy(&op.local.inner.map, op.off, &target, roff, op.len)
-                    } else {
-                        Mapping::copy(&target, roff, &op.local.inner.map, op.off, op.len)
-                    }
-                });
+                let moved = self
+                    .peer
+                    .target(key, roff, op.len, write)
+                    .and_then(|target| {
+                        if write {
+                            Mapping::copy(&op.local.inner.map, op.off, &target, roff, op.len)
+                        } else {
+                            Mapping::copy(&target, roff, &op.local.inner.map, op.off, op.len)
+                        }
+                    });
                 match moved {
-                    Ok(()) if op.kind == OpKind::WriteImm => self.enqueue(Outgoing::Imm { wr_id: op.wr_id, imm: op.imm, len: op.len }),
+                    Ok(()) if op.kind == OpKind::WriteImm => self.enqueue(Outgoing::Imm {
+                        wr_id: op.wr_id,
+                        imm: op.imm,
+                        len: op.len,
+                    }),
                     Ok(()) => {
                         self.complete(Completion::ok(self.id, op.wr_id, op.kind, op.len));
                         Ok(())
@@ -595,7 +850,9 @@ impl ConnImpl for LocalConn {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        self.ring.atomic_u32(CLOSED_FLAG[self.side]).store(1, Ordering::Release);
+        self.ring
+            .atomic_u32(CLOSED_FLAG[self.side])
+            .store(1, Ordering::Release);
         self.peer.file.ring(self.peer_bell);
         let _ = self.boot.shutdown(std::net::Shutdown::Both);
         let mut out = Vec::new();
@@ -668,8 +925,14 @@ impl CqImpl for LocalCq {
         let conns = self.conns();
         // A sender waiting for ring space is not woken by the consumer; poll it again soon.
         let backlog = conns.iter().any(|c| c.backlogged.load(Ordering::Acquire));
-        let timeout = if backlog { timeout.min(Duration::from_micros(200)) } else { timeout };
-        self.shared.file.sleep(self.bell, timeout, || !self.ready.lock().unwrap().is_empty() || conns.iter().any(|c| c.deliverable()));
+        let timeout = if backlog {
+            timeout.min(Duration::from_micros(200))
+        } else {
+            timeout
+        };
+        self.shared.file.sleep(self.bell, timeout, || {
+            !self.ready.lock().unwrap().is_empty() || conns.iter().any(|c| c.deliverable())
+        });
     }
 
     fn check_peers(&self) {

@@ -64,7 +64,15 @@ impl Ring {
         m.atomic_u64(self.data + at)
     }
 
-    fn publish(&self, m: &Mapping, at: usize, pos: u64, len: usize, kind: u32, imm: u32) -> Result<()> {
+    fn publish(
+        &self,
+        m: &Mapping,
+        at: usize,
+        pos: u64,
+        len: usize,
+        kind: u32,
+        imm: u32,
+    ) -> Result<()> {
         let mut h = [0u8; 8];
         h[0..4].copy_from_slice(&(len as u32 | kind << 24).to_le_bytes());
         h[4..8].copy_from_slice(&imm.to_le_bytes());
@@ -75,9 +83,19 @@ impl Ring {
 
     /// Appends a record whose payload is `len` bytes written by `fill(mapping, offset)`.
     /// Returns false (nothing written) when the ring lacks space.
-    pub(crate) fn push(&self, m: &Mapping, kind: u32, imm: u32, len: usize, fill: impl FnOnce(&Mapping, u64) -> Result<()>) -> Result<bool> {
+    pub(crate) fn push(
+        &self,
+        m: &Mapping,
+        kind: u32,
+        imm: u32,
+        len: usize,
+        fill: impl FnOnce(&Mapping, u64) -> Result<()>,
+    ) -> Result<bool> {
         let need = round(HEADER + len);
-        assert!(need <= self.size / 2 && len <= MAX_LEN, "record of {len} bytes exceeds the ring's limit");
+        assert!(
+            need <= self.size / 2 && len <= MAX_LEN,
+            "record of {len} bytes exceeds the ring's limit"
+        );
         let tail = self.tail(m).load(Ordering::Relaxed);
         let idx = (tail % self.size as u64) as usize;
         let contig = self.size - idx;
@@ -106,7 +124,12 @@ impl Ring {
     pub(crate) fn peek(&self, m: &Mapping) -> Result<Option<Record>> {
         loop {
             let head = self.head(m).load(Ordering::Relaxed);
-            let bad = |why: &str| Err(Error::Protocol { peer: "local ring".into(), why: why.into() });
+            let bad = |why: &str| {
+                Err(Error::Protocol {
+                    peer: "local ring".into(),
+                    why: why.into(),
+                })
+            };
             if head % ALIGN as u64 != 0 {
                 return bad("ring head is misaligned");
             }
@@ -129,7 +152,13 @@ impl Ring {
                     continue;
                 }
                 KIND_MSG | KIND_IMM => {
-                    return Ok(Some(Record { kind, imm, len, payload: self.data + at + HEADER, next: head + span as u64 }));
+                    return Ok(Some(Record {
+                        kind,
+                        imm,
+                        len,
+                        payload: self.data + at + HEADER,
+                        next: head + span as u64,
+                    }));
                 }
                 _ => return bad("unknown record kind"),
             }

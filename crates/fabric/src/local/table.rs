@@ -46,27 +46,54 @@ pub(crate) struct SlotEntry {
 
 impl DomainFile {
     pub(crate) fn create(path: &Path) -> Result<DomainFile> {
-        let f = File::options().read(true).write(true).create_new(true).open(path).map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
-        f.set_len(FILE_LEN as u64).map_err(|e| Error::io(format!("sizing {}", path.display()), e))?;
+        let f = File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+        f.set_len(FILE_LEN as u64)
+            .map_err(|e| Error::io(format!("sizing {}", path.display()), e))?;
         let map = Mapping::file(&f, 0, FILE_LEN)?;
         map.write(0, &MAGIC.to_le_bytes())?;
         map.write(8, &(std::process::id() as u64).to_le_bytes())?;
-        Ok(DomainFile { map, path: path.to_path_buf() })
+        Ok(DomainFile {
+            map,
+            path: path.to_path_buf(),
+        })
     }
 
     pub(crate) fn open(path: &Path) -> Result<DomainFile> {
-        let f = File::options().read(true).write(true).open(path).map_err(|e| Error::io(format!("opening the peer's domain file {}", path.display()), e))?;
+        let f = File::options()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| {
+                Error::io(
+                    format!("opening the peer's domain file {}", path.display()),
+                    e,
+                )
+            })?;
         let len = f.metadata().map_err(|e| Error::io("stat", e))?.len();
         if len != FILE_LEN as u64 {
-            return Err(Error::Protocol { peer: path.display().to_string(), why: format!("domain file of {len} bytes") });
+            return Err(Error::Protocol {
+                peer: path.display().to_string(),
+                why: format!("domain file of {len} bytes"),
+            });
         }
         let map = Mapping::file(&f, 0, FILE_LEN)?;
         let mut m = [0u8; 8];
         map.read(0, &mut m)?;
         if u64::from_le_bytes(m) != MAGIC {
-            return Err(Error::Protocol { peer: path.display().to_string(), why: "not a fabric domain file".into() });
+            return Err(Error::Protocol {
+                peer: path.display().to_string(),
+                why: "not a fabric domain file".into(),
+            });
         }
-        Ok(DomainFile { map, path: path.to_path_buf() })
+        Ok(DomainFile {
+            map,
+            path: path.to_path_buf(),
+        })
     }
 
     fn seq(&self, bell: usize) -> &AtomicU32 {
@@ -74,7 +101,8 @@ impl DomainFile {
     }
 
     fn sleepers(&self, bell: usize) -> &AtomicU32 {
-        self.map.atomic_u32(DOORBELL_BASE + bell * DOORBELL_SIZE + 4)
+        self.map
+            .atomic_u32(DOORBELL_BASE + bell * DOORBELL_SIZE + 4)
     }
 
     /// Rings doorbell `bell` if anyone sleeps on it. Call after publishing work.
@@ -103,20 +131,27 @@ impl DomainFile {
     }
 
     pub(crate) fn slot_key(&self, slot: usize) -> u64 {
-        self.map.atomic_u64(Self::slot_base(slot)).load(Ordering::Acquire)
+        self.map
+            .atomic_u64(Self::slot_base(slot))
+            .load(Ordering::Acquire)
     }
 
     /// Publishes a region in `slot`: fields first, the key last.
     pub(crate) fn publish(&self, slot: usize, key: u64, e: &SlotEntry) -> Result<()> {
         let path = e.path.as_os_str().as_encoded_bytes();
         if path.len() > PATH_MAX {
-            return Err(Error::io(format!("registering {}", e.path.display()), std::io::Error::other(format!("path longer than {PATH_MAX} bytes"))));
+            return Err(Error::io(
+                format!("registering {}", e.path.display()),
+                std::io::Error::other(format!("path longer than {PATH_MAX} bytes")),
+            ));
         }
         let b = Self::slot_base(slot);
         self.map.write((b + 8) as u64, &e.len.to_le_bytes())?;
         self.map.write((b + 16) as u64, &e.file_off.to_le_bytes())?;
-        self.map.write((b + 24) as u64, &e.access.bits().to_le_bytes())?;
-        self.map.write((b + 28) as u64, &(path.len() as u32).to_le_bytes())?;
+        self.map
+            .write((b + 24) as u64, &e.access.bits().to_le_bytes())?;
+        self.map
+            .write((b + 28) as u64, &(path.len() as u32).to_le_bytes())?;
         self.map.write((b + 32) as u64, path)?;
         self.map.atomic_u64(b).store(key, Ordering::Release);
         Ok(())
@@ -124,7 +159,12 @@ impl DomainFile {
 
     /// Withdraws `key` from `slot` (no-op if the slot holds another key).
     pub(crate) fn revoke(&self, slot: usize, key: u64) {
-        let _ = self.map.atomic_u64(Self::slot_base(slot)).compare_exchange(key, 0, Ordering::AcqRel, Ordering::Acquire);
+        let _ = self.map.atomic_u64(Self::slot_base(slot)).compare_exchange(
+            key,
+            0,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
     }
 
     /// Finds `key` and reads its entry; the key is re-checked after the read so that a slot
@@ -151,7 +191,15 @@ impl DomainFile {
             }
             use std::os::unix::ffi::OsStringExt;
             let path = PathBuf::from(std::ffi::OsString::from_vec(p));
-            return Some((slot, SlotEntry { len, file_off, access, path }));
+            return Some((
+                slot,
+                SlotEntry {
+                    len,
+                    file_off,
+                    access,
+                    path,
+                },
+            ));
         }
         None
     }

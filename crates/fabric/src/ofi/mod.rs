@@ -26,7 +26,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::api::{next_conn_id, Completion, CompletionQueue, ConnId, ConnImpl, Connection, CqImpl, DomainImpl, ListenerImpl, OpKind, PostOp, RegionSource};
+use crate::api::{
+    next_conn_id, Completion, CompletionQueue, ConnId, ConnImpl, Connection, CqImpl, DomainImpl,
+    ListenerImpl, OpKind, PostOp, RegionSource,
+};
 use crate::auth;
 use crate::config::FabricConfig;
 use crate::error::{Error, Result};
@@ -40,7 +43,9 @@ const CQ_SIZE: usize = 4096;
 fn provider_error(call: &'static str, code: i32) -> Error {
     let code = code.abs();
     // SAFETY: fi_strerror returns a pointer to a static string for any code.
-    let msg = unsafe { CStr::from_ptr(ffi::orion_fi_strerror(code)) }.to_string_lossy().into_owned();
+    let msg = unsafe { CStr::from_ptr(ffi::orion_fi_strerror(code)) }
+        .to_string_lossy()
+        .into_owned();
     Error::Provider { call, code, msg }
 }
 
@@ -82,7 +87,10 @@ impl Drop for Fi {
 
 impl Fi {
     fn open(provider: &str, address: &str) -> Result<Fi> {
-        let prov = CString::new(provider).map_err(|_| Error::NoDevice { provider: provider.into(), detail: "provider name contains NUL".into() })?;
+        let prov = CString::new(provider).map_err(|_| Error::NoDevice {
+            provider: provider.into(),
+            detail: "provider name contains NUL".into(),
+        })?;
         let node = CString::new(address).expect("an IP address has no NUL");
         let mut info: Ptr = std::ptr::null_mut();
         // SAFETY: valid C strings; `info` receives an fi_info list owned by us.
@@ -94,7 +102,10 @@ impl Fi {
             } else {
                 e.to_string()
             };
-            return Err(Error::NoDevice { provider: provider.into(), detail });
+            return Err(Error::NoDevice {
+                provider: provider.into(),
+                detail,
+            });
         }
         let mut a: ffi::InfoAttrs = unsafe_zeroed_attrs();
         // SAFETY: info is the list just returned; attrs is a plain output struct.
@@ -105,7 +116,11 @@ impl Fi {
             domain: std::ptr::null_mut(),
             av: std::ptr::null_mut(),
             mr_mode: a.mr_mode,
-            key_mask: if a.mr_key_size >= 8 { u64::MAX } else { (1u64 << (8 * a.mr_key_size.max(1))) - 1 },
+            key_mask: if a.mr_key_size >= 8 {
+                u64::MAX
+            } else {
+                (1u64 << (8 * a.mr_key_size.max(1))) - 1
+            },
             describe: String::new(),
         };
         // SAFETY: each call takes objects created by the previous one; on error, Drop closes
@@ -134,26 +149,46 @@ impl Fi {
                 return Err(provider_error("fi_av_open", r));
             }
         }
-        let modes: Vec<&str> = [(ffi::FI_MR_LOCAL, "local"), (ffi::FI_MR_VIRT_ADDR, "virt_addr"), (ffi::FI_MR_ALLOCATED, "allocated"), (ffi::FI_MR_PROV_KEY, "prov_key")]
+        let names = |bits: u64| -> String {
+            [
+                (ffi::FI_MR_LOCAL, "local"),
+                (ffi::FI_MR_VIRT_ADDR, "virt_addr"),
+                (ffi::FI_MR_ALLOCATED, "allocated"),
+                (ffi::FI_MR_PROV_KEY, "prov_key"),
+            ]
             .iter()
-            .filter(|(b, _)| a.mr_mode & b != 0)
+            .filter(|(b, _)| bits & b != 0)
             .map(|(_, n)| *n)
-            .collect();
+            .collect::<Vec<_>>()
+            .join(",")
+        };
+        // SAFETY: a constant-returning shim function.
+        let requested = unsafe { ffi::orion_fi_requested_mr_mode() };
         fi.describe = format!(
-            "libfabric {} (fabric {}, domain {}, mr_mode [{}], requested [{}])",
+            "libfabric {} (fabric {}, domain {}, memory registration: asked [{}], provider needs [{}])",
             ffi::cstr(&a.provider),
             ffi::cstr(&a.fabric),
             ffi::cstr(&a.domain),
-            modes.join(","),
-            // SAFETY: a constant-returning shim function.
-            unsafe { ffi::orion_fi_requested_mr_mode() }
+            names(requested),
+            names(a.mr_mode)
         );
         Ok(fi)
     }
 }
 
 fn unsafe_zeroed_attrs() -> ffi::InfoAttrs {
-    ffi::InfoAttrs { mr_mode: 0, mr_key_size: 0, cq_data_size: 0, max_msg_size: 0, inject_size: 0, tx_size: 0, rx_size: 0, provider: [0; 64], fabric: [0; 64], domain: [0; 64] }
+    ffi::InfoAttrs {
+        mr_mode: 0,
+        mr_key_size: 0,
+        cq_data_size: 0,
+        max_msg_size: 0,
+        inject_size: 0,
+        tx_size: 0,
+        rx_size: 0,
+        provider: [0; 64],
+        fabric: [0; 64],
+        domain: [0; 64],
+    }
 }
 
 pub(crate) struct OfiDomain {
@@ -177,7 +212,10 @@ impl OfiDomain {
         // SAFETY: domain/info/av are live for the domain's lifetime, which Endpoint outlives
         // through its Arc<Fi>; the out-pointers are locals.
         unsafe {
-            check("fi_cq_open", ffi::orion_fi_cq_open(self.fi.domain, CQ_SIZE, 1, &mut cq))?;
+            check(
+                "fi_cq_open",
+                ffi::orion_fi_cq_open(self.fi.domain, CQ_SIZE, 1, &mut cq),
+            )?;
             let r = ffi::orion_fi_endpoint(self.fi.domain, self.fi.info, self.fi.av, cq, &mut ep);
             if r != 0 {
                 ffi::orion_fi_close_cq(cq);
@@ -187,16 +225,30 @@ impl OfiDomain {
                 fd = -1;
             }
         }
-        Ok(Endpoint { fi: self.fi.clone(), ep, cq, wait_fd: fd, peer: None })
+        Ok(Endpoint {
+            fi: self.fi.clone(),
+            ep,
+            cq,
+            wait_fd: fd,
+            peer: None,
+        })
     }
 
-    fn establish(&self, mut s: TcpStream, cq: &CompletionQueue, peer: String, initiator: bool) -> Result<Connection> {
+    fn establish(
+        &self,
+        mut s: TcpStream,
+        cq: &CompletionQueue,
+        peer: String,
+        initiator: bool,
+    ) -> Result<Connection> {
         let ocq = cq_of(cq)?;
         let mut ep = self.endpoint()?;
         let mut name = [0u8; 256];
         let mut len = name.len();
         // SAFETY: ep is live; name/len describe a local buffer.
-        check("fi_getname", unsafe { ffi::orion_fi_getname(ep.ep, name.as_mut_ptr().cast(), &mut len) })?;
+        check("fi_getname", unsafe {
+            ffi::orion_fi_getname(ep.ep, name.as_mut_ptr().cast(), &mut len)
+        })?;
         let theirs = if initiator {
             auth::send_frame(&mut s, &peer, &name[..len])?;
             auth::recv_frame(&mut s, &peer)?
@@ -206,11 +258,16 @@ impl OfiDomain {
             t
         };
         if theirs.len() != len {
-            return Err(Error::Protocol { peer, why: format!("endpoint name of {} bytes, expected {len}", theirs.len()) });
+            return Err(Error::Protocol {
+                peer,
+                why: format!("endpoint name of {} bytes, expected {len}", theirs.len()),
+            });
         }
         let mut addr = 0u64;
         // SAFETY: av is live; `theirs` holds an address of the provider's format and length.
-        check("fi_av_insert", unsafe { ffi::orion_fi_av_insert(self.fi.av, theirs.as_ptr().cast(), &mut addr) })?;
+        check("fi_av_insert", unsafe {
+            ffi::orion_fi_av_insert(self.fi.av, theirs.as_ptr().cast(), &mut addr)
+        })?;
         ep.peer = Some(addr);
         tcp::into_liveness(&s)?;
         let conn = Arc::new(OfiConn {
@@ -229,16 +286,29 @@ impl OfiDomain {
             graveyard: Mutex::new(Vec::new()),
         });
         ocq.conns.lock().unwrap().push(conn.clone());
-        Ok(Connection::new(conn.clone(), conn.id, self.cfg.epoch, peer, self.id))
+        Ok(Connection::new(
+            conn.clone(),
+            conn.id,
+            self.cfg.epoch,
+            peer,
+            self.id,
+        ))
     }
 }
 
 pub(crate) fn oversized(peer: &str) -> Error {
-    Error::Protocol { peer: peer.to_string(), why: "sent a message larger than the posted receive buffer; connection closed".into() }
+    Error::Protocol {
+        peer: peer.to_string(),
+        why: "sent a message larger than the posted receive buffer; connection closed".into(),
+    }
 }
 
 fn cq_of(cq: &CompletionQueue) -> Result<Arc<OfiCq>> {
-    cq.imp.clone().as_any_arc().downcast::<OfiCq>().map_err(|_| Error::ForeignRegion)
+    cq.imp
+        .clone()
+        .as_any_arc()
+        .downcast::<OfiCq>()
+        .map_err(|_| Error::ForeignRegion)
 }
 
 /// A region's registrations: one for remote access (closed on revoke) and, when the provider
@@ -286,22 +356,45 @@ impl DomainImpl for OfiDomain {
     fn register(&self, src: RegionSource<'_>, access: Access) -> Result<Region> {
         let map = match src {
             RegionSource::Memory(len) => Mapping::anonymous(len)?,
-            RegionSource::File { path, offset, len } => Region::open_file(path, offset, len, true)?.1,
+            RegionSource::File { path, offset, len } => {
+                Region::open_file(path, offset, len, true)?.1
+            }
         };
         let fi = &self.fi;
         let reg = |acc: u64, key: u64| -> Result<usize> {
             let mut mr: Ptr = std::ptr::null_mut();
             // SAFETY: the mapping outlives the MR (both live in RegionInner; the backend, which
             // owns the MR, is dropped first).
-            check("fi_mr_reg", unsafe { ffi::orion_fi_mr_reg(fi.domain, map.base_ptr().cast(), map.len(), acc, key, &mut mr) })?;
+            check("fi_mr_reg", unsafe {
+                ffi::orion_fi_mr_reg(
+                    fi.domain,
+                    map.base_ptr().cast(),
+                    map.len(),
+                    acc,
+                    key,
+                    &mut mr,
+                )
+            })?;
             Ok(mr as usize)
         };
         // SAFETY: constant-returning shim functions.
-        let (local_acc, rr, rw) = unsafe { (ffi::orion_fi_access_local(), ffi::orion_fi_access_remote_read(), ffi::orion_fi_access_remote_write()) };
-        let local = if fi.mr_mode & ffi::FI_MR_LOCAL != 0 { Some(reg(local_acc, random_u64() & fi.key_mask)?) } else { None };
+        let (local_acc, rr, rw) = unsafe {
+            (
+                ffi::orion_fi_access_local(),
+                ffi::orion_fi_access_remote_read(),
+                ffi::orion_fi_access_remote_write(),
+            )
+        };
+        let local = if fi.mr_mode & ffi::FI_MR_LOCAL != 0 {
+            Some(reg(local_acc, random_u64() & fi.key_mask)?)
+        } else {
+            None
+        };
         let mut key = 0;
         let remote = if access.is_remote() {
-            let acc = local_acc | if access.remote_read { rr } else { 0 } | if access.remote_write { rw } else { 0 };
+            let acc = local_acc
+                | if access.remote_read { rr } else { 0 }
+                | if access.remote_write { rw } else { 0 };
             let requested = loop {
                 let k = random_u64() & fi.key_mask;
                 if k != 0 {
@@ -310,27 +403,63 @@ impl DomainImpl for OfiDomain {
             };
             let mr = reg(acc, requested)?;
             // SAFETY: mr was just registered.
-            key = if fi.mr_mode & ffi::FI_MR_PROV_KEY != 0 { unsafe { ffi::orion_fi_mr_key(mr as Ptr) } } else { requested };
+            key = if fi.mr_mode & ffi::FI_MR_PROV_KEY != 0 {
+                unsafe { ffi::orion_fi_mr_key(mr as Ptr) }
+            } else {
+                requested
+            };
             Some(mr)
         } else {
             None
         };
-        let wire_addr = if fi.mr_mode & ffi::FI_MR_VIRT_ADDR != 0 { map.addr() } else { 0 };
-        let backend = OfiRegion { _fi: fi.clone(), remote: Mutex::new(remote), local };
-        Ok(Region { inner: Arc::new(RegionInner { map, key, wire_addr, access, domain: self.id, backend: Some(Box::new(backend)) }) })
+        let wire_addr = if fi.mr_mode & ffi::FI_MR_VIRT_ADDR != 0 {
+            map.addr()
+        } else {
+            0
+        };
+        let backend = OfiRegion {
+            _fi: fi.clone(),
+            remote: Mutex::new(remote),
+            local,
+        };
+        Ok(Region {
+            inner: Arc::new(RegionInner {
+                map,
+                key,
+                wire_addr,
+                access,
+                domain: self.id,
+                backend: Some(Box::new(backend)),
+            }),
+        })
     }
 
     fn completion_queue(&self) -> Result<Arc<dyn CqImpl>> {
-        Ok(Arc::new(OfiCq { fi: self.fi.clone(), conns: Mutex::new(Vec::new()) }))
+        Ok(Arc::new(OfiCq {
+            fi: self.fi.clone(),
+            conns: Mutex::new(Vec::new()),
+        }))
     }
 
     fn listen(&self, addr: &str) -> Result<Box<dyn ListenerImpl>> {
-        Ok(Box::new(OfiListener { l: tcp::listen(addr)?, domain: OfiDomain { cfg: self.cfg.clone(), id: self.id, fi: self.fi.clone() } }))
+        Ok(Box::new(OfiListener {
+            l: tcp::listen(addr)?,
+            domain: OfiDomain {
+                cfg: self.cfg.clone(),
+                id: self.id,
+                fi: self.fi.clone(),
+            },
+        }))
     }
 
     fn connect(&self, addr: &str, cq: &CompletionQueue, timeout: Duration) -> Result<Connection> {
         let mut s = tcp::connect(addr, timeout)?;
-        let p = auth::Params { secret: &self.cfg.secret, epoch: self.cfg.epoch, backend: &self.cfg.backend, peer: addr.to_string() };
+        let p = auth::Params {
+            secret: &self.cfg.secret,
+            epoch: self.cfg.epoch,
+            backend: &self.cfg.backend,
+            peer: addr.to_string(),
+        };
         auth::client(&mut s, &p)?;
         self.establish(s, cq, addr.to_string(), true)
     }
@@ -349,13 +478,21 @@ impl ListenerImpl for OfiListener {
     fn accept(&self, cq: &CompletionQueue, timeout: Duration) -> Result<Connection> {
         let (mut s, from) = tcp::accept(&self.l, timeout)?;
         let d = &self.domain;
-        let p = auth::Params { secret: &d.cfg.secret, epoch: d.cfg.epoch, backend: &d.cfg.backend, peer: from.to_string() };
+        let p = auth::Params {
+            secret: &d.cfg.secret,
+            epoch: d.cfg.epoch,
+            backend: &d.cfg.backend,
+            peer: from.to_string(),
+        };
         auth::server(&mut s, &p)?;
         d.establish(s, cq, from.to_string(), false)
     }
 
     fn local_addr(&self) -> String {
-        self.l.local_addr().map(|a| a.to_string()).unwrap_or_default()
+        self.l
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default()
     }
 }
 
@@ -498,7 +635,17 @@ impl OfiConn {
                 }
                 OpKind::WriteImm => {
                     let (key, addr) = op.wire_addr();
-                    ffi::orion_fi_writedata(ep, buf.cast(), op.len, desc, op.imm as u64, dest, addr, key, ctx)
+                    ffi::orion_fi_writedata(
+                        ep,
+                        buf.cast(),
+                        op.len,
+                        desc,
+                        op.imm as u64,
+                        dest,
+                        addr,
+                        key,
+                        ctx,
+                    )
                 }
                 OpKind::RemoteWrite => unreachable!("not postable"),
             }
@@ -508,21 +655,41 @@ impl OfiConn {
     /// Reads the provider's CQ (which also drives manual progress) into `ready`.
     fn progress(&self) {
         self.retry_backlog();
-        let Ok(_g) = self.cq_lock.try_lock() else { return };
+        let Ok(_g) = self.cq_lock.try_lock() else {
+            return;
+        };
         let mut entries = [ffi::Cqe::default(); 32];
         loop {
             // SAFETY: cq is live; entries is a local array of the length passed.
-            let n = unsafe { ffi::orion_fi_cq_read(self.ep.cq, entries.as_mut_ptr(), entries.len()) };
+            let n =
+                unsafe { ffi::orion_fi_cq_read(self.ep.cq, entries.as_mut_ptr(), entries.len()) };
             if n > 0 {
                 let mut ops = self.ops.lock().unwrap();
                 let mut ready = self.ready.lock().unwrap();
                 for e in &entries[..n as usize] {
                     // SAFETY: constant-returning shim function.
-                    if e.context == 0 && e.flags & unsafe { ffi::orion_fi_flag_remote_cq_data() } != 0 {
-                        ready.push_back(Completion { conn: self.id, wr_id: 0, kind: OpKind::RemoteWrite, len: 0, imm: e.data as u32, status: Ok(()) });
+                    if e.context == 0
+                        && e.flags & unsafe { ffi::orion_fi_flag_remote_cq_data() } != 0
+                    {
+                        ready.push_back(Completion {
+                            conn: self.id,
+                            wr_id: 0,
+                            kind: OpKind::RemoteWrite,
+                            len: 0,
+                            imm: e.data as u32,
+                            status: Ok(()),
+                        });
                     } else if let Some(r) = ops.remove(e.context) {
-                        let len = if r.kind == OpKind::Recv { e.len as usize } else { r.len };
-                        self.finish(&r, Completion::ok(self.id, r.wr_id, r.kind, len), &mut ready);
+                        let len = if r.kind == OpKind::Recv {
+                            e.len as usize
+                        } else {
+                            r.len
+                        };
+                        self.finish(
+                            &r,
+                            Completion::ok(self.id, r.wr_id, r.kind, len),
+                            &mut ready,
+                        );
                     }
                 }
                 if (n as usize) < entries.len() {
@@ -568,14 +735,26 @@ impl OfiConn {
                 if let Some(rec) = self.ops.lock().unwrap().remove(ctx) {
                     let e = provider_error("posting an operation", r as i32);
                     let mut ready = self.ready.lock().unwrap();
-                    self.finish(&rec, Completion::failed(self.id, op.wr_id, op.kind, e), &mut ready);
+                    self.finish(
+                        &rec,
+                        Completion::failed(self.id, op.wr_id, op.kind, e),
+                        &mut ready,
+                    );
                 }
             }
         }
     }
 
     fn read_error(&self) {
-        let mut e = ffi::CqErr { context: 0, flags: 0, len: 0, olen: 0, err: 0, prov_errno: 0, msg: [0; 128] };
+        let mut e = ffi::CqErr {
+            context: 0,
+            flags: 0,
+            len: 0,
+            olen: 0,
+            err: 0,
+            prov_errno: 0,
+            msg: [0; 128],
+        };
         // SAFETY: cq is live; e is a local output struct.
         if unsafe { ffi::orion_fi_cq_readerr(self.ep.cq, &mut e) } <= 0 {
             return;
@@ -583,11 +762,22 @@ impl OfiConn {
         let detail = ffi::cstr(&e.msg);
         let err = match e.err {
             ffi::FI_ETRUNC => None,
-            libc::ENOTCONN | libc::EPIPE | libc::ECONNRESET | libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ETIMEDOUT => {
-                Some(Error::gone(&self.peer_name, format!("the provider lost the connection ({detail})")))
-            }
+            libc::ENOTCONN
+            | libc::EPIPE
+            | libc::ECONNRESET
+            | libc::ECONNREFUSED
+            | libc::EHOSTUNREACH
+            | libc::ETIMEDOUT => Some(Error::gone(
+                &self.peer_name,
+                format!("the provider lost the connection ({detail})"),
+            )),
             ffi::FI_ECANCELED if self.closed.load(Ordering::Acquire) => Some(Error::Closed),
-            ffi::FI_ECANCELED | libc::EACCES | libc::EINVAL | libc::EPERM => Some(Error::RemoteAccess(format!("{} ({detail})", provider_error("completion", e.err)))),
+            ffi::FI_ECANCELED | libc::EACCES | libc::EINVAL | libc::EPERM => {
+                Some(Error::RemoteAccess(format!(
+                    "{} ({detail})",
+                    provider_error("completion", e.err)
+                )))
+            }
             code => Some(provider_error("completion", code)),
         };
         if let Some(Error::PeerGone { .. }) = &err {
@@ -603,16 +793,26 @@ impl OfiConn {
             // verbs QP enters the error state: make that explicit instead of letting later
             // traffic vanish.
             let refused = matches!(err, Some(Error::RemoteAccess(_)));
-            let err = err.unwrap_or(Error::RecvTooSmall { len: r.len + e.olen as usize, cap: r.len });
+            let err = err.unwrap_or(Error::RecvTooSmall {
+                len: r.len + e.olen as usize,
+                cap: r.len,
+            });
             {
                 let mut ready = self.ready.lock().unwrap();
-                self.finish(&r, Completion::failed(self.id, r.wr_id, r.kind, err), &mut ready);
+                self.finish(
+                    &r,
+                    Completion::failed(self.id, r.wr_id, r.kind, err),
+                    &mut ready,
+                );
             }
             self.graveyard.lock().unwrap().push(r._buf);
             if truncated {
                 self.fail(oversized(&self.peer_name));
             } else if refused {
-                self.fail(Error::gone(&self.peer_name, "connection closed after the target refused an access"));
+                self.fail(Error::gone(
+                    &self.peer_name,
+                    "connection closed after the target refused an access",
+                ));
             }
         } else {
             tracing::debug!(peer = %self.peer_name, "fabric error without an operation: {detail}");
@@ -635,7 +835,11 @@ impl OfiConn {
         let mut ready = self.ready.lock().unwrap();
         let mut graveyard = self.graveyard.lock().unwrap();
         for r in recs {
-            self.finish(&r, Completion::failed(self.id, r.wr_id, r.kind, e.clone()), &mut ready);
+            self.finish(
+                &r,
+                Completion::failed(self.id, r.wr_id, r.kind, e.clone()),
+                &mut ready,
+            );
             graveyard.push(r._buf);
         }
     }
@@ -644,7 +848,11 @@ impl OfiConn {
 impl ConnImpl for OfiConn {
     fn post(&self, op: PostOp) -> Result<()> {
         self.state()?;
-        let desc = op.local.backend::<OfiRegion>().map(|r| r.desc()).unwrap_or(std::ptr::null_mut());
+        let desc = op
+            .local
+            .backend::<OfiRegion>()
+            .map(|r| r.desc())
+            .unwrap_or(std::ptr::null_mut());
         let seq = if op.kind == OpKind::Recv {
             let mut o = self.recv_order.lock().unwrap();
             o.posted += 1;
@@ -743,8 +951,16 @@ impl CqImpl for OfiCq {
             if c.ep.wait_fd < 0 || unsafe { ffi::orion_fi_trywait(self.fi.fabric, c.ep.cq) } != 0 {
                 return;
             }
-            fds.push(libc::pollfd { fd: c.ep.wait_fd, events: libc::POLLIN, revents: 0 });
-            fds.push(libc::pollfd { fd: c.boot.as_raw_fd(), events: libc::POLLIN | libc::POLLRDHUP, revents: 0 });
+            fds.push(libc::pollfd {
+                fd: c.ep.wait_fd,
+                events: libc::POLLIN,
+                revents: 0,
+            });
+            fds.push(libc::pollfd {
+                fd: c.boot.as_raw_fd(),
+                events: libc::POLLIN | libc::POLLRDHUP,
+                revents: 0,
+            });
         }
         if fds.is_empty() {
             std::thread::sleep(timeout.min(Duration::from_millis(1)));
@@ -762,11 +978,21 @@ impl CqImpl for OfiCq {
             }
             if !tcp::peer_alive(&c.boot) {
                 c.progress();
-                c.fail(Error::gone(&c.peer_name, "the peer's process is gone or closed the connection"));
+                c.fail(Error::gone(
+                    &c.peer_name,
+                    "the peer's process is gone or closed the connection",
+                ));
                 continue;
             }
             let now = Instant::now();
-            let expired = c.ops.lock().unwrap().slots.iter().flatten().any(|r| r.deadline.is_some_and(|d| d < now));
+            let expired = c
+                .ops
+                .lock()
+                .unwrap()
+                .slots
+                .iter()
+                .flatten()
+                .any(|r| r.deadline.is_some_and(|d| d < now));
             if expired {
                 c.progress();
                 c.fail(Error::Timeout(c.op_timeout));

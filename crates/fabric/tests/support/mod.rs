@@ -10,7 +10,10 @@ pub use rand::rngs::StdRng;
 pub use rand::{Rng, SeedableRng};
 
 use orion_fabric::mock::MockNet;
-use orion_fabric::{Backend, Completion, CompletionQueue, Connection, Domain, FabricConfig, RemoteRegion, Secret, SpinPolicy};
+use orion_fabric::{
+    Backend, Completion, CompletionQueue, Connection, Domain, FabricConfig, RemoteRegion, Secret,
+    SpinPolicy,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -28,24 +31,42 @@ pub struct Setup {
 impl Drop for Setup {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!("fabric test failed with backend {:?}, seed {} (rerun with ORION_SEED={})", self.kind, self.seed, self.seed);
+            eprintln!(
+                "fabric test failed with backend {:?}, seed {} (rerun with ORION_SEED={})",
+                self.kind, self.seed, self.seed
+            );
         }
     }
 }
 
 pub fn seed() -> u64 {
-    std::env::var("ORION_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x0f1b_2026)
+    std::env::var("ORION_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x0f1b_2026)
 }
 
 impl Setup {
     pub fn mock() -> Setup {
-        Setup { kind: Kind::Mock, net: Some(MockNet::new(seed())), seed: seed() }
+        Setup {
+            kind: Kind::Mock,
+            net: Some(MockNet::new(seed())),
+            seed: seed(),
+        }
     }
     pub fn local() -> Setup {
-        Setup { kind: Kind::Local, net: None, seed: seed() }
+        Setup {
+            kind: Kind::Local,
+            net: None,
+            seed: seed(),
+        }
     }
     pub fn libfabric() -> Setup {
-        Setup { kind: Kind::Libfabric, net: None, seed: seed() }
+        Setup {
+            kind: Kind::Libfabric,
+            net: None,
+            seed: seed(),
+        }
     }
 
     pub fn rng(&self) -> StdRng {
@@ -105,7 +126,11 @@ impl Setup {
             client: Side::direct(client, cconn),
             server: Side::pumped(server, sconn),
             net: self.net.clone(),
-            setup: Setup { kind: self.kind, net: self.net.clone(), seed: self.seed },
+            setup: Setup {
+                kind: self.kind,
+                net: self.net.clone(),
+                seed: self.seed,
+            },
         }
     }
 }
@@ -129,13 +154,23 @@ pub struct Side {
     pub domain: Domain,
     pub cq: Arc<CompletionQueue>,
     pub conn: Connection,
-    pump: Option<(Arc<AtomicBool>, mpsc::Receiver<Completion>, std::thread::JoinHandle<()>)>,
+    pump: Option<(
+        Arc<AtomicBool>,
+        mpsc::Receiver<Completion>,
+        std::thread::JoinHandle<()>,
+    )>,
     kill_net: Option<MockNet>,
 }
 
 impl Side {
     fn direct(n: Node, conn: Connection) -> Side {
-        Side { domain: n.domain, cq: Arc::new(n.cq), conn, pump: None, kill_net: None }
+        Side {
+            domain: n.domain,
+            cq: Arc::new(n.cq),
+            conn,
+            pump: None,
+            kill_net: None,
+        }
     }
 
     fn pumped(n: Node, conn: Connection) -> Side {
@@ -156,7 +191,13 @@ impl Side {
                 }
             }
         });
-        Side { domain: n.domain, cq, conn, pump: Some((stop, rx, t)), kill_net: None }
+        Side {
+            domain: n.domain,
+            cq,
+            conn,
+            pump: Some((stop, rx, t)),
+            kill_net: None,
+        }
     }
 
     /// Exactly `n` completions within `timeout` (panics otherwise).
@@ -165,7 +206,11 @@ impl Side {
         let mut got = Vec::new();
         while got.len() < n {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            assert!(!left.is_zero(), "only {} of {n} completions arrived: {got:?}", got.len());
+            assert!(
+                !left.is_zero(),
+                "only {} of {n} completions arrived: {got:?}",
+                got.len()
+            );
             match &self.pump {
                 Some((_, rx, _)) => {
                     if let Ok(c) = rx.recv_timeout(left) {
@@ -229,15 +274,29 @@ pub struct Pair {
 impl Pair {
     /// The server sends a region's descriptor in a message, as an MDS does in a reply.
     pub fn ship_descriptor(&self, r: &orion_fabric::Region) -> RemoteRegion {
-        let cbuf = self.client.domain.alloc_region(4096, orion_fabric::Access::LOCAL).unwrap();
+        let cbuf = self
+            .client
+            .domain
+            .alloc_region(4096, orion_fabric::Access::LOCAL)
+            .unwrap();
         self.client.conn.post_recv(0xd0, &cbuf, 0, 64).unwrap();
-        let sbuf = self.server.domain.alloc_region(4096, orion_fabric::Access::LOCAL).unwrap();
+        let sbuf = self
+            .server
+            .domain
+            .alloc_region(4096, orion_fabric::Access::LOCAL)
+            .unwrap();
         sbuf.write(0, &r.remote().encode()).unwrap();
-        self.server.conn.post_send(0xd1, &sbuf, 0, RemoteRegion::ENCODED_LEN).unwrap();
+        self.server
+            .conn
+            .post_send(0xd1, &sbuf, 0, RemoteRegion::ENCODED_LEN)
+            .unwrap();
         let got = self.client.collect(1, Duration::from_secs(10));
         let sent = self.server.collect(1, Duration::from_secs(10));
         assert_eq!(sent[0].status, Ok(()));
-        assert_eq!((got[0].wr_id, got[0].len), (0xd0, RemoteRegion::ENCODED_LEN));
+        assert_eq!(
+            (got[0].wr_id, got[0].len),
+            (0xd0, RemoteRegion::ENCODED_LEN)
+        );
         let mut b = [0u8; 24];
         cbuf.read(0, &mut b).unwrap();
         RemoteRegion::decode(&b).unwrap()
@@ -255,7 +314,11 @@ impl Pair {
         if self.client.conn.is_alive() {
             self
         } else {
-            let setup = Setup { kind: self.setup.kind, net: self.setup.net.clone(), seed: self.setup.seed };
+            let setup = Setup {
+                kind: self.setup.kind,
+                net: self.setup.net.clone(),
+                seed: self.setup.seed,
+            };
             drop(self);
             setup.pair()
         }
