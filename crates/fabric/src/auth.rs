@@ -8,10 +8,14 @@
 //! ```
 //! The secret never crosses the wire; each side proves it knows it over both fresh nonces, so a
 //! recorded handshake cannot be replayed. After an accepted verdict, the backend exchanges its
-//! own setup frames (endpoint names, shared-memory file names) on the same stream.
-//! Every frame is length-prefixed and bounded; malformed frames are errors, never panics.
+//! own setup frames (endpoint names, shared-memory file names) on the same stream, sealed with
+//! a session key derived from the secret and both nonces, so a man in the middle cannot swap
+//! them. Every frame is length-prefixed and bounded, and the whole handshake has one deadline
+//! (a peer that trickles bytes cannot hold a listener); malformed frames are errors, never
+//! panics.
 
 use std::io::{Read, Write};
+use std::time::Instant;
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -35,6 +39,53 @@ pub(crate) struct Params<'a> {
     pub backend: &'a Backend,
     /// The peer's address, for errors and logs.
     pub peer: String,
+    /// When the whole handshake, setup frames included, must be over.
+    pub deadline: Instant,
+}
+
+/// Proof that a handshake succeeded: the key that seals the setup frames that follow it.
+pub(crate) struct Session {
+    key: [u8; 32],
+    /// This side's role, so that a frame reflected back at its sender does not verify.
+    client: bool,
+}
+
+impl Session {
+    fn new(secret: &Secret, nc: &[u8], ns: &[u8], client: bool) -> Session {
+        let key = mac(secret, b"session", nc, ns, 0)
+            .finalize()
+            .into_bytes()
+            .into();
+        Session { key, client }
+    }
+
+    fn seal(&self, from_client: bool, body: &[u8]) -> Hmac<Sha256> {
+        let mut m = Hmac::<Sha256>::new_from_slice(&self.key).expect("HMAC takes any key length");
+        m.update(if from_client { b"c" } else { b"s" });
+        m.update(body);
+        m
+    }
+
+    pub(crate) fn send<S: Write>(&self, s: &mut S, p: &Params<'_>, body: &[u8]) -> Result<()> {
+        let mut f = body.to_vec();
+        f.extend_from_slice(&self.seal(self.client, body).finalize().into_bytes());
+        send_frame(s, &p.peer, &f)
+    }
+
+    pub(crate) fn recv<S: Read>(&self, s: &mut S, p: &Params<'_>) -> Result<Vec<u8>> {
+        let mut f = recv_frame(s, &p.peer, p.deadline)?;
+        if f.len() < MAC_LEN {
+            return Err(protocol(&p.peer, "setup frame without a seal"));
+        }
+        let tag = f.split_off(f.len() - MAC_LEN);
+        if self.seal(!self.client, &f).verify_slice(&tag).is_err() {
+            return Err(Error::AuthFailed {
+                peer: p.peer.clone(),
+                why: "a setup frame's seal does not verify (tampered with in transit?)".into(),
+            });
+        }
+        Ok(f)
+    }
 }
 
 pub(crate) fn send_frame<S: Write>(s: &mut S, peer: &str, body: &[u8]) -> Result<()> {
@@ -47,9 +98,9 @@ pub(crate) fn send_frame<S: Write>(s: &mut S, peer: &str, body: &[u8]) -> Result
         .map_err(|e| stream_error(peer, e))
 }
 
-pub(crate) fn recv_frame<S: Read>(s: &mut S, peer: &str) -> Result<Vec<u8>> {
+pub(crate) fn recv_frame<S: Read>(s: &mut S, peer: &str, deadline: Instant) -> Result<Vec<u8>> {
     let mut len = [0u8; 4];
-    s.read_exact(&mut len).map_err(|e| stream_error(peer, e))?;
+    read_by(s, &mut len, peer, deadline)?;
     let len = u32::from_le_bytes(len) as usize;
     if len > MAX_FRAME {
         return Err(protocol(
@@ -58,8 +109,25 @@ pub(crate) fn recv_frame<S: Read>(s: &mut S, peer: &str) -> Result<Vec<u8>> {
         ));
     }
     let mut body = vec![0u8; len];
-    s.read_exact(&mut body).map_err(|e| stream_error(peer, e))?;
+    read_by(s, &mut body, peer, deadline)?;
     Ok(body)
+}
+
+/// `read_exact` that gives up at `deadline` (each read is also bounded by the stream's timeout).
+fn read_by<S: Read>(s: &mut S, buf: &mut [u8], peer: &str, deadline: Instant) -> Result<()> {
+    let mut at = 0;
+    while at < buf.len() {
+        if Instant::now() > deadline {
+            return Err(Error::gone(peer, "the connection handshake took too long"));
+        }
+        match s.read(&mut buf[at..]) {
+            Ok(0) => return Err(stream_error(peer, std::io::ErrorKind::UnexpectedEof.into())),
+            Ok(n) => at += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(stream_error(peer, e)),
+        }
+    }
+    Ok(())
 }
 
 fn stream_error(peer: &str, e: std::io::Error) -> Error {
@@ -98,7 +166,7 @@ fn nonce() -> [u8; 32] {
 }
 
 /// The client side; returns once the server accepted.
-pub(crate) fn client<S: Read + Write>(s: &mut S, p: &Params<'_>) -> Result<()> {
+pub(crate) fn client<S: Read + Write>(s: &mut S, p: &Params<'_>) -> Result<Session> {
     let nc = nonce();
     let mut hello = Vec::with_capacity(HELLO_LEN);
     hello.extend_from_slice(MAGIC);
@@ -109,7 +177,7 @@ pub(crate) fn client<S: Read + Write>(s: &mut S, p: &Params<'_>) -> Result<()> {
     hello.extend_from_slice(&nc);
     send_frame(s, &p.peer, &hello)?;
 
-    let ch = recv_frame(s, &p.peer)?;
+    let ch = recv_frame(s, &p.peer, p.deadline)?;
     if ch.first() == Some(&VERDICT_REFUSED) {
         return Err(refusal(p, &ch));
     }
@@ -135,9 +203,9 @@ pub(crate) fn client<S: Read + Write>(s: &mut S, p: &Params<'_>) -> Result<()> {
         .into_bytes();
     send_frame(s, &p.peer, &proof)?;
 
-    let verdict = recv_frame(s, &p.peer)?;
+    let verdict = recv_frame(s, &p.peer, p.deadline)?;
     match verdict.first() {
-        Some(&VERDICT_OK) => Ok(()),
+        Some(&VERDICT_OK) => Ok(Session::new(p.secret, &nc, ns, true)),
         Some(&VERDICT_EPOCH) if verdict.len() == 9 => Err(Error::EpochMismatch {
             peer: p.peer.clone(),
             ours: p.epoch,
@@ -158,7 +226,7 @@ fn refusal(p: &Params<'_>, frame: &[u8]) -> Error {
 
 /// The server side; returns once the client is accepted. Refusals are logged and told to the
 /// client before the error returns.
-pub(crate) fn server<S: Read + Write>(s: &mut S, p: &Params<'_>) -> Result<()> {
+pub(crate) fn server<S: Read + Write>(s: &mut S, p: &Params<'_>) -> Result<Session> {
     let result = server_inner(s, p);
     if let Err(e) = &result {
         tracing::warn!(peer = %p.peer, "refused fabric connection: {e}");
@@ -172,8 +240,8 @@ fn refuse<S: Write>(s: &mut S, p: &Params<'_>, why: &str) {
     let _ = send_frame(s, &p.peer, &f);
 }
 
-fn server_inner<S: Read + Write>(s: &mut S, p: &Params<'_>) -> Result<()> {
-    let hello = recv_frame(s, &p.peer)?;
+fn server_inner<S: Read + Write>(s: &mut S, p: &Params<'_>) -> Result<Session> {
+    let hello = recv_frame(s, &p.peer, p.deadline)?;
     if hello.len() != HELLO_LEN || &hello[0..4] != MAGIC {
         refuse(s, p, "not an OrionFS fabric handshake");
         return Err(protocol(&p.peer, "not an OrionFS fabric handshake"));
@@ -206,7 +274,7 @@ fn server_inner<S: Read + Write>(s: &mut S, p: &Params<'_>) -> Result<()> {
     );
     send_frame(s, &p.peer, &ch)?;
 
-    let proof = recv_frame(s, &p.peer)?;
+    let proof = recv_frame(s, &p.peer, p.deadline)?;
     if proof.len() != MAC_LEN {
         let why = match proof.first() {
             Some(&VERDICT_REFUSED) => format!(
@@ -240,7 +308,8 @@ fn server_inner<S: Read + Write>(s: &mut S, p: &Params<'_>) -> Result<()> {
             theirs: client_epoch,
         });
     }
-    send_frame(s, &p.peer, &[VERDICT_OK])
+    send_frame(s, &p.peer, &[VERDICT_OK])?;
+    Ok(Session::new(p.secret, nc, &ns, false))
 }
 
 #[cfg(test)]
@@ -248,43 +317,75 @@ mod tests {
     use super::*;
     use std::os::unix::net::UnixStream;
 
-    fn run(cs: &[u8], ss: &[u8], ce: u64, se: u64) -> (Result<()>, Result<()>) {
-        let (mut a, mut b) = UnixStream::pair().unwrap();
+    fn later() -> Instant {
+        Instant::now() + std::time::Duration::from_secs(10)
+    }
+
+    fn params<'a>(secret: &'a Secret, epoch: u64, be: &'a Backend, peer: &str) -> Params<'a> {
+        Params {
+            secret,
+            epoch,
+            backend: be,
+            peer: peer.into(),
+            deadline: later(),
+        }
+    }
+
+    /// Runs both sides; returns each side's result and the client's stream.
+    fn sessions(
+        cs: &[u8],
+        ss: &[u8],
+        ce: u64,
+        se: u64,
+    ) -> (Result<Session>, Result<Session>, UnixStream, UnixStream) {
+        let (mut a, b) = UnixStream::pair().unwrap();
         let (cs, ss) = (
             Secret::from_bytes(cs).unwrap(),
             Secret::from_bytes(ss).unwrap(),
         );
         let server = std::thread::spawn(move || {
+            let mut b = b;
             let be = Backend::Local;
-            server(
-                &mut b,
-                &Params {
-                    secret: &ss,
-                    epoch: se,
-                    backend: &be,
-                    peer: "client".into(),
-                },
-            )
+            let r = server(&mut b, &params(&ss, se, &be, "client"));
+            (r, b)
         });
         let be = Backend::Local;
-        let c = client(
-            &mut a,
-            &Params {
-                secret: &cs,
-                epoch: ce,
-                backend: &be,
-                peer: "server".into(),
-            },
-        );
-        drop(a);
-        (c, server.join().unwrap())
+        let c = client(&mut a, &params(&cs, ce, &be, "server"));
+        let (s, b) = server.join().unwrap();
+        (c, s, a, b)
+    }
+
+    fn run(cs: &[u8], ss: &[u8], ce: u64, se: u64) -> (Result<()>, Result<()>) {
+        let (c, s, _, _) = sessions(cs, ss, ce, se);
+        (c.map(|_| ()), s.map(|_| ()))
+    }
+
+    #[test]
+    fn setup_frames_are_sealed_against_tampering_and_reflection() {
+        let (c, s, mut a, mut b) = sessions(b"0123456789abcdef", b"0123456789abcdef", 1, 1);
+        let (c, s) = (c.unwrap(), s.unwrap());
+        let secret = Secret::from_bytes(b"0123456789abcdef").unwrap();
+        let be = Backend::Local;
+        let p = params(&secret, 1, &be, "peer");
+        c.send(&mut a, &p, b"endpoint-name").unwrap();
+        assert_eq!(s.recv(&mut b, &p).unwrap(), b"endpoint-name");
+        // The client's own frame reflected back to it does not verify.
+        c.send(&mut a, &p, b"reflected").unwrap();
+        let frame = recv_frame(&mut b, "x", later()).unwrap();
+        send_frame(&mut b, "x", &frame).unwrap();
+        assert!(matches!(c.recv(&mut a, &p), Err(Error::AuthFailed { .. })));
+        // A frame altered in transit does not verify.
+        s.send(&mut b, &p, b"genuine").unwrap();
+        let mut frame = recv_frame(&mut a, "x", later()).unwrap();
+        frame[0] ^= 1;
+        send_frame(&mut b, "x", &frame).unwrap();
+        assert!(matches!(c.recv(&mut a, &p), Err(Error::AuthFailed { .. })));
     }
 
     #[test]
     fn same_secret_and_epoch_is_accepted() {
         let (c, s) = run(b"0123456789abcdef", b"0123456789abcdef", 7, 7);
-        assert_eq!(c, Ok(()));
-        assert_eq!(s, Ok(()));
+        assert!(c.is_ok() && s.is_ok(), "{c:?} {s:?}");
     }
 
     #[test]
@@ -321,26 +422,38 @@ mod tests {
         let secret = Secret::from_bytes(b"0123456789abcdef").unwrap();
         let t = std::thread::spawn(move || {
             let be = Backend::Local;
-            server(
-                &mut b,
-                &Params {
-                    secret: &secret,
-                    epoch: 1,
-                    backend: &be,
-                    peer: "x".into(),
-                },
-            )
+            server(&mut b, &params(&secret, 1, &be, "x")).map(|_| ())
         });
         send_frame(&mut a, "s", b"GET / HTTP/1.1\r\n").unwrap();
         assert!(matches!(t.join().unwrap(), Err(Error::Protocol { .. })));
-        let reply = recv_frame(&mut a, "s").unwrap();
+        let reply = recv_frame(&mut a, "s", later()).unwrap();
         assert_eq!(reply[0], VERDICT_REFUSED);
         // A frame claiming 4 GiB is refused before anything is allocated.
         let (mut a, mut b) = UnixStream::pair().unwrap();
         a.write_all(&u32::MAX.to_le_bytes()).unwrap();
         assert!(matches!(
-            recv_frame(&mut b, "x"),
+            recv_frame(&mut b, "x", later()),
             Err(Error::Protocol { .. })
         ));
+        // A peer that trickles bytes is cut off at the handshake deadline.
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        a.write_all(&[4, 0]).unwrap();
+        let soon = Instant::now() + std::time::Duration::from_millis(50);
+        b.set_read_timeout(Some(std::time::Duration::from_millis(20)))
+            .unwrap();
+        let t = std::thread::spawn(move || {
+            for _ in 0..20 {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                if a.write_all(&[0]).is_err() {
+                    break;
+                }
+            }
+        });
+        assert!(matches!(
+            recv_frame(&mut b, "x", soon),
+            Err(Error::PeerGone { .. })
+        ));
+        drop(b);
+        t.join().unwrap();
     }
 }

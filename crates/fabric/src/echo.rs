@@ -78,7 +78,7 @@ fn serve_one(
                 Err(e) => return Err(e),
             }
         }
-        for c in &out {
+        for c in out.iter().filter(|c| c.conn == conn.id()) {
             if let Err(e) = &c.status {
                 if e.is_fatal_to_connection() || matches!(e, Error::Protocol { .. }) {
                     return Err(e.clone());

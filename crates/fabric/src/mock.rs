@@ -241,6 +241,7 @@ impl DomainImpl for MockDomain {
             epoch: self.cfg.epoch,
             backend: &self.cfg.backend,
             peer: addr.to_string(),
+            deadline: std::time::Instant::now() + self.cfg.connect_timeout,
         };
         auth::client(&mut mine, &p)?;
         let server = rx
@@ -333,6 +334,7 @@ impl ListenerImpl for MockListener {
             epoch: d.cfg.epoch,
             backend: &d.cfg.backend,
             peer: peer.clone(),
+            deadline: std::time::Instant::now() + d.cfg.connect_timeout,
         };
         if let Err(e) = auth::server(&mut p.stream, &params) {
             let _ = p.reply.send(Err(e.clone()));

@@ -67,6 +67,18 @@ pub fn sweep_dead_processes_files() {
     }
 }
 
+/// Creates a shared-memory file only this user may open: whoever opens it reads and writes
+/// registered memory, so the owner's uid is the local backend's isolation boundary.
+pub(crate) fn private_file(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    File::options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+}
+
 fn unique_path(what: &str) -> PathBuf {
     shm_dir().join(format!(
         "orion-fabric.{}.{:016x}.{what}",
@@ -112,7 +124,12 @@ impl LocalDomain {
         if let Some(p) = peers.get(path).and_then(Weak::upgrade) {
             return Ok(p);
         }
+        use std::os::unix::fs::MetadataExt;
+        let owner = std::fs::metadata(path)
+            .map_err(|e| Error::io(format!("stat of {}", path.display()), e))?
+            .uid();
         let p = Arc::new(PeerDomain {
+            owner,
             file: DomainFile::open(path)?,
             cache: Mutex::new(HashMap::new()),
         });
@@ -143,6 +160,7 @@ impl LocalDomain {
             tx: Mutex::new(VecDeque::new()),
             backlogged: AtomicBool::new(false),
             posted: Mutex::new(VecDeque::new()),
+            rx: Mutex::new(()),
             broken: Mutex::new(None),
             is_broken: AtomicBool::new(false),
             closed: AtomicBool::new(false),
@@ -200,11 +218,7 @@ impl DomainImpl for LocalDomain {
             }
             RegionSource::Memory(len) => {
                 let path = unique_path("region");
-                let f = File::options()
-                    .read(true)
-                    .write(true)
-                    .create_new(true)
-                    .open(&path)
+                let f = private_file(&path)
                     .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
                 f.set_len(len as u64)
                     .map_err(|e| Error::io(format!("sizing {}", path.display()), e))?;
@@ -311,15 +325,12 @@ impl DomainImpl for LocalDomain {
             epoch: self.cfg.epoch,
             backend: &self.cfg.backend,
             peer: addr.to_string(),
+            deadline: std::time::Instant::now() + self.cfg.connect_timeout,
         };
-        auth::client(&mut s, &p)?;
+        let session = auth::client(&mut s, &p)?;
         // The connector creates the ring file; the acceptor maps it and removes its name.
         let ring_path = unique_path("ring");
-        let f = File::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&ring_path)
+        let f = private_file(&ring_path)
             .map_err(|e| Error::io(format!("creating {}", ring_path.display()), e))?;
         let sized = f
             .set_len(RING_FILE_LEN as u64)
@@ -338,8 +349,8 @@ impl DomainImpl for LocalDomain {
             &(lcq.bell as u32).to_le_bytes(),
             ring_path.as_os_str().as_encoded_bytes(),
         ]);
-        let sent = auth::send_frame(&mut s, addr, &hello);
-        let reply = sent.and_then(|_| auth::recv_frame(&mut s, addr));
+        let sent = session.send(&mut s, &p, &hello);
+        let reply = sent.and_then(|_| session.recv(&mut s, &p));
         let _ = std::fs::remove_file(&ring_path);
         let reply = reply?;
         let parts = decode_blob(&reply, 2).ok_or_else(|| Error::Protocol {
@@ -422,9 +433,10 @@ impl ListenerImpl for LocalListener {
             epoch: d.cfg.epoch,
             backend: &d.cfg.backend,
             peer: peer.clone(),
+            deadline: std::time::Instant::now() + d.cfg.connect_timeout,
         };
-        auth::server(&mut s, &p)?;
-        let hello = auth::recv_frame(&mut s, &peer)?;
+        let session = auth::server(&mut s, &p)?;
+        let hello = session.recv(&mut s, &p)?;
         let bad = |why: &str| Error::Protocol {
             peer: peer.clone(),
             why: why.into(),
@@ -447,7 +459,7 @@ impl ListenerImpl for LocalListener {
             d.shared.file.path.as_os_str().as_encoded_bytes(),
             &(lcq.bell as u32).to_le_bytes(),
         ]);
-        auth::send_frame(&mut s, &peer, &reply)?;
+        session.send(&mut s, &p, &reply)?;
         tcp::into_liveness(&s)?;
         let conn = d.new_conn(cq, s, ring, 1, peer_dom, bell, peer.clone())?;
         Ok(Connection::new(
@@ -473,6 +485,9 @@ type Resolved = (usize, Arc<Mapping>, Access);
 /// A peer's domain file, mapped, with the regions resolved so far.
 struct PeerDomain {
     file: DomainFile,
+    /// The uid owning the peer's domain file: the regions it lists must be files of that
+    /// user, so a peer cannot make us map (and write) a file of someone else.
+    owner: u32,
     cache: Mutex<HashMap<u64, Resolved>>,
 }
 
@@ -486,6 +501,15 @@ impl PeerDomain {
             Some(c) => c,
             None => {
                 let (slot, e) = self.file.lookup(key).ok_or(Error::UnknownKey { key })?;
+                use std::os::unix::fs::MetadataExt;
+                let owned = std::fs::symlink_metadata(&e.path)
+                    .is_ok_and(|m| m.is_file() && m.uid() == self.owner);
+                if !owned {
+                    return Err(Error::RemoteAccess(format!(
+                        "region {key:#x} names {}, not a file of the peer's user",
+                        e.path.display()
+                    )));
+                }
                 let (_f, map) = Region::open_file(&e.path, e.file_off, e.len as usize, true)
                     .map_err(|_| Error::UnknownKey { key })?;
                 let c = (slot, Arc::new(map), e.access);
@@ -548,6 +572,9 @@ struct LocalConn {
     /// Whether `tx` is non-empty, readable without its lock by the polling thread.
     backlogged: AtomicBool,
     posted: Mutex<VecDeque<PostedRecv>>,
+    /// Held from peek to consume: the receive ring has one consumer at a time even when
+    /// several threads poll or check the same completion queue.
+    rx: Mutex<()>,
     broken: Mutex<Option<Error>>,
     /// Whether `broken` is set, readable without its lock on the posting path.
     is_broken: AtomicBool,
@@ -660,6 +687,7 @@ impl LocalConn {
     /// Delivers arrived records into posted receives until `out` holds `limit` completions;
     /// stops at a message with no receive.
     fn deliver(&self, out: &mut Vec<Completion>, limit: usize) {
+        let _rx = self.rx.lock().unwrap();
         let ring = self.rx_ring();
         while out.len() < limit {
             let rec = match ring.peek(&self.ring) {
@@ -769,9 +797,13 @@ impl LocalConn {
 
     /// Whether a poll would make progress: a record that can be delivered, or a closed peer.
     fn deliverable(&self) -> bool {
+        if self.is_broken.load(Ordering::Acquire) {
+            return false;
+        }
         if self.peer_closed() {
             return true;
         }
+        let _rx = self.rx.lock().unwrap();
         match self.rx_ring().peek(&self.ring) {
             Ok(Some(r)) => r.kind == KIND_IMM || !self.posted.lock().unwrap().is_empty(),
             Ok(None) => false,
@@ -791,7 +823,11 @@ impl ConnImpl for LocalConn {
         }
         match op.kind {
             OpKind::Recv => {
-                self.posted.lock().unwrap().push_back(PostedRecv {
+                let mut posted = self.posted.lock().unwrap();
+                // `fail` marks the connection broken before it drains: checked under the
+                // lock, a receive is either drained (flushed) or refused, never stranded.
+                self.state()?;
+                posted.push_back(PostedRecv {
                     wr_id: op.wr_id,
                     buf: op.local,
                     off: op.off,

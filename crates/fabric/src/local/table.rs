@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::time::Duration;
 
+use super::private_file;
 use crate::error::{Error, Result};
 use crate::futex;
 use crate::region::{Access, Mapping};
@@ -46,12 +47,8 @@ pub(crate) struct SlotEntry {
 
 impl DomainFile {
     pub(crate) fn create(path: &Path) -> Result<DomainFile> {
-        let f = File::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(path)
-            .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+        let f =
+            private_file(path).map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
         f.set_len(FILE_LEN as u64)
             .map_err(|e| Error::io(format!("sizing {}", path.display()), e))?;
         let map = Mapping::file(&f, 0, FILE_LEN)?;
@@ -186,6 +183,7 @@ impl DomainFile {
             let plen = (u32::from_le_bytes(w[28..32].try_into().unwrap()) as usize).min(PATH_MAX);
             let mut p = vec![0u8; plen];
             self.map.read(b + 32, &mut p).ok()?;
+            fence(Ordering::Acquire);
             if self.slot_key(slot) != key {
                 return None;
             }

@@ -238,9 +238,11 @@ impl OfiDomain {
         &self,
         mut s: TcpStream,
         cq: &CompletionQueue,
-        peer: String,
+        p: &auth::Params<'_>,
+        session: auth::Session,
         initiator: bool,
     ) -> Result<Connection> {
+        let peer = p.peer.clone();
         let ocq = cq_of(cq)?;
         let mut ep = self.endpoint()?;
         let mut name = [0u8; 256];
@@ -250,11 +252,11 @@ impl OfiDomain {
             ffi::orion_fi_getname(ep.ep, name.as_mut_ptr().cast(), &mut len)
         })?;
         let theirs = if initiator {
-            auth::send_frame(&mut s, &peer, &name[..len])?;
-            auth::recv_frame(&mut s, &peer)?
+            session.send(&mut s, p, &name[..len])?;
+            session.recv(&mut s, p)?
         } else {
-            let t = auth::recv_frame(&mut s, &peer)?;
-            auth::send_frame(&mut s, &peer, &name[..len])?;
+            let t = session.recv(&mut s, p)?;
+            session.send(&mut s, p, &name[..len])?;
             t
         };
         if theirs.len() != len {
@@ -459,9 +461,10 @@ impl DomainImpl for OfiDomain {
             epoch: self.cfg.epoch,
             backend: &self.cfg.backend,
             peer: addr.to_string(),
+            deadline: std::time::Instant::now() + self.cfg.connect_timeout,
         };
-        auth::client(&mut s, &p)?;
-        self.establish(s, cq, addr.to_string(), true)
+        let session = auth::client(&mut s, &p)?;
+        self.establish(s, cq, &p, session, true)
     }
 
     fn describe(&self) -> String {
@@ -483,9 +486,10 @@ impl ListenerImpl for OfiListener {
             epoch: d.cfg.epoch,
             backend: &d.cfg.backend,
             peer: from.to_string(),
+            deadline: std::time::Instant::now() + d.cfg.connect_timeout,
         };
-        auth::server(&mut s, &p)?;
-        d.establish(s, cq, from.to_string(), false)
+        let session = auth::server(&mut s, &p)?;
+        d.establish(s, cq, &p, session, false)
     }
 
     fn local_addr(&self) -> String {
@@ -565,10 +569,10 @@ impl Slab {
         Some(r)
     }
 
+    /// Takes every outstanding record. Their slots are retired, not freed: the provider may
+    /// still report them, and a reused context would match a newer operation.
     fn drain(&mut self) -> Vec<OpRecord> {
-        self.free.clear();
-        let v: Vec<OpRecord> = self.slots.drain(..).flatten().collect();
-        v
+        self.slots.iter_mut().filter_map(Option::take).collect()
     }
 }
 
@@ -576,7 +580,8 @@ impl Slab {
 struct RecvOrder {
     posted: u64,
     released: u64,
-    held: std::collections::BTreeMap<u64, Completion>,
+    /// Finished receives waiting for earlier ones; None marks a receive that never posted.
+    held: std::collections::BTreeMap<u64, Option<Completion>>,
 }
 
 struct OfiConn {
@@ -703,19 +708,31 @@ impl OfiConn {
         }
     }
 
+    /// Withdraws an operation that was never handed to the provider.
+    fn unpost(&self, ctx: u64, kind: OpKind, seq: u64) {
+        if self.ops.lock().unwrap().remove(ctx).is_some() && kind == OpKind::Recv {
+            let mut ready = self.ready.lock().unwrap();
+            self.release(seq, None, &mut ready);
+        }
+    }
+
     /// Hands a completion to the application, receives in posting order.
     fn finish(&self, r: &OpRecord, c: Completion, ready: &mut VecDeque<Completion>) {
         if r.kind != OpKind::Recv {
             ready.push_back(c);
             return;
         }
+        self.release(r.seq, Some(c), ready);
+    }
+
+    fn release(&self, seq: u64, c: Option<Completion>, ready: &mut VecDeque<Completion>) {
         let mut o = self.recv_order.lock().unwrap();
-        o.held.insert(r.seq, c);
+        o.held.insert(seq, c);
         loop {
             let next = o.released;
             match o.held.remove(&next) {
                 Some(c) => {
-                    ready.push_back(c);
+                    ready.extend(c);
                     o.released += 1;
                 }
                 None => break,
@@ -868,6 +885,11 @@ impl ConnImpl for OfiConn {
             deadline: (op.kind != OpKind::Recv).then(|| Instant::now() + self.op_timeout),
             _buf: op.local.clone(),
         });
+        // A failure may have drained the slab between the check above and the insert.
+        if let Err(e) = self.state() {
+            self.unpost(ctx, op.kind, seq);
+            return Err(e);
+        }
         let mut backlog = self.backlog.lock().unwrap();
         if backlog.is_empty() {
             let r = self.call(&op, ctx, desc);
@@ -875,7 +897,8 @@ impl ConnImpl for OfiConn {
                 return Ok(());
             }
             if r as i32 != -ffi::FI_EAGAIN {
-                self.ops.lock().unwrap().remove(ctx);
+                drop(backlog);
+                self.unpost(ctx, op.kind, seq);
                 return Err(provider_error("posting an operation", r as i32));
             }
         }
