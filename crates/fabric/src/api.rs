@@ -127,6 +127,18 @@ pub(crate) enum RegionSource<'a> {
     },
 }
 
+impl RegionSource<'_> {
+    /// Maps the source in this process only (anonymous memory, or the file itself).
+    pub(crate) fn map(&self) -> Result<crate::region::Mapping> {
+        match *self {
+            RegionSource::Memory(len) => crate::region::Mapping::anonymous(len),
+            RegionSource::File { path, offset, len } => {
+                Ok(Region::open_file(path, offset, len, true)?.1)
+            }
+        }
+    }
+}
+
 pub(crate) trait DomainImpl: Send + Sync {
     fn register(&self, src: RegionSource<'_>, access: Access) -> Result<Region>;
     fn completion_queue(&self) -> Result<Arc<dyn CqImpl>>;

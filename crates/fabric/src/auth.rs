@@ -43,6 +43,19 @@ pub(crate) struct Params<'a> {
     pub deadline: Instant,
 }
 
+impl<'a> Params<'a> {
+    /// This node's side of a handshake with `peer`, due within the connect timeout.
+    pub(crate) fn new(cfg: &'a crate::config::FabricConfig, peer: String) -> Params<'a> {
+        Params {
+            secret: &cfg.secret,
+            epoch: cfg.epoch,
+            backend: &cfg.backend,
+            peer,
+            deadline: Instant::now() + cfg.connect_timeout,
+        }
+    }
+}
+
 /// Proof that a handshake succeeded: the key that seals the setup frames that follow it.
 pub(crate) struct Session {
     key: [u8; 32],

@@ -150,12 +150,7 @@ pub(crate) struct MockDomain {
 
 impl DomainImpl for MockDomain {
     fn register(&self, src: RegionSource<'_>, access: Access) -> Result<Region> {
-        let map = match src {
-            RegionSource::Memory(len) => Mapping::anonymous(len)?,
-            RegionSource::File { path, offset, len } => {
-                Region::open_file(path, offset, len, true)?.1
-            }
-        };
+        let map = src.map()?;
         let key = random_u64();
         let backend = MockRegion {
             domain: Arc::downgrade(&self.state),
@@ -236,13 +231,7 @@ impl DomainImpl for MockDomain {
             reply: tx,
         });
         queue.cv.notify_all();
-        let p = auth::Params {
-            secret: &self.cfg.secret,
-            epoch: self.cfg.epoch,
-            backend: &self.cfg.backend,
-            peer: addr.to_string(),
-            deadline: std::time::Instant::now() + self.cfg.connect_timeout,
-        };
+        let p = auth::Params::new(&self.cfg, addr.to_string());
         auth::client(&mut mine, &p)?;
         let server = rx
             .recv_timeout(timeout)
@@ -329,13 +318,7 @@ impl ListenerImpl for MockListener {
         drop(pending);
         let d = &self.domain;
         let peer = format!("mock client #{}", p.client.id);
-        let params = auth::Params {
-            secret: &d.cfg.secret,
-            epoch: d.cfg.epoch,
-            backend: &d.cfg.backend,
-            peer: peer.clone(),
-            deadline: std::time::Instant::now() + d.cfg.connect_timeout,
-        };
+        let params = auth::Params::new(&d.cfg, peer.clone());
         if let Err(e) = auth::server(&mut p.stream, &params) {
             let _ = p.reply.send(Err(e.clone()));
             return Err(e);

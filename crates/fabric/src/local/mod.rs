@@ -320,13 +320,7 @@ impl DomainImpl for LocalDomain {
     fn connect(&self, addr: &str, cq: &CompletionQueue, timeout: Duration) -> Result<Connection> {
         let lcq = cq_of(cq)?;
         let mut s = tcp::connect(addr, timeout)?;
-        let p = auth::Params {
-            secret: &self.cfg.secret,
-            epoch: self.cfg.epoch,
-            backend: &self.cfg.backend,
-            peer: addr.to_string(),
-            deadline: std::time::Instant::now() + self.cfg.connect_timeout,
-        };
+        let p = auth::Params::new(&self.cfg, addr.to_string());
         let session = auth::client(&mut s, &p)?;
         // The connector creates the ring file; the acceptor maps it and removes its name.
         let ring_path = unique_path("ring");
@@ -428,13 +422,7 @@ impl ListenerImpl for LocalListener {
         let (mut s, from) = tcp::accept(&self.l, timeout)?;
         let d = &self.domain;
         let peer = from.to_string();
-        let p = auth::Params {
-            secret: &d.cfg.secret,
-            epoch: d.cfg.epoch,
-            backend: &d.cfg.backend,
-            peer: peer.clone(),
-            deadline: std::time::Instant::now() + d.cfg.connect_timeout,
-        };
+        let p = auth::Params::new(&d.cfg, peer.clone());
         let session = auth::server(&mut s, &p)?;
         let hello = session.recv(&mut s, &p)?;
         let bad = |why: &str| Error::Protocol {

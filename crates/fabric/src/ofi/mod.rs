@@ -33,7 +33,7 @@ use crate::api::{
 use crate::auth;
 use crate::config::FabricConfig;
 use crate::error::{Error, Result};
-use crate::region::{random_u64, Access, Mapping, Region, RegionBackend, RegionInner};
+use crate::region::{random_u64, Access, Region, RegionBackend, RegionInner};
 use crate::tcp;
 use ffi::Ptr;
 
@@ -356,12 +356,7 @@ impl Drop for OfiRegion {
 
 impl DomainImpl for OfiDomain {
     fn register(&self, src: RegionSource<'_>, access: Access) -> Result<Region> {
-        let map = match src {
-            RegionSource::Memory(len) => Mapping::anonymous(len)?,
-            RegionSource::File { path, offset, len } => {
-                Region::open_file(path, offset, len, true)?.1
-            }
-        };
+        let map = src.map()?;
         let fi = &self.fi;
         let reg = |acc: u64, key: u64| -> Result<usize> {
             let mut mr: Ptr = std::ptr::null_mut();
@@ -456,13 +451,7 @@ impl DomainImpl for OfiDomain {
 
     fn connect(&self, addr: &str, cq: &CompletionQueue, timeout: Duration) -> Result<Connection> {
         let mut s = tcp::connect(addr, timeout)?;
-        let p = auth::Params {
-            secret: &self.cfg.secret,
-            epoch: self.cfg.epoch,
-            backend: &self.cfg.backend,
-            peer: addr.to_string(),
-            deadline: std::time::Instant::now() + self.cfg.connect_timeout,
-        };
+        let p = auth::Params::new(&self.cfg, addr.to_string());
         let session = auth::client(&mut s, &p)?;
         self.establish(s, cq, &p, session, true)
     }
@@ -481,13 +470,7 @@ impl ListenerImpl for OfiListener {
     fn accept(&self, cq: &CompletionQueue, timeout: Duration) -> Result<Connection> {
         let (mut s, from) = tcp::accept(&self.l, timeout)?;
         let d = &self.domain;
-        let p = auth::Params {
-            secret: &d.cfg.secret,
-            epoch: d.cfg.epoch,
-            backend: &d.cfg.backend,
-            peer: from.to_string(),
-            deadline: std::time::Instant::now() + d.cfg.connect_timeout,
-        };
+        let p = auth::Params::new(&d.cfg, from.to_string());
         let session = auth::server(&mut s, &p)?;
         d.establish(s, cq, &p, session, false)
     }
