@@ -372,16 +372,7 @@ impl Connection {
         roff: u64,
         len: usize,
     ) -> Result<()> {
-        let op = PostOp {
-            kind: OpKind::Read,
-            wr_id,
-            local: dst.clone(),
-            off,
-            len,
-            remote: Some((*remote, roff)),
-            imm: 0,
-        };
-        self.post(op)
+        self.one_sided(OpKind::Read, wr_id, dst, off, remote, roff, len, 0)
     }
 
     /// One-sided WRITE of `len` bytes at `off` of `src` to `roff` of `remote`.
@@ -394,16 +385,7 @@ impl Connection {
         roff: u64,
         len: usize,
     ) -> Result<()> {
-        let op = PostOp {
-            kind: OpKind::Write,
-            wr_id,
-            local: src.clone(),
-            off,
-            len,
-            remote: Some((*remote, roff)),
-            imm: 0,
-        };
-        self.post(op)
+        self.one_sided(OpKind::Write, wr_id, src, off, remote, roff, len, 0)
     }
 
     /// WRITE whose arrival the target sees as a `RemoteWrite` completion carrying `imm`, after
@@ -419,16 +401,30 @@ impl Connection {
         len: usize,
         imm: u32,
     ) -> Result<()> {
-        let op = PostOp {
-            kind: OpKind::WriteImm,
+        self.one_sided(OpKind::WriteImm, wr_id, src, off, remote, roff, len, imm)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn one_sided(
+        &self,
+        kind: OpKind,
+        wr_id: u64,
+        local: &Region,
+        off: u64,
+        remote: &RemoteRegion,
+        roff: u64,
+        len: usize,
+        imm: u32,
+    ) -> Result<()> {
+        self.post(PostOp {
+            kind,
             wr_id,
-            local: src.clone(),
+            local: local.clone(),
             off,
             len,
             remote: Some((*remote, roff)),
             imm,
-        };
-        self.post(op)
+        })
     }
 }
 
@@ -448,6 +444,16 @@ const POLLS_PER_PEER_CHECK: u32 = 1 << 14;
 const SLEEP_SLICE: Duration = Duration::from_millis(50);
 
 impl CompletionQueue {
+    /// The backend's queue behind this one (a connection must be bound to a queue of its own
+    /// backend).
+    pub(crate) fn backend<T: Send + Sync + 'static>(&self) -> Result<Arc<T>> {
+        self.imp
+            .clone()
+            .as_any_arc()
+            .downcast::<T>()
+            .map_err(|_| Error::ForeignRegion)
+    }
+
     /// Moves up to `max` completions to `out` without blocking; returns how many.
     pub fn poll(&self, out: &mut Vec<Completion>, max: usize) -> usize {
         let n = self.imp.poll(out, max);

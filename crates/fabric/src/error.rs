@@ -75,6 +75,14 @@ impl Error {
         })
     }
 
+    /// A peer sent more than the posted receive buffer holds: the connection is closed.
+    pub(crate) fn oversized(peer: &str) -> Error {
+        Error::Protocol {
+            peer: peer.to_string(),
+            why: "sent a message larger than the posted receive buffer; connection closed".into(),
+        }
+    }
+
     pub(crate) fn gone(peer: &str, why: impl Into<String>) -> Error {
         Error::PeerGone {
             peer: peer.to_string(),

@@ -261,7 +261,7 @@ impl MockDomain {
     }
 
     fn new_conn(&self, cq: &CompletionQueue, peer: &str) -> Result<Arc<MockConn>> {
-        let mcq = cq_of(cq)?;
+        let mcq = cq.backend::<MockCq>()?;
         let conn = Arc::new(MockConn {
             id: next_conn_id(),
             net: self.net.clone(),
@@ -276,11 +276,6 @@ impl MockDomain {
         mcq.state.lock().unwrap().conns.push(conn.clone());
         Ok(conn)
     }
-}
-
-fn cq_of(cq: &CompletionQueue) -> Result<Arc<MockCq>> {
-    let any: Arc<dyn std::any::Any + Send + Sync> = cq.imp.clone().as_any_arc();
-    any.downcast::<MockCq>().map_err(|_| Error::ForeignRegion)
 }
 
 struct Pending {
@@ -497,7 +492,7 @@ impl MockConn {
                                 cap: r.len,
                             },
                         ));
-                        let e = crate::ofi::oversized(&self.peer_name);
+                        let e = Error::oversized(&self.peer_name);
                         for r in posted.drain(..) {
                             out.push(Completion::failed(
                                 self.id,

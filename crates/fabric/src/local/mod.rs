@@ -148,7 +148,7 @@ impl LocalDomain {
         peer_bell: usize,
         name: String,
     ) -> Result<Arc<LocalConn>> {
-        let lcq = cq_of(cq)?;
+        let lcq = cq.backend::<LocalCq>()?;
         let conn = Arc::new(LocalConn {
             id: next_conn_id(),
             peer_name: name,
@@ -169,14 +169,6 @@ impl LocalDomain {
         lcq.conns.lock().unwrap().push(conn.clone());
         Ok(conn)
     }
-}
-
-fn cq_of(cq: &CompletionQueue) -> Result<Arc<LocalCq>> {
-    cq.imp
-        .clone()
-        .as_any_arc()
-        .downcast::<LocalCq>()
-        .map_err(|_| Error::ForeignRegion)
 }
 
 struct LocalRegion {
@@ -318,7 +310,7 @@ impl DomainImpl for LocalDomain {
     }
 
     fn connect(&self, addr: &str, cq: &CompletionQueue, timeout: Duration) -> Result<Connection> {
-        let lcq = cq_of(cq)?;
+        let lcq = cq.backend::<LocalCq>()?;
         let mut s = tcp::connect(addr, timeout)?;
         let p = auth::Params::new(&self.cfg, addr.to_string());
         let session = auth::client(&mut s, &p)?;
@@ -442,7 +434,7 @@ impl ListenerImpl for LocalListener {
         if u64::from_le_bytes(magic) != RING_MAGIC {
             return Err(bad("not a ring file"));
         }
-        let lcq = cq_of(cq)?;
+        let lcq = cq.backend::<LocalCq>()?;
         let reply = encode_blob(&[
             d.shared.file.path.as_os_str().as_encoded_bytes(),
             &(lcq.bell as u32).to_le_bytes(),
@@ -715,7 +707,7 @@ impl LocalConn {
                             cap: r.len,
                         },
                     ));
-                    self.fail(crate::ofi::oversized(&self.peer_name), out);
+                    self.fail(Error::oversized(&self.peer_name), out);
                     return;
                 }
                 let c = {

@@ -243,7 +243,7 @@ impl OfiDomain {
         initiator: bool,
     ) -> Result<Connection> {
         let peer = p.peer.clone();
-        let ocq = cq_of(cq)?;
+        let ocq = cq.backend::<OfiCq>()?;
         let mut ep = self.endpoint()?;
         let mut name = [0u8; 256];
         let mut len = name.len();
@@ -296,21 +296,6 @@ impl OfiDomain {
             self.id,
         ))
     }
-}
-
-pub(crate) fn oversized(peer: &str) -> Error {
-    Error::Protocol {
-        peer: peer.to_string(),
-        why: "sent a message larger than the posted receive buffer; connection closed".into(),
-    }
-}
-
-fn cq_of(cq: &CompletionQueue) -> Result<Arc<OfiCq>> {
-    cq.imp
-        .clone()
-        .as_any_arc()
-        .downcast::<OfiCq>()
-        .map_err(|_| Error::ForeignRegion)
 }
 
 /// A region's registrations: one for remote access (closed on revoke) and, when the provider
@@ -807,7 +792,7 @@ impl OfiConn {
             }
             self.graveyard.lock().unwrap().push(r._buf);
             if truncated {
-                self.fail(oversized(&self.peer_name));
+                self.fail(Error::oversized(&self.peer_name));
             } else if refused {
                 self.fail(Error::gone(
                     &self.peer_name,
