@@ -7,10 +7,13 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use orion_meta::localfs::data_pool_path;
 use orion_meta::{Clock, LocalFs, SystemClock};
-use orion_pmem::{Mode, ModeChoice, Pool};
+use orion_pmem::{ModeChoice, Pool};
 
 mod bench_fabric;
 mod bench_local;
+mod config;
+mod daemons;
+mod fs_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -46,6 +49,19 @@ enum Cmd {
         /// The data pool (default: POOL.data if it exists).
         #[arg(long)]
         data_pool: Option<PathBuf>,
+    },
+    /// Run the metadata server (foreground; SIGTERM stops it cleanly).
+    Mds(daemons::MdsArgs),
+    /// Run a data store (foreground; SIGTERM stops it cleanly).
+    Ds(daemons::DsArgs),
+    /// File-system operations through the client library.
+    Fs(fs_cmd::FsArgs),
+    /// Print the configuration: `--defaults` prints every key with its default.
+    Config {
+        #[arg(long)]
+        defaults: bool,
+        #[command(flatten)]
+        common: daemons::Common,
     },
     /// Benchmarks that print figures.
     Bench {
@@ -91,28 +107,12 @@ enum BenchCmd {
     },
 }
 
-/// Parses "4096", "64K", "256M", "4G", "1GiB".
 fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim().trim_end_matches("iB").trim_end_matches('B');
-    let (num, mul) = match t.chars().last() {
-        Some('K' | 'k') => (&t[..t.len() - 1], 1u64 << 10),
-        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
-        Some('T' | 't') => (&t[..t.len() - 1], 1 << 40),
-        _ => (t, 1),
-    };
-    num.parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(mul))
-        .ok_or_else(|| format!("invalid size {s:?}: use bytes or a suffix K, M, G, T"))
+    orion_pmem::parse_size(s)
 }
 
 fn mode_choice(s: &str) -> Result<ModeChoice> {
-    if s == "auto" {
-        return Ok(ModeChoice::Auto);
-    }
-    let m: Mode = s.parse().map_err(anyhow::Error::msg)?;
-    Ok(ModeChoice::Force(m))
+    s.parse().map_err(anyhow::Error::msg)
 }
 
 fn run() -> Result<ExitCode> {
@@ -164,6 +164,27 @@ fn run() -> Result<ExitCode> {
                 ExitCode::from(1)
             })
         }
+        Cmd::Mds(a) => {
+            daemons::mds(a)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Ds(a) => {
+            daemons::ds(a)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Fs(a) => {
+            fs_cmd::run(a)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Config { defaults, common } => {
+            let text = if defaults {
+                config::Config::defaults_toml()
+            } else {
+                toml::to_string_pretty(&common.load()?)?
+            };
+            print!("{text}");
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Bench {
             which: BenchCmd::Local { ops, json },
         } => {
@@ -198,6 +219,14 @@ fn run() -> Result<ExitCode> {
 }
 
 fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     match run() {
         Ok(c) => c,
         Err(e) => {

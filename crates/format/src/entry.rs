@@ -44,7 +44,7 @@ pub struct WriteRec {
     pub pgoff: u64,
     pub npages: u32,
     pub gpa: Gpa,
-    /// File size after the write.
+    /// The file size this write needs (the file grows to it; a write never shrinks one).
     pub size: u64,
     pub mtime: i64,
 }

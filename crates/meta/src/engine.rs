@@ -155,6 +155,94 @@ pub fn check_name(name: &[u8]) -> FsResult<()> {
     Ok(())
 }
 
+/// The set-attribute entry for `req` on an inode with attributes `a` (`has_pages`:
+/// a regular file holding data pages), or `None` when nothing changes. The MDS and
+/// clients build it with this one function, so both apply the same rules.
+pub fn setattr_entry(
+    a: &Attr,
+    has_pages: bool,
+    req: &SetAttrReq,
+    now: i64,
+) -> FsResult<Option<SetAttrRec>> {
+    if req.size.is_some() {
+        match a.ftype {
+            FileType::Regular => {}
+            FileType::Directory => return Err(EISDIR),
+            _ => return Err(EINVAL),
+        }
+    }
+    let mut rec = SetAttrRec {
+        mask: 0,
+        ctime: now,
+        ..Default::default()
+    };
+    let mut touched = false;
+    let mut mode = a.mode;
+    if let Some(md) = req.mode {
+        mode = md & 0o7777;
+        rec.mask |= m::MODE;
+        touched = true;
+    }
+    if let Some(uid) = req.uid {
+        rec.uid = uid;
+        rec.mask |= m::UID;
+        touched = true;
+    }
+    if let Some(gid) = req.gid {
+        rec.gid = gid;
+        rec.mask |= m::GID;
+        touched = true;
+    }
+    if (req.uid.is_some() || req.gid.is_some()) && a.ftype != FileType::Directory {
+        // chown clears setuid, and setgid when group-executable (as Linux does).
+        mode &= !S_ISUID;
+        if mode & S_IXGRP != 0 {
+            mode &= !S_ISGID;
+        }
+        if mode != a.mode || rec.mask & m::MODE != 0 {
+            rec.mask |= m::MODE;
+        }
+    }
+    rec.mode = mode;
+    let resolve = |t: TimeSet| match t {
+        TimeSet::Now => now,
+        TimeSet::At(v) => v,
+    };
+    if let Some(t) = req.atime {
+        rec.atime = resolve(t);
+        rec.mask |= m::ATIME;
+        touched = true;
+    }
+    if let Some(t) = req.mtime {
+        rec.mtime = resolve(t);
+        rec.mask |= m::MTIME;
+        touched = true;
+    }
+    if let Some(size) = req.size {
+        if size > crate::MAX_FILE_SIZE {
+            return Err(EFBIG);
+        }
+        // As tmpfs: a size change sets mtime and ctime, and so does a truncation
+        // to the same size of a file that holds data pages (it drops page tails).
+        if size != a.size || has_pages {
+            if size != a.size {
+                rec.size = size;
+                rec.mask |= m::SIZE;
+            }
+            if req.mtime.is_none() {
+                rec.mtime = now;
+                rec.mask |= m::MTIME;
+            }
+            touched = true;
+        }
+    }
+    if !touched {
+        return Ok(None);
+    }
+    rec.mask |= m::CTIME;
+    Ok(Some(rec))
+}
+
 impl MetaEngine {
     /// Writes an empty file system (a root directory) to a freshly formatted pool.
     pub fn format(pool: &Pool, sb: &Superblock, now: i64) -> FsResult<()> {
@@ -313,6 +401,11 @@ impl MetaEngine {
 
     pub fn inode(&self, ino: u64) -> FsResult<&Inode> {
         self.inodes.get(&ino).ok_or(ENOENT)
+    }
+
+    /// Every inode number in use.
+    pub fn inode_numbers(&self) -> Vec<u64> {
+        self.inodes.keys().copied().collect()
     }
 
     pub fn inode_count(&self) -> u64 {
@@ -1019,94 +1112,37 @@ impl MetaEngine {
     /// setattr: chmod, chown, truncate, utimens. `pre` are entries the data layer
     /// needs committed with it (the copied last page of a truncation).
     pub fn setattr(&mut self, ino: u64, req: &SetAttrReq, pre: Vec<Entry>) -> FsResult<Attr> {
-        let a = self.inode(ino)?.state.attr.clone();
-        if req.size.is_some() {
-            match a.ftype {
-                FileType::Regular => {}
-                FileType::Directory => return Err(EISDIR),
-                _ => return Err(EINVAL),
-            }
-        }
-        let now = self.clock.now();
-        let mut rec = SetAttrRec {
-            mask: 0,
-            ctime: now,
-            ..Default::default()
-        };
-        let mut touched = false;
-        let mut mode = a.mode;
-        if let Some(md) = req.mode {
-            mode = md & 0o7777;
-            rec.mask |= m::MODE;
-            touched = true;
-        }
-        if let Some(uid) = req.uid {
-            rec.uid = uid;
-            rec.mask |= m::UID;
-            touched = true;
-        }
-        if let Some(gid) = req.gid {
-            rec.gid = gid;
-            rec.mask |= m::GID;
-            touched = true;
-        }
-        if (req.uid.is_some() || req.gid.is_some()) && a.ftype != FileType::Directory {
-            // chown clears setuid, and setgid when group-executable (as Linux does).
-            mode &= !S_ISUID;
-            if mode & S_IXGRP != 0 {
-                mode &= !S_ISGID;
-            }
-            if mode != a.mode || rec.mask & m::MODE != 0 {
-                rec.mask |= m::MODE;
-            }
-        }
-        rec.mode = mode;
-        let resolve = |t: TimeSet| match t {
-            TimeSet::Now => now,
-            TimeSet::At(v) => v,
-        };
-        if let Some(t) = req.atime {
-            rec.atime = resolve(t);
-            rec.mask |= m::ATIME;
-            touched = true;
-        }
-        if let Some(t) = req.mtime {
-            rec.mtime = resolve(t);
-            rec.mask |= m::MTIME;
-            touched = true;
-        }
-        if let Some(size) = req.size {
-            if size > crate::MAX_FILE_SIZE {
-                return Err(EFBIG);
-            }
-            // As tmpfs: a size change sets mtime and ctime, and so does a truncation
-            // to the same size of a file that holds data pages (it drops page tails).
-            let has_pages = self
-                .inode(ino)?
-                .state
-                .file()
-                .is_some_and(|f| !f.pages.is_empty());
-            if size != a.size || has_pages {
-                if size != a.size {
-                    rec.size = size;
-                    rec.mask |= m::SIZE;
-                }
-                if req.mtime.is_none() {
-                    rec.mtime = now;
-                    rec.mask |= m::MTIME;
-                }
-                touched = true;
-            }
-        }
-        if !touched && pre.is_empty() {
+        let inode = self.inode(ino)?;
+        let has_pages = inode.state.file().is_some_and(|f| !f.pages.is_empty());
+        let a = inode.state.attr.clone();
+        let rec = setattr_entry(&a, has_pages, req, self.clock.now())?;
+        if rec.is_none() && pre.is_empty() {
             return Ok(a);
         }
-        rec.mask |= m::CTIME;
         let mut entries = pre;
-        entries.push(Entry::SetAttr(rec));
+        entries.push(Entry::SetAttr(rec.unwrap_or(SetAttrRec {
+            mask: m::CTIME,
+            ctime: self.clock.now(),
+            ..Default::default()
+        })));
         let shrinking = req.size.is_some_and(|s| s < a.size);
         self.commit(vec![(ino, entries)], shrinking)?;
         self.getattr(ino)
+    }
+
+    /// A log commit (paper §4.3): appends entries a client built for one inode, in the
+    /// MDS's order, and returns the tail before and after them. The caller checks what
+    /// a client may commit; `use_reserve` lets a shrinking truncation through on a full
+    /// pool.
+    pub fn commit_entries(
+        &mut self,
+        ino: u64,
+        entries: Vec<Entry>,
+        use_reserve: bool,
+    ) -> FsResult<(Tail, Tail)> {
+        let prev = self.inode(ino)?.log.tail;
+        self.commit(vec![(ino, entries)], use_reserve)?;
+        Ok((prev, self.inodes[&ino].log.tail))
     }
 
     /// Commits copy-on-write data entries for a regular file (the pages are durable).

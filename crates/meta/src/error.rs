@@ -43,6 +43,9 @@ pub fn errno_name(e: i32) -> String {
         libc::EIO => "EIO",
         libc::ELOOP => "ELOOP",
         libc::EBUSY => "EBUSY",
+        libc::ESTALE => "ESTALE",
+        libc::EBADF => "EBADF",
+        libc::EXDEV => "EXDEV",
         _ => return format!("errno {e}"),
     };
     name.to_string()
@@ -65,7 +68,12 @@ errnos!(
     EPERM,
     EMLINK,
     EFBIG,
-    EBUSY
+    EBUSY,
+    ESTALE,
+    EBADF,
+    EACCES,
+    ELOOP,
+    EXDEV
 );
 
 impl From<PoolError> for FsError {

@@ -247,7 +247,9 @@ impl InodeState {
             }
             (Entry::Write(w), Body::File(f)) => {
                 f.map(w, freed);
-                self.attr.size = w.size;
+                // A write never shrinks a file: two clients' writes committed in either
+                // order leave the larger size (only a set-attribute entry truncates).
+                self.attr.size = self.attr.size.max(w.size);
                 self.attr.mtime = w.mtime;
                 self.attr.ctime = w.mtime;
             }

@@ -21,7 +21,8 @@ pub mod recovery;
 
 pub use clock::{Clock, LogicalClock, SystemClock};
 pub use engine::{
-    EngineConfig, MetaEngine, MountReport, NewNode, ReaddirEntry, SetAttrReq, TimeSet, ROOT_INO,
+    setattr_entry, EngineConfig, MetaEngine, MountReport, NewNode, ReaddirEntry, SetAttrReq,
+    TimeSet, ROOT_INO,
 };
 pub use error::{FsError, FsResult};
 pub use index::{Attr, InodeState};

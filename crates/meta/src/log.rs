@@ -53,15 +53,42 @@ pub fn walk_log(
     max_pages: u64,
     f: &mut dyn FnMut(&Entry, u64) -> FsResult<()>,
 ) -> FsResult<InodeLog> {
+    if !head.is_multiple_of(PAGE_SIZE) {
+        return Err(FsError::Corrupt(format!(
+            "inode {ino}: log page pointer {head} is not page aligned"
+        )));
+    }
+    walk_log_from(src, ino, head + LOG_PAGE_HEADER, tail, max_pages, f)
+}
+
+/// Walks `ino`'s log from the entry at pool offset `from` (a position an earlier walk
+/// ended at, or a page's first entry) to `tail`: how a client's cached copy of a log
+/// catches up. The returned log's pages start with the page holding `from`.
+pub fn walk_log_from(
+    src: &dyn PageSource,
+    ino: u64,
+    from: u64,
+    tail: Tail,
+    max_pages: u64,
+    f: &mut dyn FnMut(&Entry, u64) -> FsResult<()>,
+) -> FsResult<InodeLog> {
     let corrupt = |what: String| FsError::Corrupt(format!("inode {ino}: {what}"));
     let mut page = vec![0u8; PAGE_SIZE as usize];
+    // A position at a page's very end continues on the next page, found in this one.
+    let (start_page, mut first_at) = match from % PAGE_SIZE {
+        0 if from >= PAGE_SIZE => (from - PAGE_SIZE, PAGE_SIZE),
+        r => (from - r, r),
+    };
     let mut log = InodeLog {
-        head,
+        head: start_page,
         tail,
         pages: Vec::new(),
         entries: 0,
     };
-    let mut cur = head;
+    if first_at < LOG_PAGE_HEADER || !from.is_multiple_of(LINE) {
+        return Err(corrupt(format!("log position {from} is not an entry")));
+    }
+    let mut cur = start_page;
     loop {
         if log.pages.len() as u64 >= max_pages {
             return Err(corrupt("log has a cycle or runs past the pool".into()));
@@ -81,7 +108,7 @@ pub fn walk_log(
             )));
         }
         log.pages.push(cur);
-        let mut at = LOG_PAGE_HEADER;
+        let mut at = std::mem::replace(&mut first_at, LOG_PAGE_HEADER);
         loop {
             if cur + at == tail.offset {
                 return Ok(log);

@@ -19,3 +19,31 @@ pub use pool::{Mode, ModeChoice, Pool, PoolError};
 
 /// Size of a cache line: the unit of persistence and of torn writes.
 pub const LINE: usize = 64;
+
+/// Parses a size: "4096", "64K", "256M", "4G", "1GiB".
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim().trim_end_matches("iB").trim_end_matches('B');
+    let (num, mul) = match t.chars().last() {
+        Some('K' | 'k') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
+        Some('T' | 't') => (&t[..t.len() - 1], 1 << 40),
+        _ => (t, 1),
+    };
+    num.trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mul))
+        .ok_or_else(|| format!("invalid size {s:?}: use bytes or a suffix K, M, G, T"))
+}
+
+impl std::str::FromStr for ModeChoice {
+    type Err = String;
+    /// "auto" or a mode name ("dax", "msync", "volatile").
+    fn from_str(s: &str) -> Result<ModeChoice, String> {
+        if s == "auto" {
+            return Ok(ModeChoice::Auto);
+        }
+        s.parse::<Mode>().map(ModeChoice::Force)
+    }
+}

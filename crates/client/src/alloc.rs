@@ -1,0 +1,63 @@
+//! Delegated allocation (paper §5.1): the client asks the MDS for a chunk of pages
+//! (one RPC) and allocates inside it without asking again. Pages handed out here are
+//! the client's until it commits them; pages of a failed write come back here.
+
+use std::collections::VecDeque;
+
+use orion_format::Gpa;
+use orion_proto::{ReplyBody, Request};
+
+use crate::link::{io_err, Link, Res};
+
+#[derive(Default)]
+pub struct Chunks {
+    runs: VecDeque<(Gpa, u64)>,
+}
+
+impl Chunks {
+    /// `n` pages as runs of contiguous pages.
+    pub fn take(&mut self, link: &mut Link, n: u64) -> Res<Vec<(Gpa, u64)>> {
+        let mut out = Vec::new();
+        let mut have = 0;
+        while have < n {
+            let Some((g, k)) = self.runs.pop_front() else {
+                let want = (n - have).max(link.cfg.chunk_pages as u64).min(1 << 17) as u32;
+                match link.call(&Request::AllocChunk {
+                    group: link.internal_group,
+                    pages: want,
+                }) {
+                    Ok(ReplyBody::Chunk { start, pages }) if pages > 0 => {
+                        self.runs.push_back((start, pages as u64));
+                        continue;
+                    }
+                    Ok(other) => {
+                        self.give_back(out);
+                        return Err(io_err(format!("unexpected chunk reply {other:?}")).into());
+                    }
+                    Err(e) => {
+                        self.give_back(out);
+                        return Err(e);
+                    }
+                }
+            };
+            let use_now = k.min(n - have);
+            if use_now < k {
+                self.runs.push_front((g.offset_by(use_now), k - use_now));
+            }
+            out.push((g, use_now));
+            have += use_now;
+        }
+        Ok(out)
+    }
+
+    pub fn give_back(&mut self, runs: Vec<(Gpa, u64)>) {
+        for r in runs.into_iter().rev() {
+            self.runs.push_front(r);
+        }
+    }
+
+    /// Forgets every chunk (the MDS restarted and took them back).
+    pub fn clear(&mut self) {
+        self.runs.clear();
+    }
+}

@@ -1,0 +1,221 @@
+//! Cached inodes and client arbitration (paper §4.3).
+//!
+//! A client keeps a copy of the state of each inode it uses, built from the MDS's log
+//! with the same code the MDS runs. Before it uses a copy it reads the inode's slot
+//! one-sided (the 8-byte tail, with the generation beside it): an unchanged tail means
+//! the copy is current; a longer log of the same version is fetched from where the
+//! copy ended; a log rewritten by GC or a reused slot is loaded whole. A log commit's
+//! reply says where the MDS placed the entries: right after the copy's tail means the
+//! copy stays in step (the entries are applied locally); anything else means another
+//! client's commits came first, and the copy is rebuilt from the MDS log. The local
+//! copy never runs ahead of the MDS (entries are applied once acknowledged), so there
+//! is nothing to roll back: re-execution is needed only by updates computed from the
+//! old state, which commit conditionally (`expect`) and run again when refused.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use orion_format::{FileType, InodeSlot, Tail, INODE_SLOT_SIZE, PAGE_SIZE};
+use orion_meta::error::ENOENT;
+use orion_meta::log::{walk_log, walk_log_from, PageSource};
+use orion_meta::{FsError, FsResult, InodeState};
+
+use crate::link::{Fail, Link, Res};
+
+/// A client's copy of one inode.
+pub struct Cached {
+    pub state: InodeState,
+    pub tail: Tail,
+    pub generation: u64,
+    /// Commit every update of this file conditionally (the per-file "shared" flag).
+    pub shared: bool,
+}
+
+/// Reads log pages of the MDS pool one-sided.
+struct RemotePages<'a> {
+    link: RefCell<&'a mut Link>,
+    /// A reconnect seen during the walk (the walk then fails and the caller retries).
+    reconnected: RefCell<bool>,
+}
+
+impl PageSource for RemotePages<'_> {
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> FsResult<()> {
+        match self.link.borrow_mut().read_mds(off, buf) {
+            Ok(()) => Ok(()),
+            Err(Fail::Fs(e)) => Err(e),
+            Err(Fail::Reconnected) => {
+                *self.reconnected.borrow_mut() = true;
+                Err(FsError::Io("reconnected".into()))
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct InodeCache {
+    pub map: HashMap<u64, Cached>,
+}
+
+/// How many times a log walk that raced with GC is retried before it is an error.
+const WALK_ATTEMPTS: usize = 8;
+
+impl InodeCache {
+    /// Reads the slot of `ino` one-sided.
+    fn read_slot(link: &mut Link, ino: u64) -> Res<Option<InodeSlot>> {
+        if ino == 0 || ino >= link.sb.inode_count {
+            return Err(ENOENT.into());
+        }
+        let mut b = [0u8; INODE_SLOT_SIZE];
+        link.read_mds(link.sb.slot_off(ino), &mut b)?;
+        link.stats.tail_reads += 1;
+        match InodeSlot::decode(&b) {
+            Ok(s) => Ok(s.filter(|s| s.ino == ino)),
+            // A slot being rewritten (GC of a freed-and-reused inode) reads as damaged
+            // for an instant; the caller retries.
+            Err(e) => Err(FsError::Corrupt(format!("inode {ino}: slot: {e}")).into()),
+        }
+    }
+
+    /// Makes the copy of `ino` current (see the module text) and returns it.
+    pub fn refresh(&mut self, link: &mut Link, ino: u64) -> Res<&mut Cached> {
+        let mut last = None;
+        for _ in 0..WALK_ATTEMPTS {
+            match self.try_refresh(link, ino) {
+                Ok(()) => return Ok(self.map.get_mut(&ino).expect("refreshed")),
+                Err(Fail::Fs(FsError::Corrupt(m))) => last = Some(m),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(FsError::Io(format!(
+            "inode {ino}: its log kept changing under a one-sided read: {}",
+            last.unwrap_or_default()
+        ))
+        .into())
+    }
+
+    fn try_refresh(&mut self, link: &mut Link, ino: u64) -> Res<()> {
+        let Some(slot) = Self::read_slot(link, ino)? else {
+            self.map.remove(&ino);
+            return Err(ENOENT.into());
+        };
+        if let Some(c) = self.map.get_mut(&ino) {
+            if c.generation == slot.generation {
+                if c.tail == slot.tail {
+                    link.stats.tail_hits += 1;
+                    return Ok(());
+                }
+                if c.tail.version == slot.tail.version && c.tail.offset < slot.tail.offset {
+                    let from = c.tail.offset;
+                    let r = walk(link, ino, from, slot.tail, &mut c.state, false);
+                    match r {
+                        Ok(()) => {
+                            c.tail = slot.tail;
+                            link.stats.refetches += 1;
+                            return Ok(());
+                        }
+                        Err(Fail::Reconnected) => return Err(Fail::Reconnected),
+                        // The copy may be half-updated: load it whole below.
+                        Err(_) => {}
+                    }
+                }
+                link.stats.rebuilds += 1;
+            }
+        }
+        let shared = self.map.get(&ino).is_some_and(|c| c.shared);
+        self.map.remove(&ino);
+        let mut state = InodeState::new(ino, slot.ftype);
+        walk(
+            link,
+            ino,
+            slot.head() + orion_format::LOG_PAGE_HEADER,
+            slot.tail,
+            &mut state,
+            true,
+        )?;
+        link.stats.loads += 1;
+        self.map.insert(
+            ino,
+            Cached {
+                state,
+                tail: slot.tail,
+                generation: slot.generation,
+                shared,
+            },
+        );
+        Ok(())
+    }
+
+    /// Applies the MDS's answer to a log commit of `entries` (module text).
+    pub fn committed(
+        &mut self,
+        link: &mut Link,
+        ino: u64,
+        entries: &[orion_format::Entry],
+        prev: Tail,
+        tail: Tail,
+    ) -> Res<()> {
+        if let Some(c) = self.map.get_mut(&ino) {
+            if c.tail == prev {
+                let mut freed = Vec::new();
+                let ok = entries.iter().all(|e| c.state.apply(e, &mut freed).is_ok());
+                if ok {
+                    c.tail = tail;
+                    return Ok(());
+                }
+            }
+        }
+        // Other commits came between: catch up from the MDS log.
+        self.refresh(link, ino).map(|_| ())
+    }
+
+    pub fn ftype(&self, ino: u64) -> Option<FileType> {
+        self.map.get(&ino).map(|c| c.state.attr.ftype)
+    }
+}
+
+/// Applies the entries of `ino`'s log from `from` to `tail` to `state`.
+fn walk(
+    link: &mut Link,
+    ino: u64,
+    from: u64,
+    tail: Tail,
+    state: &mut InodeState,
+    whole: bool,
+) -> Res<()> {
+    let max_pages = link.sb.page_count;
+    let src = RemotePages {
+        link: RefCell::new(link),
+        reconnected: RefCell::new(false),
+    };
+    let mut freed = Vec::new();
+    let r = if whole {
+        walk_log(
+            &src,
+            ino,
+            from - orion_format::LOG_PAGE_HEADER,
+            tail,
+            max_pages,
+            &mut |e, _| {
+                freed.clear();
+                state.apply(e, &mut freed)
+            },
+        )
+    } else {
+        walk_log_from(&src, ino, from, tail, max_pages, &mut |e, _| {
+            freed.clear();
+            state.apply(e, &mut freed)
+        })
+    };
+    if *src.reconnected.borrow() {
+        return Err(Fail::Reconnected);
+    }
+    r.map(|_| ()).map_err(|e| match e {
+        FsError::Io(m) => Fail::Fs(FsError::Io(m)),
+        other => Fail::Fs(FsError::Corrupt(other.to_string())),
+    })
+}
+
+/// Pages needed to hold `bytes`.
+pub fn pages_for(bytes: u64) -> u64 {
+    bytes.div_ceil(PAGE_SIZE)
+}

@@ -1,0 +1,54 @@
+//! What a client is told: where the MDS is and how to behave.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClientConfig {
+    /// The metadata server ("host:port").
+    pub mds: String,
+    /// Data consistency (paper §5.3): "strong" commits a write only once every data
+    /// store of its group has persisted the pages; "weak" commits at once (fsync then
+    /// makes the pages durable).
+    pub consistency: String,
+    /// Map the pool of a data store on this host and read and write it directly (an
+    /// internal client, paper §5.1). Off: always go through the fabric.
+    pub internal: bool,
+    /// DRAM cache of data pages read from remote stores, in MiB.
+    pub cache_mib: u64,
+    /// Pages asked for per delegated-allocation chunk.
+    pub chunk_pages: u32,
+    /// How long one request may take, in milliseconds.
+    pub op_timeout_ms: u64,
+    /// How long to keep trying to reconnect to a restarted MDS, in milliseconds.
+    pub reconnect_ms: u64,
+    /// A name for the MDS's logs (defaults to host and process id).
+    pub name: String,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            mds: "127.0.0.1:7410".into(),
+            consistency: "strong".into(),
+            internal: true,
+            cache_mib: 256,
+            chunk_pages: 256,
+            op_timeout_ms: 30_000,
+            reconnect_ms: 30_000,
+            name: String::new(),
+        }
+    }
+}
+
+impl ClientConfig {
+    pub fn strong(&self) -> Result<bool, String> {
+        match self.consistency.as_str() {
+            "strong" => Ok(true),
+            "weak" => Ok(false),
+            other => Err(format!(
+                "consistency {other:?}: expected \"strong\" or \"weak\""
+            )),
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! The data path (paper §5): reads go extent index → page address → the mapped local
+//! pool, the DRAM cache, or a one-sided read of the store (then cached); writes are
+//! copy-on-write: new pages are filled (partial pages start as a copy of the old page),
+//! written and made durable per the consistency mode, then a write entry naming them
+//! is log-committed. The cache is keyed by page address, so it never needs
+//! invalidation: a new version of a file page lives at a new address.
+
+use std::num::NonZeroUsize;
+
+use lru::LruCache;
+use orion_format::{Entry, FileType, Gpa, WriteRec, PAGE_SIZE};
+use orion_meta::error::{EFBIG, EINVAL, EISDIR, ESTALE};
+use orion_meta::{Clock, FsError, SystemClock, MAX_FILE_SIZE};
+use orion_proto::{Commit, ReplyBody, Request};
+
+use crate::alloc::Chunks;
+use crate::arbitration::InodeCache;
+use crate::link::{io_err, Fail, Link, Res};
+
+const PS: u64 = PAGE_SIZE;
+/// Most bytes one log commit covers; longer writes commit in pieces.
+pub const MAX_PIECE: u64 = 4 << 20;
+/// How often an update refused because another client committed first is run again.
+const MAX_REEXECUTIONS: usize = 10_000;
+
+pub struct PageCache {
+    lru: LruCache<Gpa, Box<[u8]>>,
+}
+
+impl PageCache {
+    pub fn new(mib: u64) -> PageCache {
+        let pages = (mib * (1 << 20) / PS).max(1) as usize;
+        PageCache {
+            lru: LruCache::new(NonZeroUsize::new(pages).expect("at least one page")),
+        }
+    }
+}
+
+/// The engine of the data path; borrows the client's parts for one operation.
+pub struct Data<'a> {
+    pub link: &'a mut Link,
+    pub cache: &'a mut InodeCache,
+    pub chunks: &'a mut Chunks,
+    pub pages: &'a mut PageCache,
+}
+
+fn regular(ftype: FileType) -> Res<()> {
+    match ftype {
+        FileType::Regular => Ok(()),
+        FileType::Directory => Err(EISDIR.into()),
+        _ => Err(EINVAL.into()),
+    }
+}
+
+impl Data<'_> {
+    /// Reads one page (symlink targets, truncation copies).
+    pub fn read_page(&mut self, gpa: Gpa, out: &mut [u8]) -> Res<()> {
+        self.fetch(&[Some(gpa)], out)
+    }
+
+    /// Fills `out` (whole pages) with the pages at `gpas` (`None`: a hole, zeros).
+    fn fetch(&mut self, gpas: &[Option<Gpa>], out: &mut [u8]) -> Res<()> {
+        let mut i = 0;
+        while i < gpas.len() {
+            let at = i * PS as usize;
+            let Some(g) = gpas[i] else {
+                out[at..at + PS as usize].fill(0);
+                i += 1;
+                continue;
+            };
+            let local = self
+                .link
+                .stores
+                .get(&g.group())
+                .is_some_and(|s| s.local.is_some());
+            if !local {
+                if let Some(p) = self.pages.lru.get(&g) {
+                    out[at..at + PS as usize].copy_from_slice(p);
+                    self.link.stats.cache_hits += 1;
+                    i += 1;
+                    continue;
+                }
+            }
+            // A run of consecutive addresses not cached: one read.
+            let mut n = 1;
+            while i + n < gpas.len()
+                && gpas[i + n] == Some(g.offset_by(n as u64))
+                && (local || !self.pages.lru.contains(&g.offset_by(n as u64)))
+            {
+                n += 1;
+            }
+            let dst = &mut out[at..at + n * PS as usize];
+            self.link.read_pages(g, n, dst)?;
+            if !local {
+                for k in 0..n {
+                    let page = &dst[k * PS as usize..(k + 1) * PS as usize];
+                    self.pages.lru.put(g.offset_by(k as u64), page.into());
+                }
+            }
+            i += n;
+        }
+        Ok(())
+    }
+
+    pub fn read(&mut self, ino: u64, off: u64, len: usize) -> Res<Vec<u8>> {
+        let c = self.cache.refresh(self.link, ino)?;
+        regular(c.state.attr.ftype)?;
+        let size = c.state.attr.size;
+        if off >= size || len == 0 {
+            return Ok(Vec::new());
+        }
+        let end = size.min(off.saturating_add(len as u64));
+        let first = off / PS;
+        let last = (end - 1) / PS;
+        let file = c.state.file().expect("regular file");
+        let gpas: Vec<Option<Gpa>> = (first..=last).map(|p| file.get(p)).collect();
+        let mut buf = vec![0u8; gpas.len() * PS as usize];
+        self.fetch(&gpas, &mut buf)?;
+        let skip = (off - first * PS) as usize;
+        buf.drain(..skip);
+        buf.truncate((end - off) as usize);
+        Ok(buf)
+    }
+
+    /// Writes `data` at `off` (at the end of the file when `append`); returns where
+    /// the write landed.
+    pub fn write(&mut self, ino: u64, off: u64, data: &[u8], append: bool) -> Res<u64> {
+        let mut pos = off;
+        let mut done = 0;
+        let mut first_at = None;
+        while done < data.len() {
+            let n = (data.len() - done).min(MAX_PIECE as usize);
+            let at = self.write_piece(ino, pos, &data[done..done + n], append)?;
+            first_at.get_or_insert(at);
+            pos = at + n as u64;
+            done += n;
+        }
+        Ok(first_at.unwrap_or(off))
+    }
+
+    fn write_piece(&mut self, ino: u64, off: u64, data: &[u8], append: bool) -> Res<u64> {
+        let mut pages: Option<Vec<(Gpa, u64)>> = None;
+        let r = self.write_attempts(ino, off, data, append, &mut pages);
+        if let (Err(Fail::Fs(_)), Some(p)) = (&r, pages) {
+            // Never committed: the pages are still ours to reuse.
+            self.chunks.give_back(p);
+        }
+        if matches!(r, Err(Fail::Reconnected)) {
+            self.chunks.clear();
+        }
+        r
+    }
+
+    fn write_attempts(
+        &mut self,
+        ino: u64,
+        off: u64,
+        data: &[u8],
+        append: bool,
+        pages: &mut Option<Vec<(Gpa, u64)>>,
+    ) -> Res<u64> {
+        for _ in 0..MAX_REEXECUTIONS {
+            let c = self.cache.refresh(self.link, ino)?;
+            regular(c.state.attr.ftype)?;
+            let tail = c.tail;
+            let shared = c.shared;
+            let size = c.state.attr.size;
+            let off = if append { size } else { off };
+            let end = off
+                .checked_add(data.len() as u64)
+                .filter(|&e| e <= MAX_FILE_SIZE)
+                .ok_or(EFBIG)?;
+            let first = off / PS;
+            let npages = (end - 1) / PS - first + 1;
+            let partial = off % PS != 0 || end % PS != 0;
+            // Old contents of partly covered pages (a hole or past the end reads zeros).
+            let file = c.state.file().expect("regular file");
+            let mut old: Vec<Option<Gpa>> = vec![None; npages as usize];
+            if off % PS != 0 {
+                old[0] = file.get(first);
+            }
+            if end % PS != 0 {
+                old[npages as usize - 1] = file.get(first + npages - 1);
+            }
+            let mut buf = vec![0u8; (npages * PS) as usize];
+            if partial {
+                self.fetch(&old, &mut buf)?;
+            }
+            let at = (off - first * PS) as usize;
+            buf[at..at + data.len()].copy_from_slice(data);
+            if pages.is_none() {
+                *pages = Some(self.chunks.take(self.link, npages)?);
+            }
+            let runs = pages.as_ref().expect("allocated").clone();
+            let mut local = true;
+            let mut k = 0usize;
+            for &(g, n) in &runs {
+                let bytes = &buf[k * PS as usize..(k + n as usize) * PS as usize];
+                local &= self.link.write_pages(g, bytes)?;
+                k += n as usize;
+            }
+            let now = SystemClock.now();
+            let mut pg = first;
+            let entries: Vec<Entry> = runs
+                .iter()
+                .map(|&(g, n)| {
+                    let e = Entry::Write(WriteRec {
+                        pgoff: pg,
+                        npages: n as u32,
+                        gpa: g,
+                        size: end,
+                        mtime: now,
+                    });
+                    pg += n;
+                    e
+                })
+                .collect();
+            let conditional = append || shared || partial;
+            let commit = Commit {
+                ino,
+                expect: conditional.then_some(tail),
+                persisted_locally: local,
+                entries: entries.clone(),
+            };
+            match commit_entries(self.link, self.cache, commit) {
+                Ok(()) => {
+                    *pages = None;
+                    if !local {
+                        let mut k = 0usize;
+                        for &(g, n) in &runs {
+                            for j in 0..n as usize {
+                                let p = &buf[(k + j) * PS as usize..(k + j + 1) * PS as usize];
+                                self.pages.lru.put(g.offset_by(j as u64), p.into());
+                            }
+                            k += n as usize;
+                        }
+                    }
+                    return Ok(off);
+                }
+                Err(Fail::Fs(FsError::Errno(e))) if e == libc::ESTALE => {
+                    self.link.stats.reexecutions += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Fail::Fs(ESTALE))
+    }
+}
+
+/// Sends a log commit and brings the cached copy in step with the MDS's answer.
+pub fn commit_entries(link: &mut Link, cache: &mut InodeCache, c: Commit) -> Res<()> {
+    let ino = c.ino;
+    let entries = c.entries.clone();
+    link.stats.commits += 1;
+    match link.call(&Request::Commit(c))? {
+        ReplyBody::Committed { prev, tail } => cache.committed(link, ino, &entries, prev, tail),
+        other => Err(io_err(format!("unexpected reply to a log commit: {other:?}")).into()),
+    }
+}

@@ -1,0 +1,761 @@
+//! The POSIX-shaped API: paths, file handles and the calls FUSE and the preload
+//! library will wrap. Every call takes the client's lock, so a `Client` may be shared
+//! by threads; each call runs again from fresh state if the MDS connection had to be
+//! re-established meanwhile (the MDS restarted).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+use orion_fabric::FabricConfig;
+use orion_format::{Entry, FileType, Gpa, WriteRec, NAME_MAX, PAGE_SIZE, SYMLINK_MAX};
+use orion_meta::error::{
+    EBADF, EEXIST, EINVAL, EISDIR, ELOOP, ENAMETOOLONG, ENOENT, ENOTDIR, ESTALE,
+};
+use orion_meta::index::Body;
+use orion_meta::{
+    setattr_entry, Attr, Clock, FsError, FsResult, SetAttrReq, StatFs, SystemClock, TimeSet,
+    ROOT_INO,
+};
+use orion_proto::{Commit, Create, ReplyBody, Request};
+
+use crate::alloc::Chunks;
+use crate::arbitration::InodeCache;
+use crate::data::{commit_entries, Data, PageCache};
+use crate::link::{io_err, Fail, Link, Res};
+use crate::{ClientConfig, Stats};
+
+/// Symlinks followed while resolving one path (as Linux's MAXSYMLINKS).
+const MAX_SYMLINKS: usize = 40;
+/// Times a call runs again after the MDS connection was re-established.
+const RECONNECT_RETRIES: usize = 4;
+
+/// How to open a file (the flags of open(2) that matter to a file system).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OpenFlags {
+    pub read: bool,
+    pub write: bool,
+    pub create: bool,
+    pub excl: bool,
+    pub truncate: bool,
+    pub append: bool,
+}
+
+impl OpenFlags {
+    pub fn read() -> OpenFlags {
+        OpenFlags {
+            read: true,
+            ..Default::default()
+        }
+    }
+    /// O_WRONLY|O_CREAT|O_TRUNC, as `creat(2)`.
+    pub fn create() -> OpenFlags {
+        OpenFlags {
+            write: true,
+            create: true,
+            truncate: true,
+            ..Default::default()
+        }
+    }
+}
+
+/// An open file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Fd(pub u64);
+
+struct Handle {
+    ino: u64,
+    flags: OpenFlags,
+    pos: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: Vec<u8>,
+    pub ino: u64,
+    pub ftype: FileType,
+}
+
+struct Inner {
+    link: Link,
+    cache: InodeCache,
+    chunks: Chunks,
+    pages: PageCache,
+    handles: HashMap<u64, Handle>,
+    next_fd: u64,
+    uid: u32,
+    gid: u32,
+}
+
+pub struct Client {
+    inner: Mutex<Inner>,
+}
+
+/// A path split into its components.
+fn components(path: &str) -> FsResult<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    for c in path.as_bytes().split(|&b| b == b'/') {
+        if c.is_empty() || c == b"." {
+            continue;
+        }
+        if c.len() > NAME_MAX {
+            return Err(ENAMETOOLONG);
+        }
+        out.push(c.to_vec());
+    }
+    Ok(out)
+}
+
+impl Client {
+    /// Connects to the MDS named in `cfg` and to every data store it lists.
+    pub fn connect(cfg: ClientConfig, fabric: FabricConfig) -> FsResult<Client> {
+        let pages = PageCache::new(cfg.cache_mib);
+        let link = Link::connect(cfg, fabric)?;
+        // SAFETY: geteuid and getegid only read the process's credentials.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        Ok(Client {
+            inner: Mutex::new(Inner {
+                link,
+                cache: InodeCache::default(),
+                chunks: Chunks::default(),
+                pages,
+                handles: HashMap::new(),
+                next_fd: 3,
+                uid,
+                gid,
+            }),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn run<T>(&self, mut f: impl FnMut(&mut Inner) -> Res<T>) -> FsResult<T> {
+        let mut g = self.lock();
+        for _ in 0..RECONNECT_RETRIES {
+            match f(&mut g) {
+                Ok(v) => return Ok(v),
+                Err(Fail::Fs(e)) => return Err(e),
+                Err(Fail::Reconnected) => g.chunks.clear(),
+            }
+        }
+        Err(io_err("the MDS connection keeps breaking"))
+    }
+
+    /// What the client has done so far.
+    pub fn stats(&self) -> Stats {
+        self.lock().link.stats.clone()
+    }
+
+    /// The group of the data store this client maps directly, if any.
+    pub fn internal_group(&self) -> Option<u16> {
+        self.lock().link.internal_group
+    }
+
+    pub fn stat(&self, path: &str) -> FsResult<Attr> {
+        self.run(|i| {
+            let (ino, _) = i.resolve(path, true)?;
+            i.getattr(ino)
+        })
+    }
+
+    pub fn lstat(&self, path: &str) -> FsResult<Attr> {
+        self.run(|i| {
+            let (ino, _) = i.resolve(path, false)?;
+            i.getattr(ino)
+        })
+    }
+
+    /// Attributes by inode number (current: the tail is checked).
+    pub fn getattr(&self, ino: u64) -> FsResult<Attr> {
+        self.run(|i| i.getattr(ino))
+    }
+
+    /// Looks `name` up in directory `parent`.
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> FsResult<Attr> {
+        self.run(|i| {
+            let ino = i.lookup(parent, name)?;
+            i.getattr(ino)
+        })
+    }
+
+    pub fn mkdir(&self, path: &str, mode: u32) -> FsResult<Attr> {
+        self.run(|i| i.make(path, FileType::Directory, mode, None))
+    }
+
+    pub fn mknod(&self, path: &str, ftype: FileType, mode: u32) -> FsResult<Attr> {
+        if matches!(
+            ftype,
+            FileType::Regular | FileType::Directory | FileType::Symlink
+        ) && ftype != FileType::Regular
+        {
+            return Err(EINVAL);
+        }
+        self.run(|i| i.make(path, ftype, mode, None))
+    }
+
+    pub fn symlink(&self, target: &str, path: &str) -> FsResult<Attr> {
+        let t = target.as_bytes();
+        if t.is_empty() {
+            return Err(ENOENT);
+        }
+        if t.len() > SYMLINK_MAX {
+            return Err(ENAMETOOLONG);
+        }
+        self.run(|i| i.make(path, FileType::Symlink, 0o777, Some(t)))
+    }
+
+    pub fn readlink(&self, path: &str) -> FsResult<Vec<u8>> {
+        self.run(|i| {
+            let (ino, _) = i.resolve(path, false)?;
+            i.readlink(ino)
+        })
+    }
+
+    pub fn unlink(&self, path: &str) -> FsResult<()> {
+        self.run(|i| {
+            let (parent, name) = i.resolve_parent(path)?;
+            i.rpc(Request::Unlink { parent, name }).map(|_| ())
+        })
+    }
+
+    pub fn rmdir(&self, path: &str) -> FsResult<()> {
+        self.run(|i| {
+            let (parent, name) = i.resolve_parent(path)?;
+            i.rpc(Request::Rmdir { parent, name }).map(|_| ())
+        })
+    }
+
+    pub fn rename(&self, from: &str, to: &str) -> FsResult<()> {
+        self.rename_with(from, to, false)
+    }
+
+    /// rename(2), or renameat2's RENAME_NOREPLACE when `noreplace`.
+    pub fn rename_with(&self, from: &str, to: &str, noreplace: bool) -> FsResult<()> {
+        self.run(|i| {
+            let (old_parent, old_name) = i.resolve_parent(from)?;
+            let (new_parent, new_name) = i.resolve_parent(to)?;
+            i.rpc(Request::Rename {
+                old_parent,
+                old_name,
+                new_parent,
+                new_name,
+                noreplace,
+            })
+            .map(|_| ())
+        })
+    }
+
+    pub fn link(&self, existing: &str, new: &str) -> FsResult<Attr> {
+        self.run(|i| {
+            let (ino, _) = i.resolve(existing, false)?;
+            let (parent, name) = i.resolve_parent(new)?;
+            match i.rpc(Request::Link { ino, parent, name })? {
+                ReplyBody::Attr(a) => Ok(a),
+                other => Err(io_err(format!("unexpected reply {other:?}")).into()),
+            }
+        })
+    }
+
+    pub fn readdir(&self, path: &str) -> FsResult<Vec<DirEntry>> {
+        self.run(|i| {
+            let (ino, parent) = i.resolve(path, true)?;
+            i.readdir(ino, parent)
+        })
+    }
+
+    pub fn setattr_path(&self, path: &str, req: &SetAttrReq) -> FsResult<Attr> {
+        self.run(|i| {
+            let (ino, _) = i.resolve(path, true)?;
+            i.setattr(ino, req)
+        })
+    }
+
+    pub fn setattr(&self, ino: u64, req: &SetAttrReq) -> FsResult<Attr> {
+        self.run(|i| i.setattr(ino, req))
+    }
+
+    pub fn truncate(&self, path: &str, size: u64) -> FsResult<()> {
+        self.setattr_path(
+            path,
+            &SetAttrReq {
+                size: Some(size),
+                ..Default::default()
+            },
+        )
+        .map(|_| ())
+    }
+
+    pub fn chmod(&self, path: &str, mode: u32) -> FsResult<()> {
+        self.setattr_path(
+            path,
+            &SetAttrReq {
+                mode: Some(mode),
+                ..Default::default()
+            },
+        )
+        .map(|_| ())
+    }
+
+    pub fn utimens(
+        &self,
+        path: &str,
+        atime: Option<TimeSet>,
+        mtime: Option<TimeSet>,
+    ) -> FsResult<()> {
+        self.setattr_path(
+            path,
+            &SetAttrReq {
+                atime,
+                mtime,
+                ..Default::default()
+            },
+        )
+        .map(|_| ())
+    }
+
+    pub fn statfs(&self) -> FsResult<StatFs> {
+        self.run(|i| match i.rpc(Request::Statfs)? {
+            ReplyBody::Statfs(s) => Ok(s),
+            other => Err(io_err(format!("unexpected reply {other:?}")).into()),
+        })
+    }
+
+    /// An empty round trip to the MDS.
+    pub fn ping(&self) -> FsResult<()> {
+        self.run(|i| i.rpc(Request::Ping).map(|_| ()))
+    }
+
+    pub fn open(&self, path: &str, flags: OpenFlags, mode: u32) -> FsResult<Fd> {
+        self.run(|i| i.open(path, flags, mode))
+    }
+
+    pub fn close(&self, fd: Fd) -> FsResult<()> {
+        self.lock().handles.remove(&fd.0).map(|_| ()).ok_or(EBADF)
+    }
+
+    fn handle(&self, fd: Fd) -> FsResult<(u64, OpenFlags, u64)> {
+        let g = self.lock();
+        let h = g.handles.get(&fd.0).ok_or(EBADF)?;
+        Ok((h.ino, h.flags, h.pos))
+    }
+
+    pub fn pread(&self, fd: Fd, off: u64, len: usize) -> FsResult<Vec<u8>> {
+        let (ino, flags, _) = self.handle(fd)?;
+        if !flags.read {
+            return Err(EBADF);
+        }
+        self.run(|i| i.data().read(ino, off, len))
+    }
+
+    pub fn read(&self, fd: Fd, len: usize) -> FsResult<Vec<u8>> {
+        let (_, _, pos) = self.handle(fd)?;
+        let out = self.pread(fd, pos, len)?;
+        if let Some(h) = self.lock().handles.get_mut(&fd.0) {
+            h.pos = pos + out.len() as u64;
+        }
+        Ok(out)
+    }
+
+    pub fn pwrite(&self, fd: Fd, off: u64, data: &[u8]) -> FsResult<usize> {
+        let (ino, flags, _) = self.handle(fd)?;
+        if !flags.write {
+            return Err(EBADF);
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        self.run(|i| i.data().write(ino, off, data, flags.append))?;
+        Ok(data.len())
+    }
+
+    pub fn write(&self, fd: Fd, data: &[u8]) -> FsResult<usize> {
+        let (ino, flags, pos) = self.handle(fd)?;
+        if !flags.write {
+            return Err(EBADF);
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let at = self.run(|i| i.data().write(ino, pos, data, flags.append))?;
+        if let Some(h) = self.lock().handles.get_mut(&fd.0) {
+            h.pos = at + data.len() as u64;
+        }
+        Ok(data.len())
+    }
+
+    pub fn seek(&self, fd: Fd, pos: u64) -> FsResult<()> {
+        let mut g = self.lock();
+        g.handles.get_mut(&fd.0).ok_or(EBADF)?.pos = pos;
+        Ok(())
+    }
+
+    pub fn fstat(&self, fd: Fd) -> FsResult<Attr> {
+        let (ino, _, _) = self.handle(fd)?;
+        self.getattr(ino)
+    }
+
+    pub fn ftruncate(&self, fd: Fd, size: u64) -> FsResult<()> {
+        let (ino, flags, _) = self.handle(fd)?;
+        if !flags.write {
+            return Err(EINVAL);
+        }
+        self.setattr(
+            ino,
+            &SetAttrReq {
+                size: Some(size),
+                ..Default::default()
+            },
+        )
+        .map(|_| ())
+    }
+
+    /// Makes the file's data and log durable. Log commits are durable when they are
+    /// acknowledged, and strong-mode data before its commit; weak-mode pages written
+    /// one-sided are made durable on their stores here.
+    pub fn fsync(&self, fd: Fd) -> FsResult<()> {
+        self.handle(fd)?;
+        self.run(|i| i.link.flush_stores())
+    }
+
+    /// Marks a file as heavily shared: every update of it commits conditionally, in
+    /// the MDS's order, and runs again if another client's update came first (the
+    /// ioctl of paper §4.3; an xattr over FUSE).
+    pub fn set_shared(&self, fd: Fd, shared: bool) -> FsResult<()> {
+        let (ino, _, _) = self.handle(fd)?;
+        self.run(|i| {
+            i.cache.refresh(&mut i.link, ino)?.shared = shared;
+            Ok(())
+        })
+    }
+
+    /// The inode number of an open file.
+    pub fn ino(&self, fd: Fd) -> FsResult<u64> {
+        Ok(self.handle(fd)?.0)
+    }
+}
+
+impl Inner {
+    fn data(&mut self) -> Data<'_> {
+        Data {
+            link: &mut self.link,
+            cache: &mut self.cache,
+            chunks: &mut self.chunks,
+            pages: &mut self.pages,
+        }
+    }
+
+    fn rpc(&mut self, req: Request) -> Res<ReplyBody> {
+        self.link.call(&req)
+    }
+
+    fn getattr(&mut self, ino: u64) -> Res<Attr> {
+        Ok(self.cache.refresh(&mut self.link, ino)?.state.attr.clone())
+    }
+
+    fn lookup(&mut self, parent: u64, name: &[u8]) -> Res<u64> {
+        if name.len() > NAME_MAX {
+            return Err(ENAMETOOLONG.into());
+        }
+        let c = self.cache.refresh(&mut self.link, parent)?;
+        let Some(d) = c.state.dir() else {
+            return Err(ENOTDIR.into());
+        };
+        match name {
+            b"." => Ok(parent),
+            b".." => self.parent(parent),
+            _ => d.names.get(name).map(|e| e.ino).ok_or(ENOENT.into()),
+        }
+    }
+
+    fn parent(&mut self, dir: u64) -> Res<u64> {
+        if dir == ROOT_INO {
+            return Ok(ROOT_INO);
+        }
+        match self.rpc(Request::Parent { ino: dir })? {
+            ReplyBody::Ino(p) => Ok(p),
+            other => Err(io_err(format!("unexpected reply {other:?}")).into()),
+        }
+    }
+
+    /// Resolves a path from the root: the inode and its parent directory. Symlinks
+    /// are followed, the last one only when `follow_last`.
+    fn resolve(&mut self, path: &str, follow_last: bool) -> Res<(u64, u64)> {
+        let mut todo = components(path)?;
+        todo.reverse();
+        let mut stack = vec![ROOT_INO];
+        let mut links = 0;
+        let mut cur = ROOT_INO;
+        while let Some(name) = todo.pop() {
+            let dir = *stack.last().expect("root stays");
+            let c = self.cache.refresh(&mut self.link, dir)?;
+            let Some(d) = c.state.dir() else {
+                return Err(ENOTDIR.into());
+            };
+            if name == b".." {
+                if stack.len() > 1 {
+                    stack.pop();
+                }
+                cur = *stack.last().expect("root stays");
+                continue;
+            }
+            let ent = *d.names.get(name.as_slice()).ok_or(ENOENT)?;
+            let last = todo.is_empty();
+            if ent.ftype == FileType::Symlink && (!last || follow_last) {
+                links += 1;
+                if links > MAX_SYMLINKS {
+                    return Err(ELOOP.into());
+                }
+                let target = self.readlink(ent.ino)?;
+                let target = String::from_utf8_lossy(&target).into_owned();
+                if target.starts_with('/') {
+                    stack.truncate(1);
+                }
+                let mut more = components(&target)?;
+                more.reverse();
+                todo.extend(more);
+                cur = *stack.last().expect("root stays");
+                continue;
+            }
+            if last {
+                return Ok((ent.ino, dir));
+            }
+            stack.push(ent.ino);
+            cur = ent.ino;
+        }
+        let parent = if stack.len() > 1 {
+            stack[stack.len() - 2]
+        } else {
+            ROOT_INO
+        };
+        Ok((cur, parent))
+    }
+
+    /// The directory that would hold `path`'s last component, and that name.
+    fn resolve_parent(&mut self, path: &str) -> Res<(u64, Vec<u8>)> {
+        let mut comps = components(path)?;
+        let Some(name) = comps.pop() else {
+            return Err(EBUSY_ROOT.into());
+        };
+        if name == b".." {
+            return Err(EINVAL.into());
+        }
+        let dir_path = comps
+            .iter()
+            .map(|c| String::from_utf8_lossy(c).into_owned())
+            .collect::<Vec<_>>()
+            .join("/");
+        let (dir, _) = self.resolve(&dir_path, true)?;
+        Ok((dir, name))
+    }
+
+    fn make(
+        &mut self,
+        path: &str,
+        ftype: FileType,
+        mode: u32,
+        symlink: Option<&[u8]>,
+    ) -> Res<Attr> {
+        let (parent, name) = self.resolve_parent(path)?;
+        let mut page = None;
+        if let Some(t) = symlink {
+            let runs = self.chunks.take(&mut self.link, 1)?;
+            let g = runs[0].0;
+            let mut buf = vec![0u8; PAGE_SIZE as usize];
+            buf[..t.len()].copy_from_slice(t);
+            if let Err(e) = self.link.write_pages(g, &buf) {
+                self.chunks.give_back(runs);
+                return Err(e.into());
+            }
+            page = Some((g, t.len() as u32));
+        }
+        let r = self.rpc(Request::Create(Create {
+            parent,
+            name,
+            ftype,
+            mode,
+            uid: self.uid,
+            gid: self.gid,
+            rdev: 0,
+            symlink: page,
+        }));
+        match r {
+            Ok(ReplyBody::Attr(a)) => Ok(a),
+            Ok(other) => Err(io_err(format!("unexpected reply {other:?}")).into()),
+            Err(e) => {
+                if let (Fail::Fs(_), Some((g, _))) = (&e, page) {
+                    self.chunks.give_back(vec![(g, 1)]);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn readlink(&mut self, ino: u64) -> Res<Vec<u8>> {
+        let c = self.cache.refresh(&mut self.link, ino)?;
+        let Body::Symlink(Some((gpa, len))) = c.state.body else {
+            return Err(EINVAL.into());
+        };
+        let mut buf = vec![0u8; PAGE_SIZE as usize];
+        read_page(self, gpa, &mut buf)?;
+        buf.truncate(len as usize);
+        Ok(buf)
+    }
+
+    fn readdir(&mut self, ino: u64, parent: u64) -> Res<Vec<DirEntry>> {
+        let c = self.cache.refresh(&mut self.link, ino)?;
+        let Some(d) = c.state.dir() else {
+            return Err(ENOTDIR.into());
+        };
+        let mut out = vec![
+            DirEntry {
+                name: b".".to_vec(),
+                ino,
+                ftype: FileType::Directory,
+            },
+            DirEntry {
+                name: b"..".to_vec(),
+                ino: parent,
+                ftype: FileType::Directory,
+            },
+        ];
+        for name in d.by_cookie.values() {
+            let e = d.names[name];
+            out.push(DirEntry {
+                name: name.to_vec(),
+                ino: e.ino,
+                ftype: e.ftype,
+            });
+        }
+        Ok(out)
+    }
+
+    fn open(&mut self, path: &str, flags: OpenFlags, mode: u32) -> Res<Fd> {
+        let ino = match self.resolve(path, true) {
+            Ok((ino, _)) => {
+                if flags.create && flags.excl {
+                    return Err(EEXIST.into());
+                }
+                ino
+            }
+            Err(Fail::Fs(e)) if e == ENOENT && flags.create => {
+                match self.make(path, FileType::Regular, mode, None) {
+                    Ok(a) => a.ino,
+                    // Created by someone else meanwhile.
+                    Err(Fail::Fs(e)) if e == EEXIST && !flags.excl => self.resolve(path, true)?.0,
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        let a = self.getattr(ino)?;
+        if a.ftype == FileType::Directory && (flags.write || flags.truncate) {
+            return Err(EISDIR.into());
+        }
+        if flags.truncate && flags.write && a.ftype == FileType::Regular && a.size > 0 {
+            self.setattr(
+                ino,
+                &SetAttrReq {
+                    size: Some(0),
+                    ..Default::default()
+                },
+            )?;
+        }
+        let fd = self.next_fd;
+        self.next_fd += 1;
+        self.handles.insert(fd, Handle { ino, flags, pos: 0 });
+        Ok(Fd(fd))
+    }
+
+    /// chmod, chown, truncate, utimens: a conditional log commit built from the
+    /// current state by the same rules as the MDS's (run again if another client's
+    /// commit came first). A truncation inside a page copies that page with the
+    /// cut-off bytes zeroed, so a later extension reads zeros there.
+    fn setattr(&mut self, ino: u64, req: &SetAttrReq) -> Res<Attr> {
+        let mut page: Option<Vec<(Gpa, u64)>> = None;
+        let r = self.setattr_attempts(ino, req, &mut page);
+        if let (Err(Fail::Fs(_)), Some(p)) = (&r, page) {
+            self.chunks.give_back(p);
+        }
+        r
+    }
+
+    fn setattr_attempts(
+        &mut self,
+        ino: u64,
+        req: &SetAttrReq,
+        page: &mut Option<Vec<(Gpa, u64)>>,
+    ) -> Res<Attr> {
+        for _ in 0..10_000 {
+            let c = self.cache.refresh(&mut self.link, ino)?;
+            let a = c.state.attr.clone();
+            let tail = c.tail;
+            let file = c.state.file();
+            let has_pages = file.is_some_and(|f| !f.pages.is_empty());
+            let now = SystemClock.now();
+            let mut entries = Vec::new();
+            let mut cut_page = None;
+            if let Some(size) = req.size {
+                let pg = size / PAGE_SIZE;
+                if size < a.size && size % PAGE_SIZE != 0 {
+                    cut_page = file.and_then(|f| f.get(pg)).map(|old| (pg, old));
+                }
+            }
+            let rec = setattr_entry(&a, has_pages, req, now)?;
+            if let Some((pg, old)) = cut_page {
+                let mut buf = vec![0u8; PAGE_SIZE as usize];
+                read_page(self, old, &mut buf)?;
+                buf[(req.size.unwrap_or(0) % PAGE_SIZE) as usize..].fill(0);
+                if page.is_none() {
+                    *page = Some(self.chunks.take(&mut self.link, 1)?);
+                }
+                let g = page.as_ref().expect("taken")[0].0;
+                self.link.write_pages(g, &buf)?;
+                entries.push(Entry::Write(WriteRec {
+                    pgoff: pg,
+                    npages: 1,
+                    gpa: g,
+                    size: a.size,
+                    mtime: now,
+                }));
+            }
+            let Some(rec) = rec else {
+                if entries.is_empty() {
+                    return Ok(a);
+                }
+                return Err(io_err("a page copy without an attribute change").into());
+            };
+            entries.push(Entry::SetAttr(rec));
+            let local = self.link.internal_group.is_some()
+                && entries.iter().all(|e| match e {
+                    Entry::Write(w) => Some(w.gpa.group()) == self.link.internal_group,
+                    _ => true,
+                });
+            let commit = Commit {
+                ino,
+                expect: Some(tail),
+                persisted_locally: local && cut_page.is_some(),
+                entries,
+            };
+            match commit_entries(&mut self.link, &mut self.cache, commit) {
+                Ok(()) => {
+                    *page = None;
+                    return self.getattr(ino);
+                }
+                Err(Fail::Fs(FsError::Errno(e))) if e == libc::ESTALE => {
+                    self.link.stats.reexecutions += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(ESTALE.into())
+    }
+}
+
+/// rename/unlink of "/" itself.
+const EBUSY_ROOT: FsError = FsError::Errno(libc::EBUSY);
+
+fn read_page(i: &mut Inner, gpa: Gpa, buf: &mut [u8]) -> Res<()> {
+    let mut d = i.data();
+    d.read_page(gpa, buf)
+}

@@ -1,0 +1,25 @@
+//! Counters of what the client did, for tests, benchmarks and `orion fs --stats`.
+
+/// Every counter only grows.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Stats {
+    /// Requests to the MDS (RPCs and log commits).
+    pub rpcs: u64,
+    pub commits: u64,
+    /// One-sided reads of an inode's slot and tail.
+    pub tail_reads: u64,
+    /// Tail reads that found the cached copy current.
+    pub tail_hits: u64,
+    /// Cached logs that caught up with entries other clients committed.
+    pub refetches: u64,
+    /// Inodes loaded whole (first use, or a log rewritten by GC).
+    pub loads: u64,
+    /// Cached copies thrown away and rebuilt from the MDS log (arbitration, paper §4.3).
+    pub rebuilds: u64,
+    /// Operations run again because the MDS ordered another client's commit first.
+    pub reexecutions: u64,
+    pub reconnects: u64,
+    /// One-sided reads of data pages from remote stores.
+    pub remote_reads: u64,
+    pub cache_hits: u64,
+}

@@ -1,0 +1,35 @@
+//! What a data store is told to do.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct DsConfig {
+    /// The data pool file.
+    pub pool: PathBuf,
+    /// Size of the pool when `orion ds --format` creates it.
+    pub pool_size: String,
+    /// Persistence mode of the pool: auto, dax, msync, volatile.
+    pub pool_mode: String,
+    /// The replication group this store serves.
+    pub group: u16,
+    /// Address to listen on for clients ("host:port"; port 0 picks a free one).
+    pub listen: String,
+    /// The metadata server to join.
+    pub mds: String,
+}
+
+impl Default for DsConfig {
+    fn default() -> Self {
+        DsConfig {
+            pool: PathBuf::from("/dev/shm/orion/ds0.pool"),
+            pool_size: "1GiB".into(),
+            pool_mode: "auto".into(),
+            group: 0,
+            listen: "127.0.0.1:7420".into(),
+            mds: "127.0.0.1:7410".into(),
+        }
+    }
+}

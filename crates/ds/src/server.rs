@@ -1,0 +1,404 @@
+//! The data store process: pool, listener, the connection to the MDS, one event loop.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use orion_fabric::{Access, CompletionQueue, ConnId, Domain, FabricConfig, OpKind, Region};
+use orion_format::{Gpa, PoolKind, Superblock, PAGE_SIZE, SUPERBLOCK_SIZE};
+use orion_pmem::{ModeChoice, Pool};
+use orion_proto::{
+    decode_request, peek_id, Channel, DsHello, DsInfoReply, Event, Reply, ReplyBody, Request,
+    MAX_PERSISTED,
+};
+use tracing::{info, warn};
+
+use crate::DsConfig;
+
+pub struct Ready {
+    pub addr: String,
+    pub describe: String,
+}
+
+/// Creates and formats a data pool. It joins a cluster the first time its store
+/// connects to an MDS (the cluster id is stamped then).
+pub fn format_pool(path: &Path, size: u64, group: u16, mode: ModeChoice) -> Result<()> {
+    if path.exists() {
+        bail!(
+            "{} already exists: refusing to format over it",
+            path.display()
+        );
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let pool = Pool::create(path, size, mode).with_context(|| format!("{}", path.display()))?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0);
+    let sb = Superblock::new_data(size, random_uuid(), [0; 16], group, now)
+        .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    pool.zero(0, PAGE_SIZE as usize)?;
+    pool.write(0, &sb.encode())?;
+    pool.persist(0, PAGE_SIZE as usize)?;
+    Ok(())
+}
+
+fn random_uuid() -> [u8; 16] {
+    let mut u = [0u8; 16];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = f.read_exact(&mut u);
+    }
+    u
+}
+
+struct Store {
+    cfg: DsConfig,
+    pool: Pool,
+    sb: Superblock,
+    domain: Domain,
+    cq: Arc<CompletionQueue>,
+    region: Region,
+    addr: String,
+    clients: std::collections::HashMap<ConnId, Channel>,
+    mds: Option<Channel>,
+    last_attempt: Option<Instant>,
+    /// Pages persisted since the last notice to the MDS.
+    persisted: Vec<Gpa>,
+    msg: Vec<u8>,
+}
+
+pub fn run(
+    cfg: DsConfig,
+    fabric: FabricConfig,
+    stop: Arc<AtomicBool>,
+    ready: impl FnOnce(&Ready),
+) -> Result<()> {
+    let mode: ModeChoice = cfg.pool_mode.parse().map_err(anyhow::Error::msg)?;
+    if !cfg.pool.exists() {
+        bail!(
+            "data pool {} does not exist: create it with `orion ds --format` (or let `orion up` \
+             do it)",
+            cfg.pool.display()
+        );
+    }
+    let pool = Pool::open(&cfg.pool, mode)
+        .with_context(|| format!("opening data pool {}", cfg.pool.display()))?;
+    let sb = match Superblock::decode(&pool.read_vec(0, SUPERBLOCK_SIZE)?) {
+        Ok(sb) if sb.kind == PoolKind::Data => sb,
+        Ok(_) => bail!(
+            "{} is an MDS pool, not a data pool: point `pool` at the store's pool",
+            cfg.pool.display()
+        ),
+        Err(e) => bail!(
+            "{} is not an OrionFS data pool or is damaged: {e}",
+            cfg.pool.display()
+        ),
+    };
+    if sb.group != cfg.group {
+        bail!(
+            "{} was formatted for group {}, but this store is configured for group {}",
+            cfg.pool.display(),
+            sb.group,
+            cfg.group
+        );
+    }
+    if sb.page_count > u32::MAX as u64 {
+        bail!("{}: more than 2^32 pages (16 TiB) per store is not supported: the write immediate names a page in 32 bits", cfg.pool.display());
+    }
+    let domain = Domain::open(fabric).context("opening the fabric")?;
+    let region = domain
+        .register_file(
+            &cfg.pool,
+            sb.page_area_off,
+            (sb.page_count * PAGE_SIZE) as usize,
+            Access::REMOTE_ALL,
+        )
+        .context("registering the data pool with the fabric")?;
+    let cq = Arc::new(domain.completion_queue()?);
+    let listener = domain
+        .listen(&cfg.listen)
+        .with_context(|| format!("listening on {}", cfg.listen))?;
+    let addr = listener.local_addr();
+    let (tx, rx) = mpsc::channel();
+    let acceptor = {
+        let (cq, stop, domain) = (cq.clone(), stop.clone(), domain.clone());
+        std::thread::Builder::new()
+            .name("ds-accept".into())
+            .spawn(move || accept_loop(&domain, &listener, &cq, &stop, tx))?
+    };
+    let describe = format!(
+        "group {} on {} ({}), pool {} ({})",
+        cfg.group,
+        addr,
+        domain.describe(),
+        cfg.pool.display(),
+        pool.describe()
+    );
+    let mut st = Store {
+        cfg,
+        pool,
+        sb,
+        domain,
+        cq: cq.clone(),
+        region,
+        addr: addr.clone(),
+        clients: Default::default(),
+        mds: None,
+        last_attempt: None,
+        persisted: Vec::new(),
+        msg: Vec::new(),
+    };
+    // Serve only once the MDS has accepted this store (a pool of another cluster is
+    // refused there, with the reason).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while st.mds.is_none() {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        if let Err(e) = st.join_mds() {
+            if e.downcast_ref::<Refused>().is_some() || Instant::now() > deadline {
+                stop.store(true, Ordering::Relaxed);
+                let _ = acceptor.join();
+                return Err(e);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    ready(&Ready { addr, describe });
+    let mut batch = Vec::with_capacity(64);
+    while !stop.load(Ordering::Relaxed) {
+        batch.clear();
+        match cq.wait(&mut batch, 64, Duration::from_millis(20)) {
+            Ok(_) | Err(orion_fabric::Error::Timeout(_)) => {}
+            Err(e) => warn!("completion queue: {e}"),
+        }
+        for c in batch.drain(..) {
+            st.on_completion(c, &rx);
+        }
+        st.notify_mds();
+        while let Ok(ch) = rx.try_recv() {
+            st.clients.insert(ch.conn.id(), ch);
+        }
+        if st.mds.is_none()
+            && st
+                .last_attempt
+                .is_none_or(|t| t.elapsed() > Duration::from_millis(200))
+        {
+            if let Err(e) = st.join_mds() {
+                warn!("rejoining the MDS at {}: {e:#}", st.cfg.mds);
+            }
+        }
+    }
+    info!("stopping");
+    st.pool.persist(0, st.pool.len() as usize)?;
+    drop(st);
+    let _ = acceptor.join();
+    Ok(())
+}
+
+/// The MDS refused this store (wrong cluster, group taken): retrying cannot help.
+#[derive(Debug)]
+struct Refused(String);
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for Refused {}
+
+fn accept_loop(
+    domain: &Domain,
+    listener: &orion_fabric::Listener,
+    cq: &CompletionQueue,
+    stop: &AtomicBool,
+    tx: mpsc::Sender<Channel>,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        match listener.accept(cq, Duration::from_millis(100)) {
+            Ok(conn) => match Channel::new(domain, conn) {
+                Ok(ch) => {
+                    if tx.send(ch).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => warn!("client connection: {e}"),
+            },
+            Err(orion_fabric::Error::Timeout(_)) => {}
+            Err(e) => warn!("refused a connection: {e}"),
+        }
+    }
+}
+
+impl Store {
+    /// Connects to the MDS and joins; stamps the cluster id into a fresh pool.
+    fn join_mds(&mut self) -> Result<()> {
+        self.last_attempt = Some(Instant::now());
+        let conn = self.domain.connect(&self.cfg.mds, &self.cq)?;
+        let mut ch = Channel::new(&self.domain, conn)?;
+        let hello = Request::DsHello(DsHello {
+            group: self.cfg.group,
+            page_count: self.sb.page_count,
+            pool_uuid: self.sb.pool_uuid,
+            cluster_uuid: self.sb.cluster_uuid,
+            addr: self.addr.clone(),
+        });
+        let mut other = Vec::new();
+        let reply = ch.call(&self.cq, 1, &hello, Duration::from_secs(10), &mut other);
+        // Completions of client connections that arrived meanwhile are served now.
+        for c in other {
+            self.on_client_completion(c);
+        }
+        match reply? {
+            Reply::Ok(ReplyBody::Joined { cluster_uuid }) => {
+                if self.sb.cluster_uuid == [0; 16] {
+                    self.sb.cluster_uuid = cluster_uuid;
+                    self.pool.write(0, &self.sb.encode())?;
+                    self.pool.persist(0, SUPERBLOCK_SIZE)?;
+                    info!(
+                        "joined a new cluster: stamped its id into {}",
+                        self.cfg.pool.display()
+                    );
+                }
+                info!("joined the MDS at {}", self.cfg.mds);
+                self.mds = Some(ch);
+                Ok(())
+            }
+            Reply::Err { message, .. } => Err(Refused(format!(
+                "the MDS at {} refused this store: {message}",
+                self.cfg.mds
+            ))
+            .into()),
+            Reply::Ok(other) => bail!("unexpected reply to join: {other:?}"),
+        }
+    }
+
+    fn on_completion(&mut self, c: orion_fabric::Completion, rx: &mpsc::Receiver<Channel>) {
+        if let Some(mds) = &mut self.mds {
+            if mds.conn.id() == c.conn {
+                match mds.on_completion(&c) {
+                    Event::Broken(e) => {
+                        warn!("lost the MDS at {}: {e}; rejoining", self.cfg.mds);
+                        self.mds = None;
+                        self.persisted.clear();
+                    }
+                    Event::Message { slot, .. } => {
+                        // The MDS sends nothing unasked; ignore and keep the slot.
+                        let _ = mds.repost(slot);
+                    }
+                    Event::Done => {}
+                }
+                return;
+            }
+        }
+        if c.kind != OpKind::RemoteWrite && !self.clients.contains_key(&c.conn) {
+            while let Ok(ch) = rx.try_recv() {
+                self.clients.insert(ch.conn.id(), ch);
+            }
+        }
+        self.on_client_completion(c);
+    }
+
+    fn on_client_completion(&mut self, c: orion_fabric::Completion) {
+        if c.kind == OpKind::RemoteWrite {
+            if c.status.is_ok() {
+                self.page_written(c.imm as u64);
+            }
+            return;
+        }
+        let Some(ch) = self.clients.get_mut(&c.conn) else {
+            return;
+        };
+        match ch.on_completion(&c) {
+            Event::Done => {}
+            Event::Broken(_) => {
+                if let Some(ch) = self.clients.remove(&c.conn) {
+                    ch.conn.close();
+                }
+            }
+            Event::Message { slot, len } => {
+                let mut msg = std::mem::take(&mut self.msg);
+                let ok = ch.read_message(slot, len, &mut msg).is_ok() && ch.repost(slot).is_ok();
+                if ok {
+                    let reply = self.serve(&msg);
+                    let id = peek_id(&msg).unwrap_or(0);
+                    if let Some(ch) = self.clients.get_mut(&c.conn) {
+                        if ch.send_reply(id, &reply).is_err() {
+                            ch.conn.close();
+                            self.clients.remove(&c.conn);
+                        }
+                    }
+                } else if let Some(ch) = self.clients.remove(&c.conn) {
+                    ch.conn.close();
+                }
+                self.msg = msg;
+            }
+        }
+    }
+
+    /// A strong-mode write of one page landed: persist it and queue the notice.
+    fn page_written(&mut self, page: u64) {
+        if page >= self.sb.page_count {
+            warn!("a client wrote with an immediate naming page {page}, outside the pool");
+            return;
+        }
+        if let Err(e) = self
+            .pool
+            .persist(self.sb.page_off(page), PAGE_SIZE as usize)
+        {
+            // Not persisted means not acknowledged: the commit times out at the MDS.
+            warn!("persisting page {page}: {e}");
+            return;
+        }
+        self.persisted.push(Gpa::new(self.cfg.group, page));
+    }
+
+    fn notify_mds(&mut self) {
+        if self.persisted.is_empty() {
+            return;
+        }
+        let Some(mds) = &mut self.mds else {
+            self.persisted.clear();
+            return;
+        };
+        for pages in self.persisted.chunks(MAX_PERSISTED) {
+            let req = Request::Persisted {
+                pages: pages.to_vec(),
+            };
+            if let Err(e) = mds.send_request(0, &req) {
+                warn!("telling the MDS about persisted pages: {e}");
+                break;
+            }
+        }
+        self.persisted.clear();
+    }
+
+    fn serve(&mut self, msg: &[u8]) -> Reply {
+        let err = |errno: i32, message: String| Reply::Err { errno, message };
+        match decode_request(msg) {
+            Ok((_, Request::DsInfo)) => Reply::Ok(ReplyBody::DsInfo(DsInfoReply {
+                group: self.cfg.group,
+                region: self.region.remote(),
+                pool_path: self.cfg.pool.display().to_string(),
+                pool_uuid: self.sb.pool_uuid,
+                page_area_off: self.sb.page_area_off,
+                page_count: self.sb.page_count,
+            })),
+            Ok((_, Request::Flush)) => {
+                let len = (self.sb.page_count * PAGE_SIZE) as usize;
+                match self.pool.persist(self.sb.page_area_off, len) {
+                    Ok(()) => Reply::Ok(ReplyBody::Empty),
+                    Err(e) => err(libc::EIO, format!("persisting the data pool: {e}")),
+                }
+            }
+            Ok((_, Request::Ping)) => Reply::Ok(ReplyBody::Empty),
+            Ok((_, other)) => err(libc::EIO, format!("a data store does not serve {other:?}")),
+            Err(e) => err(libc::EPROTO, format!("malformed message: {e}")),
+        }
+    }
+}

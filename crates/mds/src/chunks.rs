@@ -1,0 +1,180 @@
+//! Delegated allocation (paper §5.1): the MDS owns the page bitmap of every replication
+//! group and hands clients chunks of free pages; a client allocates inside its chunks
+//! without asking again. The MDS remembers which chunk pages each client has committed,
+//! refuses pages outside a client's chunks, and takes back the uncommitted rest when
+//! the client goes away.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use orion_format::{Gpa, MAX_WRITE_PAGES};
+use orion_meta::alloc::PageAllocator;
+use orion_meta::index::Body;
+use orion_meta::{FsError, FsResult, MetaEngine};
+
+/// Most pages one chunk request may ask for.
+pub const MAX_CHUNK_PAGES: u32 = MAX_WRITE_PAGES;
+
+/// A replication group: its page bitmap and the data store serving it.
+pub struct Group {
+    pub alloc: PageAllocator,
+    pub page_count: u64,
+    /// Where clients reach the store, and its connection while it is up.
+    pub addr: String,
+    pub store: Option<orion_fabric::ConnId>,
+}
+
+impl Group {
+    /// A group whose store just joined with `page_count` pages: every page a file or
+    /// symlink of `engine` names is in use, the rest is free.
+    pub fn new(
+        group: u16,
+        page_count: u64,
+        addr: String,
+        engine: &MetaEngine,
+        grace: Duration,
+    ) -> FsResult<Group> {
+        let mut alloc = PageAllocator::new(page_count, (page_count / 100).max(8), grace);
+        for ino in engine.inode_numbers() {
+            let inode = engine.inode(ino)?;
+            let pages: Vec<Gpa> = match &inode.state.body {
+                Body::File(f) => f.pages.values().map(|e| e.gpa).collect(),
+                Body::Symlink(Some((g, _))) => vec![*g],
+                _ => continue,
+            };
+            for g in pages.into_iter().filter(|g| g.group() == group) {
+                if g.page() >= page_count || !alloc.mark_used(g.page()) {
+                    return Err(FsError::Corrupt(format!(
+                        "inode {ino} names page {} of group {group}, but the store's pool has \
+                         {page_count} pages (or the page is named twice): is this the store's \
+                         pool of this cluster?",
+                        g.page()
+                    )));
+                }
+            }
+        }
+        Ok(Group {
+            alloc,
+            page_count,
+            addr,
+            store: None,
+        })
+    }
+}
+
+/// A chunk handed to one client, and which of its pages the client has committed.
+pub struct Lease {
+    pub start: Gpa,
+    pub pages: u32,
+    committed: Vec<u64>,
+    left: u32,
+}
+
+impl Lease {
+    pub fn new(start: Gpa, pages: u32) -> Lease {
+        Lease {
+            start,
+            pages,
+            committed: vec![0; (pages as usize).div_ceil(64)],
+            left: pages,
+        }
+    }
+
+    fn index(&self, g: Gpa) -> Option<u64> {
+        let s = self.start;
+        (g.group() == s.group() && g.page() >= s.page() && g.page() < s.page() + self.pages as u64)
+            .then(|| g.page() - s.page())
+    }
+
+    fn is_committed(&self, i: u64) -> bool {
+        self.committed[(i / 64) as usize] & (1 << (i % 64)) != 0
+    }
+}
+
+/// The leases of one client.
+#[derive(Default)]
+pub struct Leases(pub Vec<Lease>);
+
+impl Leases {
+    /// Checks that `n` pages from `start` all lie in this client's chunks and are not
+    /// committed yet.
+    pub fn check(&self, start: Gpa, n: u64) -> FsResult<()> {
+        for k in 0..n {
+            let g = start.offset_by(k);
+            let ok = self.0.iter().any(|l| match l.index(g) {
+                Some(i) => !l.is_committed(i),
+                None => false,
+            });
+            if !ok {
+                return Err(FsError::Io(format!(
+                    "page {} of group {} is not in one of this client's chunks, or is \
+                     already committed",
+                    g.page(),
+                    g.group()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Records pages as committed (they now belong to a file); drops full leases.
+    pub fn commit(&mut self, start: Gpa, n: u64) {
+        for k in 0..n {
+            let g = start.offset_by(k);
+            for l in self.0.iter_mut() {
+                if let Some(i) = l.index(g) {
+                    if !l.is_committed(i) {
+                        l.committed[(i / 64) as usize] |= 1 << (i % 64);
+                        l.left -= 1;
+                    }
+                }
+            }
+        }
+        self.0.retain(|l| l.left > 0);
+    }
+
+    /// The pages never committed, as runs, to give back to their groups.
+    pub fn uncommitted(&self) -> Vec<(Gpa, u64)> {
+        let mut out: Vec<(Gpa, u64)> = Vec::new();
+        for l in &self.0 {
+            for i in 0..l.pages as u64 {
+                if !l.is_committed(i) {
+                    match out.last_mut() {
+                        Some((g, n)) if g.offset_by(*n) == l.start.offset_by(i) => *n += 1,
+                        _ => out.push((l.start.offset_by(i), 1)),
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Picks a group and a run of free pages for a client: its own group when it asks for
+/// one (an internal client), else the group with the most free pages.
+pub fn grant(
+    groups: &mut BTreeMap<u16, Group>,
+    want: Option<u16>,
+    pages: u32,
+) -> FsResult<(Gpa, u32)> {
+    let pages = pages.clamp(1, MAX_CHUNK_PAGES);
+    let pick = match want {
+        Some(g) if groups.get(&g).is_some_and(|x| x.store.is_some()) => Some(g),
+        _ => groups
+            .iter()
+            .filter(|(_, x)| x.store.is_some())
+            .max_by_key(|(_, x)| x.alloc.free())
+            .map(|(g, _)| *g),
+    };
+    let Some(g) = pick else {
+        return Err(FsError::Io(
+            "no data store is connected: start `orion ds` for this cluster".into(),
+        ));
+    };
+    let grp = groups.get_mut(&g).expect("picked group exists");
+    let (start, n) = grp
+        .alloc
+        .alloc_run(pages as u64, false)
+        .ok_or(orion_meta::error::ENOSPC)?;
+    Ok((Gpa::new(g, start), n as u32))
+}

@@ -1,0 +1,40 @@
+//! What an MDS is told to do: its pool, where it listens, and its policies.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct MdsConfig {
+    /// The MDS pool file (on /dev/shm, a DAX file system, or any file system).
+    pub pool: PathBuf,
+    /// Size of the pool when `orion mds --format` creates it.
+    pub pool_size: String,
+    /// Persistence mode of the pool: auto, dax, msync, volatile.
+    pub pool_mode: String,
+    /// Address to listen on ("host:port"; port 0 picks a free one).
+    pub listen: String,
+    /// Most pages one delegated-allocation chunk may hold (paper §5.1).
+    pub max_chunk_pages: u32,
+    /// How long freed log and data pages wait before reuse, in milliseconds: clients
+    /// may still be reading them one-sided.
+    pub grace_ms: u64,
+    /// How long a strong-mode commit waits for the data stores to report its pages
+    /// persisted before it fails, in milliseconds.
+    pub persist_timeout_ms: u64,
+}
+
+impl Default for MdsConfig {
+    fn default() -> Self {
+        MdsConfig {
+            pool: PathBuf::from("/dev/shm/orion/mds.pool"),
+            pool_size: "256MiB".into(),
+            pool_mode: "auto".into(),
+            listen: "127.0.0.1:7410".into(),
+            max_chunk_pages: 4096,
+            grace_ms: 1000,
+            persist_timeout_ms: 10_000,
+        }
+    }
+}

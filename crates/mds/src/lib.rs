@@ -1,0 +1,18 @@
+//! `orion-mds`: the metadata server (paper §4, DESIGN.md §1, §3).
+//!
+//! It owns the authoritative MDS pool and registers it with the fabric so clients read
+//! inode slots, log pages and 8-byte tails one-sided. One event loop polls every
+//! connection ([`server`]); a log commit ([`commit`]) is appended, persisted and made
+//! visible with one tail store before it is acknowledged; namespace RPCs ([`namespace`])
+//! run on the metadata engine, which journals multi-inode changes; data pages are handed
+//! to clients in chunks and tracked until committed ([`chunks`]); in strong mode a
+//! commit waits until the data stores report its pages persisted.
+
+pub mod chunks;
+pub mod commit;
+pub mod config;
+pub mod namespace;
+pub mod server;
+
+pub use config::MdsConfig;
+pub use server::{format_pool, run, Ready};

@@ -1,0 +1,61 @@
+//! Namespace RPCs: everything that changes several inodes or other clients' view of a
+//! directory (paper §4.1). They run on the metadata engine, which journals changes to
+//! several inodes and commits single-inode ones with one tail store.
+
+use orion_format::{Entry, FileType, SYMLINK_MAX};
+use orion_meta::error::{EINVAL, ENAMETOOLONG, ENOENT, ENOTDIR};
+use orion_meta::index::Body;
+use orion_meta::{FsResult, MetaEngine, NewNode, StatFs};
+use orion_proto::{Create, ReplyBody};
+
+pub fn create(engine: &mut MetaEngine, c: &Create) -> FsResult<ReplyBody> {
+    let mut extra = Vec::new();
+    match (c.ftype, c.symlink) {
+        (FileType::Symlink, Some((gpa, len))) => {
+            if len == 0 {
+                return Err(ENOENT);
+            }
+            if len as usize > SYMLINK_MAX {
+                return Err(ENAMETOOLONG);
+            }
+            extra.push(Entry::Symlink { gpa, len });
+        }
+        (FileType::Symlink, None) | (_, Some(_)) => return Err(EINVAL),
+        _ => {}
+    }
+    let node = NewNode {
+        ftype: c.ftype,
+        mode: c.mode,
+        uid: c.uid,
+        gid: c.gid,
+        rdev: c.rdev,
+    };
+    engine
+        .create_node(c.parent, &c.name, node, extra)
+        .map(ReplyBody::Attr)
+}
+
+pub fn statfs(engine: &MetaEngine, blocks: u64, bfree: u64) -> ReplyBody {
+    let (files, ffree, _, _) = engine.usage();
+    ReplyBody::Statfs(StatFs {
+        bsize: orion_format::PAGE_SIZE as u32,
+        blocks,
+        bfree,
+        files,
+        ffree,
+        namelen: orion_format::NAME_MAX as u32,
+    })
+}
+
+/// The parent of a directory, for "..".
+pub fn parent(engine: &MetaEngine, ino: u64) -> FsResult<ReplyBody> {
+    let i = engine.inode(ino)?;
+    match i.state.body {
+        Body::Dir(_) => Ok(ReplyBody::Ino(if ino == orion_meta::ROOT_INO {
+            ino
+        } else {
+            i.parent
+        })),
+        _ => Err(ENOTDIR),
+    }
+}

@@ -1,0 +1,660 @@
+//! The MDS process: the pool, the listener, and one event loop that serves every
+//! connection. On this 2-core machine one loop that spins briefly and then sleeps is
+//! faster than a network thread handing work to file-system threads (each hand-off is
+//! a wake-up of 35-60 µs here); the engine is therefore owned by the loop alone.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use orion_fabric::{
+    Access, Completion, CompletionQueue, ConnId, Domain, FabricConfig, Region, MAX_MESSAGE,
+};
+use orion_format::{Gpa, PoolKind, Superblock, SUPERBLOCK_SIZE};
+use orion_meta::engine::EngineConfig;
+use orion_meta::{FsError, FsResult, MetaEngine, SystemClock};
+use orion_pmem::{ModeChoice, Pool};
+use orion_proto::{
+    decode_request, peek_id, Channel, Event, HelloReply, Reply, ReplyBody, Request, StoreInfo,
+};
+use tracing::{info, warn};
+
+use crate::chunks::{self, Group, Leases};
+use crate::{commit, namespace, MdsConfig};
+
+/// What a started MDS tells its caller.
+pub struct Ready {
+    pub addr: String,
+    pub describe: String,
+}
+
+enum Role {
+    New,
+    Client {
+        internal_group: Option<u16>,
+        strong: bool,
+    },
+    Store {
+        group: u16,
+    },
+}
+
+struct Peer {
+    ch: Channel,
+    role: Role,
+    leases: Leases,
+    name: String,
+}
+
+/// A request waiting for data stores to report pages persisted (strong mode).
+struct Parked {
+    conn: ConnId,
+    id: u64,
+    req: Request,
+    pages: Vec<Gpa>,
+    deadline: Instant,
+}
+
+struct Mds {
+    cfg: MdsConfig,
+    engine: MetaEngine,
+    /// Keeps the fabric domain (and the registered pool) alive while serving.
+    _domain: Domain,
+    pool_region: Region,
+    superblock: Vec<u8>,
+    groups: BTreeMap<u16, Group>,
+    peers: HashMap<ConnId, Peer>,
+    /// Pages the data stores reported persisted that no commit has consumed yet.
+    persisted: HashSet<Gpa>,
+    parked: VecDeque<Parked>,
+    next_client: u64,
+    msg: Vec<u8>,
+}
+
+/// Creates and formats an MDS pool (a new cluster).
+pub fn format_pool(path: &Path, size: u64, mode: ModeChoice) -> Result<()> {
+    if path.exists() {
+        bail!(
+            "{} already exists: refusing to format over it (delete it first to start a new \
+             cluster)",
+            path.display()
+        );
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let pool = Pool::create(path, size, mode).with_context(|| format!("{}", path.display()))?;
+    let now = orion_meta::Clock::now(&SystemClock);
+    let sb = Superblock::new_metadata(size, random_uuid(), random_uuid(), now)
+        .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    MetaEngine::format(&pool, &sb, now).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    Ok(())
+}
+
+pub fn random_uuid() -> [u8; 16] {
+    let mut u = [0u8; 16];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = f.read_exact(&mut u);
+    }
+    u
+}
+
+/// Opens the pool, recovers it, listens, calls `ready`, and serves until `stop` is set.
+pub fn run(
+    cfg: MdsConfig,
+    fabric: FabricConfig,
+    stop: Arc<AtomicBool>,
+    ready: impl FnOnce(&Ready),
+) -> Result<()> {
+    let mode: ModeChoice = cfg.pool_mode.parse().map_err(anyhow::Error::msg)?;
+    if !cfg.pool.exists() {
+        bail!(
+            "MDS pool {} does not exist: create it with `orion mds --format` (or let \
+             `orion up` do it)",
+            cfg.pool.display()
+        );
+    }
+    let pool = Pool::open(&cfg.pool, mode)
+        .with_context(|| format!("opening MDS pool {}", cfg.pool.display()))?;
+    let superblock = pool.read_vec(0, SUPERBLOCK_SIZE)?;
+    match Superblock::decode(&superblock) {
+        Ok(sb) if sb.kind == PoolKind::Metadata => {}
+        Ok(_) => bail!(
+            "{} is a data pool, not an MDS pool: point `pool` at the MDS pool",
+            cfg.pool.display()
+        ),
+        Err(e) => bail!(
+            "{} is not an OrionFS MDS pool or is damaged ({e}): run `orion fsck {}`",
+            cfg.pool.display(),
+            cfg.pool.display()
+        ),
+    }
+    let t0 = Instant::now();
+    let grace = Duration::from_millis(cfg.grace_ms);
+    let (engine, report) = MetaEngine::open(
+        pool,
+        Arc::new(SystemClock),
+        EngineConfig {
+            grace,
+            ..Default::default()
+        },
+    )
+    .map_err(|e| anyhow!("recovering MDS pool {}: {e}", cfg.pool.display()))?;
+    info!(
+        inodes = report.inodes,
+        journal_replayed = report.journal_replayed,
+        orphans = report.orphans_reclaimed,
+        "recovered {} in {:?}",
+        cfg.pool.display(),
+        t0.elapsed()
+    );
+    let domain = Domain::open(fabric).context("opening the fabric")?;
+    let pool_len = engine.pool().len() as usize;
+    let pool_region = domain
+        .register_file(&cfg.pool, 0, pool_len, Access::REMOTE_READ)
+        .context("registering the MDS pool with the fabric")?;
+    let cq = Arc::new(domain.completion_queue()?);
+    let listener = domain
+        .listen(&cfg.listen)
+        .with_context(|| format!("listening on {}", cfg.listen))?;
+    let addr = listener.local_addr();
+    let describe = format!(
+        "{} on {}, pool {} ({})",
+        domain.describe(),
+        addr,
+        cfg.pool.display(),
+        engine.pool().describe()
+    );
+    let (tx, rx) = mpsc::channel();
+    let acceptor = {
+        let (cq, stop, domain) = (cq.clone(), stop.clone(), domain.clone());
+        std::thread::Builder::new()
+            .name("mds-accept".into())
+            .spawn(move || accept_loop(&domain, &listener, &cq, &stop, tx))?
+    };
+    let mut mds = Mds {
+        cfg,
+        engine,
+        _domain: domain,
+        pool_region,
+        superblock,
+        groups: BTreeMap::new(),
+        peers: HashMap::new(),
+        persisted: HashSet::new(),
+        parked: VecDeque::new(),
+        next_client: 1,
+        msg: Vec::with_capacity(MAX_MESSAGE),
+    };
+    ready(&Ready { addr, describe });
+    let mut batch = Vec::with_capacity(64);
+    while !stop.load(Ordering::Relaxed) {
+        batch.clear();
+        match cq.wait(&mut batch, 64, Duration::from_millis(20)) {
+            Ok(_) | Err(orion_fabric::Error::Timeout(_)) => {}
+            Err(e) => warn!("completion queue: {e}"),
+        }
+        for c in batch.drain(..) {
+            if !mds.peers.contains_key(&c.conn) {
+                mds.adopt(&rx);
+            }
+            mds.on_completion(c);
+        }
+        mds.adopt(&rx);
+        mds.expire_parked();
+    }
+    info!("stopping: {} connections", mds.peers.len());
+    for p in mds.peers.values() {
+        p.ch.conn.close();
+    }
+    drop(mds);
+    let _ = acceptor.join();
+    Ok(())
+}
+
+fn accept_loop(
+    domain: &Domain,
+    listener: &orion_fabric::Listener,
+    cq: &CompletionQueue,
+    stop: &AtomicBool,
+    tx: mpsc::Sender<Channel>,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        match listener.accept(cq, Duration::from_millis(100)) {
+            Ok(conn) => {
+                let peer = conn.peer().to_string();
+                match Channel::new(domain, conn) {
+                    Ok(ch) => {
+                        if tx.send(ch).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => warn!("connection from {peer}: {e}"),
+                }
+            }
+            Err(orion_fabric::Error::Timeout(_)) => {}
+            Err(e) => warn!("refused a connection: {e}"),
+        }
+    }
+}
+
+fn errno_reply(e: FsError) -> Reply {
+    Reply::Err {
+        errno: e.errno(),
+        message: e.to_string(),
+    }
+}
+
+impl Mds {
+    fn adopt(&mut self, rx: &mpsc::Receiver<Channel>) {
+        while let Ok(ch) = rx.try_recv() {
+            let id = ch.conn.id();
+            let name = ch.conn.peer().to_string();
+            self.peers.insert(
+                id,
+                Peer {
+                    ch,
+                    role: Role::New,
+                    leases: Leases::default(),
+                    name,
+                },
+            );
+        }
+    }
+
+    fn on_completion(&mut self, c: Completion) {
+        let Some(peer) = self.peers.get_mut(&c.conn) else {
+            return;
+        };
+        match peer.ch.on_completion(&c) {
+            Event::Done => {}
+            Event::Broken(e) => self.drop_peer(c.conn, &e.to_string()),
+            Event::Message { slot, len } => {
+                let mut msg = std::mem::take(&mut self.msg);
+                let read = peer.ch.read_message(slot, len, &mut msg);
+                let repost = peer.ch.repost(slot);
+                match read.and(repost) {
+                    Ok(()) => self.on_message(c.conn, &msg),
+                    Err(e) => self.drop_peer(c.conn, &e.to_string()),
+                }
+                self.msg = msg;
+            }
+        }
+    }
+
+    fn drop_peer(&mut self, conn: ConnId, why: &str) {
+        let Some(peer) = self.peers.remove(&conn) else {
+            return;
+        };
+        peer.ch.conn.close();
+        // Pages of chunks the client never committed go back to their groups now: no
+        // file names them, so no reader can hold them.
+        for (g, n) in peer.leases.uncommitted() {
+            if let Some(grp) = self.groups.get_mut(&g.group()) {
+                grp.alloc.free_now(g.page(), n);
+            }
+            for k in 0..n {
+                self.persisted.remove(&g.offset_by(k));
+            }
+        }
+        self.parked.retain(|p| p.conn != conn);
+        match peer.role {
+            Role::Store { group } => {
+                if let Some(g) = self.groups.get_mut(&group) {
+                    g.store = None;
+                }
+                warn!("data store of group {group} ({}) left: {why}", peer.name);
+            }
+            Role::Client { .. } => info!("client {} left: {why}", peer.name),
+            Role::New => info!("connection from {} closed: {why}", peer.name),
+        }
+    }
+
+    fn reply(&mut self, conn: ConnId, id: u64, reply: Reply) {
+        let Some(peer) = self.peers.get_mut(&conn) else {
+            return;
+        };
+        if let Err(e) = peer.ch.send_reply(id, &reply) {
+            self.drop_peer(conn, &format!("cannot reply: {e}"));
+        }
+    }
+
+    fn on_message(&mut self, conn: ConnId, msg: &[u8]) {
+        let (id, req) = match decode_request(msg) {
+            Ok(x) => x,
+            Err(e) => {
+                let name = &self.peers[&conn].name;
+                warn!("malformed message from {name}: {e}");
+                let id = peek_id(msg).unwrap_or(0);
+                self.reply(
+                    conn,
+                    id,
+                    Reply::Err {
+                        errno: libc::EPROTO,
+                        message: format!("malformed message: {e}"),
+                    },
+                );
+                return;
+            }
+        };
+        if let Some(reply) = self.dispatch(conn, id, req) {
+            self.reply(conn, id, reply);
+        }
+    }
+
+    /// Serves one request; `None` when the answer comes later (a parked commit) or
+    /// never (a notice).
+    fn dispatch(&mut self, conn: ConnId, id: u64, req: Request) -> Option<Reply> {
+        let peer = self.peers.get_mut(&conn)?;
+        let r = match (&peer.role, req) {
+            (_, Request::Ping) => Ok(ReplyBody::Empty),
+            (Role::New | Role::Client { .. }, Request::Hello(h)) => {
+                info!(
+                    "client {} ({}) joined: {}, {}",
+                    h.name,
+                    peer.name,
+                    if h.strong { "strong" } else { "weak" },
+                    match h.internal_group {
+                        Some(g) => format!("internal to group {g}"),
+                        None => "external".into(),
+                    }
+                );
+                peer.role = Role::Client {
+                    internal_group: h.internal_group,
+                    strong: h.strong,
+                };
+                peer.name = format!("{} ({})", h.name, peer.name);
+                self.next_client += 1;
+                Ok(ReplyBody::Hello(HelloReply {
+                    client_id: self.next_client - 1,
+                    superblock: self.superblock.clone(),
+                    pool: self.pool_region.remote(),
+                    stores: self
+                        .groups
+                        .iter()
+                        .filter(|(_, g)| g.store.is_some())
+                        .map(|(&group, g)| StoreInfo {
+                            group,
+                            addr: g.addr.clone(),
+                        })
+                        .collect(),
+                }))
+            }
+            (Role::New, Request::DsHello(d)) => self.join_store(conn, d),
+            (Role::Store { .. }, Request::Persisted { pages }) => {
+                self.persisted.extend(pages);
+                self.retry_parked();
+                return None;
+            }
+            (Role::Client { .. }, req) => return self.client_request(conn, id, req),
+            (_, other) => Err(FsError::Io(format!(
+                "{} is not allowed here: a connection says hello (client) or joins (data \
+                 store) first, once",
+                request_name(&other)
+            ))),
+        };
+        Some(match r {
+            Ok(b) => Reply::Ok(b),
+            Err(e) => errno_reply(e),
+        })
+    }
+
+    fn join_store(&mut self, conn: ConnId, d: orion_proto::DsHello) -> FsResult<ReplyBody> {
+        let ours = self.engine.superblock().cluster_uuid;
+        if d.cluster_uuid != [0; 16] && d.cluster_uuid != ours {
+            return Err(FsError::Io(format!(
+                "the data store's pool belongs to another cluster ({}) than this MDS's ({}): \
+                 point the store at its own cluster's MDS, or format a new pool for it",
+                hex(&d.cluster_uuid),
+                hex(&ours)
+            )));
+        }
+        if let Some(g) = self.groups.get(&d.group) {
+            if g.store.is_some() {
+                return Err(FsError::Io(format!(
+                    "group {} already has a connected data store ({}): each store needs its own \
+                     group until replication groups exist",
+                    d.group, g.addr
+                )));
+            }
+        }
+        let grace = Duration::from_millis(self.cfg.grace_ms);
+        let known = self
+            .groups
+            .get(&d.group)
+            .is_some_and(|g| g.page_count == d.page_count);
+        if !known {
+            let g = Group::new(d.group, d.page_count, d.addr.clone(), &self.engine, grace)?;
+            self.groups.insert(d.group, g);
+        }
+        let g = self.groups.get_mut(&d.group).expect("inserted");
+        g.store = Some(conn);
+        g.addr = d.addr.clone();
+        let peer = self.peers.get_mut(&conn).expect("caller holds it");
+        peer.role = Role::Store { group: d.group };
+        info!(
+            "data store of group {} joined from {} ({} pages, {} free)",
+            d.group,
+            d.addr,
+            d.page_count,
+            g.alloc.free()
+        );
+        Ok(ReplyBody::Joined { cluster_uuid: ours })
+    }
+
+    fn client_request(&mut self, conn: ConnId, id: u64, req: Request) -> Option<Reply> {
+        let peer = self.peers.get_mut(&conn)?;
+        let Role::Client {
+            internal_group,
+            strong,
+        } = peer.role
+        else {
+            return None;
+        };
+        let r = match req {
+            Request::AllocChunk { group, pages } => {
+                let want = group.or(internal_group);
+                chunks::grant(&mut self.groups, want, pages.min(self.cfg.max_chunk_pages)).map(
+                    |(start, n)| {
+                        peer.leases.0.push(chunks::Lease::new(start, n));
+                        ReplyBody::Chunk { start, pages: n }
+                    },
+                )
+            }
+            Request::Commit(c) => {
+                if c.persisted_locally {
+                    let foreign = commit::data_pages(&c)
+                        .iter()
+                        .any(|g| Some(g.group()) != internal_group);
+                    if foreign {
+                        return Some(errno_reply(FsError::Io(
+                            "only an internal client persists pages itself, and only in its \
+                             own group"
+                                .into(),
+                        )));
+                    }
+                }
+                let wait = strong && !c.persisted_locally;
+                let pages = if wait {
+                    commit::data_pages(&c)
+                } else {
+                    Vec::new()
+                };
+                return self.run_or_park(conn, id, Request::Commit(c), pages);
+            }
+            Request::Create(c) => {
+                if let Some((g, _)) = c.symlink {
+                    if let Err(e) = peer.leases.check(g, 1) {
+                        return Some(errno_reply(e));
+                    }
+                    let wait = strong && Some(g.group()) != internal_group;
+                    let pages = if wait { vec![g] } else { Vec::new() };
+                    return self.run_or_park(conn, id, Request::Create(c), pages);
+                }
+                namespace::create(&mut self.engine, &c)
+            }
+            Request::Unlink { parent, name } => {
+                self.engine.unlink(parent, &name).map(|_| ReplyBody::Empty)
+            }
+            Request::Rmdir { parent, name } => {
+                self.engine.rmdir(parent, &name).map(|_| ReplyBody::Empty)
+            }
+            Request::Rename {
+                old_parent,
+                old_name,
+                new_parent,
+                new_name,
+                noreplace,
+            } => self
+                .engine
+                .rename(old_parent, &old_name, new_parent, &new_name, noreplace)
+                .map(|_| ReplyBody::Empty),
+            Request::Link { ino, parent, name } => {
+                self.engine.link(ino, parent, &name).map(ReplyBody::Attr)
+            }
+            Request::Statfs => {
+                let (blocks, bfree) = self
+                    .groups
+                    .values()
+                    .fold((0, 0), |(b, f), g| (b + g.page_count, f + g.alloc.free()));
+                Ok(namespace::statfs(&self.engine, blocks, bfree))
+            }
+            Request::Parent { ino } => namespace::parent(&self.engine, ino),
+            other => Err(FsError::Io(format!(
+                "{} is not a client request",
+                request_name(&other)
+            ))),
+        };
+        self.release_freed();
+        Some(match r {
+            Ok(b) => Reply::Ok(b),
+            Err(e) => errno_reply(e),
+        })
+    }
+
+    /// Runs a request whose data pages are persisted, or parks it until they are.
+    fn run_or_park(
+        &mut self,
+        conn: ConnId,
+        id: u64,
+        req: Request,
+        pages: Vec<Gpa>,
+    ) -> Option<Reply> {
+        if pages.iter().all(|g| self.persisted.contains(g)) {
+            return Some(self.run_ready(conn, req, &pages));
+        }
+        let deadline = Instant::now() + Duration::from_millis(self.cfg.persist_timeout_ms);
+        self.parked.push_back(Parked {
+            conn,
+            id,
+            req,
+            pages,
+            deadline,
+        });
+        None
+    }
+
+    fn run_ready(&mut self, conn: ConnId, req: Request, pages: &[Gpa]) -> Reply {
+        for g in pages {
+            self.persisted.remove(g);
+        }
+        let Some(peer) = self.peers.get_mut(&conn) else {
+            return errno_reply(FsError::Io("client gone".into()));
+        };
+        let r = match req {
+            Request::Commit(c) => commit::apply(&mut self.engine, &mut peer.leases, c)
+                .map(|(prev, tail)| ReplyBody::Committed { prev, tail }),
+            Request::Create(c) => {
+                let r = namespace::create(&mut self.engine, &c);
+                if let (Ok(_), Some((g, _))) = (&r, c.symlink) {
+                    peer.leases.commit(g, 1);
+                }
+                r
+            }
+            other => Err(FsError::Io(format!(
+                "{} cannot wait for data",
+                request_name(&other)
+            ))),
+        };
+        self.release_freed();
+        match r {
+            Ok(b) => Reply::Ok(b),
+            Err(e) => errno_reply(e),
+        }
+    }
+
+    fn retry_parked(&mut self) {
+        let mut i = 0;
+        while i < self.parked.len() {
+            if self.parked[i]
+                .pages
+                .iter()
+                .all(|g| self.persisted.contains(g))
+            {
+                let p = self.parked.remove(i).expect("index in range");
+                let reply = self.run_ready(p.conn, p.req, &p.pages);
+                self.reply(p.conn, p.id, reply);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    fn expire_parked(&mut self) {
+        let now = Instant::now();
+        while let Some(i) = self.parked.iter().position(|p| p.deadline <= now) {
+            let p = self.parked.remove(i).expect("index in range");
+            let groups: HashSet<u16> = p
+                .pages
+                .iter()
+                .filter(|g| !self.persisted.contains(g))
+                .map(|g| g.group())
+                .collect();
+            warn!("a commit waited too long for data stores of groups {groups:?}");
+            let msg = format!(
+                "the data stores of groups {groups:?} did not report the written pages \
+                 persisted within {} ms: is every data store up?",
+                self.cfg.persist_timeout_ms
+            );
+            self.reply(p.conn, p.id, errno_reply(FsError::Io(msg)));
+        }
+    }
+
+    /// Hands data pages the engine released to their groups (after the grace period:
+    /// clients may still be reading them one-sided).
+    fn release_freed(&mut self) {
+        for g in self.engine.take_freed() {
+            if let Some(grp) = self.groups.get_mut(&g.group()) {
+                grp.alloc.free_later(g.page(), 1);
+            }
+        }
+    }
+}
+
+fn request_name(r: &Request) -> &'static str {
+    match r {
+        Request::Hello(_) => "hello",
+        Request::Ping => "ping",
+        Request::AllocChunk { .. } => "chunk allocation",
+        Request::Commit(_) => "log commit",
+        Request::Create(_) => "create",
+        Request::Unlink { .. } => "unlink",
+        Request::Rmdir { .. } => "rmdir",
+        Request::Rename { .. } => "rename",
+        Request::Link { .. } => "link",
+        Request::Statfs => "statfs",
+        Request::Parent { .. } => "parent",
+        Request::DsHello(_) => "data store join",
+        Request::Persisted { .. } => "persisted notice",
+        Request::DsInfo => "data store info",
+        Request::Flush => "flush",
+    }
+}
+
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}

@@ -1,0 +1,182 @@
+//! A message channel over one fabric connection: receive buffers kept posted, send
+//! buffers recycled as sends complete. Servers run many channels on one completion
+//! queue; a client runs request/reply calls on its own ([`Channel::call`]).
+
+use std::time::{Duration, Instant};
+
+use orion_fabric::{
+    Access, Completion, CompletionQueue, Connection, Domain, Error, OpKind, Region, Result,
+    MAX_MESSAGE,
+};
+
+use crate::msg::{decode_reply, encode_reply, encode_request, Reply, Request};
+
+/// Receive (and send) buffers per channel: how many messages may be in flight.
+pub const DEPTH: u64 = 8;
+/// `wr_id`s of sends carry this bit; receives use the slot number alone, and callers
+/// may use ids from [`USER_WR_BASE`] up for their one-sided operations.
+pub const SEND_TAG: u64 = 1 << 32;
+pub const USER_WR_BASE: u64 = 1 << 40;
+
+pub struct Channel {
+    pub conn: Connection,
+    recv: Region,
+    send: Region,
+    free_send: Vec<u64>,
+    scratch: Vec<u8>,
+}
+
+/// What a completion meant for a channel.
+pub enum Event {
+    /// A message arrived in receive slot `slot` (read it, then [`Channel::repost`]).
+    Message { slot: u64, len: usize },
+    /// A send finished (its buffer is free again) or another operation completed.
+    Done,
+    /// The connection failed: the peer is gone or misbehaved.
+    Broken(Error),
+}
+
+impl Channel {
+    /// Wraps a fresh connection and posts every receive buffer.
+    pub fn new(domain: &Domain, conn: Connection) -> Result<Channel> {
+        let len = (DEPTH as usize) * MAX_MESSAGE;
+        let ch = Channel {
+            conn,
+            recv: domain.alloc_region(len, Access::LOCAL)?,
+            send: domain.alloc_region(len, Access::LOCAL)?,
+            free_send: (0..DEPTH).rev().collect(),
+            scratch: Vec::with_capacity(MAX_MESSAGE),
+        };
+        for slot in 0..DEPTH {
+            ch.repost(slot)?;
+        }
+        Ok(ch)
+    }
+
+    pub fn repost(&self, slot: u64) -> Result<()> {
+        self.conn
+            .post_recv(slot, &self.recv, slot * MAX_MESSAGE as u64, MAX_MESSAGE)
+    }
+
+    /// Copies the message in `slot` out (the slot is reposted by the caller).
+    pub fn read_message(&self, slot: u64, len: usize, out: &mut Vec<u8>) -> Result<()> {
+        out.resize(len.min(MAX_MESSAGE), 0);
+        self.recv.read(slot * MAX_MESSAGE as u64, out)
+    }
+
+    /// Classifies a completion of this channel's connection.
+    pub fn on_completion(&mut self, c: &Completion) -> Event {
+        if let Err(e) = &c.status {
+            return Event::Broken(e.clone());
+        }
+        match c.kind {
+            OpKind::Recv if c.wr_id < DEPTH => Event::Message {
+                slot: c.wr_id,
+                len: c.len,
+            },
+            OpKind::Send if c.wr_id & SEND_TAG != 0 => {
+                self.free_send.push(c.wr_id & !SEND_TAG);
+                Event::Done
+            }
+            _ => Event::Done,
+        }
+    }
+
+    /// Sends `bytes` from a free send buffer.
+    pub fn send_bytes(&mut self, bytes: &[u8]) -> Result<()> {
+        if bytes.len() > MAX_MESSAGE {
+            return Err(Error::MessageTooLarge {
+                len: bytes.len(),
+                max: MAX_MESSAGE,
+            });
+        }
+        let slot = self.free_send.pop().ok_or_else(|| Error::Protocol {
+            peer: self.conn.peer().to_string(),
+            why: "peer does not take its messages: every send buffer is in flight".into(),
+        })?;
+        let off = slot * MAX_MESSAGE as u64;
+        let r = self.send.write(off, bytes).and_then(|_| {
+            self.conn
+                .post_send(SEND_TAG | slot, &self.send, off, bytes.len())
+        });
+        if r.is_err() {
+            self.free_send.push(slot);
+        }
+        r
+    }
+
+    pub fn send_request(&mut self, id: u64, req: &Request) -> Result<()> {
+        let mut b = std::mem::take(&mut self.scratch);
+        b.clear();
+        encode_request(&mut b, id, req);
+        let r = self.send_bytes(&b);
+        self.scratch = b;
+        r
+    }
+
+    pub fn send_reply(&mut self, id: u64, reply: &Reply) -> Result<()> {
+        let mut b = std::mem::take(&mut self.scratch);
+        b.clear();
+        encode_reply(&mut b, id, reply);
+        let r = self.send_bytes(&b);
+        self.scratch = b;
+        r
+    }
+
+    /// Sends `req` and waits for the reply with the same id, on a completion queue only
+    /// this channel's caller uses. Completions of other work (one-sided operations) are
+    /// left in `other`.
+    pub fn call(
+        &mut self,
+        cq: &CompletionQueue,
+        id: u64,
+        req: &Request,
+        timeout: Duration,
+        other: &mut Vec<Completion>,
+    ) -> Result<Reply> {
+        self.send_request(id, req)?;
+        let deadline = Instant::now() + timeout;
+        let mut batch = Vec::new();
+        let mut msg = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Timeout(timeout));
+            }
+            batch.clear();
+            cq.wait(&mut batch, 16, left)?;
+            let mut answer = None;
+            for c in batch.drain(..) {
+                if c.conn != self.conn.id() {
+                    other.push(c);
+                    continue;
+                }
+                match self.on_completion(&c) {
+                    Event::Broken(e) => return Err(e),
+                    Event::Done => {
+                        if !matches!(c.kind, OpKind::Send | OpKind::Recv) {
+                            other.push(c);
+                        }
+                    }
+                    Event::Message { slot, len } => {
+                        self.read_message(slot, len, &mut msg)?;
+                        self.repost(slot)?;
+                        match decode_reply(&msg) {
+                            Ok((rid, reply)) if rid == id => answer = Some(reply),
+                            Ok(_) => {} // a late reply to an abandoned call
+                            Err(e) => {
+                                return Err(Error::Protocol {
+                                    peer: self.conn.peer().to_string(),
+                                    why: format!("malformed reply: {e}"),
+                                })
+                            }
+                        }
+                    }
+                }
+            }
+            if let Some(a) = answer {
+                return Ok(a);
+            }
+        }
+    }
+}
