@@ -95,11 +95,7 @@ pub struct DsArgs {
 }
 
 fn stop_flag() -> Result<Arc<AtomicBool>> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
-    }
-    Ok(stop)
+    crate::signals::stop_flag().context("installing signal handlers")
 }
 
 fn announce(line: String) {

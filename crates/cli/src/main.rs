@@ -14,6 +14,7 @@ mod bench_local;
 mod config;
 mod daemons;
 mod fs_cmd;
+mod signals;
 
 #[derive(Parser)]
 #[command(

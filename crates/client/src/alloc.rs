@@ -7,7 +7,11 @@ use std::collections::VecDeque;
 use orion_format::Gpa;
 use orion_proto::{ReplyBody, Request};
 
-use crate::link::{io_err, Link, Res};
+use std::time::Duration;
+
+use orion_meta::FsError;
+
+use crate::link::{io_err, Fail, Link, Res};
 
 #[derive(Default)]
 pub struct Chunks {
@@ -19,6 +23,7 @@ impl Chunks {
     pub fn take(&mut self, link: &mut Link, n: u64) -> Res<Vec<(Gpa, u64)>> {
         let mut out = Vec::new();
         let mut have = 0;
+        let mut waited = 0;
         while have < n {
             let Some((g, k)) = self.runs.pop_front() else {
                 let want = (n - have).max(link.cfg.chunk_pages as u64).min(1 << 17) as u32;
@@ -33,6 +38,24 @@ impl Chunks {
                     Ok(other) => {
                         self.give_back(out);
                         return Err(io_err(format!("unexpected chunk reply {other:?}")).into());
+                    }
+                    // No store is connected to the MDS: one may be rejoining after
+                    // an MDS restart. Wait for it as for a reconnection.
+                    Err(Fail::Fs(FsError::Errno(libc::EAGAIN)))
+                        if waited < link.cfg.reconnect_ms =>
+                    {
+                        std::thread::sleep(Duration::from_millis(20));
+                        waited += 20;
+                        link.refresh_stores()?;
+                        continue;
+                    }
+                    Err(Fail::Fs(FsError::Errno(libc::EAGAIN))) => {
+                        self.give_back(out);
+                        return Err(io_err(
+                            "no data store is connected to the MDS: start `orion ds` for \
+                             this cluster",
+                        )
+                        .into());
                     }
                     Err(e) => {
                         self.give_back(out);

@@ -6,15 +6,17 @@
 //! invalidation: a new version of a file page lives at a new address.
 
 use std::num::NonZeroUsize;
+use std::time::{Duration, Instant};
 
 use lru::LruCache;
-use orion_format::{Entry, FileType, Gpa, WriteRec, PAGE_SIZE};
+use orion_format::{Entry, FileType, Gpa, Tail, WriteRec, PAGE_SIZE};
 use orion_meta::error::{EFBIG, EINVAL, EISDIR, ESTALE};
 use orion_meta::{Clock, FsError, SystemClock, MAX_FILE_SIZE};
 use orion_proto::{Commit, ReplyBody, Request};
 
 use crate::alloc::Chunks;
 use crate::arbitration::InodeCache;
+
 use crate::link::{io_err, Fail, Link, Res};
 
 const PS: u64 = PAGE_SIZE;
@@ -23,8 +25,12 @@ pub const MAX_PIECE: u64 = 4 << 20;
 /// How often an update refused because another client committed first is run again.
 const MAX_REEXECUTIONS: usize = 10_000;
 
+/// Data pages read from remote stores, by address. A page address can name new
+/// content only after the page was freed and the MDS's grace period passed, so an
+/// entry is trusted for half the grace period after it was read or written, and read
+/// again after that.
 pub struct PageCache {
-    lru: LruCache<Gpa, Box<[u8]>>,
+    lru: LruCache<Gpa, (Instant, Box<[u8]>)>,
 }
 
 impl PageCache {
@@ -33,6 +39,23 @@ impl PageCache {
         PageCache {
             lru: LruCache::new(NonZeroUsize::new(pages).expect("at least one page")),
         }
+    }
+
+    fn get(&mut self, g: &Gpa, ttl: Duration) -> Option<&[u8]> {
+        let fresh = self.lru.peek(g).is_some_and(|(t, _)| t.elapsed() < ttl);
+        if !fresh {
+            self.lru.pop(g);
+            return None;
+        }
+        self.lru.get(g).map(|(_, p)| &p[..])
+    }
+
+    fn has(&self, g: &Gpa, ttl: Duration) -> bool {
+        self.lru.peek(g).is_some_and(|(t, _)| t.elapsed() < ttl)
+    }
+
+    fn put(&mut self, g: Gpa, page: &[u8]) {
+        self.lru.put(g, (Instant::now(), page.into()));
     }
 }
 
@@ -73,8 +96,9 @@ impl Data<'_> {
                 .stores
                 .get(&g.group())
                 .is_some_and(|s| s.local.is_some());
+            let ttl = self.link.grace / 2;
             if !local {
-                if let Some(p) = self.pages.lru.get(&g) {
+                if let Some(p) = self.pages.get(&g, ttl) {
                     out[at..at + PS as usize].copy_from_slice(p);
                     self.link.stats.cache_hits += 1;
                     i += 1;
@@ -85,7 +109,7 @@ impl Data<'_> {
             let mut n = 1;
             while i + n < gpas.len()
                 && gpas[i + n] == Some(g.offset_by(n as u64))
-                && (local || !self.pages.lru.contains(&g.offset_by(n as u64)))
+                && (local || !self.pages.has(&g.offset_by(n as u64), ttl))
             {
                 n += 1;
             }
@@ -94,7 +118,7 @@ impl Data<'_> {
             if !local {
                 for k in 0..n {
                     let page = &dst[k * PS as usize..(k + 1) * PS as usize];
-                    self.pages.lru.put(g.offset_by(k as u64), page.into());
+                    self.pages.put(g.offset_by(k as u64), page);
                 }
             }
             i += n;
@@ -102,8 +126,9 @@ impl Data<'_> {
         Ok(())
     }
 
-    pub fn read(&mut self, ino: u64, off: u64, len: usize) -> Res<Vec<u8>> {
+    pub fn read(&mut self, ino: u64, gen: u64, off: u64, len: usize) -> Res<Vec<u8>> {
         let c = self.cache.refresh(self.link, ino)?;
+        same_file(c.generation, gen)?;
         regular(c.state.attr.ftype)?;
         let size = c.state.attr.size;
         if off >= size || len == 0 {
@@ -124,13 +149,13 @@ impl Data<'_> {
 
     /// Writes `data` at `off` (at the end of the file when `append`); returns where
     /// the write landed.
-    pub fn write(&mut self, ino: u64, off: u64, data: &[u8], append: bool) -> Res<u64> {
+    pub fn write(&mut self, ino: u64, gen: u64, off: u64, data: &[u8], append: bool) -> Res<u64> {
         let mut pos = off;
         let mut done = 0;
         let mut first_at = None;
         while done < data.len() {
             let n = (data.len() - done).min(MAX_PIECE as usize);
-            let at = self.write_piece(ino, pos, &data[done..done + n], append)?;
+            let at = self.write_piece(ino, gen, pos, &data[done..done + n], append)?;
             first_at.get_or_insert(at);
             pos = at + n as u64;
             done += n;
@@ -138,11 +163,13 @@ impl Data<'_> {
         Ok(first_at.unwrap_or(off))
     }
 
-    fn write_piece(&mut self, ino: u64, off: u64, data: &[u8], append: bool) -> Res<u64> {
+    fn write_piece(&mut self, ino: u64, gen: u64, off: u64, data: &[u8], append: bool) -> Res<u64> {
         let mut pages: Option<Vec<(Gpa, u64)>> = None;
-        let r = self.write_attempts(ino, off, data, append, &mut pages);
-        if let (Err(Fail::Fs(_)), Some(p)) = (&r, pages) {
-            // Never committed: the pages are still ours to reuse.
+        let r = self.write_attempts(ino, gen, off, data, append, &mut pages);
+        if let (Err(Fail::Fs(FsError::Errno(_))), Some(p)) = (&r, pages) {
+            // Refused, so never committed: the pages are still ours to reuse. After
+            // any other failure the commit may have landed; the pages are not reused
+            // (the MDS takes back what was not committed when this client leaves).
             self.chunks.give_back(p);
         }
         if matches!(r, Err(Fail::Reconnected)) {
@@ -154,6 +181,7 @@ impl Data<'_> {
     fn write_attempts(
         &mut self,
         ino: u64,
+        gen: u64,
         off: u64,
         data: &[u8],
         append: bool,
@@ -161,6 +189,7 @@ impl Data<'_> {
     ) -> Res<u64> {
         for _ in 0..MAX_REEXECUTIONS {
             let c = self.cache.refresh(self.link, ino)?;
+            same_file(c.generation, gen)?;
             regular(c.state.attr.ftype)?;
             let tail = c.tail;
             let shared = c.shared;
@@ -188,6 +217,15 @@ impl Data<'_> {
             }
             let at = (off - first * PS) as usize;
             buf[at..at + data.len()].copy_from_slice(data);
+            // A re-executed append may land at another page offset and need another
+            // number of pages.
+            if let Some(p) = pages.take() {
+                if p.iter().map(|r| r.1).sum::<u64>() == npages {
+                    *pages = Some(p);
+                } else {
+                    self.chunks.give_back(p);
+                }
+            }
             if pages.is_none() {
                 *pages = Some(self.chunks.take(self.link, npages)?);
             }
@@ -222,19 +260,21 @@ impl Data<'_> {
                 persisted_locally: local,
                 entries: entries.clone(),
             };
-            match commit_entries(self.link, self.cache, commit) {
-                Ok(()) => {
+            match send_commit(self.link, commit) {
+                Ok((prev, tail)) => {
+                    // Committed: the pages belong to the file now.
                     *pages = None;
                     if !local {
                         let mut k = 0usize;
                         for &(g, n) in &runs {
                             for j in 0..n as usize {
                                 let p = &buf[(k + j) * PS as usize..(k + j + 1) * PS as usize];
-                                self.pages.lru.put(g.offset_by(j as u64), p.into());
+                                self.pages.put(g.offset_by(j as u64), p);
                             }
                             k += n as usize;
                         }
                     }
+                    self.cache.committed(self.link, ino, &entries, prev, tail)?;
                     return Ok(off);
                 }
                 Err(Fail::Fs(FsError::Errno(e))) if e == libc::ESTALE => {
@@ -247,13 +287,20 @@ impl Data<'_> {
     }
 }
 
-/// Sends a log commit and brings the cached copy in step with the MDS's answer.
-pub fn commit_entries(link: &mut Link, cache: &mut InodeCache, c: Commit) -> Res<()> {
-    let ino = c.ino;
-    let entries = c.entries.clone();
+/// Sends a log commit; returns where the MDS placed it (the tails before and after).
+pub fn send_commit(link: &mut Link, c: Commit) -> Res<(Tail, Tail)> {
     link.stats.commits += 1;
     match link.call(&Request::Commit(c))? {
-        ReplyBody::Committed { prev, tail } => cache.committed(link, ino, &entries, prev, tail),
+        ReplyBody::Committed { prev, tail } => Ok((prev, tail)),
         other => Err(io_err(format!("unexpected reply to a log commit: {other:?}")).into()),
     }
+}
+
+/// An open file whose inode number now names another file (it was deleted and the
+/// number reused) is stale.
+fn same_file(now: u64, opened: u64) -> Res<()> {
+    if now != opened {
+        return Err(ESTALE.into());
+    }
+    Ok(())
 }

@@ -20,7 +20,7 @@ use orion_proto::{Commit, Create, ReplyBody, Request};
 
 use crate::alloc::Chunks;
 use crate::arbitration::InodeCache;
-use crate::data::{commit_entries, Data, PageCache};
+use crate::data::{send_commit, Data, PageCache};
 use crate::link::{io_err, Fail, Link, Res};
 use crate::{ClientConfig, Stats};
 
@@ -64,6 +64,8 @@ pub struct Fd(pub u64);
 
 struct Handle {
     ino: u64,
+    /// The inode's generation when opened (inode numbers are reused).
+    gen: u64,
     flags: OpenFlags,
     pos: u64,
 }
@@ -340,12 +342,18 @@ impl Client {
         Ok((h.ino, h.flags, h.pos))
     }
 
+    fn generation(&self, fd: Fd) -> FsResult<u64> {
+        let g = self.lock();
+        Ok(g.handles.get(&fd.0).ok_or(EBADF)?.gen)
+    }
+
     pub fn pread(&self, fd: Fd, off: u64, len: usize) -> FsResult<Vec<u8>> {
         let (ino, flags, _) = self.handle(fd)?;
         if !flags.read {
             return Err(EBADF);
         }
-        self.run(|i| i.data().read(ino, off, len))
+        let gen = self.generation(fd)?;
+        self.run(|i| i.data().read(ino, gen, off, len))
     }
 
     pub fn read(&self, fd: Fd, len: usize) -> FsResult<Vec<u8>> {
@@ -365,7 +373,8 @@ impl Client {
         if data.is_empty() {
             return Ok(0);
         }
-        self.run(|i| i.data().write(ino, off, data, flags.append))?;
+        let gen = self.generation(fd)?;
+        self.run(|i| i.data().write(ino, gen, off, data, flags.append))?;
         Ok(data.len())
     }
 
@@ -377,7 +386,8 @@ impl Client {
         if data.is_empty() {
             return Ok(0);
         }
-        let at = self.run(|i| i.data().write(ino, pos, data, flags.append))?;
+        let gen = self.generation(fd)?;
+        let at = self.run(|i| i.data().write(ino, gen, pos, data, flags.append))?;
         if let Some(h) = self.lock().handles.get_mut(&fd.0) {
             h.pos = at + data.len() as u64;
         }
@@ -583,7 +593,7 @@ impl Inner {
             Ok(ReplyBody::Attr(a)) => Ok(a),
             Ok(other) => Err(io_err(format!("unexpected reply {other:?}")).into()),
             Err(e) => {
-                if let (Fail::Fs(_), Some((g, _))) = (&e, page) {
+                if let (Fail::Fs(FsError::Errno(_)), Some((g, _))) = (&e, page) {
                     self.chunks.give_back(vec![(g, 1)]);
                 }
                 Err(e)
@@ -661,9 +671,18 @@ impl Inner {
                 },
             )?;
         }
+        let gen = self.cache.refresh(&mut self.link, ino)?.generation;
         let fd = self.next_fd;
         self.next_fd += 1;
-        self.handles.insert(fd, Handle { ino, flags, pos: 0 });
+        self.handles.insert(
+            fd,
+            Handle {
+                ino,
+                gen,
+                flags,
+                pos: 0,
+            },
+        );
         Ok(Fd(fd))
     }
 
@@ -674,7 +693,7 @@ impl Inner {
     fn setattr(&mut self, ino: u64, req: &SetAttrReq) -> Res<Attr> {
         let mut page: Option<Vec<(Gpa, u64)>> = None;
         let r = self.setattr_attempts(ino, req, &mut page);
-        if let (Err(Fail::Fs(_)), Some(p)) = (&r, page) {
+        if let (Err(Fail::Fs(FsError::Errno(_))), Some(p)) = (&r, page) {
             self.chunks.give_back(p);
         }
         r
@@ -737,9 +756,12 @@ impl Inner {
                 persisted_locally: local && cut_page.is_some(),
                 entries,
             };
-            match commit_entries(&mut self.link, &mut self.cache, commit) {
-                Ok(()) => {
+            let sent = entries_of(&commit);
+            match send_commit(&mut self.link, commit) {
+                Ok((prev, tail)) => {
                     *page = None;
+                    self.cache
+                        .committed(&mut self.link, ino, &sent, prev, tail)?;
                     return self.getattr(ino);
                 }
                 Err(Fail::Fs(FsError::Errno(e))) if e == libc::ESTALE => {
@@ -750,6 +772,10 @@ impl Inner {
         }
         Err(ESTALE.into())
     }
+}
+
+fn entries_of(c: &Commit) -> Vec<Entry> {
+    c.entries.clone()
 }
 
 /// rename/unlink of "/" itself.

@@ -71,6 +71,8 @@ pub struct Link {
     next_id: u64,
     pub stats: Stats,
     timeout: Duration,
+    /// The MDS's grace period before freed pages are reused.
+    pub grace: Duration,
 }
 
 impl Link {
@@ -101,6 +103,7 @@ impl Link {
             next_id: 1,
             stats: Stats::default(),
             timeout,
+            grace: Duration::ZERO,
         };
         link.hello()?;
         Ok(link)
@@ -129,9 +132,19 @@ impl Link {
         }
         self.sb = sb;
         self.mds_pool = h.pool;
-        self.stores.clear();
-        self.internal_group = None;
+        self.grace = Duration::from_millis(h.grace_ms);
+        // Keep the store connections that still work; open the others.
+        self.stores.retain(|_, s| s.ch.conn.is_alive());
+        let had_internal = self.internal_group;
+        self.internal_group = self
+            .stores
+            .iter()
+            .find(|(_, s)| s.local.is_some())
+            .map(|(g, _)| *g);
         for s in h.stores {
+            if self.stores.contains_key(&s.group) {
+                continue;
+            }
             match self.open_store(&s.addr) {
                 Ok((group, store)) => {
                     if store.local.is_some() && self.internal_group.is_none() {
@@ -142,11 +155,23 @@ impl Link {
                 Err(e) => warn!("data store of group {} at {}: {e}", s.group, s.addr),
             }
         }
-        if self.internal_group.is_some() {
+        if self.internal_group.is_some() || had_internal.is_some() {
             hello.internal_group = self.internal_group;
             self.call_once(&Request::Hello(hello))?;
         }
         Ok(())
+    }
+
+    /// Asks the MDS for the data stores again and connects to new ones.
+    pub fn refresh_stores(&mut self) -> Res<()> {
+        match self.hello() {
+            Ok(()) => Ok(()),
+            Err(e) if self.mds.conn.is_alive() => Err(Fail::Fs(e)),
+            Err(_) => {
+                self.reconnect()?;
+                Err(Fail::Reconnected)
+            }
+        }
     }
 
     fn open_store(&mut self, addr: &str) -> FsResult<(u16, Store)> {
@@ -199,10 +224,16 @@ impl Link {
     /// they belong to (a late send completion frees a send buffer).
     fn absorb(&mut self, other: Vec<Completion>) {
         for c in other {
-            if c.conn == self.mds.conn.id() {
-                let _ = self.mds.on_completion(&c);
+            let ch = if c.conn == self.mds.conn.id() {
+                &mut self.mds
             } else if let Some(s) = self.stores.values_mut().find(|s| s.ch.conn.id() == c.conn) {
-                let _ = s.ch.on_completion(&c);
+                &mut s.ch
+            } else {
+                continue;
+            };
+            // A late reply to an abandoned call: drop it, keep the buffer posted.
+            if let orion_proto::Event::Message { slot, .. } = ch.on_completion(&c) {
+                let _ = ch.repost(slot);
             }
         }
     }
@@ -310,6 +341,9 @@ impl Link {
             let left = deadline.saturating_duration_since(Instant::now());
             batch.clear();
             if let Err(e) = self.cq.wait(&mut batch, 64, left) {
+                // Operations still in flight would complete into a later batch's
+                // accounting and buffer: the connection cannot be used any more.
+                conn.close();
                 first_err.get_or_insert(e);
                 break;
             }
@@ -338,6 +372,14 @@ impl Link {
     }
 
     fn store(&mut self, group: u16) -> FsResult<&mut Store> {
+        let usable = self
+            .stores
+            .get(&group)
+            .is_some_and(|s| s.ch.conn.is_alive());
+        if !usable {
+            // A store that joined (or rejoined) after this client connected.
+            let _ = self.hello();
+        }
         self.stores.get_mut(&group).ok_or_else(|| {
             io_err(format!(
                 "no connection to the data store of group {group}: is it running?"
@@ -449,10 +491,13 @@ impl Link {
             let r = store
                 .ch
                 .call(&self.cq, id, &Request::Flush, self.timeout, &mut other);
-            store.unflushed = false;
             self.absorb(other);
             match r.map_err(io_err)? {
-                Reply::Ok(_) => {}
+                Reply::Ok(_) => {
+                    if let Some(s) = self.stores.get_mut(&g) {
+                        s.unflushed = false;
+                    }
+                }
                 Reply::Err { message, .. } => return Err(Fail::Fs(io_err(message))),
             }
         }

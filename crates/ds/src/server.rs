@@ -179,11 +179,16 @@ pub fn run(
             Err(e) => warn!("completion queue: {e}"),
         }
         for c in batch.drain(..) {
-            st.on_completion(c, &rx);
+            st.on_completion(c);
         }
         st.notify_mds();
         while let Ok(ch) = rx.try_recv() {
-            st.clients.insert(ch.conn.id(), ch);
+            match ch.post_receives() {
+                Ok(()) => {
+                    st.clients.insert(ch.conn.id(), ch);
+                }
+                Err(e) => warn!("client connection from {}: {e}", ch.conn.peer()),
+            }
         }
         if st.mds.is_none()
             && st
@@ -221,7 +226,7 @@ fn accept_loop(
 ) {
     while !stop.load(Ordering::Relaxed) {
         match listener.accept(cq, Duration::from_millis(100)) {
-            Ok(conn) => match Channel::new(domain, conn) {
+            Ok(conn) => match Channel::unposted(domain, conn) {
                 Ok(ch) => {
                     if tx.send(ch).is_err() {
                         return;
@@ -278,7 +283,7 @@ impl Store {
         }
     }
 
-    fn on_completion(&mut self, c: orion_fabric::Completion, rx: &mpsc::Receiver<Channel>) {
+    fn on_completion(&mut self, c: orion_fabric::Completion) {
         if let Some(mds) = &mut self.mds {
             if mds.conn.id() == c.conn {
                 match mds.on_completion(&c) {
@@ -294,11 +299,6 @@ impl Store {
                     Event::Done => {}
                 }
                 return;
-            }
-        }
-        if c.kind != OpKind::RemoteWrite && !self.clients.contains_key(&c.conn) {
-            while let Ok(ch) = rx.try_recv() {
-                self.clients.insert(ch.conn.id(), ch);
             }
         }
         self.on_client_completion(c);

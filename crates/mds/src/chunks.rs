@@ -166,10 +166,9 @@ pub fn grant(
             .max_by_key(|(_, x)| x.alloc.free())
             .map(|(g, _)| *g),
     };
+    // EAGAIN: a store may be rejoining (after an MDS restart); clients wait a while.
     let Some(g) = pick else {
-        return Err(FsError::Io(
-            "no data store is connected: start `orion ds` for this cluster".into(),
-        ));
+        return Err(FsError::Errno(libc::EAGAIN));
     };
     let grp = groups.get_mut(&g).expect("picked group exists");
     let (start, n) = grp

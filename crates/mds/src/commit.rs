@@ -13,6 +13,9 @@ use orion_proto::Commit;
 
 use crate::chunks::Leases;
 
+/// Most data pages one log commit may name (a client commits long writes in pieces).
+pub const MAX_COMMIT_PAGES: u64 = 1 << 16;
+
 /// Checks what a client may commit, and returns the data pages the entries name.
 pub fn check(engine: &MetaEngine, leases: &Leases, c: &Commit) -> FsResult<Vec<(Gpa, u64)>> {
     let attr = engine.getattr(c.ino)?;
@@ -20,6 +23,7 @@ pub fn check(engine: &MetaEngine, leases: &Leases, c: &Commit) -> FsResult<Vec<(
         return Err(FsError::Io("a log commit without entries".into()));
     }
     let mut pages: Vec<(Gpa, u64)> = Vec::new();
+    let mut total = 0u64;
     for e in &c.entries {
         match e {
             Entry::Write(w) => {
@@ -37,6 +41,12 @@ pub fn check(engine: &MetaEngine, leases: &Leases, c: &Commit) -> FsResult<Vec<(
                 }
                 if w.size > MAX_FILE_SIZE {
                     return Err(orion_meta::error::EFBIG);
+                }
+                total += w.npages as u64;
+                if total > MAX_COMMIT_PAGES {
+                    return Err(FsError::Io(format!(
+                        "a commit of more than {MAX_COMMIT_PAGES} pages"
+                    )));
                 }
                 leases.check(w.gpa, w.npages as u64)?;
                 // The same page twice in one commit would be committed twice.

@@ -199,9 +199,6 @@ pub fn run(
             Err(e) => warn!("completion queue: {e}"),
         }
         for c in batch.drain(..) {
-            if !mds.peers.contains_key(&c.conn) {
-                mds.adopt(&rx);
-            }
             mds.on_completion(c);
         }
         mds.adopt(&rx);
@@ -227,7 +224,7 @@ fn accept_loop(
         match listener.accept(cq, Duration::from_millis(100)) {
             Ok(conn) => {
                 let peer = conn.peer().to_string();
-                match Channel::new(domain, conn) {
+                match Channel::unposted(domain, conn) {
                     Ok(ch) => {
                         if tx.send(ch).is_err() {
                             return;
@@ -253,6 +250,10 @@ impl Mds {
     fn adopt(&mut self, rx: &mpsc::Receiver<Channel>) {
         while let Ok(ch) = rx.try_recv() {
             let id = ch.conn.id();
+            if let Err(e) = ch.post_receives() {
+                warn!("connection from {}: {e}", ch.conn.peer());
+                continue;
+            }
             let name = ch.conn.peer().to_string();
             self.peers.insert(
                 id,
@@ -382,6 +383,7 @@ impl Mds {
                             addr: g.addr.clone(),
                         })
                         .collect(),
+                    grace_ms: self.cfg.grace_ms,
                 }))
             }
             (Role::New, Request::DsHello(d)) => self.join_store(conn, d),
@@ -422,12 +424,22 @@ impl Mds {
                 )));
             }
         }
+        if d.page_count > u32::MAX as u64 {
+            return Err(FsError::Io(format!(
+                "a data store of {} pages: at most 2^32 pages per store",
+                d.page_count
+            )));
+        }
         let grace = Duration::from_millis(self.cfg.grace_ms);
-        let known = self
-            .groups
-            .get(&d.group)
-            .is_some_and(|g| g.page_count == d.page_count);
-        if !known {
+        if let Some(g) = self.groups.get(&d.group) {
+            if g.page_count != d.page_count {
+                return Err(FsError::Io(format!(
+                    "group {} had {} pages and its store now has {}: a store's pool keeps its \
+                     size",
+                    d.group, g.page_count, d.page_count
+                )));
+            }
+        } else {
             let g = Group::new(d.group, d.page_count, d.addr.clone(), &self.engine, grace)?;
             self.groups.insert(d.group, g);
         }
@@ -466,6 +478,10 @@ impl Mds {
                 )
             }
             Request::Commit(c) => {
+                // Checked before it may wait: a bad commit is refused at once.
+                if let Err(e) = commit::check(&self.engine, &peer.leases, &c) {
+                    return Some(errno_reply(e));
+                }
                 if c.persisted_locally {
                     let foreign = commit::data_pages(&c)
                         .iter()
@@ -569,7 +585,12 @@ impl Mds {
             Request::Commit(c) => commit::apply(&mut self.engine, &mut peer.leases, c)
                 .map(|(prev, tail)| ReplyBody::Committed { prev, tail }),
             Request::Create(c) => {
-                let r = namespace::create(&mut self.engine, &c);
+                // Checked again: another parked create may have used the page meanwhile.
+                let page_ok = match c.symlink {
+                    Some((g, _)) => peer.leases.check(g, 1),
+                    None => Ok(()),
+                };
+                let r = page_ok.and_then(|_| namespace::create(&mut self.engine, &c));
                 if let (Ok(_), Some((g, _))) = (&r, c.symlink) {
                     peer.leases.commit(g, 1);
                 }
@@ -608,6 +629,9 @@ impl Mds {
         let now = Instant::now();
         while let Some(i) = self.parked.iter().position(|p| p.deadline <= now) {
             let p = self.parked.remove(i).expect("index in range");
+            for g in &p.pages {
+                self.persisted.remove(g);
+            }
             let groups: HashSet<u16> = p
                 .pages
                 .iter()

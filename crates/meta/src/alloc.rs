@@ -144,12 +144,13 @@ impl PageAllocator {
     pub fn reclaim(&mut self, all: bool) -> bool {
         let mut any = false;
         while let Some(&(t, start, n)) = self.deferred.front() {
-            if !all && t.elapsed() < self.grace {
-                break;
-            }
-            if all && t.elapsed() < self.grace {
+            let age = t.elapsed();
+            if age < self.grace {
+                if !all {
+                    break;
+                }
                 // Out of space: wait out the rest of this grace period rather than fail.
-                std::thread::sleep(self.grace - t.elapsed());
+                std::thread::sleep(self.grace - age);
             }
             self.deferred.pop_front();
             self.free_now(start, n);

@@ -39,6 +39,15 @@ pub enum Event {
 impl Channel {
     /// Wraps a fresh connection and posts every receive buffer.
     pub fn new(domain: &Domain, conn: Connection) -> Result<Channel> {
+        let ch = Channel::unposted(domain, conn)?;
+        ch.post_receives()?;
+        Ok(ch)
+    }
+
+    /// Wraps a connection without posting receives yet: a server's acceptor hands it
+    /// to the event loop, which posts them ([`Channel::post_receives`]), so that no
+    /// completion of the connection can reach the loop before the channel does.
+    pub fn unposted(domain: &Domain, conn: Connection) -> Result<Channel> {
         let len = (DEPTH as usize) * MAX_MESSAGE;
         let ch = Channel {
             conn,
@@ -47,10 +56,14 @@ impl Channel {
             free_send: (0..DEPTH).rev().collect(),
             scratch: Vec::with_capacity(MAX_MESSAGE),
         };
-        for slot in 0..DEPTH {
-            ch.repost(slot)?;
-        }
         Ok(ch)
+    }
+
+    pub fn post_receives(&self) -> Result<()> {
+        for slot in 0..DEPTH {
+            self.repost(slot)?;
+        }
+        Ok(())
     }
 
     pub fn repost(&self, slot: u64) -> Result<()> {
@@ -162,7 +175,9 @@ impl Channel {
                         self.read_message(slot, len, &mut msg)?;
                         self.repost(slot)?;
                         match decode_reply(&msg) {
-                            Ok((rid, reply)) if rid == id => answer = Some(reply),
+                            Ok((rid, reply)) if rid == id && answer.is_none() => {
+                                answer = Some(reply)
+                            }
                             Ok(_) => {} // a late reply to an abandoned call
                             Err(e) => {
                                 return Err(Error::Protocol {

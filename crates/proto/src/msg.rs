@@ -1,7 +1,7 @@
 //! The messages and their encodings.
 
 use orion_fabric::RemoteRegion;
-use orion_format::{Entry, FileType, Gpa, Tail, MAX_ENTRY_LINES, NAME_MAX, SUPERBLOCK_SIZE};
+use orion_format::{Entry, FileType, Gpa, Tail, MAX_ENTRY_LINES, SUPERBLOCK_SIZE};
 use orion_meta::{Attr, StatFs};
 
 use crate::codec::{ProtoError, Reader, Writer};
@@ -129,6 +129,9 @@ pub struct HelloReply {
     /// The MDS pool, readable one-sided.
     pub pool: RemoteRegion,
     pub stores: Vec<StoreInfo>,
+    /// How long freed pages wait before reuse: a client trusts a cached data page
+    /// for less than this (the page cannot have been reused meanwhile).
+    pub grace_ms: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -198,8 +201,9 @@ fn read_header(r: &mut Reader) -> Result<(u8, u64), ProtoError> {
 }
 
 fn name(r: &mut Reader) -> Result<Vec<u8>, ProtoError> {
-    // Names are checked by the file system (ENAMETOOLONG); the wire only bounds them.
-    Ok(r.bytes(NAME_MAX + 1, "name")?.to_vec())
+    // Names are checked by the file system (ENAMETOOLONG, with the name's length);
+    // the wire only bounds them.
+    Ok(r.bytes(MAX_TEXT, "name")?.to_vec())
 }
 
 fn text(r: &mut Reader, what: &'static str) -> Result<String, ProtoError> {
@@ -487,6 +491,7 @@ pub fn encode_reply(out: &mut Vec<u8>, id: u64, reply: &Reply) {
                 for s in &h.stores {
                     w.u16(s.group).bytes(s.addr.as_bytes());
                 }
+                w.u64(h.grace_ms);
             }
             ReplyBody::Chunk { start, pages } => {
                 w.u8(3).u64(start.0).u32(*pages);
@@ -559,6 +564,7 @@ pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
                 superblock,
                 pool,
                 stores,
+                grace_ms: r.u64("grace")?,
             }))
         }
         3 => Reply::Ok(ReplyBody::Chunk {

@@ -1,0 +1,43 @@
+//! SIGTERM and SIGINT ask a daemon to stop cleanly. The handler is installed with
+//! sigaction directly, replacing whatever was there: a library the fabric loads
+//! installs handlers that exit the process, which a chaining handler would still call.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// A flag that becomes true at the first SIGTERM or SIGINT.
+pub fn stop_flag() -> std::io::Result<Arc<AtomicBool>> {
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        // SAFETY: a zeroed sigaction is a valid empty one; we set a handler that only
+        // performs an atomic store, and pass valid pointers to sigaction(2).
+        let r = unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigaction(sig, &sa, std::ptr::null_mut())
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = flag.clone();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            while !STOP.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            f.store(true, Ordering::SeqCst);
+        })?;
+    Ok(flag)
+}

@@ -1,0 +1,273 @@
+//! A cluster of real processes for tests: an MDS and data stores started from the
+//! `orion` binary on ephemeral loopback ports, with pools in a fresh /dev/shm
+//! directory. Every process is killed by PID when the cluster is dropped, also when
+//! the test fails.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use orion_client::{Client, ClientConfig};
+use orion_fabric::{Backend, FabricConfig, Secret};
+
+pub const ORION: &str = env!("CARGO_BIN_EXE_orion");
+/// The backends multi-process tests run on: shared memory, and libfabric's tcp
+/// provider on loopback (the code an RDMA cluster runs with verbs).
+pub const BACKENDS: [&str; 2] = ["local", "libfabric"];
+
+pub struct Daemon {
+    pub child: Child,
+    pub addr: String,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then wait for a clean exit (SIGKILL after 10 s).
+    pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        // SAFETY: kill(2) on the PID of a child we own and have not reaped.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        for _ in 0..1000 {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.kill();
+        None
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub backend: &'static str,
+    pub secret: PathBuf,
+    pub mds: Daemon,
+    pub stores: Vec<Daemon>,
+    /// Extra flags for every daemon.
+    pub mds_flags: Vec<String>,
+}
+
+/// Starts `orion <args>` and waits for its "ready" line; its stderr goes to `log`.
+pub fn spawn(args: &[String], log: &Path) -> Result<Daemon, String> {
+    let err = std::fs::File::create(log).unwrap();
+    let mut child = Command::new(ORION)
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(err)
+        .spawn()
+        .map_err(|e| format!("spawning orion: {e}"))?;
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if line.contains("ready: listening on ") {
+                let _ = tx.send(line);
+            }
+        }
+    });
+    let mut d = Daemon {
+        child,
+        addr: String::new(),
+        log: log.to_path_buf(),
+    };
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(line) => {
+            d.addr = line
+                .split("listening on ")
+                .nth(1)
+                .and_then(|s| s.split_whitespace().next())
+                .unwrap()
+                .to_string();
+            Ok(d)
+        }
+        Err(_) => {
+            d.kill();
+            Err(format!(
+                "orion {} did not become ready:\n{}",
+                args.join(" "),
+                d.log_text()
+            ))
+        }
+    }
+}
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+impl Cluster {
+    /// An MDS and `stores` data stores (groups 0, 1, ...).
+    pub fn start(backend: &'static str, stores: usize) -> Cluster {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, Secret::generate().expose()).unwrap();
+        let mds = spawn(
+            &Self::mds_args(dir.path(), backend, &secret, "127.0.0.1:0", true),
+            &dir.path().join("mds.log"),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let mut c = Cluster {
+            dir,
+            backend,
+            secret,
+            mds,
+            stores: Vec::new(),
+            mds_flags: Vec::new(),
+        };
+        for g in 0..stores {
+            c.add_store(g as u16);
+        }
+        c
+    }
+
+    fn mds_args(
+        dir: &Path,
+        backend: &str,
+        secret: &Path,
+        listen: &str,
+        format: bool,
+    ) -> Vec<String> {
+        let mut a = s(&[
+            "mds",
+            "--pool-size",
+            "64M",
+            "--backend",
+            backend,
+            "--listen",
+            listen,
+        ]);
+        a.extend(["--pool".into(), dir.join("mds.pool").display().to_string()]);
+        a.extend(["--secret-file".into(), secret.display().to_string()]);
+        if format {
+            a.push("--format".into());
+        }
+        a
+    }
+
+    pub fn common_flags(&self) -> Vec<String> {
+        vec![
+            "--backend".into(),
+            self.backend.into(),
+            "--secret-file".into(),
+            self.secret.display().to_string(),
+        ]
+    }
+
+    pub fn add_store(&mut self, group: u16) {
+        let pool = self.dir.path().join(format!("ds{group}.pool"));
+        let mut a = s(&[
+            "ds",
+            "--format",
+            "--pool-size",
+            "64M",
+            "--listen",
+            "127.0.0.1:0",
+        ]);
+        a.extend(["--group".into(), group.to_string()]);
+        a.extend(["--pool".into(), pool.display().to_string()]);
+        a.extend(["--mds".into(), self.mds.addr.clone()]);
+        a.extend(self.common_flags());
+        let log = self.dir.path().join(format!("ds{group}.log"));
+        let d = spawn(&a, &log).unwrap_or_else(|e| panic!("{e}"));
+        self.stores.push(d);
+    }
+
+    /// Kills the MDS (SIGKILL) and starts it again on the same port and pool.
+    pub fn restart_mds(&mut self) {
+        self.mds.kill();
+        let args = Self::mds_args(
+            self.dir.path(),
+            self.backend,
+            &self.secret,
+            &self.mds.addr,
+            false,
+        );
+        let log = self.dir.path().join("mds-restarted.log");
+        let mut last = String::new();
+        for _ in 0..50 {
+            match spawn(&args, &log) {
+                Ok(d) => {
+                    self.mds = d;
+                    return;
+                }
+                // The port may linger for an instant after the kill.
+                Err(e) => last = e,
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the MDS did not restart: {last}");
+    }
+
+    pub fn fabric(&self) -> FabricConfig {
+        let backend = match self.backend {
+            "local" => Backend::Local,
+            _ => Backend::Libfabric,
+        };
+        let mut f = FabricConfig::new(backend, Secret::from_file(&self.secret).unwrap());
+        f.connect_timeout = Duration::from_secs(10);
+        f
+    }
+
+    pub fn client_config(&self, strong: bool, internal: bool) -> ClientConfig {
+        ClientConfig {
+            mds: self.mds.addr.clone(),
+            consistency: if strong { "strong" } else { "weak" }.into(),
+            internal,
+            cache_mib: 16,
+            ..ClientConfig::default()
+        }
+    }
+
+    pub fn client(&self, strong: bool, internal: bool) -> Client {
+        Client::connect(self.client_config(strong, internal), self.fabric())
+            .unwrap_or_else(|e| panic!("client: {e}\nMDS log:\n{}", self.mds.log_text()))
+    }
+
+    /// Runs `orion fs <args>` as another client process.
+    pub fn fs(&self, args: &[&str]) -> Output {
+        let mut a = s(&["fs", "--mds", &self.mds.addr]);
+        a.extend(self.common_flags());
+        a.extend(s(args));
+        Command::new(ORION)
+            .args(&a)
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("running orion fs")
+    }
+
+    pub fn fs_ok(&self, args: &[&str]) -> String {
+        let o = self.fs(args);
+        assert!(
+            o.status.success(),
+            "orion fs {args:?} failed: {}\nMDS log:\n{}",
+            String::from_utf8_lossy(&o.stderr),
+            self.mds.log_text()
+        );
+        String::from_utf8(o.stdout).unwrap()
+    }
+}

@@ -1,0 +1,498 @@
+//! Distributed Orion as separate processes: an MDS, data stores and clients on
+//! loopback, over shared memory and over libfabric's tcp provider.
+
+mod cluster;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use cluster::{Cluster, BACKENDS};
+use orion_client::{Client, OpenFlags};
+use orion_fabric::{Access, Domain};
+use orion_format::{Entry, Gpa, WriteRec};
+use orion_proto::{Channel, Commit, Create, Hello, Reply, ReplyBody, Request};
+use rand::{Rng, SeedableRng};
+
+fn seed() -> u64 {
+    std::env::var("ORION_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x4F52_494F)
+}
+
+fn put(c: &Client, path: &str, data: &[u8]) {
+    let fd = c.open(path, OpenFlags::create(), 0o644).unwrap();
+    assert_eq!(c.write(fd, data).unwrap(), data.len());
+    c.close(fd).unwrap();
+}
+
+fn get(c: &Client, path: &str) -> Vec<u8> {
+    let fd = c.open(path, OpenFlags::read(), 0).unwrap();
+    let size = c.fstat(fd).unwrap().size as usize;
+    let b = c.pread(fd, 0, size + 10).unwrap();
+    c.close(fd).unwrap();
+    b
+}
+
+/// The lines `orion fs tree /` prints for a model of the tree.
+fn tree_lines(model: &BTreeMap<String, Option<Vec<u8>>>) -> String {
+    let mut out = String::new();
+    for (path, content) in model {
+        match content {
+            None => out.push_str(&format!("{path} dir\n")),
+            Some(b) => out.push_str(&format!(
+                "{path} file {} {:08x}\n",
+                b.len(),
+                crc32c::crc32c(b)
+            )),
+        }
+    }
+    out
+}
+
+#[test]
+fn a_tree_written_by_one_client_process_is_seen_whole_by_another() {
+    let seed = seed();
+    for backend in BACKENDS {
+        let c = Cluster::start(backend, 1);
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+        for (strong, internal) in [(true, true), (true, false), (false, false)] {
+            let a = c.client(strong, internal);
+            assert_eq!(a.internal_group(), internal.then_some(0));
+            let top = format!("/s{}i{}", strong as u8, internal as u8);
+            let mut model = BTreeMap::new();
+            a.mkdir(&top, 0o755).unwrap();
+            model.insert(top.clone(), None);
+            for d in 0..3 {
+                let dir = format!("{top}/d{d}");
+                a.mkdir(&dir, 0o755).unwrap();
+                model.insert(dir.clone(), None);
+                for f in 0..4 {
+                    let len = [0, 1, 4095, 4096, 4097, 70_000][rng.gen_range(0..6)];
+                    let data: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+                    let path = format!("{dir}/f{f}");
+                    put(&a, &path, &data);
+                    model.insert(path, Some(data));
+                }
+            }
+            // Overwrite inside pages, extend, truncate, rename, unlink.
+            let p = format!("{top}/d0/f1");
+            let fd = a
+                .open(
+                    &p,
+                    OpenFlags {
+                        write: true,
+                        ..Default::default()
+                    },
+                    0,
+                )
+                .unwrap();
+            a.pwrite(fd, 100, b"middle").unwrap();
+            a.pwrite(fd, 9000, b"far").unwrap();
+            a.close(fd).unwrap();
+            let m = model.get_mut(&p).unwrap().as_mut().unwrap();
+            if m.len() < 9003 {
+                m.resize(9003, 0);
+            }
+            m[100..106].copy_from_slice(b"middle");
+            m[9000..9003].copy_from_slice(b"far");
+            a.truncate(&format!("{top}/d0/f2"), 5000).unwrap();
+            let m = model
+                .get_mut(&format!("{top}/d0/f2"))
+                .unwrap()
+                .as_mut()
+                .unwrap();
+            m.resize(5000, 0);
+            a.rename(&format!("{top}/d1/f0"), &format!("{top}/d2/moved"))
+                .unwrap();
+            let v = model.remove(&format!("{top}/d1/f0")).unwrap();
+            model.insert(format!("{top}/d2/moved"), v);
+            a.unlink(&format!("{top}/d1/f1")).unwrap();
+            model.remove(&format!("{top}/d1/f1"));
+            assert_eq!(
+                get(&a, &p),
+                model[&p].clone().unwrap(),
+                "{backend}: own read"
+            );
+            // Another process, an external client, sees exactly this tree.
+            let seen = c.fs_ok(&["--external", "tree", &top]);
+            let want = tree_lines(
+                &model
+                    .iter()
+                    .filter(|(k, _)| **k != top)
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            );
+            assert_eq!(
+                seen, want,
+                "{backend} strong={strong} internal={internal} seed={seed}"
+            );
+            let cat = c.fs(&["cat", &p]);
+            let want = model[&p].clone().unwrap();
+            assert!(
+                cat.stdout == want,
+                "{backend}: cat {p}: {} bytes, want {}: {}",
+                cat.stdout.len(),
+                want.len(),
+                String::from_utf8_lossy(&cat.stderr)
+            );
+        }
+        // A cluster restarted whole serves the same tree.
+        let before = c.fs_ok(&["tree", "/"]);
+        drop(c);
+        let _ = before;
+    }
+}
+
+#[test]
+fn concurrent_appends_and_chmods_from_two_processes_converge() {
+    let c = Cluster::start("local", 1);
+    let a = c.client(true, true);
+    a.mkdir("/bar", 0o755).unwrap();
+    let procs: Vec<_> = ["A", "B"]
+        .iter()
+        .map(|tag| {
+            let mut args = vec!["fs".to_string(), "--mds".into(), c.mds.addr.clone()];
+            args.extend(c.common_flags());
+            args.extend(
+                [
+                    "--stats",
+                    "append-records",
+                    "/log",
+                    "--tag",
+                    tag,
+                    "--count",
+                    "150",
+                    "--min-ms",
+                    "300",
+                    "--barrier",
+                    "/bar",
+                    "--peers",
+                    "2",
+                ]
+                .iter()
+                .map(|s| s.to_string()),
+            );
+            std::process::Command::new(cluster::ORION)
+                .args(&args)
+                .env("RUST_LOG", "warn")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut counts = BTreeMap::new();
+    let mut arbitrated = 0;
+    for p in procs {
+        let o = p.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{err}");
+        let out = String::from_utf8_lossy(&o.stdout);
+        let mut w = out.split_whitespace();
+        let tag = w.next().unwrap().to_string();
+        let n: u64 = w.nth(1).unwrap().parse().unwrap();
+        counts.insert(tag, n);
+        let stats: serde_json::Value = serde_json::from_str(err.lines().last().unwrap()).unwrap();
+        arbitrated +=
+            stats["refetches"].as_u64().unwrap() + stats["reexecutions"].as_u64().unwrap();
+    }
+    assert!(
+        arbitrated > 0,
+        "two writers of one file must meet in arbitration"
+    );
+    // Every record is there once, each writer's in its own order.
+    let content = String::from_utf8(get(&a, "/log")).unwrap();
+    let mut next: BTreeMap<String, u64> = BTreeMap::new();
+    for line in content.lines() {
+        let bad = || format!("torn record {line:?} in {} bytes", content.len());
+        let (tag, n) = line.split_once(' ').unwrap_or_else(|| panic!("{}", bad()));
+        let n: u64 = n.parse().unwrap_or_else(|_| panic!("{}", bad()));
+        let want = next.entry(tag.to_string()).or_insert(0);
+        assert_eq!(n, *want, "records of {tag} out of order or lost");
+        *want += 1;
+    }
+    assert_eq!(next, counts);
+    // A fresh client and the first one agree on the inode (the MDS's order).
+    let fresh = c.client(true, false);
+    assert_eq!(fresh.stat("/log").unwrap(), a.stat("/log").unwrap());
+    assert_eq!(get(&fresh, "/log"), content.as_bytes());
+}
+
+#[test]
+fn an_mds_killed_mid_workload_loses_no_acknowledged_operation() {
+    let mut c = Cluster::start("local", 1);
+    let client = std::sync::Arc::new(c.client(true, true));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let worker = {
+        let (client, done) = (client.clone(), done.clone());
+        std::thread::spawn(move || {
+            client.mkdir("/w", 0o755).unwrap();
+            for i in 0..300u64 {
+                let data = format!("file {i} ").repeat(1 + (i as usize % 700));
+                put(&client, &format!("/w/f{i}"), data.as_bytes());
+                if i % 3 == 0 {
+                    client.unlink(&format!("/w/f{}", i / 3)).ok();
+                }
+                done.store(i + 1, std::sync::atomic::Ordering::SeqCst);
+            }
+        })
+    };
+    while done.load(std::sync::atomic::Ordering::SeqCst) < 100 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    c.restart_mds();
+    worker
+        .join()
+        .expect("every operation succeeded across the restart");
+    assert!(client.stats().reconnects >= 1, "{:?}", client.stats());
+    let check = c.client(true, false);
+    let names: std::collections::BTreeSet<String> = check
+        .readdir("/w")
+        .unwrap()
+        .into_iter()
+        .map(|d| String::from_utf8(d.name).unwrap())
+        .filter(|n| n.starts_with('f'))
+        .collect();
+    for i in 0..300u64 {
+        let removed = i < 100; // f{i/3} unlinked at every i divisible by 3
+        let name = format!("f{i}");
+        assert_eq!(names.contains(&name), !removed, "{name}");
+        if !removed {
+            let want = format!("file {i} ").repeat(1 + (i as usize % 700));
+            assert_eq!(
+                get(&check, &format!("/w/{name}")),
+                want.as_bytes(),
+                "{name}"
+            );
+        }
+    }
+}
+
+/// A raw connection to the MDS that sends whatever the test wants.
+fn raw(c: &Cluster) -> (Domain, orion_fabric::CompletionQueue, Channel) {
+    let d = Domain::open(c.fabric()).unwrap();
+    let cq = d.completion_queue().unwrap();
+    let conn = d.connect(&c.mds.addr, &cq).unwrap();
+    let ch = Channel::new(&d, conn).unwrap();
+    (d, cq, ch)
+}
+
+#[track_caller]
+fn call(cq: &orion_fabric::CompletionQueue, ch: &mut Channel, id: u64, req: &Request) -> Reply {
+    ch.call(cq, id, req, Duration::from_secs(10), &mut Vec::new())
+        .unwrap()
+}
+
+#[track_caller]
+fn errno_of(r: Reply) -> (i32, String) {
+    match r {
+        Reply::Err { errno, message } => (errno, message),
+        Reply::Ok(b) => panic!("expected an error, got {b:?}"),
+    }
+}
+
+#[test]
+fn bad_input_is_refused_with_an_error_and_the_mds_keeps_serving() {
+    let c = Cluster::start("local", 1);
+    let good = c.client(true, false);
+    put(&good, "/before", b"x");
+    let (d, cq, mut ch) = raw(&c);
+    // Garbage: a malformed message gets an error reply, not a crash.
+    let scratch = d.alloc_region(64, Access::LOCAL).unwrap();
+    scratch.write(0, &[0xAB; 40]).unwrap();
+    let mut other = Vec::new();
+    ch.conn.post_send(77, &scratch, 0, 40).unwrap();
+    // The reply to garbage carries request id 0.
+    let r = ch
+        .call(&cq, 0, &Request::Ping, Duration::from_secs(10), &mut other)
+        .unwrap();
+    assert!(
+        matches!(&r, Reply::Err { errno, .. } if *errno == libc::EPROTO),
+        "{r:?}"
+    );
+    // Requests before hello are refused.
+    let (e, m) = errno_of(call(&cq, &mut ch, 1, &Request::Statfs));
+    assert_eq!(e, libc::EIO, "{m}");
+    assert!(m.contains("hello"), "{m}");
+    let hello = Hello {
+        internal_group: None,
+        strong: true,
+        name: "test".into(),
+    };
+    assert!(matches!(
+        call(&cq, &mut ch, 2, &Request::Hello(hello)),
+        Reply::Ok(ReplyBody::Hello(_))
+    ));
+    // An unknown inode.
+    let w = |gpa| {
+        Entry::Write(WriteRec {
+            pgoff: 0,
+            npages: 1,
+            gpa,
+            size: 10,
+            mtime: 1,
+        })
+    };
+    let commit = |ino, gpa| {
+        Request::Commit(Commit {
+            ino,
+            expect: None,
+            persisted_locally: false,
+            entries: vec![w(gpa)],
+        })
+    };
+    let (e, _) = errno_of(call(&cq, &mut ch, 3, &commit(99_999, Gpa::new(0, 5))));
+    assert_eq!(e, libc::ENOENT);
+    // A page outside any chunk of this client.
+    let ino = good.stat("/before").unwrap().ino;
+    let (e, m) = errno_of(call(&cq, &mut ch, 4, &commit(ino, Gpa::new(0, 5))));
+    assert_eq!(e, libc::EIO);
+    assert!(m.contains("chunk"), "{m}");
+    // A page of a chunk that is this client's, then the same page again.
+    let Reply::Ok(ReplyBody::Chunk { start, .. }) = call(
+        &cq,
+        &mut ch,
+        5,
+        &Request::AllocChunk {
+            group: None,
+            pages: 4,
+        },
+    ) else {
+        panic!("no chunk")
+    };
+    let internal = Request::Commit(Commit {
+        ino,
+        expect: None,
+        persisted_locally: true,
+        entries: vec![w(start)],
+    });
+    let (e, m) = errno_of(call(&cq, &mut ch, 6, &internal));
+    assert_eq!(
+        e,
+        libc::EIO,
+        "an external client cannot claim local persistence: {m}"
+    );
+    // A name too long, a directory entry by log commit.
+    let create = Request::Create(Create {
+        parent: 1,
+        name: vec![b'n'; 300],
+        ftype: orion_format::FileType::Regular,
+        mode: 0o644,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        symlink: None,
+    });
+    let (e, _) = errno_of(call(&cq, &mut ch, 7, &create));
+    assert_eq!(e, libc::ENAMETOOLONG);
+    let dir_entry = Request::Commit(Commit {
+        ino: 1,
+        expect: None,
+        persisted_locally: false,
+        entries: vec![Entry::LinkChange { nlink: 1, ctime: 0 }],
+    });
+    let (e, m) = errno_of(call(&cq, &mut ch, 8, &dir_entry));
+    assert_eq!(e, libc::EIO);
+    assert!(m.contains("RPC"), "{m}");
+    // A conditional commit on a stale tail.
+    let stale = Request::Commit(Commit {
+        ino,
+        expect: Some(orion_format::Tail {
+            version: 0,
+            offset: 64,
+        }),
+        persisted_locally: false,
+        entries: vec![Entry::SetAttr(Default::default())],
+    });
+    let (e, _) = errno_of(call(&cq, &mut ch, 9, &stale));
+    assert_eq!(e, libc::ESTALE);
+    drop(ch);
+    // A client of another epoch or without the secret does not get in.
+    let mut f = c.fabric();
+    f.epoch = 7;
+    let err = Client::connect(c.client_config(true, false), f)
+        .err()
+        .expect("stale epoch refused");
+    assert!(err.to_string().contains("epoch"), "{err}");
+    let mut f = c.fabric();
+    f.secret = orion_fabric::Secret::generate();
+    assert!(Client::connect(c.client_config(true, false), f).is_err());
+    // And the MDS serves others as before.
+    put(&good, "/after", b"still here");
+    assert_eq!(get(&good, "/after"), b"still here");
+    assert_eq!(get(&good, "/before"), b"x");
+}
+
+#[test]
+fn daemons_explain_missing_foreign_and_misplaced_pools() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, orion_fabric::Secret::generate().expose()).unwrap();
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new(cluster::ORION)
+            .args(args)
+            .args([
+                "--secret-file",
+                secret.to_str().unwrap(),
+                "--backend",
+                "local",
+            ])
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let missing = dir.path().join("nope.pool");
+    let (code, err) = run(&[
+        "mds",
+        "--pool",
+        missing.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("does not exist") && err.contains("--format"),
+        "{err}"
+    );
+    // A data store whose pool joined one cluster is refused by another cluster's MDS.
+    let c1 = Cluster::start("local", 1);
+    let c2 = Cluster::start("local", 0);
+    let pool = c1.dir.path().join("ds0.pool");
+    let o = std::process::Command::new(cluster::ORION)
+        .args([
+            "ds",
+            "--pool",
+            pool.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--mds",
+            &c2.mds.addr,
+        ])
+        .args(c2.common_flags())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("another cluster"), "{err}");
+    // The MDS pool given to a data store is named for what it is.
+    let mds_pool = c1.dir.path().join("mds.pool");
+    let (code, err) = run(&[
+        "ds",
+        "--pool",
+        mds_pool.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("MDS pool, not a data pool"), "{err}");
+    // SIGTERM stops a daemon cleanly.
+    let mut c1 = c1;
+    let status = c1.stores[0].terminate().expect("stopped within 10 s");
+    assert!(status.success(), "{status:?}: {}", c1.stores[0].log_text());
+    let status = c1.mds.terminate().expect("stopped within 10 s");
+    assert!(status.success(), "{status:?}: {}", c1.mds.log_text());
+}
