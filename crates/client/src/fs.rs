@@ -99,9 +99,6 @@ fn components(path: &str) -> FsResult<Vec<Vec<u8>>> {
         if c.is_empty() || c == b"." {
             continue;
         }
-        if c.len() > NAME_MAX {
-            return Err(ENAMETOOLONG);
-        }
         out.push(c.to_vec());
     }
     Ok(out)
@@ -509,6 +506,10 @@ impl Inner {
                 cur = *stack.last().expect("root stays");
                 continue;
             }
+            // As Linux: a name is too long only once its directory is known to be one.
+            if name.len() > NAME_MAX {
+                return Err(ENAMETOOLONG.into());
+            }
             let ent = *d.names.get(name.as_slice()).ok_or(ENOENT)?;
             let last = todo.is_empty();
             if ent.ftype == FileType::Symlink && (!last || follow_last) {
@@ -556,6 +557,15 @@ impl Inner {
             .collect::<Vec<_>>()
             .join("/");
         let (dir, _) = self.resolve(&dir_path, true)?;
+        if self
+            .cache
+            .refresh(&mut self.link, dir)?
+            .state
+            .dir()
+            .is_none()
+        {
+            return Err(ENOTDIR.into());
+        }
         Ok((dir, name))
     }
 
