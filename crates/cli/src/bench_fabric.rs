@@ -17,12 +17,12 @@ use orion_fabric::echo::{serve, ServeOptions, Session, SESSION_SCRATCH};
 use orion_fabric::mock::MockNet;
 use orion_fabric::{Access, Backend, Domain, FabricConfig, OpKind, Secret, SpinPolicy};
 
-struct Lat {
-    p50: f64,
-    p99: f64,
+pub(crate) struct Lat {
+    pub(crate) p50: f64,
+    pub(crate) p99: f64,
 }
 
-fn lat(mut ns: Vec<u64>) -> Lat {
+pub(crate) fn lat(mut ns: Vec<u64>) -> Lat {
     ns.sort_unstable();
     let pick = |q: f64| ns[((ns.len() as f64 * q) as usize).min(ns.len() - 1)] as f64 / 1000.0;
     Lat {
@@ -31,7 +31,7 @@ fn lat(mut ns: Vec<u64>) -> Lat {
     }
 }
 
-fn measure(iters: usize, mut op: impl FnMut(u64) -> Result<()>) -> Result<Lat> {
+pub(crate) fn measure(iters: usize, mut op: impl FnMut(u64) -> Result<()>) -> Result<Lat> {
     for i in 0..(iters / 10).max(100) {
         op(i as u64)?;
     }

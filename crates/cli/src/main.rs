@@ -9,6 +9,7 @@ use orion_meta::localfs::data_pool_path;
 use orion_meta::{Clock, LocalFs, SystemClock};
 use orion_pmem::{ModeChoice, Pool};
 
+mod bench_client;
 mod bench_fabric;
 mod bench_local;
 mod config;
@@ -90,6 +91,20 @@ enum BenchCmd {
         provider: String,
         /// Operations per measured row.
         #[arg(long, default_value_t = 20000)]
+        iters: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The paper's microbenchmarks through the client library, against an MDS and a
+    /// data store it starts (and stops).
+    Client {
+        /// local (same-host shared memory) or tcp (libfabric with --provider).
+        #[arg(long, default_value = "local")]
+        backend: String,
+        #[arg(long, default_value = "tcp;ofi_rxm")]
+        provider: String,
+        /// Operations per measured row.
+        #[arg(long, default_value_t = 5000)]
         iters: usize,
         #[arg(long)]
         json: bool,
@@ -190,6 +205,18 @@ fn run() -> Result<ExitCode> {
             which: BenchCmd::Local { ops, json },
         } => {
             bench_local::run(ops, json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Bench {
+            which:
+                BenchCmd::Client {
+                    backend,
+                    provider,
+                    iters,
+                    json,
+                },
+        } => {
+            bench_client::run(&backend, &provider, iters, json)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Bench {

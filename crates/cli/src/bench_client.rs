@@ -1,0 +1,304 @@
+//! `orion bench client`: the paper's microbenchmarks (Orion §6.2) through the client
+//! library, against an MDS and a data store this command starts as processes (pools
+//! on /dev/shm, volatile mode, as the paper emulated NVMM) and stops by PID.
+//!
+//! Rows: an empty RPC, a log commit, an inode tail check (one-sided read of the slot),
+//! create, mkdir, unlink, and 4 KiB random writes and reads, for an internal client
+//! (it maps the store's pool) in strong mode, an external client (fabric only) in
+//! strong mode, and an external client in weak mode.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{anyhow, bail, Context, Result};
+use orion_client::{Client, ClientConfig, OpenFlags};
+use orion_fabric::{Backend, FabricConfig, Secret};
+use orion_meta::{SetAttrReq, TimeSet};
+
+use crate::bench_fabric::{measure, Lat};
+
+/// A daemon of the benchmark, killed by PID when dropped.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(args: &[String], log: &Path) -> Result<(Daemon, String)> {
+    let exe = std::env::current_exe().context("locating the orion binary")?;
+    let err = std::fs::File::create(log)?;
+    let mut child = Command::new(exe)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(err)
+        .spawn()
+        .context("starting a daemon")?;
+    let out = child.stdout.take().expect("piped");
+    let d = Daemon(child);
+    let mut line = String::new();
+    BufReader::new(out).read_line(&mut line)?;
+    match line.split("listening on ").nth(1) {
+        Some(rest) => Ok((d, rest.split_whitespace().next().unwrap_or("").to_string())),
+        None => bail!(
+            "orion {} did not start: {}",
+            args.join(" "),
+            std::fs::read_to_string(log).unwrap_or_default()
+        ),
+    }
+}
+
+struct Rows(Vec<(&'static str, Lat)>);
+
+impl Rows {
+    fn json(&self) -> String {
+        let body: Vec<String> = self
+            .0
+            .iter()
+            .map(|(k, l)| format!("\"{k}\":{{\"p50\":{:.3},\"p99\":{:.3}}}", l.p50, l.p99))
+            .collect();
+        body.join(",")
+    }
+}
+
+fn fs<T>(r: orion_meta::FsResult<T>) -> Result<T> {
+    r.map_err(|e| anyhow!("{e}"))
+}
+
+/// The rows for one client.
+fn bench_one(c: &Client, tag: &str, iters: usize) -> Result<Rows> {
+    let top = format!("/bench-{tag}");
+    fs(c.mkdir(&top, 0o755))?;
+    let file = format!("{top}/data");
+    let fd = fs(c.open(
+        &file,
+        OpenFlags {
+            read: true,
+            write: true,
+            create: true,
+            ..Default::default()
+        },
+        0o644,
+    ))?;
+    let ino = fs(c.ino(fd))?;
+    // A 16 MiB file to write and read 4 KiB pages of at random.
+    const PAGES: u64 = 4096;
+    let chunk = vec![7u8; 1 << 20];
+    for i in 0..PAGES / 256 {
+        fs(c.pwrite(fd, i << 20, &chunk))?;
+    }
+    let mut rng = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let page = vec![0x5Au8; 4096];
+    let mut rows = Vec::new();
+    rows.push(("rpc_us", measure(iters, |_| fs(c.ping()))?));
+    rows.push((
+        "commit_us",
+        measure(iters, |i| {
+            let req = SetAttrReq {
+                mtime: Some(TimeSet::At(i as i64)),
+                ..Default::default()
+            };
+            fs(c.setattr(ino, &req)).map(|_| ())
+        })?,
+    ));
+    rows.push((
+        "tail_read_us",
+        measure(iters, |_| fs(c.getattr(ino)).map(|_| ()))?,
+    ));
+    let n = iters.min(2000);
+    let dir = format!("{top}/d");
+    fs(c.mkdir(&dir, 0o755))?;
+    let mut k = 0u64;
+    rows.push((
+        "create_us",
+        measure(n, |_| {
+            k += 1;
+            let f = fs(c.open(
+                &format!("{dir}/f{k}"),
+                OpenFlags {
+                    write: true,
+                    create: true,
+                    excl: true,
+                    ..Default::default()
+                },
+                0o644,
+            ))?;
+            fs(c.close(f))
+        })?,
+    ));
+    let mut u = 0u64;
+    rows.push((
+        "unlink_us",
+        measure(n, |_| {
+            u += 1;
+            fs(c.unlink(&format!("{dir}/f{u}")))
+        })?,
+    ));
+    let mut m = 0u64;
+    rows.push((
+        "mkdir_us",
+        measure(n, |_| {
+            m += 1;
+            fs(c.mkdir(&format!("{dir}/m{m}"), 0o755)).map(|_| ())
+        })?,
+    ));
+    let mut r = 0u64;
+    rows.push((
+        "rmdir_us",
+        measure(n, |_| {
+            r += 1;
+            fs(c.rmdir(&format!("{dir}/m{r}")))
+        })?,
+    ));
+    rows.push((
+        "write_4k_us",
+        measure(iters, |_| {
+            let off = (next() % PAGES) * 4096;
+            fs(c.pwrite(fd, off, &page)).map(|_| ())
+        })?,
+    ));
+    rows.push((
+        "read_4k_us",
+        measure(iters, |_| {
+            let off = (next() % PAGES) * 4096;
+            fs(c.pread(fd, off, 4096)).map(|_| ())
+        })?,
+    ));
+    fs(c.close(fd))?;
+    Ok(Rows(rows))
+}
+
+pub fn run(backend: &str, provider: &str, iters: usize, json: bool) -> Result<()> {
+    let fabric_backend = match backend {
+        "local" => Backend::Local,
+        "tcp" | "libfabric" => Backend::Libfabric,
+        other => bail!("backend {other:?}: expected local or tcp"),
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("orion-bench-client")
+        .tempdir_in("/dev/shm")
+        .context("a directory in /dev/shm")?;
+    let secret_path = dir.path().join("secret");
+    let secret = Secret::generate();
+    std::fs::write(&secret_path, secret.expose())?;
+    let be = if backend == "local" {
+        "local"
+    } else {
+        "libfabric"
+    };
+    let p = |x: &Path| x.display().to_string();
+    let common = |v: &mut Vec<String>| {
+        v.extend([
+            "--backend".into(),
+            be.into(),
+            "--provider".into(),
+            provider.into(),
+        ]);
+        v.extend(["--secret-file".into(), p(&secret_path)]);
+    };
+    let mut mds_args: Vec<String> = [
+        "mds",
+        "--format",
+        "--pool-size",
+        "256M",
+        "--listen",
+        "127.0.0.1:0",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    mds_args.extend(["--pool".into(), p(&dir.path().join("mds.pool"))]);
+    common(&mut mds_args);
+    let (_mds, mds_addr) = spawn(&mds_args, &dir.path().join("mds.log"))?;
+    let mut ds_args: Vec<String> = [
+        "ds",
+        "--format",
+        "--pool-size",
+        "1G",
+        "--listen",
+        "127.0.0.1:0",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    ds_args.extend(["--pool".into(), p(&dir.path().join("ds0.pool"))]);
+    ds_args.extend(["--mds".into(), mds_addr.clone()]);
+    common(&mut ds_args);
+    let (_ds, _) = spawn(&ds_args, &dir.path().join("ds0.log"))?;
+    let mut fcfg = FabricConfig::new(fabric_backend, secret);
+    fcfg.provider = provider.to_string();
+    let client = |strong: bool, internal: bool| -> Result<Client> {
+        let cfg = ClientConfig {
+            mds: mds_addr.clone(),
+            consistency: if strong { "strong" } else { "weak" }.into(),
+            internal,
+            ..ClientConfig::default()
+        };
+        Client::connect(cfg, fcfg.clone()).map_err(|e| anyhow!("client: {e}"))
+    };
+    let progress = |what: &str| {
+        if !json {
+            eprintln!("measuring: {what}");
+        }
+    };
+    progress("internal client, strong");
+    let internal = bench_one(&client(true, true)?, "internal", iters)?;
+    progress("external client, strong");
+    let external = bench_one(&client(true, false)?, "external", iters)?;
+    progress("external client, weak");
+    let weak = bench_one(&client(false, false)?, "weak", iters)?;
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    if json {
+        println!(
+            "{{\"backend\":\"{backend}\",\"provider\":\"{provider}\",\"iters\":{iters},\
+             \"pools\":\"/dev/shm (volatile: tmpfs emulates NVMM)\",\"kernel\":\"{}\",\
+             {},\"external\":{{{}}},\"weak\":{{{}}}}}",
+            kernel.trim(),
+            internal.json(),
+            external.json(),
+            weak.json()
+        );
+        return Ok(());
+    }
+    println!(
+        "orion bench client: backend {backend}{}, {iters} ops per row, pools on /dev/shm \
+         (volatile: tmpfs emulates NVMM, as in the paper), latencies in µs",
+        if backend == "local" {
+            String::new()
+        } else {
+            format!(" ({provider})")
+        }
+    );
+    println!(
+        "{:<14} {:>18} {:>18} {:>18}",
+        "operation", "internal strong", "external strong", "external weak"
+    );
+    println!(
+        "{:<14} {:>9}{:>9} {:>9}{:>9} {:>9}{:>9}",
+        "", "p50", "p99", "p50", "p99", "p50", "p99"
+    );
+    for (i, (k, l)) in internal.0.iter().enumerate() {
+        let (e, w) = (&external.0[i].1, &weak.0[i].1);
+        println!(
+            "{:<14} {:>9.2}{:>9.2} {:>9.2}{:>9.2} {:>9.2}{:>9.2}",
+            k.trim_end_matches("_us"),
+            l.p50,
+            l.p99,
+            e.p50,
+            e.p99,
+            w.p50,
+            w.p99
+        );
+    }
+    Ok(())
+}
