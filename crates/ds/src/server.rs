@@ -40,21 +40,12 @@ pub fn format_pool(path: &Path, size: u64, group: u16, mode: ModeChoice) -> Resu
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
         .unwrap_or(0);
-    let sb = Superblock::new_data(size, random_uuid(), [0; 16], group, now)
+    let sb = Superblock::new_data(size, orion_format::random_uuid(), [0; 16], group, now)
         .map_err(|e| anyhow!("{}: {e}", path.display()))?;
     pool.zero(0, PAGE_SIZE as usize)?;
     pool.write(0, &sb.encode())?;
     pool.persist(0, PAGE_SIZE as usize)?;
     Ok(())
-}
-
-fn random_uuid() -> [u8; 16] {
-    let mut u = [0u8; 16];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        let _ = f.read_exact(&mut u);
-    }
-    u
 }
 
 struct Store {
@@ -130,7 +121,11 @@ pub fn run(
         let (cq, stop, domain) = (cq.clone(), stop.clone(), domain.clone());
         std::thread::Builder::new()
             .name("ds-accept".into())
-            .spawn(move || accept_loop(&domain, &listener, &cq, &stop, tx))?
+            .spawn(move || {
+                orion_proto::channel::accept_loop(&domain, &listener, &cq, &stop, tx, |m| {
+                    warn!("{m}")
+                })
+            })?
     };
     let describe = format!(
         "group {} on {} ({}), pool {} ({})",
@@ -216,29 +211,6 @@ impl std::fmt::Display for Refused {
     }
 }
 impl std::error::Error for Refused {}
-
-fn accept_loop(
-    domain: &Domain,
-    listener: &orion_fabric::Listener,
-    cq: &CompletionQueue,
-    stop: &AtomicBool,
-    tx: mpsc::Sender<Channel>,
-) {
-    while !stop.load(Ordering::Relaxed) {
-        match listener.accept(cq, Duration::from_millis(100)) {
-            Ok(conn) => match Channel::unposted(domain, conn) {
-                Ok(ch) => {
-                    if tx.send(ch).is_err() {
-                        return;
-                    }
-                }
-                Err(e) => warn!("client connection: {e}"),
-            },
-            Err(orion_fabric::Error::Timeout(_)) => {}
-            Err(e) => warn!("refused a connection: {e}"),
-        }
-    }
-}
 
 impl Store {
     /// Connects to the MDS and joins; stamps the cluster id into a fresh pool.

@@ -56,3 +56,13 @@ impl Gpa {
         Gpa::new(self.group(), self.page() + pages)
     }
 }
+
+/// A fresh random 16-byte id for a pool or a cluster (from the kernel's generator).
+pub fn random_uuid() -> [u8; 16] {
+    let mut u = [0u8; 16];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = f.read_exact(&mut u);
+    }
+    u
+}

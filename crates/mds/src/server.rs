@@ -11,9 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use orion_fabric::{
-    Access, Completion, CompletionQueue, ConnId, Domain, FabricConfig, Region, MAX_MESSAGE,
-};
+use orion_fabric::{Access, Completion, ConnId, Domain, FabricConfig, Region, MAX_MESSAGE};
 use orion_format::{Gpa, PoolKind, Superblock, SUPERBLOCK_SIZE};
 use orion_meta::engine::EngineConfig;
 use orion_meta::{FsError, FsResult, MetaEngine, SystemClock};
@@ -89,19 +87,15 @@ pub fn format_pool(path: &Path, size: u64, mode: ModeChoice) -> Result<()> {
     }
     let pool = Pool::create(path, size, mode).with_context(|| format!("{}", path.display()))?;
     let now = orion_meta::Clock::now(&SystemClock);
-    let sb = Superblock::new_metadata(size, random_uuid(), random_uuid(), now)
-        .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let sb = Superblock::new_metadata(
+        size,
+        orion_format::random_uuid(),
+        orion_format::random_uuid(),
+        now,
+    )
+    .map_err(|e| anyhow!("{}: {e}", path.display()))?;
     MetaEngine::format(&pool, &sb, now).map_err(|e| anyhow!("{}: {e}", path.display()))?;
     Ok(())
-}
-
-pub fn random_uuid() -> [u8; 16] {
-    let mut u = [0u8; 16];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        let _ = f.read_exact(&mut u);
-    }
-    u
 }
 
 /// Opens the pool, recovers it, listens, calls `ready`, and serves until `stop` is set.
@@ -175,7 +169,11 @@ pub fn run(
         let (cq, stop, domain) = (cq.clone(), stop.clone(), domain.clone());
         std::thread::Builder::new()
             .name("mds-accept".into())
-            .spawn(move || accept_loop(&domain, &listener, &cq, &stop, tx))?
+            .spawn(move || {
+                orion_proto::channel::accept_loop(&domain, &listener, &cq, &stop, tx, |m| {
+                    warn!("{m}")
+                })
+            })?
     };
     let mut mds = Mds {
         cfg,
@@ -211,32 +209,6 @@ pub fn run(
     drop(mds);
     let _ = acceptor.join();
     Ok(())
-}
-
-fn accept_loop(
-    domain: &Domain,
-    listener: &orion_fabric::Listener,
-    cq: &CompletionQueue,
-    stop: &AtomicBool,
-    tx: mpsc::Sender<Channel>,
-) {
-    while !stop.load(Ordering::Relaxed) {
-        match listener.accept(cq, Duration::from_millis(100)) {
-            Ok(conn) => {
-                let peer = conn.peer().to_string();
-                match Channel::unposted(domain, conn) {
-                    Ok(ch) => {
-                        if tx.send(ch).is_err() {
-                            return;
-                        }
-                    }
-                    Err(e) => warn!("connection from {peer}: {e}"),
-                }
-            }
-            Err(orion_fabric::Error::Timeout(_)) => {}
-            Err(e) => warn!("refused a connection: {e}"),
-        }
-    }
 }
 
 fn errno_reply(e: FsError) -> Reply {

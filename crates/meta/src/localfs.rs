@@ -61,21 +61,12 @@ pub fn data_pool_path(meta: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-fn random_uuid() -> [u8; 16] {
-    let mut u = [0u8; 16];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        let _ = f.read_exact(&mut u);
-    }
-    u
-}
-
 impl LocalFs {
     /// Formats a metadata pool and a data pool of one new file system.
     pub fn format(meta: &Pool, data: &Pool, now: i64) -> FsResult<()> {
-        let cluster = random_uuid();
-        let msb = Superblock::new_metadata(meta.len(), random_uuid(), cluster, now)?;
-        let dsb = Superblock::new_data(data.len(), random_uuid(), cluster, 0, now)?;
+        let cluster = orion_format::random_uuid();
+        let msb = Superblock::new_metadata(meta.len(), orion_format::random_uuid(), cluster, now)?;
+        let dsb = Superblock::new_data(data.len(), orion_format::random_uuid(), cluster, 0, now)?;
         data.zero(0, PAGE_SIZE as usize)?;
         data.write(0, &dsb.encode())?;
         data.persist(0, PAGE_SIZE as usize)?;

@@ -195,3 +195,33 @@ impl Channel {
         }
     }
 }
+
+/// A server's acceptor: runs handshakes until `stop`, and hands each new connection,
+/// its receives not yet posted, to the event loop through `tx` (see
+/// [`Channel::unposted`]). Refused peers are logged by the fabric and skipped.
+pub fn accept_loop(
+    domain: &Domain,
+    listener: &orion_fabric::Listener,
+    cq: &CompletionQueue,
+    stop: &std::sync::atomic::AtomicBool,
+    tx: std::sync::mpsc::Sender<Channel>,
+    on_error: impl Fn(String),
+) {
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        match listener.accept(cq, Duration::from_millis(100)) {
+            Ok(conn) => {
+                let peer = conn.peer().to_string();
+                match Channel::unposted(domain, conn) {
+                    Ok(ch) => {
+                        if tx.send(ch).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => on_error(format!("connection from {peer}: {e}")),
+                }
+            }
+            Err(Error::Timeout(_)) => {}
+            Err(e) => on_error(format!("refused a connection: {e}")),
+        }
+    }
+}
