@@ -49,11 +49,10 @@ impl Common {
     }
 }
 
+/// Flags both daemons have: their pool, where they listen, and whether to format.
 #[derive(Args, Debug)]
-pub struct MdsArgs {
-    #[command(flatten)]
-    pub common: Common,
-    /// The MDS pool file.
+pub struct Serve {
+    /// The pool file.
     #[arg(long)]
     pub pool: Option<PathBuf>,
     /// Size of a pool created by --format, e.g. 256M.
@@ -65,33 +64,70 @@ pub struct MdsArgs {
     /// host:port to listen on (port 0: any free port).
     #[arg(long)]
     pub listen: Option<String>,
-    /// Create the pool (a new cluster) and the secret file if missing, then serve.
+    /// Create the pool if missing (for the MDS: a new cluster, and the secret file),
+    /// then serve.
     #[arg(long)]
     pub format: bool,
+}
+
+impl Serve {
+    /// Overrides the keys these flags name.
+    fn apply(
+        &self,
+        pool: &mut PathBuf,
+        pool_size: &mut String,
+        pool_mode: &mut String,
+        listen: &mut String,
+    ) {
+        if let Some(p) = &self.pool {
+            *pool = p.clone();
+        }
+        if let Some(s) = &self.pool_size {
+            *pool_size = s.clone();
+        }
+        if let Some(m) = &self.pool_mode {
+            *pool_mode = m.clone();
+        }
+        if let Some(l) = &self.listen {
+            *listen = l.clone();
+        }
+    }
+
+    /// The size and mode of a pool `--format` creates, if it must create one.
+    fn to_create(
+        &self,
+        pool: &std::path::Path,
+        size: &str,
+        mode: &str,
+    ) -> Result<Option<(u64, orion_pmem::ModeChoice)>> {
+        if !self.format || pool.exists() {
+            return Ok(None);
+        }
+        let size = orion_pmem::parse_size(size).map_err(anyhow::Error::msg)?;
+        Ok(Some((size, mode.parse().map_err(anyhow::Error::msg)?)))
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct MdsArgs {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(flatten)]
+    pub serve: Serve,
 }
 
 #[derive(Args, Debug)]
 pub struct DsArgs {
     #[command(flatten)]
     pub common: Common,
-    /// The data pool file.
-    #[arg(long)]
-    pub pool: Option<PathBuf>,
-    #[arg(long)]
-    pub pool_size: Option<String>,
-    #[arg(long)]
-    pub pool_mode: Option<String>,
+    #[command(flatten)]
+    pub serve: Serve,
     /// The replication group this store serves.
     #[arg(long)]
     pub group: Option<u16>,
-    #[arg(long)]
-    pub listen: Option<String>,
     /// The MDS to join (host:port).
     #[arg(long)]
     pub mds: Option<String>,
-    /// Create the pool if missing, then serve.
-    #[arg(long)]
-    pub format: bool,
 }
 
 fn stop_flag() -> Result<Arc<AtomicBool>> {
@@ -106,29 +142,18 @@ fn announce(line: String) {
 pub fn mds(a: MdsArgs) -> Result<()> {
     let mut c = a.common.load()?;
     let m = &mut c.mds;
-    if let Some(p) = a.pool {
-        m.pool = p;
-    }
-    if let Some(s) = a.pool_size {
-        m.pool_size = s;
-    }
-    if let Some(s) = a.pool_mode {
-        m.pool_mode = s;
-    }
-    if let Some(l) = a.listen {
-        m.listen = l;
-    }
-    if a.format {
+    a.serve.apply(
+        &mut m.pool,
+        &mut m.pool_size,
+        &mut m.pool_mode,
+        &mut m.listen,
+    );
+    if a.serve.format {
         ensure_secret(&c.fabric.secret_file)?;
-        if !c.mds.pool.exists() {
-            let size = orion_pmem::parse_size(&c.mds.pool_size).map_err(anyhow::Error::msg)?;
-            let mode = c.mds.pool_mode.parse().map_err(anyhow::Error::msg)?;
-            orion_mds::format_pool(&c.mds.pool, size, mode)?;
-            tracing::info!(
-                "formatted a new cluster's MDS pool {}",
-                c.mds.pool.display()
-            );
-        }
+    }
+    if let Some((size, mode)) = a.serve.to_create(&m.pool, &m.pool_size, &m.pool_mode)? {
+        orion_mds::format_pool(&m.pool, size, mode)?;
+        tracing::info!("formatted a new cluster's MDS pool {}", m.pool.display());
     }
     let fabric = c.fabric.fabric_config()?;
     let stop = stop_flag()?;
@@ -144,28 +169,20 @@ pub fn mds(a: MdsArgs) -> Result<()> {
 pub fn ds(a: DsArgs) -> Result<()> {
     let mut c = a.common.load()?;
     let d = &mut c.ds;
-    if let Some(p) = a.pool {
-        d.pool = p;
-    }
-    if let Some(s) = a.pool_size {
-        d.pool_size = s;
-    }
-    if let Some(s) = a.pool_mode {
-        d.pool_mode = s;
-    }
+    a.serve.apply(
+        &mut d.pool,
+        &mut d.pool_size,
+        &mut d.pool_mode,
+        &mut d.listen,
+    );
     if let Some(g) = a.group {
         d.group = g;
-    }
-    if let Some(l) = a.listen {
-        d.listen = l;
     }
     if let Some(m) = a.mds {
         d.mds = m;
     }
-    if a.format && !c.ds.pool.exists() {
-        let size = orion_pmem::parse_size(&c.ds.pool_size).map_err(anyhow::Error::msg)?;
-        let mode = c.ds.pool_mode.parse().map_err(anyhow::Error::msg)?;
-        orion_ds::format_pool(&c.ds.pool, size, c.ds.group, mode)?;
+    if let Some((size, mode)) = a.serve.to_create(&d.pool, &d.pool_size, &d.pool_mode)? {
+        orion_ds::format_pool(&d.pool, size, d.group, mode)?;
     }
     let fabric = c.fabric.fabric_config()?;
     let stop = stop_flag()?;

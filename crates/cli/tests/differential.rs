@@ -150,17 +150,12 @@ fn max_time(s: &Snapshot) -> i64 {
 
 static CASE: AtomicU64 = AtomicU64::new(0);
 
-fn check_sequence(
-    cluster: &Cluster,
-    clients: &[Client; 2],
-    ops: Vec<OpT>,
-) -> Result<(), TestCaseError> {
+fn check_sequence(clients: &[Client; 2], ops: Vec<OpT>) -> Result<(), TestCaseError> {
     let oracle = tempfile::tempdir_in("/dev/shm").unwrap();
     let root = oracle.path();
     std::fs::set_permissions(root, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let top = format!("/case{}", CASE.fetch_add(1, Ordering::Relaxed));
     clients[0].mkdir(&top, 0o755).unwrap();
-    let _ = cluster;
     for (i, op) in ops.iter().enumerate() {
         let (me, other) = (&clients[i % 2], &clients[(i + 1) % 2]);
         let ob = oracle_snapshot(root);
@@ -199,7 +194,7 @@ fn two_clients_of_a_real_cluster_match_tmpfs() {
         "differential: two clients of a cluster vs tmpfs",
         64,
         prop::collection::vec(arb_op(), 1..80),
-        |ops| check_sequence(&cluster, &clients, ops),
+        |ops| check_sequence(&clients, ops),
     );
     let s0 = clients[0].stats();
     let s1 = clients[1].stats();

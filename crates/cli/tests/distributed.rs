@@ -137,10 +137,23 @@ fn a_tree_written_by_one_client_process_is_seen_whole_by_another() {
                 String::from_utf8_lossy(&cat.stderr)
             );
         }
-        // A cluster restarted whole serves the same tree.
+        // An MDS restarted on its pool serves the same tree once its store rejoined.
         let before = c.fs_ok(&["tree", "/"]);
-        drop(c);
-        let _ = before;
+        let mut c = c;
+        c.restart_mds();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while c.fs_ok(&["statfs"]).starts_with("blocks 0 ") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the store never rejoined"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(
+            c.fs_ok(&["tree", "/"]),
+            before,
+            "{backend}: after an MDS restart"
+        );
     }
 }
 

@@ -15,7 +15,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use orion_format::{FileType, InodeSlot, Tail, INODE_SLOT_SIZE, PAGE_SIZE};
+use orion_format::{FileType, InodeSlot, Tail, INODE_SLOT_SIZE};
 use orion_meta::error::ENOENT;
 use orion_meta::log::{walk_log, walk_log_from, PageSource};
 use orion_meta::{FsError, FsResult, InodeState};
@@ -124,14 +124,7 @@ impl InodeCache {
         let shared = self.map.get(&ino).is_some_and(|c| c.shared);
         self.map.remove(&ino);
         let mut state = InodeState::new(ino, slot.ftype);
-        walk(
-            link,
-            ino,
-            slot.head() + orion_format::LOG_PAGE_HEADER,
-            slot.tail,
-            &mut state,
-            true,
-        )?;
+        walk(link, ino, slot.head(), slot.tail, &mut state, true)?;
         link.stats.loads += 1;
         self.map.insert(
             ino,
@@ -173,7 +166,8 @@ impl InodeCache {
     }
 }
 
-/// Applies the entries of `ino`'s log from `from` to `tail` to `state`.
+/// Applies the entries of `ino`'s log to `tail` to `state`: the whole log from its
+/// head page `from` when `whole`, else from the entry at `from`.
 fn walk(
     link: &mut Link,
     ino: u64,
@@ -188,23 +182,14 @@ fn walk(
         reconnected: RefCell::new(false),
     };
     let mut freed = Vec::new();
+    let mut apply = |e: &orion_format::Entry, _| {
+        freed.clear();
+        state.apply(e, &mut freed)
+    };
     let r = if whole {
-        walk_log(
-            &src,
-            ino,
-            from - orion_format::LOG_PAGE_HEADER,
-            tail,
-            max_pages,
-            &mut |e, _| {
-                freed.clear();
-                state.apply(e, &mut freed)
-            },
-        )
+        walk_log(&src, ino, from, tail, max_pages, &mut apply)
     } else {
-        walk_log_from(&src, ino, from, tail, max_pages, &mut |e, _| {
-            freed.clear();
-            state.apply(e, &mut freed)
-        })
+        walk_log_from(&src, ino, from, tail, max_pages, &mut apply)
     };
     if *src.reconnected.borrow() {
         return Err(Fail::Reconnected);
@@ -213,9 +198,4 @@ fn walk(
         FsError::Io(m) => Fail::Fs(FsError::Io(m)),
         other => Fail::Fs(FsError::Corrupt(other.to_string())),
     })
-}
-
-/// Pages needed to hold `bytes`.
-pub fn pages_for(bytes: u64) -> u64 {
-    bytes.div_ceil(PAGE_SIZE)
 }

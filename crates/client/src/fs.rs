@@ -183,11 +183,8 @@ impl Client {
     }
 
     pub fn mknod(&self, path: &str, ftype: FileType, mode: u32) -> FsResult<Attr> {
-        if matches!(
-            ftype,
-            FileType::Regular | FileType::Directory | FileType::Symlink
-        ) && ftype != FileType::Regular
-        {
+        // Directories and symlinks have calls of their own.
+        if matches!(ftype, FileType::Directory | FileType::Symlink) {
             return Err(EINVAL);
         }
         self.run(|i| i.make(path, ftype, mode, None))
@@ -766,7 +763,7 @@ impl Inner {
                 persisted_locally: local && cut_page.is_some(),
                 entries,
             };
-            let sent = entries_of(&commit);
+            let sent = commit.entries.clone();
             match send_commit(&mut self.link, commit) {
                 Ok((prev, tail)) => {
                     *page = None;
@@ -782,10 +779,6 @@ impl Inner {
         }
         Err(ESTALE.into())
     }
-}
-
-fn entries_of(c: &Commit) -> Vec<Entry> {
-    c.entries.clone()
 }
 
 /// rename/unlink of "/" itself.

@@ -2,7 +2,6 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -116,17 +115,14 @@ pub fn run(
         .listen(&cfg.listen)
         .with_context(|| format!("listening on {}", cfg.listen))?;
     let addr = listener.local_addr();
-    let (tx, rx) = mpsc::channel();
-    let acceptor = {
-        let (cq, stop, domain) = (cq.clone(), stop.clone(), domain.clone());
-        std::thread::Builder::new()
-            .name("ds-accept".into())
-            .spawn(move || {
-                orion_proto::channel::accept_loop(&domain, &listener, &cq, &stop, tx, |m| {
-                    warn!("{m}")
-                })
-            })?
-    };
+    let (acceptor, rx) = orion_proto::channel::spawn_acceptor(
+        "ds-accept",
+        &domain,
+        listener,
+        cq.clone(),
+        stop.clone(),
+        |m| warn!("{m}"),
+    )?;
     let describe = format!(
         "group {} on {} ({}), pool {} ({})",
         cfg.group,

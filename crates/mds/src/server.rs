@@ -164,17 +164,14 @@ pub fn run(
         cfg.pool.display(),
         engine.pool().describe()
     );
-    let (tx, rx) = mpsc::channel();
-    let acceptor = {
-        let (cq, stop, domain) = (cq.clone(), stop.clone(), domain.clone());
-        std::thread::Builder::new()
-            .name("mds-accept".into())
-            .spawn(move || {
-                orion_proto::channel::accept_loop(&domain, &listener, &cq, &stop, tx, |m| {
-                    warn!("{m}")
-                })
-            })?
-    };
+    let (acceptor, rx) = orion_proto::channel::spawn_acceptor(
+        "mds-accept",
+        &domain,
+        listener,
+        cq.clone(),
+        stop.clone(),
+        |m| warn!("{m}"),
+    )?;
     let mut mds = Mds {
         cfg,
         engine,

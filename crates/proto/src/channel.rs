@@ -24,6 +24,9 @@ pub struct Channel {
     send: Region,
     free_send: Vec<u64>,
     scratch: Vec<u8>,
+    /// Buffers of [`Channel::call`], kept so a call allocates nothing.
+    batch: Vec<Completion>,
+    incoming: Vec<u8>,
 }
 
 /// What a completion meant for a channel.
@@ -55,6 +58,8 @@ impl Channel {
             send: domain.alloc_region(len, Access::LOCAL)?,
             free_send: (0..DEPTH).rev().collect(),
             scratch: Vec::with_capacity(MAX_MESSAGE),
+            batch: Vec::with_capacity(16),
+            incoming: Vec::with_capacity(MAX_MESSAGE),
         };
         Ok(ch)
     }
@@ -149,15 +154,32 @@ impl Channel {
     ) -> Result<Reply> {
         self.send_request(id, req)?;
         let deadline = Instant::now() + timeout;
-        let mut batch = Vec::new();
-        let mut msg = Vec::new();
+        let mut batch = std::mem::take(&mut self.batch);
+        let mut msg = std::mem::take(&mut self.incoming);
+        let r = self.call_loop(cq, id, deadline, timeout, &mut batch, &mut msg, other);
+        self.batch = batch;
+        self.incoming = msg;
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn call_loop(
+        &mut self,
+        cq: &CompletionQueue,
+        id: u64,
+        deadline: Instant,
+        timeout: Duration,
+        batch: &mut Vec<Completion>,
+        msg: &mut Vec<u8>,
+        other: &mut Vec<Completion>,
+    ) -> Result<Reply> {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(Error::Timeout(timeout));
             }
             batch.clear();
-            cq.wait(&mut batch, 16, left)?;
+            cq.wait(batch, 16, left)?;
             let mut answer = None;
             for c in batch.drain(..) {
                 if c.conn != self.conn.id() {
@@ -172,9 +194,9 @@ impl Channel {
                         }
                     }
                     Event::Message { slot, len } => {
-                        self.read_message(slot, len, &mut msg)?;
+                        self.read_message(slot, len, msg)?;
                         self.repost(slot)?;
-                        match decode_reply(&msg) {
+                        match decode_reply(msg) {
                             Ok((rid, reply)) if rid == id && answer.is_none() => {
                                 answer = Some(reply)
                             }
@@ -196,32 +218,42 @@ impl Channel {
     }
 }
 
-/// A server's acceptor: runs handshakes until `stop`, and hands each new connection,
-/// its receives not yet posted, to the event loop through `tx` (see
-/// [`Channel::unposted`]). Refused peers are logged by the fabric and skipped.
-pub fn accept_loop(
+/// A server's acceptor thread: runs handshakes until `stop` and hands each new
+/// connection, its receives not yet posted, to the event loop through the returned
+/// receiver (see [`Channel::unposted`]). `on_error` hears of refused peers.
+pub fn spawn_acceptor(
+    name: &str,
     domain: &Domain,
-    listener: &orion_fabric::Listener,
-    cq: &CompletionQueue,
-    stop: &std::sync::atomic::AtomicBool,
-    tx: std::sync::mpsc::Sender<Channel>,
-    on_error: impl Fn(String),
-) {
-    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        match listener.accept(cq, Duration::from_millis(100)) {
-            Ok(conn) => {
-                let peer = conn.peer().to_string();
-                match Channel::unposted(domain, conn) {
-                    Ok(ch) => {
-                        if tx.send(ch).is_err() {
-                            return;
+    listener: orion_fabric::Listener,
+    cq: std::sync::Arc<CompletionQueue>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    on_error: impl Fn(String) + Send + 'static,
+) -> std::io::Result<(
+    std::thread::JoinHandle<()>,
+    std::sync::mpsc::Receiver<Channel>,
+)> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let domain = domain.clone();
+    let t = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match listener.accept(&cq, Duration::from_millis(100)) {
+                    Ok(conn) => {
+                        let peer = conn.peer().to_string();
+                        match Channel::unposted(&domain, conn) {
+                            Ok(ch) => {
+                                if tx.send(ch).is_err() {
+                                    return;
+                                }
+                            }
+                            Err(e) => on_error(format!("connection from {peer}: {e}")),
                         }
                     }
-                    Err(e) => on_error(format!("connection from {peer}: {e}")),
+                    Err(Error::Timeout(_)) => {}
+                    Err(e) => on_error(format!("refused a connection: {e}")),
                 }
             }
-            Err(Error::Timeout(_)) => {}
-            Err(e) => on_error(format!("refused a connection: {e}")),
-        }
-    }
+        })?;
+    Ok((t, rx))
 }
