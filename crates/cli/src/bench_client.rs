@@ -19,7 +19,7 @@ use orion_meta::{SetAttrReq, TimeSet};
 use crate::bench_fabric::{measure, Lat};
 
 /// A daemon of the benchmark, killed by PID when dropped.
-struct Daemon(Child);
+pub struct Daemon(Child);
 
 impl Drop for Daemon {
     fn drop(&mut self) {
@@ -28,7 +28,7 @@ impl Drop for Daemon {
     }
 }
 
-fn spawn(args: &[String], log: &Path) -> Result<(Daemon, String)> {
+pub fn spawn(args: &[String], log: &Path) -> Result<(Daemon, String)> {
     let exe = std::env::current_exe().context("locating the orion binary")?;
     let err = std::fs::File::create(log)?;
     let mut child = Command::new(exe)
@@ -178,74 +178,87 @@ fn bench_one(c: &Client, tag: &str, iters: usize) -> Result<Rows> {
     Ok(Rows(rows))
 }
 
-pub fn run(backend: &str, provider: &str, iters: usize, json: bool) -> Result<()> {
-    let fabric_backend = match backend {
-        "local" => Backend::Local,
-        "tcp" | "libfabric" => Backend::Libfabric,
-        other => bail!("backend {other:?}: expected local or tcp"),
-    };
-    let dir = tempfile::Builder::new()
-        .prefix("orion-bench-client")
-        .tempdir_in("/dev/shm")
-        .context("a directory in /dev/shm")?;
-    let secret_path = dir.path().join("secret");
-    let secret = Secret::generate();
-    std::fs::write(&secret_path, secret.expose())?;
-    let be = if backend == "local" {
-        "local"
-    } else {
-        "libfabric"
-    };
-    let p = |x: &Path| x.display().to_string();
-    let common = |v: &mut Vec<String>| {
-        v.extend([
+/// An MDS and one data store started for a benchmark, stopped (by PID) when dropped.
+pub struct BenchCluster {
+    pub mds_addr: String,
+    pub fabric: FabricConfig,
+    /// `--backend`, `--provider` and `--secret-file` for further `orion` processes.
+    pub common_args: Vec<String>,
+    _daemons: Vec<Daemon>,
+    _dir: tempfile::TempDir,
+}
+
+impl BenchCluster {
+    pub fn start(backend: &str, provider: &str) -> Result<BenchCluster> {
+        let fabric_backend = match backend {
+            "local" => Backend::Local,
+            "tcp" | "libfabric" => Backend::Libfabric,
+            other => bail!("backend {other:?}: expected local or tcp"),
+        };
+        let dir = tempfile::Builder::new()
+            .prefix("orion-bench")
+            .tempdir_in("/dev/shm")
+            .context("a directory in /dev/shm")?;
+        let secret_path = dir.path().join("secret");
+        let secret = Secret::generate();
+        std::fs::write(&secret_path, secret.expose())?;
+        let be = if backend == "local" {
+            "local"
+        } else {
+            "libfabric"
+        };
+        let p = |x: &Path| x.display().to_string();
+        let common_args: Vec<String> = vec![
             "--backend".into(),
             be.into(),
             "--provider".into(),
             provider.into(),
-        ]);
-        v.extend(["--secret-file".into(), p(&secret_path)]);
-    };
-    let mut mds_args: Vec<String> = [
-        "mds",
-        "--format",
-        "--pool-size",
-        "256M",
-        "--listen",
-        "127.0.0.1:0",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    mds_args.extend(["--pool".into(), p(&dir.path().join("mds.pool"))]);
-    common(&mut mds_args);
-    let (_mds, mds_addr) = spawn(&mds_args, &dir.path().join("mds.log"))?;
-    let mut ds_args: Vec<String> = [
-        "ds",
-        "--format",
-        "--pool-size",
-        "1G",
-        "--listen",
-        "127.0.0.1:0",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    ds_args.extend(["--pool".into(), p(&dir.path().join("ds0.pool"))]);
-    ds_args.extend(["--mds".into(), mds_addr.clone()]);
-    common(&mut ds_args);
-    let (_ds, _) = spawn(&ds_args, &dir.path().join("ds0.log"))?;
-    let mut fcfg = FabricConfig::new(fabric_backend, secret);
-    fcfg.provider = provider.to_string();
-    let client = |strong: bool, internal: bool| -> Result<Client> {
+            "--secret-file".into(),
+            p(&secret_path),
+        ];
+        let serve = |what: &str, size: &str, pool: &str| -> Vec<String> {
+            let mut v: Vec<String> = [what, "--format", "--pool-size", size]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            v.extend(["--listen".into(), "127.0.0.1:0".into()]);
+            v.extend(["--pool".into(), p(&dir.path().join(pool))]);
+            v.extend(common_args.iter().cloned());
+            v
+        };
+        let (mds, mds_addr) = spawn(
+            &serve("mds", "256M", "mds.pool"),
+            &dir.path().join("mds.log"),
+        )?;
+        let mut ds_args = serve("ds", "1G", "ds0.pool");
+        ds_args.extend(["--mds".into(), mds_addr.clone()]);
+        let (ds, _) = spawn(&ds_args, &dir.path().join("ds0.log"))?;
+        let mut fabric = FabricConfig::new(fabric_backend, secret);
+        fabric.provider = provider.to_string();
+        Ok(BenchCluster {
+            mds_addr,
+            fabric,
+            common_args,
+            // The data store stops first, then the MDS.
+            _daemons: vec![ds, mds],
+            _dir: dir,
+        })
+    }
+
+    pub fn client(&self, strong: bool, internal: bool) -> Result<Client> {
         let cfg = ClientConfig {
-            mds: mds_addr.clone(),
+            mds: self.mds_addr.clone(),
             consistency: if strong { "strong" } else { "weak" }.into(),
             internal,
             ..ClientConfig::default()
         };
-        Client::connect(cfg, fcfg.clone()).map_err(|e| anyhow!("client: {e}"))
-    };
+        Client::connect(cfg, self.fabric.clone()).map_err(|e| anyhow!("client: {e}"))
+    }
+}
+
+pub fn run(backend: &str, provider: &str, iters: usize, json: bool) -> Result<()> {
+    let cluster = BenchCluster::start(backend, provider)?;
+    let client = |strong: bool, internal: bool| cluster.client(strong, internal);
     let progress = |what: &str| {
         if !json {
             eprintln!("measuring: {what}");

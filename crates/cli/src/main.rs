@@ -12,6 +12,7 @@ use orion_pmem::{ModeChoice, Pool};
 mod bench_client;
 mod bench_fabric;
 mod bench_local;
+mod bench_mds;
 mod config;
 mod daemons;
 mod fs_cmd;
@@ -109,6 +110,23 @@ enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// MDS throughput (empty RPCs, log commits, tail reads) with 1, 2, 4 and 8 client
+    /// processes, against an MDS and a data store it starts (and stops).
+    Mds {
+        /// local (same-host shared memory) or tcp (libfabric with --provider).
+        #[arg(long, default_value = "local")]
+        backend: String,
+        #[arg(long, default_value = "tcp;ofi_rxm")]
+        provider: String,
+        /// How long each cell runs, in milliseconds.
+        #[arg(long, default_value_t = 2000)]
+        millis: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One client process of `orion bench mds`.
+    #[command(hide = true)]
+    MdsWorker(bench_mds::WorkerArgs),
     /// The benchmark's peer process (started by `orion bench fabric`).
     #[command(hide = true)]
     FabricPeer {
@@ -229,6 +247,24 @@ fn run() -> Result<ExitCode> {
                 },
         } => {
             bench_fabric::run(&backend, &provider, iters, json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Bench {
+            which:
+                BenchCmd::Mds {
+                    backend,
+                    provider,
+                    millis,
+                    json,
+                },
+        } => {
+            bench_mds::run(&backend, &provider, millis, json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Bench {
+            which: BenchCmd::MdsWorker(a),
+        } => {
+            bench_mds::worker(a)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Bench {

@@ -347,9 +347,11 @@ fn bad_input_is_refused_with_an_error_and_the_mds_keeps_serving() {
             mtime: 1,
         })
     };
+    // Every inode of a fresh pool is of generation 1.
     let commit = |ino, gpa| {
         Request::Commit(Commit {
             ino,
+            generation: 1,
             expect: None,
             persisted_locally: false,
             entries: vec![w(gpa)],
@@ -376,6 +378,7 @@ fn bad_input_is_refused_with_an_error_and_the_mds_keeps_serving() {
     };
     let internal = Request::Commit(Commit {
         ino,
+        generation: 1,
         expect: None,
         persisted_locally: true,
         entries: vec![w(start)],
@@ -401,6 +404,7 @@ fn bad_input_is_refused_with_an_error_and_the_mds_keeps_serving() {
     assert_eq!(e, libc::ENAMETOOLONG);
     let dir_entry = Request::Commit(Commit {
         ino: 1,
+        generation: 1,
         expect: None,
         persisted_locally: false,
         entries: vec![Entry::LinkChange { nlink: 1, ctime: 0 }],
@@ -411,6 +415,7 @@ fn bad_input_is_refused_with_an_error_and_the_mds_keeps_serving() {
     // A conditional commit on a stale tail.
     let stale = Request::Commit(Commit {
         ino,
+        generation: 1,
         expect: Some(orion_format::Tail {
             version: 0,
             offset: 64,
@@ -419,6 +424,17 @@ fn bad_input_is_refused_with_an_error_and_the_mds_keeps_serving() {
         entries: vec![Entry::SetAttr(Default::default())],
     });
     let (e, _) = errno_of(call(&cq, &mut ch, 9, &stale));
+    assert_eq!(e, libc::ESTALE);
+    // An unconditional write to a page of this client's chunk, built for another file
+    // that once had this inode number.
+    let reused = Request::Commit(Commit {
+        ino,
+        generation: 2,
+        expect: None,
+        persisted_locally: false,
+        entries: vec![w(start)],
+    });
+    let (e, _) = errno_of(call(&cq, &mut ch, 10, &reused));
     assert_eq!(e, libc::ESTALE);
     drop(ch);
     // A client of another epoch or without the secret does not get in.

@@ -32,6 +32,7 @@ impl Chunks {
                     pages: want,
                 }) {
                     Ok(ReplyBody::Chunk { start, pages }) if pages > 0 => {
+                        link.prefault(start, pages as u64);
                         self.runs.push_back((start, pages as u64));
                         continue;
                     }

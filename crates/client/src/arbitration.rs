@@ -138,6 +138,12 @@ impl InodeCache {
         Ok(())
     }
 
+    /// The cached copy of `ino` as it is, without checking its tail: for updates that
+    /// do not depend on the inode's state (the MDS checks the generation they carry).
+    pub fn cached(&mut self, ino: u64) -> Option<&mut Cached> {
+        self.map.get_mut(&ino)
+    }
+
     /// Applies the MDS's answer to a log commit of `entries` (module text).
     pub fn committed(
         &mut self,

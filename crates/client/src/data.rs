@@ -187,8 +187,24 @@ impl Data<'_> {
         append: bool,
         pages: &mut Option<Vec<(Gpa, u64)>>,
     ) -> Res<u64> {
-        for _ in 0..MAX_REEXECUTIONS {
-            let c = self.cache.refresh(self.link, ino)?;
+        // Whole pages written at a given offset do not depend on the inode's state: they
+        // commit unconditionally (the MDS orders them and checks the generation), so the
+        // first attempt uses the cached copy without reading its tail. A refused commit
+        // runs again on a refreshed copy.
+        let whole_pages =
+            !append && off.is_multiple_of(PS) && (data.len() as u64).is_multiple_of(PS);
+        for attempt in 0..MAX_REEXECUTIONS {
+            let fast = attempt == 0
+                && whole_pages
+                && self
+                    .cache
+                    .cached(ino)
+                    .is_some_and(|c| !c.shared && c.generation == gen);
+            let c = if fast {
+                self.cache.cached(ino).expect("checked above")
+            } else {
+                self.cache.refresh(self.link, ino)?
+            };
             same_file(c.generation, gen)?;
             regular(c.state.attr.ftype)?;
             let tail = c.tail;
@@ -256,6 +272,7 @@ impl Data<'_> {
             let conditional = append || shared || partial;
             let commit = Commit {
                 ino,
+                generation: gen,
                 expect: conditional.then_some(tail),
                 persisted_locally: local,
                 entries: entries.clone(),

@@ -716,6 +716,7 @@ impl Inner {
             let c = self.cache.refresh(&mut self.link, ino)?;
             let a = c.state.attr.clone();
             let tail = c.tail;
+            let generation = c.generation;
             let file = c.state.file();
             let has_pages = file.is_some_and(|f| !f.pages.is_empty());
             let now = SystemClock.now();
@@ -759,6 +760,7 @@ impl Inner {
                 });
             let commit = Commit {
                 ino,
+                generation,
                 expect: Some(tail),
                 persisted_locally: local && cut_page.is_some(),
                 entries,

@@ -422,6 +422,19 @@ impl Link {
     /// is written and persisted here; a remote store gets a write with an immediate per
     /// page (strong: the store persists and tells the MDS) or one plain write (weak).
     /// Returns true when the pages were persisted locally.
+    /// Faults in `pages` pages at `gpa` when their store's pool is mapped here, so that
+    /// the writes that fill a new chunk do not each pay a first-touch page fault.
+    pub fn prefault(&mut self, gpa: Gpa, pages: u64) {
+        if let Ok(store) = self.store(gpa.group()) {
+            if let Some((pool, base)) = &store.local {
+                if gpa.page() + pages <= store.page_count {
+                    let _ =
+                        pool.prefault(base + gpa.page() * PAGE_SIZE, (pages * PAGE_SIZE) as usize);
+                }
+            }
+        }
+    }
+
     pub fn write_pages(&mut self, gpa: Gpa, data: &[u8]) -> FsResult<bool> {
         let n = data.len() / PAGE_SIZE as usize;
         let strong = self.strong;

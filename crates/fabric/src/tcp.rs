@@ -15,15 +15,22 @@ pub(crate) fn listen(addr: &str) -> Result<TcpListener> {
     Ok(l)
 }
 
-/// Waits up to `timeout` for one incoming connection.
-pub(crate) fn accept(l: &TcpListener, timeout: Duration) -> Result<(TcpStream, SocketAddr)> {
+/// Waits up to `timeout` for one incoming connection. Reads and writes on the accepted
+/// stream are bounded by `io_timeout` (the connect timeout), not by `timeout`: an acceptor
+/// that polls with a short `timeout` must still give a peer that is slow to set up its
+/// endpoint (a loaded machine) the whole handshake deadline.
+pub(crate) fn accept(
+    l: &TcpListener,
+    timeout: Duration,
+    io_timeout: Duration,
+) -> Result<(TcpStream, SocketAddr)> {
     let deadline = Instant::now() + timeout;
     loop {
         match l.accept() {
             Ok((s, a)) => {
                 s.set_nonblocking(false)
                     .map_err(|e| Error::io("accepted stream", e))?;
-                prepare(&s, timeout)?;
+                prepare(&s, io_timeout)?;
                 return Ok((s, a));
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -79,5 +86,24 @@ pub(crate) fn peer_alive(s: &TcpStream) -> bool {
         Ok(0) => false,
         Ok(_) => true,
         Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An acceptor polls with a short timeout, but the stream it accepts must wait for a
+    /// slow peer as long as the handshake may take (a loaded machine starting many
+    /// clients at once once failed here).
+    #[test]
+    fn accepted_stream_waits_for_the_io_timeout_not_the_poll_timeout() {
+        let l = listen("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let c = connect(&addr, Duration::from_secs(5)).unwrap();
+        let (s, _) = accept(&l, Duration::from_millis(50), Duration::from_secs(7)).unwrap();
+        assert_eq!(s.read_timeout().unwrap(), Some(Duration::from_secs(7)));
+        assert_eq!(s.write_timeout().unwrap(), Some(Duration::from_secs(7)));
+        drop(c);
     }
 }

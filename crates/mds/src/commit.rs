@@ -19,6 +19,9 @@ pub const MAX_COMMIT_PAGES: u64 = 1 << 16;
 /// Checks what a client may commit, and returns the data pages the entries name.
 pub fn check(engine: &MetaEngine, leases: &Leases, c: &Commit) -> FsResult<Vec<(Gpa, u64)>> {
     let attr = engine.getattr(c.ino)?;
+    if engine.inode(c.ino)?.generation != c.generation {
+        return Err(ESTALE);
+    }
     if c.entries.is_empty() {
         return Err(FsError::Io("a log commit without entries".into()));
     }

@@ -32,6 +32,9 @@ pub struct Hello {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Commit {
     pub ino: u64,
+    /// The generation of the inode the client computed against: a number freed and
+    /// reused for another file since then gets `ESTALE`.
+    pub generation: u64,
     /// Append only if the log tail is still this one (the client computed the entries
     /// from that state: a partial-page write, an append, a truncation); otherwise the
     /// MDS refuses with `ESTALE` and the client refreshes and re-executes.
@@ -322,6 +325,7 @@ pub fn encode_request(out: &mut Vec<u8>, id: u64, req: &Request) {
         }
         Request::Commit(c) => {
             w.u64(c.ino)
+                .u64(c.generation)
                 .opt_u64(c.expect.map(Tail::pack))
                 .bool(c.persisted_locally);
             put_entries(&mut w, &c.entries);
@@ -398,6 +402,7 @@ pub fn decode_request(b: &[u8]) -> Result<(u64, Request), ProtoError> {
         },
         4 => Request::Commit(Commit {
             ino: r.u64("ino")?,
+            generation: r.u64("generation")?,
             expect: r.opt_u64("expected tail")?.map(Tail::unpack),
             persisted_locally: r.bool("persisted locally")?,
             entries: entries(&mut r)?,
@@ -628,6 +633,7 @@ mod tests {
             },
             Request::Commit(Commit {
                 ino: 7,
+                generation: 3,
                 expect: Some(Tail {
                     version: 2,
                     offset: 64 * 99,

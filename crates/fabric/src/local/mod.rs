@@ -411,7 +411,7 @@ struct LocalListener {
 
 impl ListenerImpl for LocalListener {
     fn accept(&self, cq: &CompletionQueue, timeout: Duration) -> Result<Connection> {
-        let (mut s, from) = tcp::accept(&self.l, timeout)?;
+        let (mut s, from) = tcp::accept(&self.l, timeout, self.domain.cfg.connect_timeout)?;
         let d = &self.domain;
         let peer = from.to_string();
         let p = auth::Params::new(&d.cfg, peer.clone());

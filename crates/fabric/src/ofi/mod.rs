@@ -453,7 +453,7 @@ struct OfiListener {
 
 impl ListenerImpl for OfiListener {
     fn accept(&self, cq: &CompletionQueue, timeout: Duration) -> Result<Connection> {
-        let (mut s, from) = tcp::accept(&self.l, timeout)?;
+        let (mut s, from) = tcp::accept(&self.l, timeout, self.domain.cfg.connect_timeout)?;
         let d = &self.domain;
         let p = auth::Params::new(&d.cfg, from.to_string());
         let session = auth::server(&mut s, &p)?;
