@@ -134,7 +134,7 @@ fn stop_flag() -> Result<Arc<AtomicBool>> {
     crate::signals::stop_flag().context("installing signal handlers")
 }
 
-fn announce(line: String) {
+pub fn announce(line: String) {
     println!("{line}");
     let _ = std::io::stdout().flush();
 }

@@ -16,6 +16,7 @@ mod bench_mds;
 mod config;
 mod daemons;
 mod fs_cmd;
+mod mount_cmd;
 mod signals;
 
 #[derive(Parser)]
@@ -57,6 +58,10 @@ enum Cmd {
     Mds(daemons::MdsArgs),
     /// Run a data store (foreground; SIGTERM stops it cleanly).
     Ds(daemons::DsArgs),
+    /// Mount the file system at a directory (FUSE; foreground: SIGTERM/SIGINT unmount).
+    Mount(mount_cmd::MountArgs),
+    /// Unmount a mount point, or clean up one left by a crashed `orion mount`.
+    Umount(mount_cmd::UmountArgs),
     /// File-system operations through the client library.
     Fs(fs_cmd::FsArgs),
     /// Print the configuration: `--defaults` prints every key with its default.
@@ -177,6 +182,14 @@ fn run() -> Result<ExitCode> {
                 sb.inode_count - 1,
                 d.len() >> 20
             );
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Mount(a) => {
+            mount_cmd::mount(a)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Umount(a) => {
+            mount_cmd::umount(a)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Fsck { pool, data_pool } => {

@@ -13,8 +13,8 @@ use orion_meta::error::{
 };
 use orion_meta::index::Body;
 use orion_meta::{
-    setattr_entry, Attr, Clock, FsError, FsResult, SetAttrReq, StatFs, SystemClock, TimeSet,
-    ROOT_INO,
+    setattr_entry, Attr, Clock, FsError, FsResult, NewNode, SetAttrReq, StatFs, SystemClock,
+    TimeSet, ROOT_INO,
 };
 use orion_proto::{Commit, Create, ReplyBody, Request};
 
@@ -434,6 +434,108 @@ impl Client {
     }
 
     /// The inode number of an open file.
+    /// Creates `name` in directory `parent` (a symlink when `symlink` holds its
+    /// target), owned by `uid`/`gid`: the call FUSE makes, the kernel having resolved
+    /// the path and the caller's credentials.
+    pub fn create_at(
+        &self,
+        parent: u64,
+        name: &[u8],
+        node: NewNode,
+        symlink: Option<&[u8]>,
+    ) -> FsResult<Attr> {
+        check_name(name)?;
+        if let Some(t) = symlink {
+            if t.is_empty() {
+                return Err(ENOENT);
+            }
+            if t.len() > SYMLINK_MAX {
+                return Err(ENAMETOOLONG);
+            }
+        }
+        self.run(|i| i.make_at(parent, name.to_vec(), node, symlink))
+    }
+
+    pub fn unlink_at(&self, parent: u64, name: &[u8]) -> FsResult<()> {
+        check_name(name)?;
+        let name = name.to_vec();
+        self.run(|i| {
+            i.rpc(Request::Unlink {
+                parent,
+                name: name.clone(),
+            })
+            .map(|_| ())
+        })
+    }
+
+    pub fn rmdir_at(&self, parent: u64, name: &[u8]) -> FsResult<()> {
+        check_name(name)?;
+        let name = name.to_vec();
+        self.run(|i| {
+            i.rpc(Request::Rmdir {
+                parent,
+                name: name.clone(),
+            })
+            .map(|_| ())
+        })
+    }
+
+    /// rename(2) by directory inodes and names; renameat2's RENAME_NOREPLACE when
+    /// `noreplace`.
+    pub fn rename_at(
+        &self,
+        old_parent: u64,
+        old_name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+        noreplace: bool,
+    ) -> FsResult<()> {
+        check_name(old_name)?;
+        check_name(new_name)?;
+        self.run(|i| {
+            i.rpc(Request::Rename {
+                old_parent,
+                old_name: old_name.to_vec(),
+                new_parent,
+                new_name: new_name.to_vec(),
+                noreplace,
+            })
+            .map(|_| ())
+        })
+    }
+
+    pub fn link_at(&self, ino: u64, parent: u64, name: &[u8]) -> FsResult<Attr> {
+        check_name(name)?;
+        self.run(|i| {
+            match i.rpc(Request::Link {
+                ino,
+                parent,
+                name: name.to_vec(),
+            })? {
+                ReplyBody::Attr(a) => Ok(a),
+                other => Err(io_err(format!("unexpected reply {other:?}")).into()),
+            }
+        })
+    }
+
+    /// The entries of directory `ino`, with "." and "..".
+    pub fn readdir_ino(&self, ino: u64) -> FsResult<Vec<DirEntry>> {
+        self.run(|i| {
+            let parent = i.parent(ino)?;
+            i.readdir(ino, parent)
+        })
+    }
+
+    pub fn readlink_ino(&self, ino: u64) -> FsResult<Vec<u8>> {
+        self.run(|i| i.readlink(ino))
+    }
+
+    /// Opens inode `ino` (it exists: FUSE looked it up); O_CREAT and O_EXCL do not
+    /// apply here.
+    pub fn open_ino(&self, ino: u64, flags: OpenFlags) -> FsResult<Fd> {
+        self.run(|i| i.open_ino(ino, flags))
+    }
+
     pub fn ino(&self, fd: Fd) -> FsResult<u64> {
         Ok(self.handle(fd)?.0)
     }
@@ -574,6 +676,23 @@ impl Inner {
         symlink: Option<&[u8]>,
     ) -> Res<Attr> {
         let (parent, name) = self.resolve_parent(path)?;
+        let node = NewNode {
+            ftype,
+            mode,
+            uid: self.uid,
+            gid: self.gid,
+            rdev: 0,
+        };
+        self.make_at(parent, name, node, symlink)
+    }
+
+    fn make_at(
+        &mut self,
+        parent: u64,
+        name: Vec<u8>,
+        node: NewNode,
+        symlink: Option<&[u8]>,
+    ) -> Res<Attr> {
         let mut page = None;
         if let Some(t) = symlink {
             let runs = self.chunks.take(&mut self.link, 1)?;
@@ -589,11 +708,11 @@ impl Inner {
         let r = self.rpc(Request::Create(Create {
             parent,
             name,
-            ftype,
-            mode,
-            uid: self.uid,
-            gid: self.gid,
-            rdev: 0,
+            ftype: node.ftype,
+            mode: node.mode,
+            uid: node.uid,
+            gid: node.gid,
+            rdev: node.rdev,
             symlink: page,
         }));
         match r {
@@ -665,6 +784,10 @@ impl Inner {
             }
             Err(e) => return Err(e),
         };
+        self.open_ino(ino, flags)
+    }
+
+    fn open_ino(&mut self, ino: u64, flags: OpenFlags) -> Res<Fd> {
         let a = self.getattr(ino)?;
         if a.ftype == FileType::Directory && (flags.write || flags.truncate) {
             return Err(EISDIR.into());
@@ -781,6 +904,17 @@ impl Inner {
         }
         Err(ESTALE.into())
     }
+}
+
+/// A name as one path component: not empty, no '/', at most NAME_MAX bytes.
+fn check_name(name: &[u8]) -> FsResult<()> {
+    if name.is_empty() || name.contains(&b'/') {
+        return Err(EINVAL);
+    }
+    if name.len() > NAME_MAX {
+        return Err(ENAMETOOLONG);
+    }
+    Ok(())
 }
 
 /// rename/unlink of "/" itself.

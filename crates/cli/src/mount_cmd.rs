@@ -1,0 +1,92 @@
+//! `orion mount` and `orion umount`: the file system at a mount point through FUSE.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use orion_client::Client;
+use orion_fuse::MountOptions;
+
+use crate::daemons::Common;
+use crate::signals::stop_flag;
+
+#[derive(Args, Debug)]
+pub struct MountArgs {
+    /// Where to mount (an existing directory).
+    pub mountpoint: PathBuf,
+    #[command(flatten)]
+    pub common: Common,
+    /// The MDS (host:port).
+    #[arg(long)]
+    pub mds: Option<String>,
+    /// Weak data consistency (commit without waiting for the stores; fsync flushes).
+    #[arg(long)]
+    pub weak: bool,
+    /// Never map a local store's pool: reach every store through the fabric.
+    #[arg(long)]
+    pub external: bool,
+    /// Threads serving the kernel's requests.
+    #[arg(long, default_value_t = 4)]
+    pub threads: usize,
+    /// Only the mounting user may use the mount (the default lets every local user in,
+    /// with permissions checked against each file's mode).
+    #[arg(long)]
+    pub private: bool,
+}
+
+pub fn mount(a: MountArgs) -> Result<()> {
+    let mut c = a.common.load()?;
+    if let Some(m) = a.mds {
+        c.client.mds = m;
+    }
+    if a.weak {
+        c.client.consistency = "weak".into();
+    }
+    if a.external {
+        c.client.internal = false;
+    }
+    if !a.mountpoint.is_dir() && orion_fuse::unmount_stale(&a.mountpoint).is_err() {
+        bail!(
+            "{} is not a directory; create it first (mkdir -p {})",
+            a.mountpoint.display(),
+            a.mountpoint.display()
+        );
+    }
+    let stop = stop_flag()?;
+    let mds = c.client.mds.clone();
+    let fabric = c.fabric.fabric_config()?;
+    let client = Client::connect(c.client, fabric)
+        .map_err(|e| anyhow!("connecting to the MDS at {mds}: {e}"))?;
+    let opts = MountOptions {
+        mountpoint: a.mountpoint.clone(),
+        allow_other: !a.private,
+        threads: a.threads,
+    };
+    let shown = a.mountpoint.display().to_string();
+    orion_fuse::mount(Arc::new(client), &opts, stop, || {
+        crate::daemons::announce(format!(
+            "orion mount ready: {shown} (MDS {mds}, pid {})",
+            std::process::id()
+        ))
+    })
+    .with_context(|| format!("mount at {shown}"))?;
+    tracing::info!("unmounted {shown}");
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+pub struct UmountArgs {
+    pub mountpoint: PathBuf,
+}
+
+/// Unmounts a live mount (its `orion mount` then exits) or cleans up a stale one.
+pub fn umount(a: UmountArgs) -> Result<()> {
+    if orion_fuse::unmount_stale(&a.mountpoint)? {
+        println!("removed a stale mount at {}", a.mountpoint.display());
+        return Ok(());
+    }
+    orion_fuse::mount::detach(&a.mountpoint)
+        .with_context(|| format!("unmounting {}", a.mountpoint.display()))?;
+    Ok(())
+}

@@ -1,0 +1,16 @@
+//! `orion-fuse`: OrionFS as a mounted file system (DESIGN.md §6). The kernel resolves
+//! paths and calls this crate by inode number; each call goes to the client library
+//! ([`orion_client::Client`]), which keeps Orion's consistency: every use of an inode
+//! checks its log tail at the MDS, so the mount sees other clients' changes at once.
+//! For that the kernel is told to cache nothing that another client could change:
+//! attributes and names expire at once and file data bypasses the page cache
+//! (direct I/O, with shared mmap still allowed where the kernel supports it).
+//!
+//! [`fs::OrionFs`] is the `fuser::Filesystem`; [`mount`] mounts it and serves until
+//! unmounted or asked to stop.
+
+pub mod fs;
+pub mod mount;
+
+pub use fs::OrionFs;
+pub use mount::{mount, unmount_stale, MountOptions};

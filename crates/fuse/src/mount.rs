@@ -1,0 +1,125 @@
+//! Mounting and unmounting: options, the serving loop, a clean unmount when asked to
+//! stop, and the clean-up of a mount left behind by a process that died.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fuser::{Config, MountOption, Session, SessionACL};
+use orion_client::Client;
+
+use crate::fs::OrionFs;
+
+#[derive(Clone, Debug)]
+pub struct MountOptions {
+    pub mountpoint: PathBuf,
+    /// Let every local user use the mount (`allow_other`); the kernel then checks
+    /// each caller's permissions against the files' modes.
+    pub allow_other: bool,
+    /// Threads serving kernel requests.
+    pub threads: usize,
+}
+
+/// True when `path` is a FUSE mount whose server is gone: every access fails with
+/// ENOTCONN.
+fn is_stale(path: &Path) -> bool {
+    matches!(std::fs::metadata(path), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN))
+}
+
+/// Detaches a mount at `path` left behind by a crashed `orion mount`; returns whether
+/// there was one. A live mount is left alone.
+pub fn unmount_stale(path: &Path) -> io::Result<bool> {
+    if !is_stale(path) {
+        return Ok(false);
+    }
+    detach(path)?;
+    Ok(true)
+}
+
+/// Lazily unmounts `path` (root: umount2; otherwise the setuid fusermount3).
+pub fn detach(path: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in the path"))?;
+    // SAFETY: c is a valid NUL-terminated path; umount2 only reads it.
+    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
+        return Ok(());
+    }
+    let first = io::Error::last_os_error();
+    let out = std::process::Command::new("fusermount3")
+        .args(["-u", "-z"])
+        .arg(path)
+        .output();
+    match out {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(io::Error::other(format!(
+            "cannot unmount {}: {first}; fusermount3: {}",
+            path.display(),
+            String::from_utf8_lossy(&o.stderr).trim()
+        ))),
+        Err(_) => Err(io::Error::other(format!(
+            "cannot unmount {}: {first}",
+            path.display()
+        ))),
+    }
+}
+
+/// Mounts `client` at the mountpoint and serves kernel requests until the file
+/// system is unmounted (by `umount`, `orion umount`) or `stop` becomes true; then
+/// unmounts. `ready` runs once the mount is in place.
+pub fn mount(
+    client: Arc<Client>,
+    opts: &MountOptions,
+    stop: Arc<AtomicBool>,
+    ready: impl FnOnce(),
+) -> io::Result<()> {
+    let path = &opts.mountpoint;
+    if unmount_stale(path)? {
+        tracing::info!("cleaned up a stale mount at {}", path.display());
+    }
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::FSName("orionfs".into()),
+        MountOption::Subtype("orion".into()),
+        // The kernel checks modes, owners, groups (with the caller's supplementary
+        // groups), sticky directories and setattr rights against the attributes we
+        // return, which are always current.
+        MountOption::DefaultPermissions,
+        MountOption::NoAtime,
+    ];
+    if opts.allow_other {
+        config.acl = SessionACL::All;
+    }
+    config.n_threads = Some(opts.threads.max(1));
+    config.clone_fd = opts.threads > 1;
+    let mut session = Session::new(OrionFs::new(client), path, &config).map_err(|e| {
+        io::Error::new(e.kind(), format!("cannot mount at {}: {e}", path.display()))
+    })?;
+    let mut unmounter = session.unmount_callable();
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let done = done.clone();
+        let path = path.clone();
+        std::thread::Builder::new()
+            .name("unmount-on-stop".into())
+            .spawn(move || {
+                while !done.load(Ordering::SeqCst) {
+                    if stop.load(Ordering::SeqCst) {
+                        if let Err(e) = unmounter.unmount() {
+                            tracing::warn!("unmounting {}: {e}; detaching it", path.display());
+                            let _ = detach(&path);
+                        }
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })?
+    };
+    ready();
+    let r = session.run();
+    done.store(true, Ordering::SeqCst);
+    let _ = watcher.join();
+    r
+}
