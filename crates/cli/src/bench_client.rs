@@ -7,9 +7,7 @@
 //! (it maps the store's pool) in strong mode, an external client (fabric only) in
 //! strong mode, and an external client in weak mode.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 
 use anyhow::{anyhow, bail, Context, Result};
 use orion_client::{Client, ClientConfig, OpenFlags};
@@ -17,39 +15,12 @@ use orion_fabric::{Backend, FabricConfig, Secret};
 use orion_meta::{SetAttrReq, TimeSet};
 
 use crate::bench_fabric::{measure, Lat};
+use crate::procs::{listen_addr, Daemon};
 
-/// A daemon of the benchmark, killed by PID when dropped.
-pub struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-pub fn spawn(args: &[String], log: &Path) -> Result<(Daemon, String)> {
-    let exe = std::env::current_exe().context("locating the orion binary")?;
-    let err = std::fs::File::create(log)?;
-    let mut child = Command::new(exe)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(err)
-        .spawn()
-        .context("starting a daemon")?;
-    let out = child.stdout.take().expect("piped");
-    let d = Daemon(child);
-    let mut line = String::new();
-    BufReader::new(out).read_line(&mut line)?;
-    match line.split("listening on ").nth(1) {
-        Some(rest) => Ok((d, rest.split_whitespace().next().unwrap_or("").to_string())),
-        None => bail!(
-            "orion {} did not start: {}",
-            args.join(" "),
-            std::fs::read_to_string(log).unwrap_or_default()
-        ),
-    }
+fn spawn(args: &[String], log: &Path) -> Result<(Daemon, String)> {
+    let (d, line) = Daemon::spawn(&format!("orion {}", args[0]), args, log)?;
+    let addr = listen_addr(&line).ok_or_else(|| anyhow!("no address in {line:?}"))?;
+    Ok((d, addr))
 }
 
 struct Rows(Vec<(&'static str, Lat)>);

@@ -17,6 +17,8 @@ mod config;
 mod daemons;
 mod fs_cmd;
 mod mount_cmd;
+mod procs;
+mod up;
 mod signals;
 
 #[derive(Parser)]
@@ -58,6 +60,9 @@ enum Cmd {
     Mds(daemons::MdsArgs),
     /// Run a data store (foreground; SIGTERM stops it cleanly).
     Ds(daemons::DsArgs),
+    /// Start a whole cluster on this machine (an MDS, two data stores) and mount it;
+    /// Ctrl-C unmounts and stops everything.
+    Up(up::UpArgs),
     /// Mount the file system at a directory (FUSE; foreground: SIGTERM/SIGINT unmount).
     Mount(mount_cmd::MountArgs),
     /// Unmount a mount point, or clean up one left by a crashed `orion mount`.
@@ -182,6 +187,10 @@ fn run() -> Result<ExitCode> {
                 sb.inode_count - 1,
                 d.len() >> 20
             );
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Up(a) => {
+            up::up(a)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Mount(a) => {

@@ -41,3 +41,27 @@ pub fn stop_flag() -> std::io::Result<Arc<AtomicBool>> {
         })?;
     Ok(flag)
 }
+
+/// Starts a child in its own process group (a terminal's Ctrl-C goes to the parent
+/// only, which then stops its children in order) and has the kernel send it SIGTERM
+/// if the parent dies first.
+pub fn detach_and_die_with_parent(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    cmd.process_group(0);
+    // SAFETY: the closure runs in the child between fork and exec and only calls
+    // prctl(2), which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Sends SIGTERM to `pid`.
+pub fn terminate(pid: u32) {
+    // SAFETY: kill(2) with a child's pid and a valid signal number.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+}

@@ -1,0 +1,99 @@
+//! Child `orion` processes (daemons and mounts) started by `orion up` and the
+//! benchmarks: each prints one ready line, logs to a file, and is stopped by PID
+//! (SIGTERM, then SIGKILL after a grace period) when dropped.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+pub struct Daemon {
+    child: Child,
+    pub name: String,
+}
+
+impl Daemon {
+    /// Starts `orion ARGS`, its stderr going to `log`, and waits for its ready line
+    /// (the first line on stdout), which it returns. The child gets its own process
+    /// group, so a Ctrl-C in the terminal reaches only this process, which stops the
+    /// children in order; it is also told to stop if this process dies.
+    pub fn spawn(name: &str, args: &[String], log: &Path) -> Result<(Daemon, String)> {
+        let exe = std::env::current_exe().context("locating the orion binary")?;
+        let err = std::fs::File::create(log)
+            .with_context(|| format!("creating the log {}", log.display()))?;
+        let mut cmd = Command::new(exe);
+        cmd.args(args)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(err);
+        crate::signals::detach_and_die_with_parent(&mut cmd);
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("starting {name}"))?;
+        let out = child.stdout.take().expect("piped");
+        let mut d = Daemon {
+            child,
+            name: name.to_string(),
+        };
+        let mut line = String::new();
+        BufReader::new(out).read_line(&mut line)?;
+        if !line.contains("ready") {
+            d.stop(Duration::from_secs(2));
+            let log_text = std::fs::read_to_string(log).unwrap_or_default();
+            bail!(
+                "{name} did not start (orion {}):\n{}",
+                args.join(" "),
+                log_text.trim_end()
+            );
+        }
+        Ok((d, line.trim_end().to_string()))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The exit status if the process has ended.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// SIGTERM, then SIGKILL if it is still running after `grace`.
+    pub fn stop(&mut self, grace: Duration) {
+        if self.exited().is_some() {
+            return;
+        }
+        crate::signals::terminate(self.child.id());
+        let until = Instant::now() + grace;
+        while Instant::now() < until {
+            if self.exited().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        tracing::warn!("{} (pid {}) ignored SIGTERM; killing it", self.name, self.pid());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop(Duration::from_secs(5));
+    }
+}
+
+/// The address in a daemon's ready line ("... listening on ADDR ...").
+pub fn listen_addr(ready: &str) -> Option<String> {
+    ready
+        .split("listening on ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .map(str::to_string)
+}

@@ -1,0 +1,258 @@
+//! `orion up`: a whole cluster on this machine in one command: an MDS, two data
+//! stores and a mount, as child processes of this one, in the foreground. Ctrl-C (or
+//! SIGTERM) unmounts and stops them in order: the mount first (so no request is left
+//! without a server), then the stores, then the MDS.
+//!
+//! The state directory keeps what identifies the cluster (its secret) and the logs;
+//! the pools live in /dev/shm by default (volatile, the way the Orion paper emulates
+//! persistent memory: they survive the processes, not a reboot), or wherever
+//! `--pools` says (a disk directory gives msync pools that survive reboots). Run again
+//! with the same state directory, it serves the same file system.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+use crate::procs::{listen_addr, Daemon};
+use crate::signals::stop_flag;
+
+/// Data stores `orion up` starts (one replication group each).
+const STORES: u16 = 2;
+
+#[derive(Args, Debug)]
+pub struct UpArgs {
+    /// Where to mount (created if missing; default: STATE_DIR/mnt).
+    #[arg(long)]
+    pub mount: Option<PathBuf>,
+    /// The cluster's state: secret and logs (default: $XDG_DATA_HOME/orion, else
+    /// ~/.local/share/orion).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Where the pools live (default: a directory in /dev/shm named after the state
+    /// directory: volatile, emulated persistent memory).
+    #[arg(long)]
+    pub pools: Option<PathBuf>,
+    /// Size of the MDS pool (inodes and logs).
+    #[arg(long, default_value = "256M")]
+    pub mds_size: String,
+    /// Size of each data store's pool.
+    #[arg(long, default_value = "1G")]
+    pub ds_size: String,
+    /// Fabric backend between the processes: local (shared memory, the fastest on one
+    /// machine) or libfabric.
+    #[arg(long, default_value = "local")]
+    pub backend: String,
+    /// libfabric provider (with --backend libfabric).
+    #[arg(long, default_value = "tcp;ofi_rxm")]
+    pub provider: String,
+    /// Start the daemons, then exit at once leaving nothing running (a smoke test of
+    /// the setup; used by the tests).
+    #[arg(long, hide = true)]
+    pub check: bool,
+}
+
+fn default_state_dir() -> Result<PathBuf> {
+    if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(d).join("orion"));
+    }
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .context("neither XDG_DATA_HOME nor HOME is set: pass --dir")?;
+    Ok(PathBuf::from(home).join(".local/share/orion"))
+}
+
+/// /dev/shm/orion-<uid>-<hash of the state directory>: one pool directory per state
+/// directory, so two clusters of one user do not share pools.
+fn default_pool_dir(state: &Path) -> PathBuf {
+    let h = crc32c::crc32c(state.as_os_str().as_encoded_bytes());
+    // SAFETY: getuid only reads the process's credentials.
+    let uid = unsafe { libc::getuid() };
+    PathBuf::from(format!("/dev/shm/orion-{uid}-{h:08x}"))
+}
+
+fn step(what: &str) -> Instant {
+    eprint!("orion up: {what} ... ");
+    Instant::now()
+}
+
+fn done(t: Instant, detail: &str) {
+    eprintln!("done in {} ms{detail}", t.elapsed().as_millis());
+}
+
+pub fn up(a: UpArgs) -> Result<()> {
+    let stop = stop_flag()?;
+    let state = match &a.dir {
+        Some(d) => d.clone(),
+        None => default_state_dir()?,
+    };
+    std::fs::create_dir_all(state.join("logs"))
+        .with_context(|| format!("creating the state directory {}", state.display()))?;
+    let state = state.canonicalize()?;
+    let pools = a.pools.clone().unwrap_or_else(|| default_pool_dir(&state));
+    std::fs::create_dir_all(&pools)
+        .with_context(|| format!("creating the pool directory {}", pools.display()))?;
+    let mnt = a.mount.clone().unwrap_or_else(|| state.join("mnt"));
+    if orion_fuse::unmount_stale(&mnt)? {
+        eprintln!("orion up: removed a stale mount at {}", mnt.display());
+    }
+    std::fs::create_dir_all(&mnt)
+        .with_context(|| format!("creating the mount point {}", mnt.display()))?;
+    let secret = state.join("secret");
+    crate::config::ensure_secret(&secret)?;
+    let mds_pool = pools.join("mds.pool");
+    let ds_pools: Vec<PathBuf> = (0..STORES)
+        .map(|g| pools.join(format!("ds{g}.pool")))
+        .collect();
+    let existing = ds_pools.iter().filter(|p| p.exists()).count();
+    let fresh = !mds_pool.exists();
+    if fresh && existing > 0 {
+        bail!(
+            "{} is missing but {existing} data store pool(s) in {} remain: the file system \
+             is incomplete. Remove {} to start a new one.",
+            mds_pool.display(),
+            pools.display(),
+            pools.display()
+        );
+    }
+    if !fresh && existing < ds_pools.len() {
+        bail!(
+            "a data store pool in {} is missing: its data is gone. Remove {} to start a \
+             new file system.",
+            pools.display(),
+            pools.display()
+        );
+    }
+    let logs = state.join("logs");
+    let common: Vec<String> = vec![
+        "--backend".into(),
+        a.backend.clone(),
+        "--provider".into(),
+        a.provider.clone(),
+        "--secret-file".into(),
+        secret.display().to_string(),
+    ];
+    let serve = |what: &str, pool: &Path, size: &str| -> Vec<String> {
+        let mut v: Vec<String> = vec![what.into(), "--format".into()];
+        v.extend(["--pool".into(), pool.display().to_string()]);
+        v.extend(["--pool-size".into(), size.into()]);
+        v.extend(["--listen".into(), "127.0.0.1:0".into()]);
+        v.extend(common.iter().cloned());
+        v
+    };
+    eprintln!(
+        "orion up: {} file system; state in {}, pools in {}",
+        if fresh { "a new" } else { "the existing" },
+        state.display(),
+        pools.display()
+    );
+    // Children in start order; stopped in reverse.
+    let mut children: Vec<Daemon> = Vec::new();
+    let mut rows: Vec<String> = Vec::new();
+    let t = step(&if fresh {
+        format!("formatting the MDS pool ({}) and starting the MDS", a.mds_size)
+    } else {
+        "recovering the MDS pool and starting the MDS".to_string()
+    });
+    let (mds, line) = Daemon::spawn(
+        "the MDS",
+        &serve("mds", &mds_pool, &a.mds_size),
+        &logs.join("mds.log"),
+    )?;
+    let mds_addr = listen_addr(&line).context("the MDS's ready line has no address")?;
+    done(t, "");
+    rows.push(format!(
+        "  mds    pid {:<7} {:<21} pool {}",
+        mds.pid(),
+        mds_addr,
+        mds_pool.display()
+    ));
+    children.push(mds);
+    for (g, pool) in ds_pools.iter().enumerate() {
+        let t = step(&if fresh {
+            format!("formatting data store {g}'s pool ({}) and starting it", a.ds_size)
+        } else {
+            format!("starting data store {g}")
+        });
+        let mut args = serve("ds", pool, &a.ds_size);
+        args.extend(["--group".into(), g.to_string(), "--mds".into(), mds_addr.clone()]);
+        let (ds, line) = Daemon::spawn(
+            &format!("data store {g}"),
+            &args,
+            &logs.join(format!("ds{g}.log")),
+        )?;
+        done(t, "");
+        rows.push(format!(
+            "  ds {g}   pid {:<7} {:<21} pool {}",
+            ds.pid(),
+            listen_addr(&line).unwrap_or_default(),
+            pool.display()
+        ));
+        children.push(ds);
+    }
+    if a.check {
+        for r in &rows {
+            println!("{r}");
+        }
+        println!("orion up check: the cluster started; stopping it");
+        stop_all(children);
+        return Ok(());
+    }
+    let t = step(&format!("mounting at {}", mnt.display()));
+    let mut args: Vec<String> = vec!["mount".into(), mnt.display().to_string()];
+    args.extend(["--mds".into(), mds_addr.clone()]);
+    args.extend(common.iter().cloned());
+    let (mount, _) = Daemon::spawn("the mount", &args, &logs.join("mount.log"))?;
+    done(t, "");
+    rows.push(format!(
+        "  mount  pid {:<7} {}",
+        mount.pid(),
+        mnt.display()
+    ));
+    children.push(mount);
+    for r in &rows {
+        println!("{r}");
+    }
+    println!(
+        "orion up ready: OrionFS mounted at {}; Ctrl-C unmounts and stops everything \
+         (logs in {})",
+        mnt.display(),
+        logs.display()
+    );
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    // Serve until asked to stop, or until a child ends on its own.
+    let mut failed = None;
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        if let Some((name, status)) = children
+            .iter_mut()
+            .find_map(|c| c.exited().map(|s| (c.name.clone(), s)))
+        {
+            failed = Some(format!("{name} exited ({status}); see {}", logs.display()));
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("orion up: stopping");
+    stop_all(children);
+    if orion_fuse::unmount_stale(&mnt).unwrap_or(false) {
+        eprintln!("orion up: removed the mount left at {}", mnt.display());
+    }
+    match failed {
+        Some(why) => bail!("{why}"),
+        None => {
+            eprintln!("orion up: stopped; run it again to serve the same file system");
+            Ok(())
+        }
+    }
+}
+
+/// Stops children in reverse start order, each given time to finish cleanly.
+fn stop_all(mut children: Vec<Daemon>) {
+    while let Some(mut c) = children.pop() {
+        let t = step(&format!("stopping {} (pid {})", c.name, c.pid()));
+        c.stop(Duration::from_secs(10));
+        done(t, "");
+    }
+}
