@@ -18,8 +18,8 @@ mod daemons;
 mod fs_cmd;
 mod mount_cmd;
 mod procs;
-mod up;
 mod signals;
+mod up;
 
 #[derive(Parser)]
 #[command(

@@ -33,9 +33,7 @@ impl Daemon {
             .stdout(Stdio::piped())
             .stderr(err);
         crate::signals::detach_and_die_with_parent(&mut cmd);
-        let mut child = cmd
-            .spawn()
-            .with_context(|| format!("starting {name}"))?;
+        let mut child = cmd.spawn().with_context(|| format!("starting {name}"))?;
         let out = child.stdout.take().expect("piped");
         let mut d = Daemon {
             child,
@@ -77,7 +75,11 @@ impl Daemon {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        tracing::warn!("{} (pid {}) ignored SIGTERM; killing it", self.name, self.pid());
+        tracing::warn!(
+            "{} (pid {}) ignored SIGTERM; killing it",
+            self.name,
+            self.pid()
+        );
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

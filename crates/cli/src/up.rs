@@ -151,7 +151,10 @@ pub fn up(a: UpArgs) -> Result<()> {
     let mut children: Vec<Daemon> = Vec::new();
     let mut rows: Vec<String> = Vec::new();
     let t = step(&if fresh {
-        format!("formatting the MDS pool ({}) and starting the MDS", a.mds_size)
+        format!(
+            "formatting the MDS pool ({}) and starting the MDS",
+            a.mds_size
+        )
     } else {
         "recovering the MDS pool and starting the MDS".to_string()
     });
@@ -171,12 +174,20 @@ pub fn up(a: UpArgs) -> Result<()> {
     children.push(mds);
     for (g, pool) in ds_pools.iter().enumerate() {
         let t = step(&if fresh {
-            format!("formatting data store {g}'s pool ({}) and starting it", a.ds_size)
+            format!(
+                "formatting data store {g}'s pool ({}) and starting it",
+                a.ds_size
+            )
         } else {
             format!("starting data store {g}")
         });
         let mut args = serve("ds", pool, &a.ds_size);
-        args.extend(["--group".into(), g.to_string(), "--mds".into(), mds_addr.clone()]);
+        args.extend([
+            "--group".into(),
+            g.to_string(),
+            "--mds".into(),
+            mds_addr.clone(),
+        ]);
         let (ds, line) = Daemon::spawn(
             &format!("data store {g}"),
             &args,
@@ -205,11 +216,7 @@ pub fn up(a: UpArgs) -> Result<()> {
     args.extend(common.iter().cloned());
     let (mount, _) = Daemon::spawn("the mount", &args, &logs.join("mount.log"))?;
     done(t, "");
-    rows.push(format!(
-        "  mount  pid {:<7} {}",
-        mount.pid(),
-        mnt.display()
-    ));
+    rows.push(format!("  mount  pid {:<7} {}", mount.pid(), mnt.display()));
     children.push(mount);
     for r in &rows {
         println!("{r}");

@@ -38,6 +38,9 @@ impl Daemon {
 
     /// SIGTERM, then wait for a clean exit (SIGKILL after 10 s).
     pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        if let Ok(Some(s)) = self.child.try_wait() {
+            return Some(s);
+        }
         // SAFETY: kill(2) on the PID of a child we own and have not reaped.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         for _ in 0..1000 {
@@ -69,6 +72,8 @@ pub struct Cluster {
     pub stores: Vec<Daemon>,
     /// Extra flags for every daemon.
     pub mds_flags: Vec<String>,
+    /// Size of each data store's pool.
+    pub ds_size: String,
 }
 
 /// Starts `orion <args>` and waits for its "ready" line; its stderr goes to `log`.
@@ -85,7 +90,7 @@ pub fn spawn(args: &[String], log: &Path) -> Result<Daemon, String> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if line.contains("ready: listening on ") {
+            if line.contains(" ready: ") {
                 let _ = tx.send(line);
             }
         }
@@ -101,7 +106,7 @@ pub fn spawn(args: &[String], log: &Path) -> Result<Daemon, String> {
                 .split("listening on ")
                 .nth(1)
                 .and_then(|s| s.split_whitespace().next())
-                .unwrap()
+                .unwrap_or_default()
                 .to_string();
             Ok(d)
         }
@@ -123,6 +128,11 @@ fn s(v: &[&str]) -> Vec<String> {
 impl Cluster {
     /// An MDS and `stores` data stores (groups 0, 1, ...).
     pub fn start(backend: &'static str, stores: usize) -> Cluster {
+        Self::start_sized(backend, stores, "64M")
+    }
+
+    /// As `start`, with data store pools of `ds_size` each.
+    pub fn start_sized(backend: &'static str, stores: usize, ds_size: &str) -> Cluster {
         let dir = tempfile::tempdir_in("/dev/shm").unwrap();
         let secret = dir.path().join("secret");
         std::fs::write(&secret, Secret::generate().expose()).unwrap();
@@ -138,6 +148,7 @@ impl Cluster {
             mds,
             stores: Vec::new(),
             mds_flags: Vec::new(),
+            ds_size: ds_size.to_string(),
         };
         for g in 0..stores {
             c.add_store(g as u16);
@@ -184,7 +195,7 @@ impl Cluster {
             "ds",
             "--format",
             "--pool-size",
-            "64M",
+            &self.ds_size,
             "--listen",
             "127.0.0.1:0",
         ]);
@@ -269,5 +280,45 @@ impl Cluster {
             self.mds.log_text()
         );
         String::from_utf8(o.stdout).unwrap()
+    }
+
+    /// Mounts the file system at a new directory under the cluster's (`orion mount`
+    /// as a child process; unmounted when the `Mount` is dropped).
+    pub fn mount(&self, name: &str, extra: &[&str]) -> Mount {
+        let path = self.dir.path().join(name);
+        // A stale mount (its server killed) is cleaned up by `orion mount` itself.
+        if !is_mounted(&path) {
+            std::fs::create_dir_all(&path).unwrap();
+        }
+        let mut a = s(&["mount", path.to_str().unwrap(), "--mds", &self.mds.addr]);
+        a.extend(self.common_flags());
+        a.extend(s(extra));
+        let log = self.dir.path().join(format!("{name}.log"));
+        let daemon = spawn(&a, &log).unwrap_or_else(|e| panic!("{e}"));
+        Mount { daemon, path }
+    }
+}
+
+/// A FUSE mount served by an `orion mount` child.
+pub struct Mount {
+    pub daemon: Daemon,
+    pub path: PathBuf,
+}
+
+pub fn is_mounted(path: &Path) -> bool {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let p = path.to_str().unwrap();
+    mounts.lines().any(|l| l.split(' ').nth(1) == Some(p))
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        // SIGTERM unmounts; a mount left behind (the server was killed) is detached.
+        self.daemon.terminate();
+        if is_mounted(&self.path) {
+            let _ = Command::new(ORION)
+                .args(["umount", self.path.to_str().unwrap()])
+                .output();
+        }
     }
 }

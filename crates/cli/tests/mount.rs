@@ -1,0 +1,441 @@
+//! The POSIX mount (`orion mount`, FUSE) with real system calls and real programs,
+//! each compared with the same run on tmpfs, and `orion up`.
+
+mod cluster;
+#[path = "../../meta/tests/support/mod.rs"]
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cluster::{is_mounted, Cluster, ORION};
+use proptest::prelude::*;
+use support::oracle::{oracle_snapshot, run_oracle, wait_past};
+use support::*;
+
+fn max_time(s: &Snapshot) -> i64 {
+    s.values().map(|n| n.mtime.max(n.ctime)).max().unwrap_or(0)
+}
+
+static CASE: AtomicU64 = AtomicU64::new(0);
+
+/// One sequence through two mounts of one cluster taking turns, against tmpfs; the
+/// tree is read through the other mount after each step.
+fn check_sequence(mounts: [&Path; 2], ops: Vec<OpT>) -> Result<(), TestCaseError> {
+    let oracle = tempfile::tempdir_in("/dev/shm").unwrap();
+    let root = oracle.path();
+    std::fs::set_permissions(root, PermissionsExt::from_mode(0o755)).unwrap();
+    let case = format!("case{}", CASE.fetch_add(1, Ordering::Relaxed));
+    std::fs::create_dir(mounts[0].join(&case)).unwrap();
+    let tops = [mounts[0].join(&case), mounts[1].join(&case)];
+    for (i, op) in ops.iter().enumerate() {
+        let (me, other) = (&tops[i % 2], &tops[(i + 1) % 2]);
+        let ob = oracle_snapshot(root);
+        let mb = oracle_snapshot(me);
+        let op = &op.resolve(&ob);
+        wait_past(max_time(&ob).max(max_time(&mb)));
+        let o = run_oracle(root, op);
+        let m = run_oracle(me, op);
+        prop_assert_eq!(
+            &m,
+            &o,
+            "result of op {} {:?} through mount {}",
+            i,
+            op,
+            i % 2
+        );
+        let oa = oracle_snapshot(root);
+        let ma = oracle_snapshot(other);
+        if let Some(d) = diff_ignoring_times(&oa, &ma) {
+            return Err(TestCaseError::fail(format!(
+                "tree after op {i} {op:?}, seen through the other mount: tmpfs vs orion: {d}"
+            )));
+        }
+        prop_assert_eq!(
+            time_changes(&ob, &oa),
+            time_changes(&mb, &ma),
+            "mtime/ctime changes after op {} {:?}: tmpfs left, orion right",
+            i,
+            op
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn system_calls_through_two_mounts_match_tmpfs() {
+    // SAFETY: umask only sets the process's file-creation mask.
+    unsafe { libc::umask(UMASK as libc::mode_t) };
+    let cluster = Cluster::start("local", 1);
+    let a = cluster.mount("a", &[]);
+    let b = cluster.mount("b", &["--external"]);
+    run_property(
+        "differential: system calls through two mounts vs tmpfs",
+        32,
+        prop::collection::vec(arb_op(), 1..60),
+        |ops| check_sequence([&a.path, &b.path], ops),
+    );
+}
+
+fn sh(dir: &Path, script: &str) -> String {
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "in {}: {script}\nstdout: {}\nstderr: {}",
+        dir.display(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Runs the same script in a tmpfs directory and on the mount; both must succeed and
+/// print the same.
+fn same_on_both(mnt: &Path, script: &str) -> String {
+    let tmp = tempfile::tempdir_in("/dev/shm").unwrap();
+    let here = mnt.join(format!("run{}", CASE.fetch_add(1, Ordering::Relaxed)));
+    std::fs::create_dir(&here).unwrap();
+    let expect = sh(tmp.path(), script);
+    let got = sh(&here, script);
+    if got != expect {
+        let at = got
+            .lines()
+            .zip(expect.lines())
+            .position(|(g, e)| g != e)
+            .unwrap_or(got.lines().count().min(expect.lines().count()));
+        panic!(
+            "output of {script:?} differs at line {at}: orion {:?}, tmpfs {:?} \
+             ({} and {} lines)",
+            got.lines().nth(at),
+            expect.lines().nth(at),
+            got.lines().count(),
+            expect.lines().count()
+        );
+    }
+    got
+}
+
+#[test]
+fn real_programs_on_the_mount() {
+    let cluster = Cluster::start_sized("local", 1, "512M");
+    let m = cluster.mount("m", &[]);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    // A source tree in and out of a tarball, compared byte for byte.
+    let tarball = cluster.dir.path().join("src.tar");
+    sh(
+        &src,
+        &format!(
+            "git ls-files crates/meta crates/format Cargo.toml | tar -cf {} -T -",
+            tarball.display()
+        ),
+    );
+    let out = same_on_both(
+        &m.path,
+        &format!(
+            "tar -xf {t} && tar -xf {t} && (find . -type d -printf '%M %p\\n'; \
+             find . ! -type d -printf '%M %s %p\\n') | sort && find . -type f | sort | \
+             xargs -d '\\n' cksum",
+            t = tarball.display()
+        ),
+    );
+    assert!(out.contains("crates/meta/src/engine.rs"));
+    let extracted = m.path.join("x");
+    std::fs::create_dir(&extracted).unwrap();
+    sh(&extracted, &format!("tar -xf {}", tarball.display()));
+    sh(
+        &extracted,
+        &format!("diff -r {} crates/meta", src.join("crates/meta").display()),
+    );
+    // A C program built and run on the mount.
+    same_on_both(
+        &m.path,
+        "printf '#include <stdio.h>\\nint main(void){int s=0;for(int i=0;i<100;i++)s+=i;\
+         printf(\"%d\\\\n\",s);return 0;}\\n' > p.c && cc -O1 -o p p.c && ./p && ./p",
+    );
+    // SQLite with synchronous commits, rollback journal and WAL.
+    for mode in ["delete", "wal"] {
+        let script = format!(
+            "sqlite3 db 'pragma journal_mode={mode}; pragma synchronous=full; \
+             create table t(k integer primary key, v blob);' >/dev/null && \
+             for i in $(seq 1 20); do sqlite3 db \"begin; insert into t(v) values \
+             (zeroblob(3000)); insert into t(v) values (zeroblob(100)); \
+             update t set v = zeroblob(50) where k % 3 = 0; delete from t where k % 7 = 0; \
+             commit;\"; done && sqlite3 db 'pragma integrity_check; select count(*), \
+             sum(length(v)) from t;'"
+        );
+        let out = same_on_both(&m.path, &script);
+        assert!(out.starts_with("ok\n"), "{out}");
+    }
+    // fio random writes with verification of every block.
+    let fio = sh(
+        &m.path,
+        "fio --name=v --filename=fio.dat --size=8m --bs=4k --rw=randwrite \
+         --ioengine=psync --verify=crc32c --do_verify=1 --verify_fatal=1 --randseed=7 \
+         --output-format=terse --minimal",
+    );
+    assert!(fio.starts_with("3;"), "fio: {fio}");
+}
+
+#[test]
+fn two_mounts_see_each_other_exactly() {
+    let cluster = Cluster::start("local", 1);
+    let a = cluster.mount("a", &[]);
+    let b = cluster.mount("b", &["--external", "--weak"]);
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for i in 0..20u64 {
+        let len = (next() % (3 << 20)) as usize;
+        let data: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+        let (w, r) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        let name = format!("f{i}");
+        std::fs::write(w.path.join(&name), &data).unwrap();
+        let back = std::fs::read(r.path.join(&name)).unwrap();
+        assert!(back == data, "file {name} of {len} bytes differs");
+        // Overwrite a range through the reader, read it through the writer.
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(r.path.join(&name))
+            .unwrap();
+        let at = len as u64 / 3;
+        std::os::unix::fs::FileExt::write_all_at(&f, b"overwritten", at).unwrap();
+        drop(f);
+        let back = std::fs::read(w.path.join(&name)).unwrap();
+        let mut expect = data.clone();
+        let end = (at as usize + 11).min(expect.len().max(at as usize + 11));
+        expect.resize(expect.len().max(end), 0);
+        expect[at as usize..at as usize + 11].copy_from_slice(b"overwritten");
+        assert!(back == expect, "file {name} after the overwrite differs");
+    }
+}
+
+fn errno_of(r: std::io::Result<impl Sized>) -> i32 {
+    r.err().and_then(|e| e.raw_os_error()).unwrap_or(0)
+}
+
+/// Runs `script` as uid/gid 65534 (nobody) and returns its exit status and stderr.
+fn as_nobody(dir: &Path, script: &str) -> (bool, String) {
+    let o = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+        ])
+        .arg(script)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn errors_through_the_mount() {
+    let cluster = Cluster::start_sized("local", 1, "16M");
+    // Other users reach the mount point through the cluster's directory.
+    std::fs::set_permissions(cluster.dir.path(), PermissionsExt::from_mode(0o755)).unwrap();
+    let m = cluster.mount("m", &[]);
+    let p = |s: &str| m.path.join(s);
+    assert_eq!(errno_of(std::fs::metadata(p("missing"))), libc::ENOENT);
+    std::fs::create_dir(p("d")).unwrap();
+    assert_eq!(errno_of(std::fs::create_dir(p("d"))), libc::EEXIST);
+    std::fs::write(p("d/f"), b"x").unwrap();
+    assert_eq!(errno_of(std::fs::remove_dir(p("d"))), libc::ENOTEMPTY);
+    assert_eq!(
+        errno_of(std::fs::write(p(&"n".repeat(256)), b"x")),
+        libc::ENAMETOOLONG
+    );
+    // Permissions for another user: a root-owned 0755 directory and 0644 file.
+    std::fs::create_dir(p("root-only")).unwrap();
+    std::fs::write(p("root-only/f"), b"secret").unwrap();
+    let (ok, err) = as_nobody(&m.path, "echo x > root-only/new");
+    assert!(!ok && err.contains("Permission denied"), "{err}");
+    let (ok, err) = as_nobody(&m.path, "echo x >> root-only/f");
+    assert!(!ok && err.contains("Permission denied"), "{err}");
+    let (ok, _) = as_nobody(&m.path, "cat root-only/f");
+    assert!(ok, "a 0644 file is readable by others");
+    // A sticky world-writable directory: nobody may create, but not remove root's file.
+    std::fs::create_dir(p("tmp")).unwrap();
+    std::fs::set_permissions(p("tmp"), PermissionsExt::from_mode(0o1777)).unwrap();
+    std::fs::write(p("tmp/roots"), b"r").unwrap();
+    let (ok, err) = as_nobody(
+        &m.path,
+        "echo n > tmp/mine && rm tmp/mine && rm -f tmp/roots",
+    );
+    assert!(!ok && err.contains("Operation not permitted"), "{err}");
+    assert!(p("tmp/roots").exists());
+    // New files take the caller's uid and gid.
+    let (ok, err) = as_nobody(&m.path, "echo n > tmp/nobodys");
+    assert!(ok, "{err}");
+    let md = std::fs::metadata(p("tmp/nobodys")).unwrap();
+    assert_eq!(
+        (
+            std::os::unix::fs::MetadataExt::uid(&md),
+            std::os::unix::fs::MetadataExt::gid(&md)
+        ),
+        (65534, 65534)
+    );
+    // Fill the 16 MiB store: ENOSPC, and the file system is consistent afterwards.
+    let chunk = vec![0xA5u8; 1 << 20];
+    let mut written = 0usize;
+    let err = loop {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p("fill"))
+            .unwrap();
+        match f.write_all(&chunk) {
+            Ok(()) => written += 1,
+            Err(e) => break e,
+        }
+        assert!(written < 64, "a 16 MiB store took 64 MiB");
+    };
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    let len = std::fs::metadata(p("fill")).unwrap().len() as usize;
+    assert!(len >= written << 20, "acknowledged writes are all there");
+    let back = std::fs::read(p("fill")).unwrap();
+    assert!(
+        back.iter().all(|&b| b == 0xA5),
+        "the full file reads back intact"
+    );
+    assert_eq!(std::fs::read(p("root-only/f")).unwrap(), b"secret");
+    std::fs::remove_file(p("fill")).unwrap();
+    std::fs::write(p("after"), vec![1u8; 1 << 20]).unwrap();
+    assert_eq!(std::fs::read(p("after")).unwrap().len(), 1 << 20);
+}
+
+#[test]
+fn a_killed_mount_is_cleaned_up_and_mounts_again() {
+    let cluster = Cluster::start("local", 1);
+    let mut m = cluster.mount("m", &[]);
+    std::fs::write(m.path.join("kept"), b"still here").unwrap();
+    m.daemon.kill();
+    assert_eq!(
+        errno_of(std::fs::metadata(m.path.join("kept"))),
+        libc::ENOTCONN,
+        "a mount whose server died"
+    );
+    // `orion mount` cleans the stale mount up by itself.
+    let again = cluster.mount("m", &[]);
+    assert_eq!(
+        std::fs::read(again.path.join("kept")).unwrap(),
+        b"still here"
+    );
+    let path = again.path.clone();
+    drop(again);
+    assert!(!is_mounted(&path), "SIGTERM unmounts");
+    drop(m);
+    // And `orion umount` cleans one up too.
+    let mut m = cluster.mount("m", &[]);
+    m.daemon.kill();
+    let o = Command::new(ORION)
+        .args(["umount", m.path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!is_mounted(&m.path));
+}
+
+/// `orion up` as a child: started with its own state and pool directories, stopped
+/// with SIGINT (by PID), and checked to leave nothing behind.
+struct Up {
+    child: std::process::Child,
+    mnt: PathBuf,
+}
+
+impl Up {
+    fn start(state: &Path, pools: &Path) -> Up {
+        let mnt = state.join("mnt");
+        let mut child = Command::new(ORION)
+            .args(["up", "--mds-size", "64M", "--ds-size", "64M"])
+            .arg("--dir")
+            .arg(state)
+            .arg("--pools")
+            .arg(pools)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::BufRead;
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut seen = Vec::new();
+        for line in out.lines() {
+            let line = line.unwrap();
+            let ready = line.starts_with("orion up ready");
+            seen.push(line);
+            if ready {
+                return Up { child, mnt };
+            }
+        }
+        let _ = child.kill();
+        let o = child.wait_with_output().unwrap();
+        panic!(
+            "orion up did not become ready: {seen:?}\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
+    fn stop(mut self) -> String {
+        // SAFETY: kill(2) on our child's PID.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let o = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap())
+            .wait_with_output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "orion up failed: {err}");
+        err
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if is_mounted(&self.mnt) {
+            let _ = Command::new(ORION).arg("umount").arg(&self.mnt).output();
+        }
+    }
+}
+
+#[test]
+fn orion_up_serves_the_same_file_system_again() {
+    let state = tempfile::tempdir().unwrap();
+    let pools = tempfile::tempdir_in("/dev/shm").unwrap();
+    let up = Up::start(state.path(), pools.path());
+    let mnt = up.mnt.clone();
+    std::fs::write(mnt.join("hello"), b"hello, orion").unwrap();
+    std::fs::create_dir(mnt.join("dir")).unwrap();
+    let err = up.stop();
+    assert!(err.contains("formatting"), "the first run formats: {err}");
+    assert!(!is_mounted(&mnt), "Ctrl-C unmounts");
+    let pids = Command::new("pgrep")
+        .args([
+            "-f",
+            &format!("--secret-file {}", state.path().join("secret").display()),
+        ])
+        .output()
+        .unwrap();
+    assert!(pids.stdout.is_empty(), "daemons left running");
+    let up = Up::start(state.path(), pools.path());
+    assert_eq!(std::fs::read(mnt.join("hello")).unwrap(), b"hello, orion");
+    assert!(mnt.join("dir").is_dir());
+    let err = up.stop();
+    assert!(err.contains("existing file system"), "{err}");
+    assert!(!is_mounted(&mnt));
+}
