@@ -13,6 +13,7 @@ mod bench_client;
 mod bench_fabric;
 mod bench_local;
 mod bench_mds;
+mod bench_mount;
 mod config;
 mod daemons;
 mod fs_cmd;
@@ -134,6 +135,21 @@ enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Through the mount, next to tmpfs and a null FUSE passthrough of tmpfs: 4 KiB
+    /// random I/O latency and 1 MiB bandwidth (fio), create/stat/unlink/mkdir/rmdir.
+    Mount {
+        /// Entries for the metadata rows.
+        #[arg(long, default_value_t = 10000)]
+        files: usize,
+        /// Seconds per fio latency row.
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The null FUSE passthrough `orion bench mount` compares with.
+    #[command(hide = true)]
+    NullFuse { root: PathBuf, mountpoint: PathBuf },
     /// One client process of `orion bench mds`.
     #[command(hide = true)]
     MdsWorker(bench_mds::WorkerArgs),
@@ -281,6 +297,23 @@ fn run() -> Result<ExitCode> {
                 },
         } => {
             bench_mds::run(&backend, &provider, millis, json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Bench {
+            which:
+                BenchCmd::Mount {
+                    files,
+                    seconds,
+                    json,
+                },
+        } => {
+            bench_mount::run(files, seconds, json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Bench {
+            which: BenchCmd::NullFuse { root, mountpoint },
+        } => {
+            bench_mount::null_fuse(&root, &mountpoint)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Bench {

@@ -64,7 +64,8 @@ pub fn mount(a: MountArgs) -> Result<()> {
         threads: a.threads,
     };
     let shown = a.mountpoint.display().to_string();
-    orion_fuse::mount(Arc::new(client), &opts, stop, || {
+    let fs = orion_fuse::OrionFs::new(Arc::new(client));
+    orion_fuse::mount(fs, &opts, stop, || {
         crate::daemons::announce(format!(
             "orion mount ready: {shown} (MDS {mds}, pid {})",
             std::process::id()

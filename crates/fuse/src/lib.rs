@@ -7,10 +7,12 @@
 //! (direct I/O, with shared mmap still allowed where the kernel supports it).
 //!
 //! [`fs::OrionFs`] is the `fuser::Filesystem`; [`mount`] mounts it and serves until
-//! unmounted or asked to stop.
+//! unmounted or asked to stop. [`passthrough`] is a null passthrough of a local
+//! directory with the same settings, the FUSE floor for the benchmarks.
 
 pub mod fs;
 pub mod mount;
+pub mod passthrough;
 
 pub use fs::OrionFs;
 pub use mount::{mount, unmount_stale, MountOptions};

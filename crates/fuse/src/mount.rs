@@ -7,10 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fuser::{Config, MountOption, Session, SessionACL};
-use orion_client::Client;
-
-use crate::fs::OrionFs;
+use fuser::{Config, Filesystem, MountOption, Session, SessionACL};
 
 #[derive(Clone, Debug)]
 pub struct MountOptions {
@@ -66,11 +63,12 @@ pub fn detach(path: &Path) -> io::Result<()> {
     }
 }
 
-/// Mounts `client` at the mountpoint and serves kernel requests until the file
-/// system is unmounted (by `umount`, `orion umount`) or `stop` becomes true; then
-/// unmounts. `ready` runs once the mount is in place.
+/// Mounts `fs` (an [`OrionFs`], or the benchmarks' passthrough) at the mountpoint and
+/// serves kernel requests until the file system is unmounted (by `umount`, `orion
+/// umount`) or `stop` becomes true; then unmounts. `ready` runs once the mount is in
+/// place.
 pub fn mount(
-    client: Arc<Client>,
+    fs: impl Filesystem,
     opts: &MountOptions,
     stop: Arc<AtomicBool>,
     ready: impl FnOnce(),
@@ -94,7 +92,7 @@ pub fn mount(
     }
     config.n_threads = Some(opts.threads.max(1));
     config.clone_fd = opts.threads > 1;
-    let mut session = Session::new(OrionFs::new(client), path, &config).map_err(|e| {
+    let mut session = Session::new(fs, path, &config).map_err(|e| {
         io::Error::new(e.kind(), format!("cannot mount at {}: {e}", path.display()))
     })?;
     let mut unmounter = session.unmount_callable();
