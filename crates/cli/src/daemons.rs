@@ -49,6 +49,39 @@ impl Common {
     }
 }
 
+/// Flags every client command has (`orion fs`, `orion mount`), over the shared ones.
+#[derive(Args, Debug)]
+pub struct ClientFlags {
+    #[command(flatten)]
+    pub common: Common,
+    /// The MDS (host:port).
+    #[arg(long)]
+    pub mds: Option<String>,
+    /// Weak data consistency (commit without waiting for the stores; fsync flushes).
+    #[arg(long)]
+    pub weak: bool,
+    /// Never map a local store's pool: reach every store through the fabric.
+    #[arg(long)]
+    pub external: bool,
+}
+
+impl ClientFlags {
+    /// The configuration with these flags applied.
+    pub fn load(&self) -> Result<Config> {
+        let mut c = self.common.load()?;
+        if let Some(m) = &self.mds {
+            c.client.mds = m.clone();
+        }
+        if self.weak {
+            c.client.consistency = "weak".into();
+        }
+        if self.external {
+            c.client.internal = false;
+        }
+        Ok(c)
+    }
+}
+
 /// Flags both daemons have: their pool, where they listen, and whether to format.
 #[derive(Args, Debug)]
 pub struct Serve {

@@ -9,21 +9,12 @@ use clap::{Args, Subcommand};
 use orion_client::{Client, OpenFlags};
 use orion_format::FileType;
 
-use crate::daemons::Common;
+use crate::daemons::ClientFlags;
 
 #[derive(Args, Debug)]
 pub struct FsArgs {
     #[command(flatten)]
-    pub common: Common,
-    /// The MDS (host:port).
-    #[arg(long)]
-    pub mds: Option<String>,
-    /// Weak data consistency (commit without waiting for the stores).
-    #[arg(long)]
-    pub weak: bool,
-    /// Never map a local store's pool: reach every store through the fabric.
-    #[arg(long)]
-    pub external: bool,
+    pub client: ClientFlags,
     /// Print the client's counters as JSON on stderr at the end.
     #[arg(long)]
     pub stats: bool,
@@ -94,16 +85,7 @@ pub enum FsOp {
 }
 
 pub fn run(a: FsArgs) -> Result<()> {
-    let mut c = a.common.load()?;
-    if let Some(m) = a.mds {
-        c.client.mds = m;
-    }
-    if a.weak {
-        c.client.consistency = "weak".into();
-    }
-    if a.external {
-        c.client.internal = false;
-    }
+    let c = a.client.load()?;
     let fabric = c.fabric.fabric_config()?;
     let client = Client::connect(c.client, fabric).map_err(|e| anyhow!("{e}"))?;
     let r = op(&client, a.op);

@@ -8,7 +8,7 @@ use clap::Args;
 use orion_client::Client;
 use orion_fuse::MountOptions;
 
-use crate::daemons::Common;
+use crate::daemons::ClientFlags;
 use crate::signals::stop_flag;
 
 #[derive(Args, Debug)]
@@ -16,16 +16,7 @@ pub struct MountArgs {
     /// Where to mount (an existing directory).
     pub mountpoint: PathBuf,
     #[command(flatten)]
-    pub common: Common,
-    /// The MDS (host:port).
-    #[arg(long)]
-    pub mds: Option<String>,
-    /// Weak data consistency (commit without waiting for the stores; fsync flushes).
-    #[arg(long)]
-    pub weak: bool,
-    /// Never map a local store's pool: reach every store through the fabric.
-    #[arg(long)]
-    pub external: bool,
+    pub client: ClientFlags,
     /// Threads serving the kernel's requests.
     #[arg(long, default_value_t = 4)]
     pub threads: usize,
@@ -36,16 +27,7 @@ pub struct MountArgs {
 }
 
 pub fn mount(a: MountArgs) -> Result<()> {
-    let mut c = a.common.load()?;
-    if let Some(m) = a.mds {
-        c.client.mds = m;
-    }
-    if a.weak {
-        c.client.consistency = "weak".into();
-    }
-    if a.external {
-        c.client.internal = false;
-    }
+    let c = a.client.load()?;
     if !a.mountpoint.is_dir() && orion_fuse::unmount_stale(&a.mountpoint).is_err() {
         bail!(
             "{} is not a directory; create it first (mkdir -p {})",
