@@ -5,6 +5,7 @@
 //! is log-committed. The cache is keyed by page address, so it never needs
 //! invalidation: a new version of a file page lives at a new address.
 
+use std::borrow::Cow;
 use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
 
@@ -218,21 +219,25 @@ impl Data<'_> {
             let first = off / PS;
             let npages = (end - 1) / PS - first + 1;
             let partial = off % PS != 0 || end % PS != 0;
-            // Old contents of partly covered pages (a hole or past the end reads zeros).
-            let file = c.state.file().expect("regular file");
-            let mut old: Vec<Option<Gpa>> = vec![None; npages as usize];
-            if off % PS != 0 {
-                old[0] = file.get(first);
-            }
-            if end % PS != 0 {
-                old[npages as usize - 1] = file.get(first + npages - 1);
-            }
-            let mut buf = vec![0u8; (npages * PS) as usize];
-            if partial {
-                self.fetch(&old, &mut buf)?;
-            }
-            let at = (off - first * PS) as usize;
-            buf[at..at + data.len()].copy_from_slice(data);
+            // Whole pages go out from the caller's bytes. Partly covered pages are
+            // assembled with their old contents (a hole or past the end reads zeros).
+            let buf: Cow<[u8]> = if partial {
+                let file = c.state.file().expect("regular file");
+                let mut old: Vec<Option<Gpa>> = vec![None; npages as usize];
+                if off % PS != 0 {
+                    old[0] = file.get(first);
+                }
+                if end % PS != 0 {
+                    old[npages as usize - 1] = file.get(first + npages - 1);
+                }
+                let mut b = vec![0u8; (npages * PS) as usize];
+                self.fetch(&old, &mut b)?;
+                let at = (off - first * PS) as usize;
+                b[at..at + data.len()].copy_from_slice(data);
+                Cow::Owned(b)
+            } else {
+                Cow::Borrowed(data)
+            };
             // A re-executed append may land at another page offset and need another
             // number of pages.
             if let Some(p) = pages.take() {
