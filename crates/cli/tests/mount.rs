@@ -439,3 +439,197 @@ fn orion_up_serves_the_same_file_system_again() {
     assert!(err.contains("existing file system"), "{err}");
     assert!(!is_mounted(&mnt));
 }
+
+/// A helper that takes fcntl locks: `lk PATH r|w START LEN try|try-then-exit|hold|get`
+/// (try: F_SETLK once; try-then-exit: wait with F_SETLKW, then exit).
+const LOCK_HELPER: &str = r#"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    if (argc != 6) return 3;
+    int fd = open(argv[1], O_RDWR);
+    if (fd < 0) { perror("open"); return 3; }
+    struct flock l = {0};
+    l.l_type = argv[2][0] == 'w' ? F_WRLCK : F_RDLCK;
+    l.l_whence = SEEK_SET;
+    l.l_start = atol(argv[3]);
+    l.l_len = atol(argv[4]);
+    if (argv[5][0] == 'g') {
+        if (fcntl(fd, F_GETLK, &l)) { perror("getlk"); return 3; }
+        printf("%s %ld %ld\n", l.l_type == F_UNLCK ? "none" : l.l_type == F_WRLCK ? "w" : "r",
+               (long)l.l_start, (long)l.l_len);
+        return 0;
+    }
+    if (argv[5][0] == 't' && argv[5][1] == 'r' && argv[5][3] == '-') {
+        if (fcntl(fd, F_SETLKW, &l)) { perror("setlkw"); return 3; }
+        printf("ok\n");
+        return 0;
+    }
+    if (argv[5][0] == 'h') {
+        if (fcntl(fd, F_SETLKW, &l)) { perror("setlkw"); return 3; }
+        printf("held\n");
+        fflush(stdout);
+        sleep(60);
+        return 0;
+    }
+    if (fcntl(fd, F_SETLK, &l)) {
+        printf("%s\n", errno == EAGAIN || errno == EACCES ? "busy" : "error");
+        return 1;
+    }
+    printf("ok\n");
+    return 0;
+}
+"#;
+
+/// A child process killed by PID when dropped.
+struct Holder(std::process::Child);
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts a child and returns its stdout lines as they come.
+fn hold(cmd: &mut Command) -> (Holder, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead;
+    let mut c = cmd.stdout(Stdio::piped()).spawn().unwrap();
+    let out = std::io::BufReader::new(c.stdout.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in out.lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    (Holder(c), rx)
+}
+
+fn first_line(out: &mut std::sync::mpsc::Receiver<String>) -> String {
+    out.recv_timeout(std::time::Duration::from_secs(10))
+        .expect("a line from the helper within 10 s")
+        .trim()
+        .to_string()
+}
+
+/// Polls `f` for up to 10 s (lock releases after a process dies are asynchronous).
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    for _ in 0..1000 {
+        if f() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("{what}: not within 10 s");
+}
+
+#[test]
+fn locks_hold_across_mounts() {
+    let cluster = Cluster::start("local", 1);
+    let a = cluster.mount("a", &[]);
+    let b = cluster.mount("b", &["--external"]);
+    let (fa, fb) = (a.path.join("f"), b.path.join("f"));
+    std::fs::write(&fa, vec![0u8; 4096]).unwrap();
+    // flock: an exclusive holder through one mount shuts out the other.
+    let (holder, mut out) = hold(
+        // -o: the command does not inherit the locked descriptor, so killing flock
+        // itself releases the lock.
+        Command::new("flock")
+            .arg("-o")
+            .arg(&fa)
+            .args(["-c", "echo locked; sleep 60"]),
+    );
+    assert_eq!(first_line(&mut out), "locked");
+    let try_flock = |args: &[&str]| {
+        Command::new("flock")
+            .args(args)
+            .arg(&fb)
+            .arg("true")
+            .status()
+            .unwrap()
+            .success()
+    };
+    assert!(
+        !try_flock(&["-n"]),
+        "exclusive flock held through the other mount"
+    );
+    assert!(
+        !try_flock(&["-n", "-s"]),
+        "shared flock against an exclusive one"
+    );
+    drop(holder);
+    eventually("the flock of a killed holder is released", || {
+        try_flock(&["-n"])
+    });
+    // fcntl byte ranges.
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("lk.c");
+    std::fs::write(&src, LOCK_HELPER).unwrap();
+    let lk = dir.path().join("lk");
+    let cc = Command::new("cc")
+        .arg("-o")
+        .arg(&lk)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(cc.success());
+    let run = |f: &Path, args: &[&str]| -> String {
+        let o = Command::new(&lk).arg(f).args(args).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let (holder, mut out) = hold(Command::new(&lk).arg(&fa).args(["w", "0", "100", "hold"]));
+    assert_eq!(first_line(&mut out), "held");
+    assert_eq!(run(&fb, &["w", "50", "10", "try"]), "busy");
+    assert_eq!(run(&fb, &["r", "99", "1", "try"]), "busy");
+    assert_eq!(
+        run(&fb, &["w", "100", "50", "try"]),
+        "ok",
+        "past the held range"
+    );
+    assert_eq!(run(&fb, &["w", "0", "10", "get"]), "w 0 100");
+    // Waiters that are killed stop waiting: more of them than the mount has threads,
+    // and the mount still serves.
+    let waiters: Vec<_> = (0..6)
+        .map(|_| hold(Command::new(&lk).arg(&fb).args(["w", "0", "1", "hold"])))
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    drop(waiters);
+    let o = Command::new("timeout")
+        .arg("10")
+        .arg(&lk)
+        .arg(&fb)
+        .args(["w", "200", "1", "try"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "ok");
+    // More blocked waiters than the mount has request threads, and the holder then
+    // closes its file: the close is served and every waiter gets its turn.
+    let (quick, mut qout) = hold(Command::new(&lk).arg(&fa).args(["w", "300", "1", "hold"]));
+    assert_eq!(first_line(&mut qout), "held");
+    let queue: Vec<_> = (0..6)
+        .map(|_| {
+            hold(
+                Command::new("timeout")
+                    .args(["-s", "KILL", "20"])
+                    .arg(&lk)
+                    .arg(&fb)
+                    .args(["w", "300", "1", "try-then-exit"]),
+            )
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    drop(quick);
+    for (mut h, mut out) in queue {
+        assert_eq!(first_line(&mut out), "ok");
+        let _ = h.0.wait();
+    }
+    // A waiter through the other mount gets the lock once the holder dies.
+    let (_waiter, mut wout) = hold(Command::new(&lk).arg(&fb).args(["r", "0", "0", "hold"]));
+    drop(holder);
+    assert_eq!(first_line(&mut wout), "held");
+    assert_eq!(run(&fa, &["r", "10", "10", "try"]), "ok", "readers share");
+    assert_eq!(run(&fa, &["w", "10", "10", "try"]), "busy");
+}

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use orion_fabric::FabricConfig;
 use orion_format::{Entry, FileType, Gpa, WriteRec, NAME_MAX, PAGE_SIZE, SYMLINK_MAX};
@@ -16,7 +17,7 @@ use orion_meta::{
     setattr_entry, Attr, Clock, FsError, FsResult, NewNode, SetAttrReq, StatFs, SystemClock,
     TimeSet, ROOT_INO,
 };
-use orion_proto::{Commit, Create, ReplyBody, Request};
+use orion_proto::{Commit, Create, LockReq, ReplyBody, Request};
 
 use crate::alloc::Chunks;
 use crate::arbitration::InodeCache;
@@ -534,6 +535,44 @@ impl Client {
     /// apply here.
     pub fn open_ino(&self, ino: u64, flags: OpenFlags) -> FsResult<Fd> {
         self.run(|i| i.open_ino(ino, flags))
+    }
+
+    /// Takes, changes or drops (`LockKind::Unlock`) an advisory lock at the MDS, so
+    /// that it holds across clients (fcntl rules; flock as a whole-file range). With
+    /// `wait`, tries again until no other owner holds a conflicting lock, or until
+    /// `still_wanted` says the waiter is gone (then EINTR).
+    pub fn set_lock(
+        &self,
+        req: LockReq,
+        wait: bool,
+        still_wanted: impl Fn() -> bool,
+    ) -> FsResult<()> {
+        let mut pause = Duration::from_micros(200);
+        loop {
+            match self.run(|i| i.rpc(Request::Lock(req)).map(|_| ())) {
+                Err(FsError::Errno(libc::EAGAIN)) if wait => {
+                    if !still_wanted() {
+                        return Err(FsError::Errno(libc::EINTR));
+                    }
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(20));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// The first lock of another owner that `req` would conflict with (F_GETLK).
+    pub fn test_lock(&self, req: LockReq) -> FsResult<Option<LockReq>> {
+        self.run(|i| match i.rpc(Request::TestLock(req))? {
+            ReplyBody::Lock(l) => Ok(l),
+            other => Err(io_err(format!("unexpected reply {other:?}")).into()),
+        })
+    }
+
+    /// Drops every lock `owner` holds on `ino` (a flock's file was closed).
+    pub fn release_locks(&self, ino: u64, owner: u64) -> FsResult<()> {
+        self.run(|i| i.rpc(Request::ReleaseLocks { ino, owner }).map(|_| ()))
     }
 
     pub fn ino(&self, fd: Fd) -> FsResult<u64> {

@@ -13,12 +13,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, KernelConfig, LockOwner, OpenFlags as KOpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
-    ReplyWrite, Request, TimeOrNow, WriteFlags,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen,
+    ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 use orion_client::{Client, DirEntry, Fd, OpenFlags};
 use orion_format::FileType;
 use orion_meta::{Attr, FsError, FsResult, NewNode, SetAttrReq, TimeSet};
+use orion_proto::{LockKind, LockReq};
 
 /// How long the kernel may trust an attribute or a name: not at all, since another
 /// client may change it at any moment (Orion's consistency is strong; see the README).
@@ -149,6 +150,49 @@ fn empty(reply: ReplyEmpty, r: FsResult<()>) {
     }
 }
 
+/// Whether thread `tid` has a signal pending that it does not block, or is gone: a
+/// waiting lock then ends with EINTR.
+fn signal_pending(tid: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else {
+        return true;
+    };
+    let mask = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap_or(0)
+    };
+    (mask("SigPnd:") | mask("ShdPnd:")) & !mask("SigBlk:") != 0
+}
+
+fn lock_req(
+    ino: INodeNo,
+    owner: LockOwner,
+    start: u64,
+    end: u64,
+    typ: i32,
+    pid: u32,
+) -> FsResult<LockReq> {
+    let kind = match typ {
+        libc::F_RDLCK => LockKind::Read,
+        libc::F_WRLCK => LockKind::Write,
+        libc::F_UNLCK => LockKind::Unlock,
+        _ => return Err(FsError::Errno(libc::EINVAL)),
+    };
+    if end < start {
+        return Err(FsError::Errno(libc::EINVAL));
+    }
+    Ok(LockReq {
+        ino: ino.0,
+        owner: owner.0,
+        pid,
+        start,
+        end,
+        kind,
+    })
+}
+
 fn owner(req: &Request, ftype: FileType, mode: u32, rdev: u32) -> NewNode {
     NewNode {
         ftype,
@@ -163,10 +207,13 @@ impl Filesystem for OrionFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // O_TRUNC arrives with open (one conditional commit, not open + setattr);
         // lookups and creates in one directory may run in parallel; shared mmap of
-        // direct-I/O files (executables, databases) where the kernel has it.
+        // direct-I/O files (executables, databases) where the kernel has it; fcntl and
+        // flock locks come here, to be held at the MDS across clients.
         let want = InitFlags::FUSE_ATOMIC_O_TRUNC
             | InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
+            | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP
+            | InitFlags::FUSE_POSIX_LOCKS
+            | InitFlags::FUSE_FLOCK_LOCKS;
         if let Err(missing) = config.add_capabilities(want) {
             let _ = config.add_capabilities(want - missing);
         }
@@ -370,26 +417,101 @@ impl Filesystem for OrionFs {
     fn flush(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
-        _lock_owner: LockOwner,
+        lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Every write is committed when it returns; close has nothing to add.
-        reply.ok();
+        // Every write is committed when it returns; what a close does here is drop
+        // the POSIX locks the closing owner holds on the file (fcntl's rule: any close
+        // releases them).
+        empty(reply, self.client.release_locks(ino.0, lock_owner.0));
     }
 
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: KOpenFlags,
-        _lock_owner: Option<LockOwner>,
+        lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        empty(reply, self.client.close(Fd(fh.0)));
+        // The kernel names an owner here when the file held flock locks.
+        let released = match lock_owner {
+            Some(o) => self.client.release_locks(ino.0, o.0),
+            None => Ok(()),
+        };
+        empty(reply, released.and(self.client.close(Fd(fh.0))));
+    }
+
+    fn getlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        reply: ReplyLock,
+    ) {
+        let r =
+            lock_req(ino, lock_owner, start, end, typ, pid).and_then(|l| self.client.test_lock(l));
+        match r {
+            Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
+            Ok(Some(c)) => {
+                let typ = match c.kind {
+                    LockKind::Read => libc::F_RDLCK,
+                    _ => libc::F_WRLCK,
+                };
+                reply.locked(c.start, c.end, typ, c.pid)
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let l = match lock_req(ino, lock_owner, start, end, typ, pid) {
+            Ok(l) => l,
+            Err(e) => return reply.error(errno(e)),
+        };
+        match self.client.set_lock(l, false, || true) {
+            Err(FsError::Errno(libc::EAGAIN)) if sleep => {
+                // Waiting here would hold a request thread, while the unlock that ends
+                // the wait (a close, another owner's F_UNLCK) may need one: wait on a
+                // thread of its own, and answer from there. A waiter that gets a
+                // signal stops waiting (the kernel's interrupt does not reach this
+                // library, and a killed waiter cannot exit before it has an answer).
+                let client = self.client.clone();
+                let waiter = req.pid();
+                let spawned =
+                    std::thread::Builder::new()
+                        .name("lock-wait".into())
+                        .spawn(move || {
+                            empty(reply, client.set_lock(l, true, || !signal_pending(waiter)));
+                        });
+                if let Err(e) = spawned {
+                    // The reply went with the closure: the kernel gets EIO for it.
+                    tracing::warn!("cannot start a lock waiter: {e}");
+                }
+            }
+            r => empty(reply, r),
+        }
     }
 
     fn fsync(

@@ -11,6 +11,7 @@
 pub mod chunks;
 pub mod commit;
 pub mod config;
+pub mod locks;
 pub mod namespace;
 pub mod server;
 

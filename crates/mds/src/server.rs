@@ -22,6 +22,7 @@ use orion_proto::{
 use tracing::{info, warn};
 
 use crate::chunks::{self, Group, Leases};
+use crate::locks::Locks;
 use crate::{commit, namespace, MdsConfig};
 
 /// What a started MDS tells its caller.
@@ -69,6 +70,7 @@ struct Mds {
     /// Pages the data stores reported persisted that no commit has consumed yet.
     persisted: HashSet<Gpa>,
     parked: VecDeque<Parked>,
+    locks: Locks,
     next_client: u64,
     msg: Vec<u8>,
 }
@@ -182,6 +184,7 @@ pub fn run(
         peers: HashMap::new(),
         persisted: HashSet::new(),
         parked: VecDeque::new(),
+        locks: Locks::default(),
         next_client: 1,
         msg: Vec::with_capacity(MAX_MESSAGE),
     };
@@ -272,6 +275,7 @@ impl Mds {
             }
         }
         self.parked.retain(|p| p.conn != conn);
+        self.locks.release_client(conn);
         match peer.role {
             Role::Store { group } => {
                 if let Some(g) = self.groups.get_mut(&group) {
@@ -509,6 +513,19 @@ impl Mds {
                 Ok(namespace::statfs(&self.engine, blocks, bfree))
             }
             Request::Parent { ino } => namespace::parent(&self.engine, ino),
+            Request::Lock(l) => self
+                .engine
+                .getattr(l.ino)
+                .and_then(|_| self.locks.set(conn, &l))
+                .map(|_| ReplyBody::Empty),
+            Request::TestLock(l) => self
+                .engine
+                .getattr(l.ino)
+                .map(|_| ReplyBody::Lock(self.locks.conflict(conn, &l))),
+            Request::ReleaseLocks { ino, owner } => {
+                self.locks.release(conn, ino, owner);
+                Ok(ReplyBody::Empty)
+            }
             other => Err(FsError::Io(format!(
                 "{} is not a client request",
                 request_name(&other)
@@ -645,6 +662,9 @@ fn request_name(r: &Request) -> &'static str {
         Request::Persisted { .. } => "persisted notice",
         Request::DsInfo => "data store info",
         Request::Flush => "flush",
+        Request::Lock(_) => "lock",
+        Request::TestLock(_) => "lock test",
+        Request::ReleaseLocks { .. } => "lock release",
     }
 }
 

@@ -116,6 +116,36 @@ pub enum Request {
     DsInfo,
     /// A client asks a data store to make every page written so far durable.
     Flush,
+    /// Take (or, with `LockKind::Unlock`, drop) an advisory lock; `EAGAIN` when another
+    /// owner holds a conflicting one.
+    Lock(LockReq),
+    /// The first lock of another owner that conflicts with this one, if any.
+    TestLock(LockReq),
+    /// Drop every lock `owner` holds on `ino` (a flock's file closed).
+    ReleaseLocks {
+        ino: u64,
+        owner: u64,
+    },
+}
+
+/// What an advisory lock does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockKind {
+    Read = 0,
+    Write = 1,
+    Unlock = 2,
+}
+
+/// An advisory byte-range lock (fcntl, and flock as a whole-file range) of one lock
+/// owner of the requesting client, on bytes `start..=end` of `ino`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LockReq {
+    pub ino: u64,
+    pub owner: u64,
+    pub pid: u32,
+    pub start: u64,
+    pub end: u64,
+    pub kind: LockKind,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -169,6 +199,9 @@ pub enum ReplyBody {
         cluster_uuid: [u8; 16],
     },
     DsInfo(DsInfoReply),
+    /// A conflicting lock (its owner is the holder's, not meaningful to the asker), or
+    /// none.
+    Lock(Option<LockReq>),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -311,6 +344,9 @@ pub fn encode_request(out: &mut Vec<u8>, id: u64, req: &Request) {
         Request::Persisted { .. } => 13,
         Request::DsInfo => 14,
         Request::Flush => 15,
+        Request::Lock(_) => 16,
+        Request::TestLock(_) => 17,
+        Request::ReleaseLocks { .. } => 18,
     };
     header(&mut w, kind, id);
     match req {
@@ -370,6 +406,10 @@ pub fn encode_request(out: &mut Vec<u8>, id: u64, req: &Request) {
             w.buf.extend_from_slice(&d.pool_uuid);
             w.buf.extend_from_slice(&d.cluster_uuid);
             w.bytes(d.addr.as_bytes());
+        }
+        Request::Lock(l) | Request::TestLock(l) => put_lock(&mut w, l),
+        Request::ReleaseLocks { ino, owner } => {
+            w.u64(*ino).u64(*owner);
         }
         Request::Persisted { pages } => {
             w.u32(pages.len() as u32);
@@ -463,6 +503,12 @@ pub fn decode_request(b: &[u8]) -> Result<(u64, Request), ProtoError> {
         }
         14 => Request::DsInfo,
         15 => Request::Flush,
+        16 => Request::Lock(lock(&mut r)?),
+        17 => Request::TestLock(lock(&mut r)?),
+        18 => Request::ReleaseLocks {
+            ino: r.u64("ino")?,
+            owner: r.u64("owner")?,
+        },
         k => return Err(ProtoError::UnknownKind(k)),
     };
     r.finish()?;
@@ -531,9 +577,44 @@ pub fn encode_reply(out: &mut Vec<u8>, id: u64, reply: &Reply) {
                 w.buf.extend_from_slice(&d.pool_uuid);
                 w.u64(d.page_area_off).u64(d.page_count);
             }
+            ReplyBody::Lock(l) => {
+                w.u8(10).bool(l.is_some());
+                if let Some(l) = l {
+                    put_lock(&mut w, l);
+                }
+            }
         },
     }
     *out = w.buf;
+}
+
+fn put_lock(w: &mut Writer, l: &LockReq) {
+    w.u64(l.ino)
+        .u64(l.owner)
+        .u32(l.pid)
+        .u64(l.start)
+        .u64(l.end)
+        .u8(l.kind as u8);
+}
+
+fn lock(r: &mut Reader<'_>) -> Result<LockReq, ProtoError> {
+    let l = LockReq {
+        ino: r.u64("ino")?,
+        owner: r.u64("lock owner")?,
+        pid: r.u32("pid")?,
+        start: r.u64("lock start")?,
+        end: r.u64("lock end")?,
+        kind: match r.u8("lock kind")? {
+            0 => LockKind::Read,
+            1 => LockKind::Write,
+            2 => LockKind::Unlock,
+            _ => return Err(ProtoError::Invalid("lock kind")),
+        },
+    };
+    if l.end < l.start {
+        return Err(ProtoError::Invalid("lock range"));
+    }
+    Ok(l)
 }
 
 /// Decodes a reply: the id of the request it answers, and the reply.
@@ -600,6 +681,11 @@ pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
             pool_uuid: uuid(&mut r)?,
             page_area_off: r.u64("page area")?,
             page_count: r.u64("page count")?,
+        })),
+        10 => Reply::Ok(ReplyBody::Lock(if r.bool("lock present")? {
+            Some(lock(&mut r)?)
+        } else {
+            None
         })),
         _ => return Err(ProtoError::Invalid("reply kind")),
     };
@@ -681,7 +767,24 @@ mod tests {
             Request::Persisted {
                 pages: vec![Gpa::new(0, 1), Gpa::new(0, 2)],
             },
+            Request::Lock(sample_lock()),
+            Request::TestLock(LockReq {
+                kind: LockKind::Read,
+                ..sample_lock()
+            }),
+            Request::ReleaseLocks { ino: 9, owner: 77 },
         ]
+    }
+
+    fn sample_lock() -> LockReq {
+        LockReq {
+            ino: 9,
+            owner: 0xdead_beef,
+            pid: 42,
+            start: 100,
+            end: u64::MAX,
+            kind: LockKind::Write,
+        }
     }
 
     #[test]
@@ -704,6 +807,21 @@ mod tests {
         let mut b = Vec::new();
         encode_reply(&mut b, 9, &reply);
         assert_eq!(decode_reply(&b).unwrap(), (9, reply));
+        for l in [None, Some(sample_lock())] {
+            let reply = Reply::Ok(ReplyBody::Lock(l));
+            b.clear();
+            encode_reply(&mut b, 3, &reply);
+            assert_eq!(decode_reply(&b).unwrap(), (3, reply));
+        }
+        // A range that ends before it starts is refused.
+        let bad = Request::Lock(LockReq {
+            start: 10,
+            end: 9,
+            ..sample_lock()
+        });
+        b.clear();
+        encode_request(&mut b, 1, &bad);
+        assert!(decode_request(&b).is_err());
         let err = Reply::Err {
             errno: 2,
             message: "é".repeat(5000),
