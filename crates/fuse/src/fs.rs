@@ -2,7 +2,7 @@
 //! types in, `orion_client` calls, kernel replies out. Errors keep their errno; an
 //! error without one (a broken connection, a damaged pool) is logged and becomes EIO.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -34,6 +34,9 @@ pub struct OrionFs {
     client: Arc<Client>,
     dirs: Mutex<HashMap<u64, Vec<DirEntry>>>,
     next_dir: AtomicU64,
+    /// Inodes this mount ever asked to lock: only their closes need to drop locks at
+    /// the MDS (a round trip every other close can skip).
+    locked: Mutex<HashSet<u64>>,
 }
 
 impl OrionFs {
@@ -42,6 +45,7 @@ impl OrionFs {
             client,
             dirs: Mutex::new(HashMap::new()),
             next_dir: AtomicU64::new(1),
+            locked: Mutex::new(HashSet::new()),
         }
     }
 }
@@ -425,7 +429,16 @@ impl Filesystem for OrionFs {
         // Every write is committed when it returns; what a close does here is drop
         // the POSIX locks the closing owner holds on the file (fcntl's rule: any close
         // releases them).
-        empty(reply, self.client.release_locks(ino.0, lock_owner.0));
+        let had_locks = self
+            .locked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&ino.0);
+        if had_locks {
+            empty(reply, self.client.release_locks(ino.0, lock_owner.0));
+        } else {
+            reply.ok();
+        }
     }
 
     fn release(
@@ -490,6 +503,12 @@ impl Filesystem for OrionFs {
             Ok(l) => l,
             Err(e) => return reply.error(errno(e)),
         };
+        if l.kind != LockKind::Unlock {
+            self.locked
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(l.ino);
+        }
         match self.client.set_lock(l, false, || true) {
             Err(FsError::Errno(libc::EAGAIN)) if sleep => {
                 // Waiting here would hold a request thread, while the unlock that ends
