@@ -434,7 +434,6 @@ impl Client {
         })
     }
 
-    /// The inode number of an open file.
     /// Creates `name` in directory `parent` (a symlink when `symlink` holds its
     /// target), owned by `uid`/`gid`: the call FUSE makes, the kernel having resolved
     /// the path and the caller's credentials.
@@ -575,6 +574,7 @@ impl Client {
         self.run(|i| i.rpc(Request::ReleaseLocks { ino, owner }).map(|_| ()))
     }
 
+    /// The inode number of an open file.
     pub fn ino(&self, fd: Fd) -> FsResult<u64> {
         Ok(self.handle(fd)?.0)
     }

@@ -418,10 +418,6 @@ impl Link {
         Ok(())
     }
 
-    /// Writes whole pages from `gpa` and makes them durable per the mode: a local pool
-    /// is written and persisted here; a remote store gets a write with an immediate per
-    /// page (strong: the store persists and tells the MDS) or one plain write (weak).
-    /// Returns true when the pages were persisted locally.
     /// Faults in `pages` pages at `gpa` when their store's pool is mapped here, so that
     /// the writes that fill a new chunk do not each pay a first-touch page fault.
     pub fn prefault(&mut self, gpa: Gpa, pages: u64) {
@@ -435,6 +431,10 @@ impl Link {
         }
     }
 
+    /// Writes whole pages from `gpa` and makes them durable per the mode: a local pool
+    /// is written and persisted here; a remote store gets a write with an immediate per
+    /// page (strong: the store persists and tells the MDS) or one plain write (weak).
+    /// Returns true when the pages were persisted locally.
     pub fn write_pages(&mut self, gpa: Gpa, data: &[u8]) -> FsResult<bool> {
         let n = data.len() / PAGE_SIZE as usize;
         let strong = self.strong;
