@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use cluster::Cluster;
 use orion_client::{Client, OpenFlags};
 use orion_format::FileType;
-use orion_meta::{FsError, SetAttrReq, TimeSet};
+use orion_meta::xattr::SetMode;
+use orion_meta::{FsError, RenameMode, SetAttrReq, TimeSet};
 use proptest::prelude::*;
 use support::oracle::{oracle_snapshot, run_oracle, wait_past};
 use support::*;
@@ -87,6 +88,30 @@ fn run_client(c: &Client, top: &str, op: &Op) -> Outcome {
             c.close(fd).map_err(errno)?;
             ok(r)
         }
+        Op::Exchange(a, b) => ok(c.rename_with(&at(a), &at(b), RenameMode::Exchange)),
+        Op::SetXattr(p, n, len, seed, flags) => {
+            let mode = SetMode::from_flags(*flags).map_err(errno)?;
+            ok(c.setxattr(&at(p), &xname(*n), &pattern(*len, *seed), mode))
+        }
+        Op::GetXattr(p, n) => c
+            .getxattr(&at(p), &xname(*n))
+            .map(Outcome::Data)
+            .map_err(errno),
+        Op::RemoveXattr(p, n) => ok(c.removexattr(&at(p), &xname(*n))),
+        Op::ListXattr(p) => c
+            .listxattr(&at(p))
+            .map(|l| Outcome::Data(sorted_names(&l)))
+            .map_err(errno),
+        Op::Fallocate(p, mode, off, len) => {
+            let flags = OpenFlags {
+                write: true,
+                ..Default::default()
+            };
+            let fd = c.open(&at(p), flags, 0).map_err(errno)?;
+            let r = c.fallocate(fd, *mode, *off, *len);
+            c.close(fd).map_err(errno)?;
+            ok(r)
+        }
     })();
     r.unwrap_or_else(Outcome::Err)
 }
@@ -111,6 +136,13 @@ fn node(c: &Client, path: &str) -> Node {
         gid: a.gid,
         nlink: a.nlink,
         size: if kind == 'd' { 0 } else { a.size },
+        xattrs: if kind == 'f' || kind == 'd' {
+            xattr_pairs(&c.listxattr(path).unwrap(), |n| {
+                c.getxattr(path, n).unwrap()
+            })
+        } else {
+            Vec::new()
+        },
         content,
         mtime: a.mtime,
         ctime: a.ctime,
@@ -173,8 +205,8 @@ fn check_sequence(clients: &[Client; 2], ops: Vec<OpT>) -> Result<(), TestCaseEr
             )));
         }
         prop_assert_eq!(
-            time_changes(&ob, &oa),
-            time_changes(&cb, &ca),
+            op_time_changes(op, &ob, &oa),
+            op_time_changes(op, &cb, &ca),
             "mtime/ctime changes after op {} {:?}: tmpfs left, orion right",
             i,
             op

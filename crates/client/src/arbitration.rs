@@ -27,8 +27,16 @@ pub struct Cached {
     pub state: InodeState,
     pub tail: Tail,
     pub generation: u64,
-    /// Commit every update of this file conditionally (the per-file "shared" flag).
-    pub shared: bool,
+}
+
+impl Cached {
+    /// Every update of this file commits conditionally: the per-file "shared" flag,
+    /// an extended attribute, so all clients see it.
+    pub fn shared(&self) -> bool {
+        self.state
+            .xattrs
+            .contains_key(orion_meta::xattr::SHARED_FLAG)
+    }
 }
 
 /// Reads log pages of the MDS pool one-sided.
@@ -121,7 +129,6 @@ impl InodeCache {
                 link.stats.rebuilds += 1;
             }
         }
-        let shared = self.map.get(&ino).is_some_and(|c| c.shared);
         self.map.remove(&ino);
         let mut state = InodeState::new(ino, slot.ftype);
         walk(link, ino, slot.head(), slot.tail, &mut state, true)?;
@@ -132,7 +139,6 @@ impl InodeCache {
                 state,
                 tail: slot.tail,
                 generation: slot.generation,
-                shared,
             },
         );
         Ok(())

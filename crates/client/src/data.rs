@@ -24,7 +24,7 @@ const PS: u64 = PAGE_SIZE;
 /// Most bytes one log commit covers; longer writes commit in pieces.
 pub const MAX_PIECE: u64 = 4 << 20;
 /// How often an update refused because another client committed first is run again.
-const MAX_REEXECUTIONS: usize = 10_000;
+pub(crate) const MAX_REEXECUTIONS: usize = 10_000;
 
 /// Data pages read from remote stores, by address. A page address can name new
 /// content only after the page was freed and the MDS's grace period passed, so an
@@ -200,7 +200,7 @@ impl Data<'_> {
                 && self
                     .cache
                     .cached(ino)
-                    .is_some_and(|c| !c.shared && c.generation == gen);
+                    .is_some_and(|c| !c.shared() && c.generation == gen);
             let c = if fast {
                 self.cache.cached(ino).expect("checked above")
             } else {
@@ -209,7 +209,7 @@ impl Data<'_> {
             same_file(c.generation, gen)?;
             regular(c.state.attr.ftype)?;
             let tail = c.tail;
-            let shared = c.shared;
+            let shared = c.shared();
             let size = c.state.attr.size;
             let off = if append { size } else { off };
             let end = off

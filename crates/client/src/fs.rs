@@ -12,16 +12,18 @@ use orion_format::{Entry, FileType, Gpa, WriteRec, NAME_MAX, PAGE_SIZE, SYMLINK_
 use orion_meta::error::{
     EBADF, EEXIST, EINVAL, EISDIR, ELOOP, ENAMETOOLONG, ENOENT, ENOTDIR, ESTALE,
 };
+use orion_meta::falloc::FallocPlan;
 use orion_meta::index::Body;
+use orion_meta::xattr::{self, SetMode};
 use orion_meta::{
-    setattr_entry, Attr, Clock, FsError, FsResult, NewNode, SetAttrReq, StatFs, SystemClock,
-    TimeSet, ROOT_INO,
+    setattr_entry, Attr, Clock, FsError, FsResult, InodeState, NewNode, RenameMode, SetAttrReq,
+    StatFs, SystemClock, TimeSet, ROOT_INO,
 };
 use orion_proto::{Commit, Create, LockReq, ReplyBody, Request};
 
 use crate::alloc::Chunks;
 use crate::arbitration::InodeCache;
-use crate::data::{send_commit, Data, PageCache};
+use crate::data::{send_commit, Data, PageCache, MAX_REEXECUTIONS};
 use crate::link::{io_err, Fail, Link, Res};
 use crate::{ClientConfig, Stats};
 
@@ -224,11 +226,11 @@ impl Client {
     }
 
     pub fn rename(&self, from: &str, to: &str) -> FsResult<()> {
-        self.rename_with(from, to, false)
+        self.rename_with(from, to, RenameMode::Replace)
     }
 
-    /// rename(2), or renameat2's RENAME_NOREPLACE when `noreplace`.
-    pub fn rename_with(&self, from: &str, to: &str, noreplace: bool) -> FsResult<()> {
+    /// rename(2), or renameat2 with RENAME_NOREPLACE or RENAME_EXCHANGE.
+    pub fn rename_with(&self, from: &str, to: &str, mode: RenameMode) -> FsResult<()> {
         self.run(|i| {
             let (old_parent, old_name) = i.resolve_parent(from)?;
             let (new_parent, new_name) = i.resolve_parent(to)?;
@@ -237,7 +239,7 @@ impl Client {
                 old_name,
                 new_parent,
                 new_name,
-                noreplace,
+                mode,
             })
             .map(|_| ())
         })
@@ -423,14 +425,104 @@ impl Client {
         self.run(|i| i.link.flush_stores())
     }
 
-    /// Marks a file as heavily shared: every update of it commits conditionally, in
-    /// the MDS's order, and runs again if another client's update came first (the
-    /// ioctl of paper §4.3; an xattr over FUSE).
+    /// Marks a file as heavily shared, for every client: each update of it commits
+    /// conditionally, in the MDS's order, and runs again if another client's update
+    /// came first (the ioctl of paper §4.3). The mark is the extended attribute
+    /// [`xattr::SHARED_FLAG`], so `setfattr` sets it through a mount.
     pub fn set_shared(&self, fd: Fd, shared: bool) -> FsResult<()> {
         let (ino, _, _) = self.handle(fd)?;
+        let r = if shared {
+            self.setxattr_ino(ino, xattr::SHARED_FLAG, b"1", SetMode::Any)
+        } else {
+            self.removexattr_ino(ino, xattr::SHARED_FLAG)
+        };
+        match r {
+            Err(FsError::Errno(libc::ENODATA)) if !shared => Ok(()),
+            r => r,
+        }
+    }
+
+    /// setxattr(2) on inode `ino`: the value goes to a data page, then a conditional
+    /// log commit names it.
+    pub fn setxattr_ino(&self, ino: u64, name: &[u8], value: &[u8], mode: SetMode) -> FsResult<()> {
+        self.run(|i| i.setxattr(ino, name, value, mode))
+    }
+
+    /// getxattr(2): the value, read one-sided from its page.
+    pub fn getxattr_ino(&self, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
         self.run(|i| {
-            i.cache.refresh(&mut i.link, ino)?.shared = shared;
-            Ok(())
+            let c = i.cache.refresh(&mut i.link, ino)?;
+            let (gpa, len) = xattr::lookup(&c.state, name)?;
+            let mut buf = vec![0u8; PAGE_SIZE as usize];
+            read_page(i, gpa, &mut buf)?;
+            buf.truncate(len as usize);
+            Ok(buf)
+        })
+    }
+
+    /// listxattr(2): NUL-terminated names; trusted.* only when `privileged`.
+    pub fn listxattr_ino(&self, ino: u64, privileged: bool) -> FsResult<Vec<u8>> {
+        self.run(|i| {
+            let c = i.cache.refresh(&mut i.link, ino)?;
+            Ok(xattr::list(&c.state, |ns| {
+                privileged || ns != xattr::Namespace::Trusted
+            }))
+        })
+    }
+
+    pub fn removexattr_ino(&self, ino: u64, name: &[u8]) -> FsResult<()> {
+        self.run(|i| {
+            i.commit_checked(ino, |state, now| {
+                xattr::remove_entry(state, name, now).map(|e| vec![e])
+            })
+            .map(|_| ())
+        })
+    }
+
+    /// The path versions, following a final symlink (as setxattr(2) does).
+    pub fn setxattr(&self, path: &str, name: &[u8], value: &[u8], mode: SetMode) -> FsResult<()> {
+        xattr::check_len(name)?;
+        self.setxattr_ino(self.stat(path)?.ino, name, value, mode)
+    }
+    pub fn getxattr(&self, path: &str, name: &[u8]) -> FsResult<Vec<u8>> {
+        xattr::check_len(name)?;
+        self.getxattr_ino(self.stat(path)?.ino, name)
+    }
+    pub fn listxattr(&self, path: &str) -> FsResult<Vec<u8>> {
+        let privileged = self.lock().uid == 0;
+        self.listxattr_ino(self.stat(path)?.ino, privileged)
+    }
+    pub fn removexattr(&self, path: &str, name: &[u8]) -> FsResult<()> {
+        xattr::check_len(name)?;
+        self.removexattr_ino(self.stat(path)?.ino, name)
+    }
+
+    /// fallocate(2) on an open file (see [`FallocPlan`] for the modes): the parts of
+    /// pages in a punched range are overwritten with zeros, then one conditional
+    /// commit makes the whole pages a hole and sets the times and any new size.
+    pub fn fallocate(&self, fd: Fd, mode: i32, off: u64, len: u64) -> FsResult<()> {
+        let (ino, flags, _) = self.handle(fd)?;
+        if !flags.write {
+            return Err(EBADF);
+        }
+        let gen = self.generation(fd)?;
+        self.run(|i| {
+            let state = &i.cache.refresh(&mut i.link, ino)?.state;
+            let plan = FallocPlan::new(state, off, len, mode)?;
+            for &(s, e) in &plan.zero_ranges {
+                i.data()
+                    .write(ino, gen, s, &vec![0u8; (e - s) as usize], false)?;
+            }
+            if plan.reserve_pages > 0 {
+                let ReplyBody::Statfs(s) = i.rpc(Request::Statfs)? else {
+                    return Err(io_err("unexpected reply to statfs").into());
+                };
+                plan.check_room(s.bfree)?;
+            }
+            i.commit_checked(ino, |state, now| {
+                Ok(FallocPlan::new(state, off, len, mode)?.entries(now))
+            })
+            .map(|_| ())
         })
     }
 
@@ -480,15 +572,14 @@ impl Client {
         })
     }
 
-    /// rename(2) by directory inodes and names; renameat2's RENAME_NOREPLACE when
-    /// `noreplace`.
+    /// rename(2) by directory inodes and names, or renameat2 with `mode`.
     pub fn rename_at(
         &self,
         old_parent: u64,
         old_name: &[u8],
         new_parent: u64,
         new_name: &[u8],
-        noreplace: bool,
+        mode: RenameMode,
     ) -> FsResult<()> {
         check_name(old_name)?;
         check_name(new_name)?;
@@ -498,7 +589,7 @@ impl Client {
                 old_name: old_name.to_vec(),
                 new_parent,
                 new_name: new_name.to_vec(),
-                noreplace,
+                mode,
             })
             .map(|_| ())
         })
@@ -596,6 +687,78 @@ impl Inner {
 
     fn getattr(&mut self, ino: u64) -> Res<Attr> {
         Ok(self.cache.refresh(&mut self.link, ino)?.state.attr.clone())
+    }
+
+    /// Commits the entries `build` makes from a current copy of the inode,
+    /// conditionally on that copy's tail; builds again when another update came first.
+    fn commit_checked(
+        &mut self,
+        ino: u64,
+        build: impl FnMut(&InodeState, i64) -> FsResult<Vec<Entry>>,
+    ) -> Res<()> {
+        self.commit_checked_with(ino, true, build)
+    }
+
+    /// [`Self::commit_checked`] for entries naming pages this client wrote:
+    /// `persisted_locally` tells whether they are durable already (internal client).
+    fn commit_checked_with(
+        &mut self,
+        ino: u64,
+        persisted_locally: bool,
+        mut build: impl FnMut(&InodeState, i64) -> FsResult<Vec<Entry>>,
+    ) -> Res<()> {
+        for _ in 0..MAX_REEXECUTIONS {
+            let c = self.cache.refresh(&mut self.link, ino)?;
+            let entries = build(&c.state, SystemClock.now())?;
+            let commit = Commit {
+                ino,
+                generation: c.generation,
+                expect: Some(c.tail),
+                persisted_locally,
+                entries: entries.clone(),
+            };
+            match send_commit(&mut self.link, commit) {
+                Ok((prev, tail)) => {
+                    return self
+                        .cache
+                        .committed(&mut self.link, ino, &entries, prev, tail);
+                }
+                Err(Fail::Fs(FsError::Errno(libc::ESTALE))) => self.link.stats.reexecutions += 1,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(ESTALE.into())
+    }
+
+    /// setxattr: the value is written to a page of this client's chunk once; the
+    /// entry naming it commits conditionally (so XATTR_CREATE and XATTR_REPLACE hold
+    /// against other clients). A refused set gives the page back.
+    fn setxattr(&mut self, ino: u64, name: &[u8], value: &[u8], mode: SetMode) -> Res<()> {
+        xattr::check_set(
+            &self.cache.refresh(&mut self.link, ino)?.state,
+            name,
+            value.len(),
+            mode,
+        )?;
+        let runs = self.chunks.take(&mut self.link, 1)?;
+        let g = runs[0].0;
+        let mut buf = vec![0u8; PAGE_SIZE as usize];
+        buf[..value.len()].copy_from_slice(value);
+        let local = match self.link.write_pages(g, &buf) {
+            Ok(l) => l,
+            Err(e) => {
+                self.chunks.give_back(runs);
+                return Err(e.into());
+            }
+        };
+        let r = self.commit_checked_with(ino, local, |state, now| {
+            xattr::check_set(state, name, value.len(), mode)?;
+            Ok(vec![xattr::set_entry(name, g, value.len(), now)])
+        });
+        if let Err(Fail::Fs(FsError::Errno(_))) = r {
+            self.chunks.give_back(runs);
+        }
+        r
     }
 
     fn lookup(&mut self, parent: u64, name: &[u8]) -> Res<u64> {

@@ -22,6 +22,9 @@ pub enum EntryKind {
     DirRemove = 5,
     Symlink = 6,
     DirCookie = 7,
+    XattrSet = 8,
+    XattrRemove = 9,
+    Hole = 10,
 }
 
 /// Bits of [`SetAttrRec::mask`]: which fields the entry sets.
@@ -62,6 +65,18 @@ pub struct SetAttrRec {
     pub rdev: u32,
 }
 
+/// An extended attribute set (its value in the data page `gpa`, `len` bytes) or
+/// removed (`gpa` and `len` zero). Values live in data pages, as symlink targets do,
+/// so a log entry stays within five lines whatever the value's length.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct XattrRec {
+    pub gpa: Gpa,
+    pub len: u32,
+    pub ctime: i64,
+    /// The full name, namespace prefix included ("user.mime").
+    pub name: Vec<u8>,
+}
+
 /// A name added to or removed from a directory. `cookie` is the entry's stable
 /// readdir offset, given when the name was added.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,6 +113,26 @@ pub enum Entry {
     DirCookie {
         next: u64,
     },
+    XattrSet(XattrRec),
+    XattrRemove(XattrRec),
+    /// `npages` file pages from `pgoff` become a hole (fallocate's punch-hole): their
+    /// data pages are released and the range reads as zeros. The size is unchanged.
+    Hole {
+        pgoff: u64,
+        npages: u64,
+        mtime: i64,
+    },
+}
+
+/// Longest extended-attribute name, prefix included (as Linux's XATTR_NAME_MAX).
+pub const XATTR_NAME_MAX: usize = 255;
+/// Longest extended-attribute value: one data page.
+pub const XATTR_VALUE_MAX: usize = crate::PAGE_SIZE as usize;
+const XATTR_NAME_AT: usize = 32;
+
+/// Checks an extended-attribute name: 1..=255 bytes, no NUL.
+pub fn valid_xattr_name(name: &[u8]) -> bool {
+    !name.is_empty() && name.len() <= XATTR_NAME_MAX && !name.contains(&0)
 }
 
 /// Checks a directory-entry name: 1..=255 bytes, no '/', no NUL, not "." or "..".
@@ -121,6 +156,9 @@ impl Entry {
             Entry::DirRemove(_) => EntryKind::DirRemove,
             Entry::Symlink { .. } => EntryKind::Symlink,
             Entry::DirCookie { .. } => EntryKind::DirCookie,
+            Entry::XattrSet(_) => EntryKind::XattrSet,
+            Entry::XattrRemove(_) => EntryKind::XattrRemove,
+            Entry::Hole { .. } => EntryKind::Hole,
         }
     }
 
@@ -130,6 +168,9 @@ impl Entry {
             Entry::Pad { lines } => *lines as usize,
             Entry::DirAdd(d) | Entry::DirRemove(d) => {
                 (DIR_NAME_AT + d.name.len()).div_ceil(LINE as usize)
+            }
+            Entry::XattrSet(x) | Entry::XattrRemove(x) => {
+                (XATTR_NAME_AT + x.name.len()).div_ceil(LINE as usize)
             }
             _ => 1,
         }
@@ -180,6 +221,22 @@ impl Entry {
                 put_u32(b, 16, *len);
             }
             Entry::DirCookie { next } => put_u64(b, 8, *next),
+            Entry::XattrSet(x) | Entry::XattrRemove(x) => {
+                put_u64(b, 8, x.gpa.0);
+                put_u32(b, 16, x.len);
+                b[20] = x.name.len() as u8;
+                put_i64(b, 24, x.ctime);
+                b[XATTR_NAME_AT..XATTR_NAME_AT + x.name.len()].copy_from_slice(&x.name);
+            }
+            Entry::Hole {
+                pgoff,
+                npages,
+                mtime,
+            } => {
+                put_u64(b, 8, *pgoff);
+                put_u64(b, 16, *npages);
+                put_i64(b, 24, *mtime);
+            }
         }
         let crc = crc_skipping(b, 4);
         put_u32(b, 4, crc);
@@ -291,6 +348,46 @@ impl Entry {
             7 => one_line(Entry::DirCookie {
                 next: u64_at(b, 8)?,
             }),
+            k @ (8 | 9) => {
+                let name_len = b[20] as usize;
+                let name = b
+                    .get(XATTR_NAME_AT..XATTR_NAME_AT + name_len)
+                    .ok_or(FormatError::Invalid("xattr name length"))?;
+                if !valid_xattr_name(name) {
+                    return Err(FormatError::Invalid("xattr name"));
+                }
+                if (XATTR_NAME_AT + name_len).div_ceil(LINE as usize) != lines {
+                    return Err(FormatError::Invalid("log entry length"));
+                }
+                let x = XattrRec {
+                    gpa: Gpa(u64_at(b, 8)?),
+                    len: u32_at(b, 16)?,
+                    ctime: i64_at(b, 24)?,
+                    name: name.to_vec(),
+                };
+                if x.len as usize > XATTR_VALUE_MAX {
+                    return Err(FormatError::Invalid("xattr value length"));
+                }
+                Ok((
+                    if k == 8 {
+                        Entry::XattrSet(x)
+                    } else {
+                        Entry::XattrRemove(x)
+                    },
+                    lines,
+                ))
+            }
+            10 => {
+                let (pgoff, npages) = (u64_at(b, 8)?, u64_at(b, 16)?);
+                if npages == 0 || pgoff.checked_add(npages).is_none_or(|e| e > (1 << 52)) {
+                    return Err(FormatError::Invalid("hole entry extent"));
+                }
+                one_line(Entry::Hole {
+                    pgoff,
+                    npages,
+                    mtime: i64_at(b, 24)?,
+                })
+            }
             k => Err(FormatError::BadCode {
                 what: "log entry kind",
                 code: k as u64,
@@ -362,6 +459,33 @@ mod tests {
                 }),
             (any::<u64>(), any::<u32>()).prop_map(|(g, len)| Entry::Symlink { gpa: Gpa(g), len }),
             any::<u64>().prop_map(|next| Entry::DirCookie { next }),
+            (
+                any::<u64>(),
+                0u32..=4096,
+                any::<i64>(),
+                proptest::collection::vec(1u8..=255, 1..=255),
+                any::<bool>()
+            )
+                .prop_map(|(g, len, ctime, name, set)| {
+                    let x = XattrRec {
+                        gpa: Gpa(g),
+                        len,
+                        ctime,
+                        name,
+                    };
+                    if set {
+                        Entry::XattrSet(x)
+                    } else {
+                        Entry::XattrRemove(x)
+                    }
+                }),
+            (0u64..1 << 40, 1u64..1 << 40, any::<i64>()).prop_map(|(pgoff, npages, mtime)| {
+                Entry::Hole {
+                    pgoff,
+                    npages,
+                    mtime,
+                }
+            }),
         ]
     }
 

@@ -17,8 +17,8 @@ mod superblock;
 
 pub use codec::FormatError;
 pub use entry::{
-    attr_mask, valid_name, DirEntryRec, Entry, EntryKind, SetAttrRec, WriteRec, ENTRY_HEADER,
-    MAX_ENTRY_LINES,
+    attr_mask, valid_name, valid_xattr_name, DirEntryRec, Entry, EntryKind, SetAttrRec, WriteRec,
+    XattrRec, ENTRY_HEADER, MAX_ENTRY_LINES, XATTR_NAME_MAX, XATTR_VALUE_MAX,
 };
 pub use inode::{FileType, InodeSlot, INODE_SLOT_SIZE, SLOT_TAIL_OFFSET};
 pub use journal::{JournalRecord, JOURNAL_MAGIC};

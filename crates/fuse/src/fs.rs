@@ -2,6 +2,7 @@
 //! types in, `orion_client` calls, kernel replies out. Errors keep their errno; an
 //! error without one (a broken connection, a damaged pool) is logged and becomes EIO.
 
+use std::cell::OnceCell;
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -14,11 +15,13 @@ use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, KernelConfig, LockOwner, OpenFlags as KOpenFlags, RenameFlags, ReplyAttr,
     ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen,
-    ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use orion_client::{Client, DirEntry, Fd, OpenFlags};
 use orion_format::FileType;
-use orion_meta::{Attr, FsError, FsResult, NewNode, SetAttrReq, TimeSet};
+use orion_meta::perm::{self, Cred};
+use orion_meta::xattr::{self, SetMode};
+use orion_meta::{Attr, FsError, FsResult, NewNode, RenameMode, SetAttrReq, TimeSet};
 use orion_proto::{LockKind, LockReq};
 
 /// How long the kernel may trust an attribute or a name: not at all, since another
@@ -197,6 +200,54 @@ fn lock_req(
     })
 }
 
+/// The supplementary groups of process (or thread) `pid`, from /proc.
+fn proc_groups(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("Groups:")).map(|g| {
+                g.split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect()
+            })
+        })
+        .unwrap_or_default()
+}
+
+/// Runs `f` with the caller's credentials. Supplementary groups are read from /proc
+/// only if a check needs them (the caller is neither the owner nor in the primary
+/// group).
+fn with_cred<T>(req: &Request, f: impl FnOnce(&Cred) -> T) -> T {
+    let groups: OnceCell<Vec<u32>> = OnceCell::new();
+    let pid = req.pid();
+    let in_group = |g: u32| groups.get_or_init(|| proc_groups(pid)).contains(&g);
+    f(&Cred {
+        uid: req.uid(),
+        gid: req.gid(),
+        in_group: &in_group,
+    })
+}
+
+/// What opening with `flags` asks of the inode: MAY_EXEC for an execve, else read
+/// and/or write by the access mode (and write for O_TRUNC).
+fn open_mask(flags: i32) -> u32 {
+    if flags & FMODE_EXEC != 0 {
+        return perm::MAY_EXEC;
+    }
+    let f = open_flags(flags);
+    let mut m = 0;
+    if f.read {
+        m |= perm::MAY_READ;
+    }
+    if f.write || f.truncate {
+        m |= perm::MAY_WRITE;
+    }
+    m
+}
+
+/// The kernel's __FMODE_EXEC, passed in the open flags of an execve.
+const FMODE_EXEC: i32 = 0x20;
+
 fn owner(req: &Request, ftype: FileType, mode: u32, rdev: u32) -> NewNode {
     NewNode {
         ftype,
@@ -204,6 +255,107 @@ fn owner(req: &Request, ftype: FileType, mode: u32, rdev: u32) -> NewNode {
         uid: req.uid(),
         gid: req.gid(),
         rdev,
+    }
+}
+
+/// Permission checks, made by the file system itself (the mount does not ask the
+/// kernel to check modes: `default_permissions` is off).
+impl OrionFs {
+    /// The inode's attributes if the caller may access it as `mask` asks.
+    fn may(&self, req: &Request, ino: u64, mask: u32) -> FsResult<Attr> {
+        let a = self.client.getattr(ino)?;
+        with_cred(req, |c| perm::check(&a, c, mask))?;
+        Ok(a)
+    }
+
+    /// Adding a name to `parent`: write and search permission.
+    fn may_add(&self, req: &Request, parent: u64) -> FsResult<()> {
+        if req.uid() == 0 {
+            // Root passes every directory check: skip the attribute read.
+            return Ok(());
+        }
+        self.may(req, parent, perm::MAY_WRITE | perm::MAY_EXEC)
+            .map(|_| ())
+    }
+
+    /// Removing `name` from `parent` (sticky rule included); returns the victim.
+    fn may_delete(&self, req: &Request, parent: u64, name: &[u8]) -> FsResult<Attr> {
+        let victim = self.client.lookup(parent, name)?;
+        if req.uid() != 0 {
+            let dir = self.client.getattr(parent)?;
+            with_cred(req, |c| perm::check_delete(&dir, &victim, c))?;
+        }
+        Ok(victim)
+    }
+
+    fn may_rename(
+        &self,
+        req: &Request,
+        (op, on): (u64, &[u8]),
+        (np, nn): (u64, &[u8]),
+        mode: RenameMode,
+    ) -> FsResult<()> {
+        let src = self.may_delete(req, op, on)?;
+        let dst = match self.may_delete(req, np, nn) {
+            Ok(d) => Some(d),
+            Err(FsError::Errno(libc::ENOENT)) => {
+                self.may_add(req, np)?;
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        // A directory that changes parent rewrites its "..": it must be writable.
+        if op != np && req.uid() != 0 {
+            let mut moved = vec![&src];
+            if mode == RenameMode::Exchange {
+                moved.extend(dst.as_ref());
+            }
+            for a in moved {
+                if a.ftype == FileType::Directory {
+                    with_cred(req, |c| perm::check(a, c, perm::MAY_WRITE))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Extended attributes: user.* and security.* follow the inode's read/write
+    /// permission (user.* on sticky directories only for their owner); trusted.* is
+    /// root's alone, and unprivileged callers neither see nor read it.
+    fn may_xattr(&self, req: &Request, ino: u64, name: &[u8], write: bool) -> FsResult<Attr> {
+        let ns = xattr::namespace(name)?;
+        let a = self.client.getattr(ino)?;
+        if req.uid() == 0 {
+            return Ok(a);
+        }
+        match ns {
+            xattr::Namespace::Trusted if write => Err(FsError::Errno(libc::EPERM)),
+            xattr::Namespace::Trusted => Err(FsError::Errno(libc::ENODATA)),
+            _ => {
+                let sticky_dir = a.ftype == FileType::Directory && a.mode & libc::S_ISVTX != 0;
+                if ns == xattr::Namespace::User && write && sticky_dir && a.uid != req.uid() {
+                    return Err(FsError::Errno(libc::EPERM));
+                }
+                let mask = if write {
+                    perm::MAY_WRITE
+                } else {
+                    perm::MAY_READ
+                };
+                with_cred(req, |c| perm::check(&a, c, mask))?;
+                Ok(a)
+            }
+        }
+    }
+}
+
+/// Answers a getxattr/listxattr: the size when asked for it, else the bytes if they
+/// fit the caller's buffer (ERANGE if not).
+fn xattr_reply(reply: ReplyXattr, size: u32, r: FsResult<Vec<u8>>) {
+    match r {
+        Ok(v) if size == 0 => reply.size(v.len() as u32),
+        Ok(v) if v.len() <= size as usize => reply.data(&v),
+        Ok(_) => reply.error(Errno::ERANGE),
+        Err(e) => reply.error(errno(e)),
     }
 }
 
@@ -226,8 +378,16 @@ impl Filesystem for OrionFs {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        entry(reply, self.client.lookup(parent.0, name.as_bytes()));
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let r = if req.uid() == 0 {
+            Ok(())
+        } else {
+            self.may(req, parent.0, perm::MAY_EXEC).map(|_| ())
+        };
+        entry(
+            reply,
+            r.and_then(|_| self.client.lookup(parent.0, name.as_bytes())),
+        );
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -239,7 +399,7 @@ impl Filesystem for OrionFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -248,13 +408,14 @@ impl Filesystem for OrionFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let req_of = req;
         let req = SetAttrReq {
             mode: mode.map(|m| m & 0o7777),
             uid,
@@ -263,7 +424,11 @@ impl Filesystem for OrionFs {
             atime: atime.map(time_set),
             mtime: mtime.map(time_set),
         };
-        match self.client.setattr(ino.0, &req) {
+        let r = self.client.getattr(ino.0).and_then(|a| {
+            let checked = with_cred(req_of, |c| perm::check_setattr(&a, &req, c, fh.is_some()))?;
+            self.client.setattr(ino.0, &checked)
+        });
+        match r {
             Ok(a) => reply.attr(&TTL, &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
         }
@@ -287,6 +452,7 @@ impl Filesystem for OrionFs {
         reply: ReplyEntry,
     ) {
         let r = node_type(mode).and_then(|t| {
+            self.may_add(req, parent.0)?;
             self.client
                 .create_at(parent.0, name.as_bytes(), owner(req, t, mode, rdev), None)
         });
@@ -305,16 +471,27 @@ impl Filesystem for OrionFs {
         let node = owner(req, FileType::Directory, mode, 0);
         entry(
             reply,
-            self.client.create_at(parent.0, name.as_bytes(), node, None),
+            self.may_add(req, parent.0)
+                .and_then(|_| self.client.create_at(parent.0, name.as_bytes(), node, None)),
         );
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.client.unlink_at(parent.0, name.as_bytes()));
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.as_bytes();
+        empty(
+            reply,
+            self.may_delete(req, parent.0, name)
+                .and_then(|_| self.client.unlink_at(parent.0, name)),
+        );
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.client.rmdir_at(parent.0, name.as_bytes()));
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.as_bytes();
+        empty(
+            reply,
+            self.may_delete(req, parent.0, name)
+                .and_then(|_| self.client.rmdir_at(parent.0, name)),
+        );
     }
 
     fn symlink(
@@ -329,14 +506,16 @@ impl Filesystem for OrionFs {
         let t = target.as_os_str().as_bytes();
         entry(
             reply,
-            self.client
-                .create_at(parent.0, link_name.as_bytes(), node, Some(t)),
+            self.may_add(req, parent.0).and_then(|_| {
+                self.client
+                    .create_at(parent.0, link_name.as_bytes(), node, Some(t))
+            }),
         );
     }
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -344,27 +523,28 @@ impl Filesystem for OrionFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        if flags.intersects(!RenameFlags::RENAME_NOREPLACE) {
-            // RENAME_EXCHANGE and RENAME_WHITEOUT are not supported yet.
+        let mode = if flags == RenameFlags::RENAME_NOREPLACE {
+            RenameMode::NoReplace
+        } else if flags == RenameFlags::RENAME_EXCHANGE {
+            RenameMode::Exchange
+        } else if flags.is_empty() {
+            RenameMode::Replace
+        } else {
+            // RENAME_WHITEOUT is for overlay file systems; combinations are invalid.
             reply.error(Errno::EINVAL);
             return;
-        }
-        let noreplace = flags.contains(RenameFlags::RENAME_NOREPLACE);
+        };
+        let (on, nn) = (name.as_bytes(), newname.as_bytes());
         empty(
             reply,
-            self.client.rename_at(
-                parent.0,
-                name.as_bytes(),
-                newparent.0,
-                newname.as_bytes(),
-                noreplace,
-            ),
+            self.may_rename(req, (parent.0, on), (newparent.0, nn), mode)
+                .and_then(|_| self.client.rename_at(parent.0, on, newparent.0, nn, mode)),
         );
     }
 
     fn link(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         newparent: INodeNo,
         newname: &OsStr,
@@ -372,12 +552,16 @@ impl Filesystem for OrionFs {
     ) {
         entry(
             reply,
-            self.client.link_at(ino.0, newparent.0, newname.as_bytes()),
+            self.may_add(req, newparent.0)
+                .and_then(|_| self.client.link_at(ino.0, newparent.0, newname.as_bytes())),
         );
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: KOpenFlags, reply: ReplyOpen) {
-        match self.client.open_ino(ino.0, open_flags(flags.0)) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: KOpenFlags, reply: ReplyOpen) {
+        let r = self
+            .may(req, ino.0, open_mask(flags.0))
+            .and_then(|_| self.client.open_ino(ino.0, open_flags(flags.0)));
+        match r {
             Ok(fd) => reply.opened(FileHandle(fd.0), fopen()),
             Err(e) => reply.error(errno(e)),
         }
@@ -544,8 +728,11 @@ impl Filesystem for OrionFs {
         empty(reply, self.client.fsync(Fd(fh.0)));
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: KOpenFlags, reply: ReplyOpen) {
-        match self.client.readdir_ino(ino.0) {
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: KOpenFlags, reply: ReplyOpen) {
+        let r = self
+            .may(req, ino.0, perm::MAY_READ)
+            .and_then(|_| self.client.readdir_ino(ino.0));
+        match r {
             Ok(list) => {
                 let fh = self.next_dir.fetch_add(1, Ordering::Relaxed);
                 self.dirs
@@ -617,10 +804,70 @@ impl Filesystem for OrionFs {
         }
     }
 
-    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
-        // The kernel checks the mode bits (default_permissions); what is left is
-        // whether the inode still exists.
-        empty(reply, self.client.getattr(ino.0).map(|_| ()));
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        // F_OK asks only whether the inode exists.
+        let mask = (mask.bits() as u32) & (perm::MAY_READ | perm::MAY_WRITE | perm::MAY_EXEC);
+        empty(reply, self.may(req, ino.0, mask).map(|_| ()));
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let name = name.as_bytes();
+        let r = (|| {
+            if position != 0 {
+                return Err(FsError::Errno(libc::EINVAL));
+            }
+            let mode = SetMode::from_flags(flags)?;
+            self.may_xattr(req, ino.0, name, true)?;
+            self.client.setxattr_ino(ino.0, name, value, mode)
+        })();
+        empty(reply, r);
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let name = name.as_bytes();
+        let r = self
+            .may_xattr(req, ino.0, name, false)
+            .and_then(|_| self.client.getxattr_ino(ino.0, name));
+        xattr_reply(reply, size, r);
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        xattr_reply(
+            reply,
+            size,
+            self.client.listxattr_ino(ino.0, req.uid() == 0),
+        );
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.as_bytes();
+        let r = self
+            .may_xattr(req, ino.0, name, true)
+            .and_then(|_| self.client.removexattr_ino(ino.0, name));
+        empty(reply, r);
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        // The kernel lets only a file opened for writing get here.
+        empty(reply, self.client.fallocate(Fd(fh.0), mode, offset, length));
     }
 
     fn create(
@@ -634,11 +881,13 @@ impl Filesystem for OrionFs {
         reply: ReplyCreate,
     ) {
         let r = node_type(mode).and_then(|t| {
+            self.may_add(req, parent.0)?;
             let node = owner(req, t, mode, 0);
             let a = match self.client.create_at(parent.0, name.as_bytes(), node, None) {
                 // Another client created it between the kernel's lookup and now.
                 Err(FsError::Errno(libc::EEXIST)) if flags & libc::O_EXCL == 0 => {
-                    self.client.lookup(parent.0, name.as_bytes())?
+                    let a = self.client.lookup(parent.0, name.as_bytes())?;
+                    self.may(req, a.ino, open_mask(flags))?
                 }
                 other => other?,
             };

@@ -81,10 +81,9 @@ pub fn mount(
     config.mount_options = vec![
         MountOption::FSName("orionfs".into()),
         MountOption::Subtype("orion".into()),
-        // The kernel checks modes, owners, groups (with the caller's supplementary
-        // groups), sticky directories and setattr rights against the attributes we
-        // return, which are always current.
-        MountOption::DefaultPermissions,
+        // No DefaultPermissions: the file system checks modes, owners, groups (with
+        // the caller's supplementary groups), sticky directories and setattr rights
+        // itself (`OrionFs::may*`), with the MDS's current attributes.
         MountOption::NoAtime,
     ];
     if opts.allow_other {

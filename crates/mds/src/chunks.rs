@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use orion_format::{Gpa, MAX_WRITE_PAGES};
 use orion_meta::alloc::PageAllocator;
-use orion_meta::index::Body;
 use orion_meta::{FsError, FsResult, MetaEngine};
 
 /// Most pages one chunk request may ask for.
@@ -37,12 +36,12 @@ impl Group {
         let mut alloc = PageAllocator::new(page_count, (page_count / 100).max(8), grace);
         for ino in engine.inode_numbers() {
             let inode = engine.inode(ino)?;
-            let pages: Vec<Gpa> = match &inode.state.body {
-                Body::File(f) => f.pages.values().map(|e| e.gpa).collect(),
-                Body::Symlink(Some((g, _))) => vec![*g],
-                _ => continue,
-            };
-            for g in pages.into_iter().filter(|g| g.group() == group) {
+            for g in inode
+                .state
+                .data_pages()
+                .into_iter()
+                .filter(|g| g.group() == group)
+            {
                 if g.page() >= page_count || !alloc.mark_used(g.page()) {
                     return Err(FsError::Corrupt(format!(
                         "inode {ino} names page {} of group {group}, but the store's pool has \

@@ -8,7 +8,7 @@
 
 use orion_format::{attr_mask, Entry, FileType, Gpa, PAGE_SIZE};
 use orion_meta::error::{EINVAL, EISDIR, ESTALE};
-use orion_meta::{FsError, FsResult, MetaEngine, MAX_FILE_SIZE};
+use orion_meta::{xattr, FsError, FsResult, MetaEngine, MAX_FILE_SIZE};
 use orion_proto::Commit;
 
 use crate::chunks::Leases;
@@ -80,6 +80,30 @@ pub fn check(engine: &MetaEngine, leases: &Leases, c: &Commit) -> FsResult<Vec<(
                     }
                 }
             }
+            Entry::Hole { pgoff, npages, .. } => {
+                if attr.ftype != FileType::Regular {
+                    return Err(EINVAL);
+                }
+                if pgoff
+                    .checked_add(*npages)
+                    .is_none_or(|e| e > MAX_FILE_SIZE / PAGE_SIZE + 1)
+                {
+                    return Err(EINVAL);
+                }
+            }
+            Entry::XattrSet(_) | Entry::XattrRemove(_) => {
+                // Checked against the inode as it is now, so each must commit alone.
+                if c.entries.len() != 1 {
+                    return Err(FsError::Io(
+                        "an extended-attribute entry shares its commit".into(),
+                    ));
+                }
+                xattr::check_commit(&engine.inode(c.ino)?.state, e)?;
+                if let Entry::XattrSet(x) = e {
+                    leases.check(x.gpa, 1)?;
+                    pages.push((x.gpa, 1));
+                }
+            }
             other => {
                 return Err(FsError::Io(format!(
                     "{:?} entries change several inodes and go by RPC, not log commit",
@@ -121,8 +145,10 @@ pub fn apply(
 pub fn data_pages(c: &Commit) -> Vec<Gpa> {
     let mut out = Vec::new();
     for e in &c.entries {
-        if let Entry::Write(w) = e {
-            out.extend((0..w.npages as u64).map(|k| w.gpa.offset_by(k)));
+        match e {
+            Entry::Write(w) => out.extend((0..w.npages as u64).map(|k| w.gpa.offset_by(k))),
+            Entry::XattrSet(x) => out.push(x.gpa),
+            _ => {}
         }
     }
     out

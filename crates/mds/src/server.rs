@@ -497,10 +497,10 @@ impl Mds {
                 old_name,
                 new_parent,
                 new_name,
-                noreplace,
+                mode,
             } => self
                 .engine
-                .rename(old_parent, &old_name, new_parent, &new_name, noreplace)
+                .rename(old_parent, &old_name, new_parent, &new_name, mode)
                 .map(|_| ReplyBody::Empty),
             Request::Link { ino, parent, name } => {
                 self.engine.link(ino, parent, &name).map(ReplyBody::Attr)

@@ -76,6 +76,17 @@ impl NewNode {
     }
 }
 
+/// What rename does with an existing target (renameat2's flags).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RenameMode {
+    /// rename(2): the target is replaced.
+    Replace = 0,
+    /// RENAME_NOREPLACE: EEXIST if the target exists.
+    NoReplace = 1,
+    /// RENAME_EXCHANGE: both names must exist; they swap inodes.
+    Exchange = 2,
+}
+
 /// A change of times requested by setattr.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimeSet {
@@ -83,7 +94,7 @@ pub enum TimeSet {
     At(i64),
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SetAttrReq {
     pub mode: Option<u32>,
     pub uid: Option<u32>,
@@ -719,10 +730,8 @@ impl MetaEngine {
             let idx = self.page_idx(page);
             self.log_alloc.free_later(idx, 1);
         }
-        match inode.state.body {
-            Body::File(f) if release_data => self.freed.extend(f.pages.values().map(|e| e.gpa)),
-            Body::Symlink(Some((gpa, _))) if release_data => self.freed.push(gpa),
-            _ => {}
+        if release_data {
+            self.freed.extend(inode.state.data_pages());
         }
         let off = self.sb.slot_off(ino);
         self.pool.store_u64(off, 0)?;
@@ -950,14 +959,14 @@ impl MetaEngine {
         }
     }
 
-    /// rename(2), with RENAME_NOREPLACE when `noreplace`.
+    /// rename(2), and renameat2's RENAME_NOREPLACE and RENAME_EXCHANGE.
     pub fn rename(
         &mut self,
         op: u64,
         on: &[u8],
         np: u64,
         nn: &[u8],
-        noreplace: bool,
+        mode: RenameMode,
     ) -> FsResult<()> {
         // Linux looks the source up before the target name.
         if on.len() > NAME_MAX {
@@ -974,8 +983,11 @@ impl MetaEngine {
         }
         let dst = self.entry(np, nn)?;
         let src_dir = src.ftype == FileType::Directory;
-        if dst.is_some() && noreplace {
+        if dst.is_some() && mode == RenameMode::NoReplace {
             return Err(EEXIST);
+        }
+        if mode == RenameMode::Exchange {
+            return self.exchange(op, on, src, np, nn, dst.ok_or(ENOENT)?);
         }
         // Linux: moving a directory under itself is EINVAL; replacing an ancestor of
         // the source is ENOTEMPTY; both before the type checks.
@@ -1104,6 +1116,78 @@ impl MetaEngine {
         if let Some(d) = dst {
             if dst_dies {
                 self.destroy(d.ino)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// RENAME_EXCHANGE: `on` in `op` and `nn` in `np` swap the inodes they name, in
+    /// one journaled commit. Each name keeps its readdir cookie.
+    fn exchange(
+        &mut self,
+        op: u64,
+        on: &[u8],
+        src: DirEnt,
+        np: u64,
+        nn: &[u8],
+        dst: DirEnt,
+    ) -> FsResult<()> {
+        if src.ino == dst.ino {
+            return Ok(());
+        }
+        // A directory cannot end up inside itself, whichever way it moves.
+        let src_dir = src.ftype == FileType::Directory;
+        let dst_dir = dst.ftype == FileType::Directory;
+        if (src_dir && self.is_ancestor(src.ino, np)) || (dst_dir && self.is_ancestor(dst.ino, op))
+        {
+            return Err(EINVAL);
+        }
+        let now = self.clock.now();
+        let rec = |ent: &DirEnt, on_ino: &DirEnt, name: &[u8]| DirEntryRec {
+            ino: on_ino.ino,
+            cookie: ent.cookie,
+            time: now,
+            ftype: on_ino.ftype,
+            name: name.to_vec(),
+        };
+        let mut u: Updates = Vec::new();
+        push_update(&mut u, op, Entry::DirRemove(rec(&src, &src, on)));
+        push_update(&mut u, np, Entry::DirRemove(rec(&dst, &dst, nn)));
+        push_update(&mut u, op, Entry::DirAdd(rec(&src, &dst, on)));
+        push_update(&mut u, np, Entry::DirAdd(rec(&dst, &src, nn)));
+        for ino in [src.ino, dst.ino] {
+            push_update(
+                &mut u,
+                ino,
+                Entry::SetAttr(SetAttrRec {
+                    mask: m::CTIME,
+                    ctime: now,
+                    ..Default::default()
+                }),
+            );
+        }
+        // A directory that changes parent moves its ".." link with it.
+        if op != np && src_dir != dst_dir {
+            let (from, to) = if src_dir { (op, np) } else { (np, op) };
+            for (dir, delta) in [(from, -1i64), (to, 1)] {
+                let n = self.inode(dir)?.state.attr.nlink as i64 + delta;
+                push_update(
+                    &mut u,
+                    dir,
+                    Entry::LinkChange {
+                        nlink: n as u32,
+                        ctime: now,
+                    },
+                );
+            }
+        }
+        self.commit(u, true)?;
+        if op != np {
+            if src_dir {
+                self.inodes.get_mut(&src.ino).expect("moved inode").parent = np;
+            }
+            if dst_dir {
+                self.inodes.get_mut(&dst.ino).expect("moved inode").parent = op;
             }
         }
         Ok(())

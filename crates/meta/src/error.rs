@@ -46,6 +46,10 @@ pub fn errno_name(e: i32) -> String {
         libc::ESTALE => "ESTALE",
         libc::EBADF => "EBADF",
         libc::EXDEV => "EXDEV",
+        libc::ENODATA => "ENODATA",
+        libc::ERANGE => "ERANGE",
+        libc::E2BIG => "E2BIG",
+        libc::EOPNOTSUPP => "EOPNOTSUPP",
         _ => return format!("errno {e}"),
     };
     name.to_string()
@@ -73,7 +77,11 @@ errnos!(
     EBADF,
     EACCES,
     ELOOP,
-    EXDEV
+    EXDEV,
+    ENODATA,
+    ERANGE,
+    E2BIG,
+    EOPNOTSUPP
 );
 
 impl From<PoolError> for FsError {

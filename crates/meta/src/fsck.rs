@@ -129,6 +129,7 @@ pub fn check(meta: &Pool, data: Option<&Pool>) -> FsckReport {
             }
         }
         let refs = tree.refs.get(&ino).copied().unwrap_or(0);
+        let mut gpas = Vec::new();
         match &li.state.body {
             Body::Dir(d) => {
                 r.dirs += 1;
@@ -159,7 +160,6 @@ pub fn check(meta: &Pool, data: Option<&Pool>) -> FsckReport {
                         a.nlink
                     ));
                 }
-                let mut gpas = Vec::new();
                 match body {
                     Body::File(f) => {
                         r.files += 1;
@@ -184,19 +184,20 @@ pub fn check(meta: &Pool, data: Option<&Pool>) -> FsckReport {
                     }
                     _ => r.others += 1,
                 }
-                for g in gpas {
-                    if let Some(d) = &dsb {
-                        if g.group() != d.group || g.page() >= d.page_count {
-                            r.problems.push(format!(
-                                "inode {ino}: data page {g:?} outside the data pool"
-                            ));
-                        }
-                    }
-                    if !data_pages.insert(g) {
-                        r.problems
-                            .push(format!("inode {ino}: data page {g:?} is referenced twice"));
-                    }
+            }
+        }
+        gpas.extend(li.state.xattrs.values().map(|&(g, _)| g));
+        for g in gpas {
+            if let Some(d) = &dsb {
+                if g.group() != d.group || g.page() >= d.page_count {
+                    r.problems.push(format!(
+                        "inode {ino}: data page {g:?} outside the data pool"
+                    ));
                 }
+            }
+            if !data_pages.insert(g) {
+                r.problems
+                    .push(format!("inode {ino}: data page {g:?} is referenced twice"));
             }
         }
     }

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use orion_format::{
-    attr_mask as m, DirEntryRec, Entry, FileType, Gpa, SetAttrRec, WriteRec, PAGE_SIZE,
+    attr_mask as m, DirEntryRec, Entry, FileType, Gpa, SetAttrRec, WriteRec, XattrRec, PAGE_SIZE,
 };
 
 use crate::error::{FsError, FsResult};
@@ -105,6 +105,16 @@ impl FileIndex {
         self.live_pages.insert(seq, w.npages);
     }
 
+    /// Unmaps `n` pages from `first` (a punched hole).
+    fn punch(&mut self, first: u64, n: u64, freed: &mut Vec<Gpa>) {
+        let end = first.saturating_add(n);
+        let gone: Vec<u64> = self.pages.range(first..end).map(|(&p, _)| p).collect();
+        for p in gone {
+            let ext = self.pages.remove(&p).expect("listed above");
+            self.unmap(ext, freed);
+        }
+    }
+
     /// Drops every page at or past `first_dropped`.
     fn truncate_pages(&mut self, first_dropped: u64, freed: &mut Vec<Gpa>) {
         let tail = self.pages.split_off(&first_dropped);
@@ -146,6 +156,8 @@ pub enum Body {
 pub struct InodeState {
     pub attr: Attr,
     pub body: Body,
+    /// Extended attributes: name → the data page holding the value, and its length.
+    pub xattrs: BTreeMap<Box<[u8]>, (Gpa, u32)>,
 }
 
 impl InodeState {
@@ -175,7 +187,19 @@ impl InodeState {
                 blocks: 0,
             },
             body,
+            xattrs: BTreeMap::new(),
         }
+    }
+
+    /// Every data page the inode holds: file pages, a symlink's target, xattr values.
+    pub fn data_pages(&self) -> Vec<Gpa> {
+        let mut out: Vec<Gpa> = match &self.body {
+            Body::File(f) => f.pages.values().map(|e| e.gpa).collect(),
+            Body::Symlink(Some((g, _))) => vec![*g],
+            _ => Vec::new(),
+        };
+        out.extend(self.xattrs.values().map(|&(g, _)| g));
+        out
     }
 
     pub fn dir(&self) -> Option<&DirIndex> {
@@ -195,12 +219,13 @@ impl InodeState {
     /// Entries a compacted log would need: attributes, link count, and the body's
     /// live entries. Everything else in the log is dead.
     pub fn live_entries(&self) -> u64 {
-        2 + match &self.body {
-            Body::File(f) => f.live_writes(),
-            Body::Dir(d) => d.names.len() as u64 + 1, // + its next-cookie entry
-            Body::Symlink(_) => 1,
-            Body::Special => 0,
-        }
+        2 + self.xattrs.len() as u64
+            + match &self.body {
+                Body::File(f) => f.live_writes(),
+                Body::Dir(d) => d.names.len() as u64 + 1, // + its next-cookie entry
+                Body::Symlink(_) => 1,
+                Body::Special => 0,
+            }
     }
 
     /// Applies one entry. Data pages the entry supersedes are pushed to `freed`.
@@ -289,6 +314,33 @@ impl InodeState {
                 *s = Some((*gpa, *len));
                 self.attr.size = *len as u64;
             }
+            (
+                Entry::Hole {
+                    pgoff,
+                    npages,
+                    mtime,
+                },
+                Body::File(f),
+            ) => {
+                f.punch(*pgoff, *npages, freed);
+                self.attr.mtime = *mtime;
+                self.attr.ctime = *mtime;
+            }
+            (Entry::XattrSet(x), _) => {
+                let x: &XattrRec = x;
+                let old = self
+                    .xattrs
+                    .insert(x.name.clone().into_boxed_slice(), (x.gpa, x.len));
+                freed.extend(old.map(|(g, _)| g));
+                self.attr.ctime = x.ctime;
+            }
+            (Entry::XattrRemove(x), _) => match self.xattrs.remove(x.name.as_slice()) {
+                Some((g, _)) => {
+                    freed.push(g);
+                    self.attr.ctime = x.ctime;
+                }
+                None => return bad("log removes an extended attribute it does not hold"),
+            },
             (e, _) => {
                 return bad(&format!(
                     "{:?} entry in a {:?} log",
@@ -340,6 +392,14 @@ impl InodeState {
                 len: *len,
             }),
             Body::Symlink(None) | Body::Special => {}
+        }
+        for (name, &(gpa, len)) in &self.xattrs {
+            out.push(Entry::XattrSet(XattrRec {
+                gpa,
+                len,
+                ctime: a.ctime,
+                name: name.to_vec(),
+            }));
         }
         out.push(Entry::LinkChange {
             nlink: a.nlink,

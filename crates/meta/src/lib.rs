@@ -6,23 +6,27 @@
 //! [`MetaEngine`] owns an MDS pool and commits changes (one tail store, or the
 //! [`journal`] when several inodes change), compacts logs ([`MetaEngine::force_gc`]),
 //! and rebuilds everything at mount ([`recovery`]). [`LocalFs`] puts the engine
-//! beside a data pool in one process: the foundation's local file system.
+//! beside a data pool in one process: the foundation's local file system. [`xattr`]
+//! holds the rules of extended attributes that every front end applies the same way.
 
 pub mod alloc;
 pub mod clock;
 pub mod engine;
 pub mod error;
+pub mod falloc;
 pub mod fsck;
 pub mod index;
 pub mod journal;
 pub mod localfs;
 pub mod log;
+pub mod perm;
 pub mod recovery;
+pub mod xattr;
 
 pub use clock::{Clock, LogicalClock, SystemClock};
 pub use engine::{
-    setattr_entry, EngineConfig, MetaEngine, MountReport, NewNode, ReaddirEntry, SetAttrReq,
-    TimeSet, ROOT_INO,
+    setattr_entry, EngineConfig, MetaEngine, MountReport, NewNode, ReaddirEntry, RenameMode,
+    SetAttrReq, TimeSet, ROOT_INO,
 };
 pub use error::{FsError, FsResult};
 pub use index::{Attr, InodeState};

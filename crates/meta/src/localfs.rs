@@ -13,9 +13,13 @@ use orion_pmem::{ModeChoice, Pool};
 
 use crate::alloc::PageAllocator;
 use crate::clock::Clock;
-use crate::engine::{EngineConfig, MetaEngine, MountReport, NewNode, ReaddirEntry, SetAttrReq};
+use crate::engine::{
+    EngineConfig, MetaEngine, MountReport, NewNode, ReaddirEntry, RenameMode, SetAttrReq,
+};
 use crate::error::*;
+use crate::falloc::FallocPlan;
 use crate::index::{Attr, Body};
+use crate::xattr::{self, SetMode};
 use crate::MAX_FILE_SIZE;
 
 #[derive(Clone, Debug)]
@@ -131,12 +135,7 @@ impl LocalFs {
         let mut data_alloc =
             PageAllocator::new(dsb.page_count, (dsb.page_count / 100).max(8), grace);
         for inode in meta.inodes.values() {
-            let pages: Vec<Gpa> = match &inode.state.body {
-                Body::File(f) => f.pages.values().map(|e| e.gpa).collect(),
-                Body::Symlink(Some((g, _))) => vec![*g],
-                _ => continue,
-            };
-            for g in pages {
+            for g in inode.state.data_pages() {
                 if g.group() != dsb.group || !data_alloc.mark_used(g.page()) {
                     return Err(FsError::Corrupt(format!(
                         "inode {}: data page {g:?} is out of range or used twice",
@@ -289,8 +288,74 @@ impl LocalFs {
         self.with_meta(|i| i.meta.rmdir(parent, name))
     }
 
-    pub fn rename(&self, op: u64, on: &[u8], np: u64, nn: &[u8], noreplace: bool) -> FsResult<()> {
-        self.with_meta(|i| i.meta.rename(op, on, np, nn, noreplace))
+    pub fn rename(&self, op: u64, on: &[u8], np: u64, nn: &[u8], mode: RenameMode) -> FsResult<()> {
+        self.with_meta(|i| i.meta.rename(op, on, np, nn, mode))
+    }
+
+    /// setxattr(2): the value goes to a new data page, then one entry names it.
+    pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], mode: SetMode) -> FsResult<()> {
+        self.with_meta(|i| {
+            xattr::check_set(&i.meta.inode(ino)?.state, name, value.len(), mode)?;
+            let (page, _) = i.data_alloc.alloc_run(1, false).ok_or(ENOSPC)?;
+            let mut buf = vec![0u8; PAGE_SIZE as usize];
+            buf[..value.len()].copy_from_slice(value);
+            let off = i.dsb.page_off(page);
+            let gpa = Gpa::new(i.dsb.group, page);
+            let now = i.meta.now();
+            let r = i
+                .data
+                .write_data(off, &buf)
+                .and_then(|_| i.data.persist(off, buf.len()))
+                .map_err(FsError::from)
+                .and_then(|_| {
+                    let e = xattr::set_entry(name, gpa, value.len(), now);
+                    i.meta.commit_entries(ino, vec![e], false).map(|_| ())
+                });
+            if r.is_err() && !i.meta.has_failed() {
+                i.data_alloc.free_now(page, 1);
+            }
+            r
+        })
+    }
+
+    pub fn getxattr(&self, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
+        let g = self.lock();
+        let (gpa, len) = xattr::lookup(&g.meta.inode(ino)?.state, name)?;
+        Ok(g.data.read_vec(g.data_off(gpa)?, len as usize)?)
+    }
+
+    /// listxattr(2): names, each NUL-terminated (trusted.* only when `privileged`).
+    pub fn listxattr(&self, ino: u64, privileged: bool) -> FsResult<Vec<u8>> {
+        let g = self.lock();
+        let state = &g.meta.inode(ino)?.state;
+        Ok(xattr::list(state, |ns| {
+            privileged || ns != xattr::Namespace::Trusted
+        }))
+    }
+
+    pub fn removexattr(&self, ino: u64, name: &[u8]) -> FsResult<()> {
+        self.with_meta(|i| {
+            let now = i.meta.now();
+            let e = xattr::remove_entry(&i.meta.inode(ino)?.state, name, now)?;
+            i.meta.commit_entries(ino, vec![e], true).map(|_| ())
+        })
+    }
+
+    /// fallocate(2): preallocation (mode 0, or KEEP_SIZE) checks that the pool has
+    /// room and grows the size; PUNCH_HOLE|KEEP_SIZE and ZERO_RANGE make the range
+    /// read as zeros, releasing whole pages. Pages are copy-on-write, so room
+    /// reserved now is not held for later writes (as on other copy-on-write file
+    /// systems).
+    pub fn fallocate(&self, ino: u64, off: u64, len: u64, mode: i32) -> FsResult<()> {
+        let plan = FallocPlan::new(&self.lock().meta.inode(ino)?.state, off, len, mode)?;
+        for &(s, e) in &plan.zero_ranges {
+            self.write(ino, s, &vec![0u8; (e - s) as usize])?;
+        }
+        self.with_meta(|i| {
+            plan.check_room(i.data_alloc.free())?;
+            let entries = plan.entries(i.meta.now());
+            i.meta.commit_entries(ino, entries, true).map(|_| ())
+        })
     }
 
     pub fn link(&self, ino: u64, parent: u64, name: &[u8]) -> FsResult<Attr> {

@@ -44,8 +44,8 @@ fn check_sequence(ops: Vec<OpT>) -> Result<(), TestCaseError> {
             )));
         }
         prop_assert_eq!(
-            time_changes(&ob, &oa),
-            time_changes(&cb, &ca),
+            op_time_changes(op, &ob, &oa),
+            op_time_changes(op, &cb, &ca),
             "mtime/ctime changes (path, mtime, ctime) after op {} {:?}: tmpfs left, core right",
             i,
             op

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use orion_meta::{LocalConfig, LocalFs, LogicalClock, SetAttrReq, ROOT_INO};
+use orion_meta::{LocalConfig, LocalFs, LogicalClock, RenameMode, SetAttrReq, ROOT_INO};
 use orion_pmem::ModeChoice;
 
 fn fresh(size: u64) -> (tempfile::TempDir, std::path::PathBuf, LocalFs) {
@@ -116,20 +116,26 @@ fn names_paths_and_types_give_linux_errors() {
     assert_eq!(e(fs.write(d, 0, b"x")), libc::EISDIR);
     assert_eq!(e(fs.read(d, 0, 1)), libc::EISDIR);
     assert_eq!(
-        e(fs.rename(ROOT_INO, b"d", d, b"self", false)),
+        e(fs.rename(ROOT_INO, b"d", d, b"self", RenameMode::Replace)),
         libc::EINVAL,
         "a directory into itself"
     );
     assert_eq!(
-        e(fs.rename(ROOT_INO, b"f", ROOT_INO, b"d", false)),
+        e(fs.rename(ROOT_INO, b"f", ROOT_INO, b"d", RenameMode::Replace)),
         libc::EISDIR
     );
     assert_eq!(
-        e(fs.rename(ROOT_INO, b"d", ROOT_INO, b"f", false)),
+        e(fs.rename(ROOT_INO, b"d", ROOT_INO, b"f", RenameMode::Replace)),
         libc::ENOTDIR
     );
     assert_eq!(
-        e(fs.rename(ROOT_INO, b"f", ROOT_INO, &long[..255], true)),
+        e(fs.rename(
+            ROOT_INO,
+            b"f",
+            ROOT_INO,
+            &long[..255],
+            RenameMode::NoReplace
+        )),
         libc::EEXIST,
         "RENAME_NOREPLACE"
     );

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use orion_meta::{EngineConfig, LocalConfig, LocalFs, LogicalClock, ROOT_INO};
+use orion_meta::{EngineConfig, LocalConfig, LocalFs, LogicalClock, RenameMode, ROOT_INO};
 use orion_pmem::ModeChoice;
 
 /// Freed pages wait out a grace period here, as they will when remote readers exist.
@@ -101,7 +101,8 @@ fn directory_churn_keeps_a_bounded_log_and_stable_cookies() {
     for i in 0..50_000u32 {
         let name = format!("tmp{}", i % 7);
         fs.create(d, name.as_bytes(), 0o644, 0, 0).unwrap();
-        fs.rename(d, name.as_bytes(), d, b"moved", false).unwrap();
+        fs.rename(d, name.as_bytes(), d, b"moved", RenameMode::Replace)
+            .unwrap();
         fs.unlink(d, b"moved").unwrap();
     }
     let pages = fs.with_engine(|e| e.log_pages(d).unwrap());

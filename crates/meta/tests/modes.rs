@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use orion_meta::{LocalConfig, LocalFs, LogicalClock, ROOT_INO};
+use orion_meta::{LocalConfig, LocalFs, LogicalClock, RenameMode, ROOT_INO};
 use orion_pmem::{Mode, ModeChoice};
 
 fn workload_and_remount(dir: &std::path::Path, mode: ModeChoice, expect: Mode) {
@@ -19,7 +19,8 @@ fn workload_and_remount(dir: &std::path::Path, mode: ModeChoice, expect: Mode) {
     let f = fs.create(dir_ino, b"f", 0o644, 0, 0).unwrap().ino;
     let data: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
     fs.write(f, 1000, &data).unwrap();
-    fs.rename(dir_ino, b"f", ROOT_INO, b"g", false).unwrap();
+    fs.rename(dir_ino, b"f", ROOT_INO, b"g", RenameMode::Replace)
+        .unwrap();
     drop(fs);
     let (fs, _) = LocalFs::open_path(&path, Arc::new(LogicalClock::new(1)), &cfg).unwrap();
     let g = fs.lookup(ROOT_INO, b"g").unwrap().ino;

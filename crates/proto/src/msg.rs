@@ -2,7 +2,7 @@
 
 use orion_fabric::RemoteRegion;
 use orion_format::{Entry, FileType, Gpa, Tail, MAX_ENTRY_LINES, SUPERBLOCK_SIZE};
-use orion_meta::{Attr, StatFs};
+use orion_meta::{Attr, RenameMode, StatFs};
 
 use crate::codec::{ProtoError, Reader, Writer};
 use crate::{HEADER, MAGIC, VERSION};
@@ -95,7 +95,7 @@ pub enum Request {
         old_name: Vec<u8>,
         new_parent: u64,
         new_name: Vec<u8>,
-        noreplace: bool,
+        mode: RenameMode,
     },
     Link {
         ino: u64,
@@ -387,13 +387,13 @@ pub fn encode_request(out: &mut Vec<u8>, id: u64, req: &Request) {
             old_name,
             new_parent,
             new_name,
-            noreplace,
+            mode,
         } => {
             w.u64(*old_parent)
                 .bytes(old_name)
                 .u64(*new_parent)
                 .bytes(new_name)
-                .bool(*noreplace);
+                .u8(*mode as u8);
         }
         Request::Link { ino, parent, name } => {
             w.u64(*ino).u64(*parent).bytes(name);
@@ -474,7 +474,12 @@ pub fn decode_request(b: &[u8]) -> Result<(u64, Request), ProtoError> {
             old_name: name(&mut r)?,
             new_parent: r.u64("parent")?,
             new_name: name(&mut r)?,
-            noreplace: r.bool("noreplace")?,
+            mode: match r.u8("rename mode")? {
+                0 => RenameMode::Replace,
+                1 => RenameMode::NoReplace,
+                2 => RenameMode::Exchange,
+                _ => return Err(ProtoError::Invalid("rename mode")),
+            },
         },
         9 => Request::Link {
             ino: r.u64("ino")?,
@@ -755,7 +760,7 @@ mod tests {
                 old_name: b"a".to_vec(),
                 new_parent: 2,
                 new_name: b"b".to_vec(),
-                noreplace: true,
+                mode: RenameMode::Exchange,
             },
             Request::DsHello(DsHello {
                 group: 1,

@@ -8,7 +8,8 @@ pub mod oracle;
 use std::collections::BTreeMap;
 
 use orion_format::FileType;
-use orion_meta::{FsError, LocalFs, SetAttrReq, TimeSet, ROOT_INO};
+use orion_meta::xattr::{self, SetMode};
+use orion_meta::{FsError, LocalFs, RenameMode, SetAttrReq, TimeSet, ROOT_INO};
 use proptest::prelude::*;
 use rand::Rng;
 
@@ -99,6 +100,50 @@ pub enum Op<T = P> {
     Chown(T, u32, u32),
     Utimens(T, i64, i64),
     Fsync(T),
+    /// renameat2 with RENAME_EXCHANGE.
+    Exchange(T, T),
+    /// setxattr: name (an index into [`XNAMES`]), value length and seed, flags.
+    SetXattr(T, u8, usize, u8, i32),
+    GetXattr(T, u8),
+    RemoveXattr(T, u8),
+    ListXattr(T),
+    /// fallocate: mode, offset, length.
+    Fallocate(T, i32, u64, u64),
+}
+
+/// Extended-attribute names: a few that collide, the shared flag, trusted.*, an
+/// unknown namespace (EOPNOTSUPP), a bare prefix (EINVAL), the longest name and
+/// one byte longer (ERANGE).
+pub fn xname(i: u8) -> Vec<u8> {
+    match i % 8 {
+        0 => b"user.a".to_vec(),
+        1 => b"user.b".to_vec(),
+        2 => b"user.orion.shared".to_vec(),
+        3 => b"trusted.t".to_vec(),
+        4 => b"other.x".to_vec(),
+        5 => b"user.".to_vec(),
+        6 => format!("user.{}", "x".repeat(250)).into_bytes(),
+        _ => format!("user.{}", "x".repeat(251)).into_bytes(),
+    }
+}
+
+const XLENS: [usize; 5] = [0, 1, 7, 100, 4096];
+const FALLOC_MODES: [i32; 4] = [
+    0,
+    libc::FALLOC_FL_KEEP_SIZE,
+    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+    libc::FALLOC_FL_PUNCH_HOLE,
+];
+const XFLAGS: [i32; 3] = [0, libc::XATTR_CREATE, libc::XATTR_REPLACE];
+
+/// listxattr's answer in name order (file systems list in their own order).
+pub fn sorted_names(list: &[u8]) -> Vec<u8> {
+    let mut names: Vec<&[u8]> = list.split(|&b| b == 0).filter(|n| !n.is_empty()).collect();
+    names.sort();
+    names
+        .iter()
+        .flat_map(|n| n.iter().copied().chain([0]))
+        .collect()
 }
 
 pub type OpT = Op<Sel>;
@@ -123,6 +168,12 @@ impl OpT {
             Op::Chown(a, u, g) => Op::Chown(r(a), *u, *g),
             Op::Utimens(a, x, y) => Op::Utimens(r(a), *x, *y),
             Op::Fsync(a) => Op::Fsync(r(a)),
+            Op::Exchange(a, b) => Op::Exchange(r(a), r(b)),
+            Op::SetXattr(a, n, l, s, f) => Op::SetXattr(r(a), *n, *l, *s, *f),
+            Op::GetXattr(a, n) => Op::GetXattr(r(a), *n),
+            Op::RemoveXattr(a, n) => Op::RemoveXattr(r(a), *n),
+            Op::ListXattr(a) => Op::ListXattr(r(a)),
+            Op::Fallocate(a, m, o, l) => Op::Fallocate(r(a), *m, *o, *l),
         }
     }
 }
@@ -177,6 +228,14 @@ pub fn arb_op() -> impl Strategy<Value = OpT> {
         1 => (arb_path(), prop::sample::select(&IDS[..]), prop::sample::select(&IDS[..])).prop_map(|(p, u, g)| Op::Chown(p, u, g)),
         1 => (arb_path(), 1_000_000_000i64..1_100_000_000, 1_000_000_000i64..1_100_000_000).prop_map(|(p, a, m)| Op::Utimens(p, a, m)),
         1 => arb_path().prop_map(Op::Fsync),
+        1 => (arb_path(), arb_path()).prop_map(|(a, b)| Op::Exchange(a, b)),
+        3 => (arb_path(), any::<u8>(), prop::sample::select(&XLENS[..]), any::<u8>(), prop::sample::select(&XFLAGS[..]))
+            .prop_map(|(p, n, l, s, f)| Op::SetXattr(p, n, l, s, f)),
+        1 => (arb_path(), any::<u8>()).prop_map(|(p, n)| Op::GetXattr(p, n)),
+        1 => (arb_path(), any::<u8>()).prop_map(|(p, n)| Op::RemoveXattr(p, n)),
+        1 => arb_path().prop_map(Op::ListXattr),
+        2 => (arb_path(), prop::sample::select(&FALLOC_MODES[..]), prop::sample::select(&OFFSETS[..]), prop::sample::select(&SIZES[..]))
+            .prop_map(|(p, m, o, l)| Op::Fallocate(p, m, o, l)),
     ]
 }
 
@@ -278,7 +337,7 @@ pub fn run_core(fs: &LocalFs, op: &Op) -> Outcome {
         Op::Rename(a, b) => {
             let (da, na) = core_parent(fs, a)?;
             let (db, nb) = core_parent(fs, b)?;
-            ok(fs.rename(da, &na, db, &nb, false))
+            ok(fs.rename(da, &na, db, &nb, RenameMode::Replace))
         }
         Op::Link(a, b) => {
             let (da, na) = core_parent(fs, a)?;
@@ -351,6 +410,43 @@ pub fn run_core(fs: &LocalFs, op: &Op) -> Outcome {
             let ino = core_follow(fs, p)?;
             ok(fs.fsync(ino))
         }
+        Op::Exchange(a, b) => {
+            let (da, na) = core_parent(fs, a)?;
+            let (db, nb) = core_parent(fs, b)?;
+            ok(fs.rename(da, &na, db, &nb, RenameMode::Exchange))
+        }
+        Op::SetXattr(p, n, len, seed, flags) => {
+            xattr::check_len(&xname(*n)).map_err(errno)?;
+            let ino = core_follow(fs, p)?;
+            let mode = SetMode::from_flags(*flags).map_err(errno)?;
+            ok(fs.setxattr(ino, &xname(*n), &pattern(*len, *seed), mode))
+        }
+        Op::GetXattr(p, n) => {
+            xattr::check_len(&xname(*n)).map_err(errno)?;
+            let ino = core_follow(fs, p)?;
+            fs.getxattr(ino, &xname(*n))
+                .map(Outcome::Data)
+                .map_err(errno)
+        }
+        Op::RemoveXattr(p, n) => {
+            xattr::check_len(&xname(*n)).map_err(errno)?;
+            let ino = core_follow(fs, p)?;
+            ok(fs.removexattr(ino, &xname(*n)))
+        }
+        Op::ListXattr(p) => {
+            let ino = core_follow(fs, p)?;
+            fs.listxattr(ino, true)
+                .map(|l| Outcome::Data(sorted_names(&l)))
+                .map_err(errno)
+        }
+        Op::Fallocate(p, mode, off, len) => {
+            let ino = core_follow(fs, p)?;
+            // The system call needs a file opened for writing: a directory is EISDIR.
+            if fs.getattr(ino).map_err(errno)?.ftype == FileType::Directory {
+                return Err(libc::EISDIR);
+            }
+            ok(fs.fallocate(ino, *off, *len, *mode))
+        }
     })();
     r.unwrap_or_else(Outcome::Err)
 }
@@ -368,6 +464,8 @@ pub struct Node {
     pub size: u64,
     /// File content or symlink target.
     pub content: Vec<u8>,
+    /// Extended attributes of files and directories, in name order.
+    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
     pub mtime: i64,
     pub ctime: i64,
 }
@@ -400,14 +498,18 @@ pub fn diff_ignoring_times(a: &Snapshot, b: &Snapshot) -> Option<String> {
             Some(w) if w != v => {
                 let show = |n: &Node| {
                     format!(
-                        "{} perm {:o} uid {} gid {} nlink {} size {} content {} bytes",
+                        "{} perm {:o} uid {} gid {} nlink {} size {} content {} bytes xattrs {:?}",
                         n.kind,
                         n.perm,
                         n.uid,
                         n.gid,
                         n.nlink,
                         n.size,
-                        n.content.len()
+                        n.content.len(),
+                        n.xattrs
+                            .iter()
+                            .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), v.len()))
+                            .collect::<Vec<_>>()
                     )
                 };
                 return Some(format!(
@@ -441,6 +543,43 @@ pub fn time_changes(before: &Snapshot, after: &Snapshot) -> Vec<(String, bool, b
         .collect()
 }
 
+/// [`time_changes`] after `op`, leaving out what POSIX leaves unspecified: the times
+/// of a file truncated to the size it has (tmpfs changes them when the file holds
+/// pages, and counts fallocate's preallocated pages among them; Orion does not
+/// preallocate pages).
+pub fn op_time_changes(op: &Op, before: &Snapshot, after: &Snapshot) -> Vec<(String, bool, bool)> {
+    let same_size = match op {
+        Op::Truncate(p, size) => before
+            .get(&p.rel())
+            .filter(|n| n.kind == 'f' && n.size == *size)
+            .map(|_| p.rel()),
+        _ => None,
+    };
+    time_changes(before, after)
+        .into_iter()
+        .filter(|(k, _, _)| Some(k) != same_size.as_ref())
+        .collect()
+}
+
+fn core_xattrs(fs: &LocalFs, ino: u64, kind: char) -> Vec<(Vec<u8>, Vec<u8>)> {
+    if kind != 'f' && kind != 'd' {
+        return Vec::new();
+    }
+    let list = fs.listxattr(ino, true).unwrap();
+    xattr_pairs(&list, |n| fs.getxattr(ino, n).unwrap())
+}
+
+/// Name/value pairs in name order, from a listxattr answer and a getter.
+pub fn xattr_pairs(list: &[u8], get: impl Fn(&[u8]) -> Vec<u8>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out: Vec<(Vec<u8>, Vec<u8>)> = list
+        .split(|&b| b == 0)
+        .filter(|n| !n.is_empty())
+        .map(|n| (n.to_vec(), get(n)))
+        .collect();
+    out.sort();
+    out
+}
+
 pub fn core_snapshot(fs: &LocalFs) -> Snapshot {
     let mut out = BTreeMap::new();
     fn walk(fs: &LocalFs, dir: u64, prefix: &str, out: &mut Snapshot) {
@@ -471,6 +610,7 @@ pub fn core_snapshot(fs: &LocalFs) -> Snapshot {
                     nlink: a.nlink,
                     size: if kind == 'd' { 0 } else { a.size },
                     content,
+                    xattrs: core_xattrs(fs, e.ino, kind),
                     mtime: a.mtime,
                     ctime: a.ctime,
                 },
@@ -492,6 +632,7 @@ pub fn core_snapshot(fs: &LocalFs) -> Snapshot {
             nlink: root.nlink,
             size: 0,
             content: vec![],
+            xattrs: core_xattrs(fs, ROOT_INO, 'd'),
             mtime: root.mtime,
             ctime: root.ctime,
         },

@@ -6,7 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use super::{pattern, target, Node, Op, Outcome, Snapshot, P};
+use super::{pattern, sorted_names, target, xattr_pairs, xname, Node, Op, Outcome, Snapshot, P};
 
 fn c(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).unwrap()
@@ -106,8 +106,105 @@ pub fn run_oracle(root: &Path, op: &Op) -> Outcome {
             let f = io(std::fs::File::open(at(p)))?;
             io(f.sync_all()).map(|_| Outcome::Ok)
         }
+        // SAFETY: a system call on NUL-terminated paths we own.
+        Op::Exchange(a, b) => rc(unsafe {
+            libc::renameat2(
+                libc::AT_FDCWD,
+                c(&at(a)).as_ptr(),
+                libc::AT_FDCWD,
+                c(&at(b)).as_ptr(),
+                libc::RENAME_EXCHANGE,
+            )
+        }),
+        Op::SetXattr(p, n, len, seed, flags) => {
+            let v = pattern(*len, *seed);
+            let name = CString::new(xname(*n)).unwrap();
+            // SAFETY: a system call on NUL-terminated strings and a buffer we own.
+            rc(unsafe {
+                libc::setxattr(
+                    c(&at(p)).as_ptr(),
+                    name.as_ptr(),
+                    v.as_ptr().cast(),
+                    v.len(),
+                    *flags,
+                )
+            })
+        }
+        Op::GetXattr(p, n) => getxattr(&at(p), &xname(*n), false).map(Outcome::Data),
+        Op::RemoveXattr(p, n) => {
+            let name = CString::new(xname(*n)).unwrap();
+            // SAFETY: a system call on NUL-terminated strings we own.
+            rc(unsafe { libc::removexattr(c(&at(p)).as_ptr(), name.as_ptr()) })
+        }
+        Op::ListXattr(p) => listxattr(&at(p), false).map(|l| Outcome::Data(sorted_names(&l))),
+        Op::Fallocate(p, mode, off, len) => {
+            let f = io(std::fs::OpenOptions::new().write(true).open(at(p)))?;
+            // SAFETY: fallocate on a file descriptor we own.
+            rc(unsafe {
+                libc::fallocate(
+                    std::os::fd::AsRawFd::as_raw_fd(&f),
+                    *mode,
+                    *off as i64,
+                    *len as i64,
+                )
+            })
+        }
     })();
     r.unwrap_or_else(Outcome::Err)
+}
+
+fn last_errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap()
+}
+
+/// getxattr(2), or lgetxattr(2) when `nofollow`.
+pub fn getxattr(p: &Path, name: &[u8], nofollow: bool) -> Result<Vec<u8>, i32> {
+    let name = CString::new(name).unwrap();
+    let mut buf = vec![0u8; 65536];
+    let f = if nofollow {
+        libc::lgetxattr
+    } else {
+        libc::getxattr
+    };
+    // SAFETY: a system call on NUL-terminated strings and a buffer we own.
+    let n = unsafe {
+        f(
+            c(p).as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        return Err(last_errno());
+    }
+    buf.truncate(n as usize);
+    Ok(buf)
+}
+
+/// listxattr(2), or llistxattr(2) when `nofollow`.
+pub fn listxattr(p: &Path, nofollow: bool) -> Result<Vec<u8>, i32> {
+    let mut buf = vec![0u8; 65536];
+    let f = if nofollow {
+        libc::llistxattr
+    } else {
+        libc::listxattr
+    };
+    // SAFETY: a system call on a NUL-terminated path and a buffer we own.
+    let n = unsafe { f(c(p).as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        return Err(last_errno());
+    }
+    buf.truncate(n as usize);
+    Ok(buf)
+}
+
+fn oracle_xattrs(p: &Path, kind: char) -> Vec<(Vec<u8>, Vec<u8>)> {
+    if kind != 'f' && kind != 'd' {
+        return Vec::new();
+    }
+    let list = listxattr(p, true).unwrap();
+    xattr_pairs(&list, |n| getxattr(p, n, true).unwrap())
 }
 
 fn ns(sec: i64, nsec: i64) -> i64 {
@@ -153,6 +250,7 @@ pub fn oracle_snapshot(root: &Path) -> Snapshot {
                     gid: md.gid(),
                     nlink: md.nlink() as u32,
                     size: if kind == 'd' { 0 } else { md.size() },
+                    xattrs: oracle_xattrs(&full, kind),
                     content,
                     mtime: ns(md.mtime(), md.mtime_nsec()),
                     ctime: ns(md.ctime(), md.ctime_nsec()),
@@ -175,6 +273,7 @@ pub fn oracle_snapshot(root: &Path) -> Snapshot {
             nlink: md.nlink() as u32,
             size: 0,
             content: vec![],
+            xattrs: oracle_xattrs(root, 'd'),
             mtime: ns(md.mtime(), md.mtime_nsec()),
             ctime: ns(md.ctime(), md.ctime_nsec()),
         },
