@@ -25,6 +25,7 @@ pub fn null_fuse(root: &Path, mnt: &Path) -> Result<()> {
         mountpoint: mnt.to_path_buf(),
         allow_other: false,
         threads: 4,
+        kernel_permissions: true,
     };
     let fs = orion_fuse::passthrough::Passthrough::new(root);
     orion_fuse::mount(fs, &opts, stop, || {

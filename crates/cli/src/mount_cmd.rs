@@ -24,6 +24,11 @@ pub struct MountArgs {
     /// with permissions checked against each file's mode).
     #[arg(long)]
     pub private: bool,
+    /// Leave permission checks to the file system alone (it always checks every
+    /// request); by default the kernel checks as well, which keeps Linux's order of
+    /// errors on path walks.
+    #[arg(long)]
+    pub no_kernel_permissions: bool,
 }
 
 pub fn mount(a: MountArgs) -> Result<()> {
@@ -44,6 +49,7 @@ pub fn mount(a: MountArgs) -> Result<()> {
         mountpoint: a.mountpoint.clone(),
         allow_other: !a.private,
         threads: a.threads,
+        kernel_permissions: !a.no_kernel_permissions,
     };
     let shown = a.mountpoint.display().to_string();
     let fs = orion_fuse::OrionFs::new(Arc::new(client));

@@ -79,6 +79,66 @@ fn system_calls_through_two_mounts_match_tmpfs() {
     );
 }
 
+/// The same property as uid/gid 65534 with no supplementary groups, so that every
+/// permission check of the mount (mode bits, sticky directories, chown, trusted.*
+/// attributes) meets tmpfs's. The test runs itself again under `setpriv`: the
+/// variable below tells the second run the mounts to use.
+#[test]
+fn system_calls_through_two_mounts_as_an_unprivileged_user_match_tmpfs() {
+    const MOUNTS: &str = "ORION_TEST_UNPRIVILEGED_MOUNTS";
+    // SAFETY: umask only sets the process's file-creation mask.
+    unsafe { libc::umask(UMASK as libc::mode_t) };
+    if let Ok(m) = std::env::var(MOUNTS) {
+        // The unprivileged run.
+        assert_ne!(
+            unsafe { libc::getuid() },
+            0,
+            "{MOUNTS} is for the unprivileged run"
+        );
+        let (a, b) = m.split_once(':').expect("two mounts");
+        run_property(
+            "differential: unprivileged system calls through two mounts vs tmpfs",
+            24,
+            prop::collection::vec(arb_op(), 1..50),
+            |ops| check_sequence([Path::new(a), Path::new(b)], ops),
+        );
+        return;
+    }
+    let cluster = Cluster::start("local", 1);
+    std::fs::set_permissions(cluster.dir.path(), PermissionsExt::from_mode(0o755)).unwrap();
+    let a = cluster.mount("a", &[]);
+    let b = cluster.mount("b", &["--external"]);
+    let top = a.path.join("unprivileged");
+    std::fs::create_dir(&top).unwrap();
+    std::os::unix::fs::chown(&top, Some(65534), Some(65534)).unwrap();
+    let me = std::env::current_exe().unwrap();
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&me)
+        .args([
+            "--exact",
+            "system_calls_through_two_mounts_as_an_unprivileged_user_match_tmpfs",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(
+            MOUNTS,
+            format!(
+                "{}:{}",
+                top.display(),
+                b.path.join("unprivileged").display()
+            ),
+        )
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success() && out.contains("1 passed"),
+        "the unprivileged run failed:\n{out}\n{err}"
+    );
+}
+
 fn sh(dir: &Path, script: &str) -> String {
     let o = Command::new("sh")
         .arg("-c")
@@ -323,6 +383,110 @@ fn errors_through_the_mount() {
     std::fs::remove_file(p("fill")).unwrap();
     std::fs::write(p("after"), vec![1u8; 1 << 20]).unwrap();
     assert_eq!(std::fs::read(p("after")).unwrap().len(), 1 << 20);
+}
+
+/// The file system's own permission checks, with the kernel's turned off: each
+/// refusal and each grant below comes from `OrionFs`.
+#[test]
+fn permissions_checked_by_the_file_system_alone() {
+    let cluster = Cluster::start("local", 1);
+    std::fs::set_permissions(cluster.dir.path(), PermissionsExt::from_mode(0o755)).unwrap();
+    let m = cluster.mount("m", &["--no-kernel-permissions"]);
+    let p = |s: &str| m.path.join(s);
+    let mode = |s: &str, m: u32| std::fs::set_permissions(p(s), PermissionsExt::from_mode(m));
+    std::fs::create_dir(p("ro")).unwrap();
+    std::fs::write(p("ro/f"), b"public").unwrap();
+    std::fs::write(p("ro/secret"), b"s").unwrap();
+    mode("ro/secret", 0o600).unwrap();
+    std::fs::write(p("ro/tool"), b"#!/bin/sh\necho ran\n").unwrap();
+    mode("ro/tool", 0o700).unwrap();
+    std::fs::write(p("ro/open"), b"").unwrap();
+    mode("ro/open", 0o666).unwrap();
+    std::fs::create_dir(p("closed")).unwrap();
+    mode("closed", 0o700).unwrap();
+    std::fs::write(p("ro/team"), b"team").unwrap();
+    mode("ro/team", 0o640).unwrap();
+    std::os::unix::fs::chown(p("ro/team"), None, Some(1000)).unwrap();
+    std::fs::create_dir(p("tmp")).unwrap();
+    mode("tmp", 0o1777).unwrap();
+    std::fs::write(p("tmp/roots"), b"r").unwrap();
+    let denied = |script: &str, why: &str| {
+        let (ok, err) = as_nobody(&m.path, script);
+        assert!(!ok && err.contains(why), "{script}: {err}");
+    };
+    denied("echo x > ro/new", "Permission denied");
+    denied("echo x >> ro/f", "Permission denied");
+    denied("cat ro/secret", "Permission denied");
+    denied("./ro/tool", "Permission denied");
+    denied("ls closed", "Permission denied");
+    denied("cd closed", "can't cd");
+    denied("mkdir ro/d", "Permission denied");
+    denied("rm ro/f", "Permission denied");
+    denied("mv ro/f ro/g", "Permission denied");
+    denied("ln ro/f tmp/hard && ln -s x ro/sym", "Permission denied");
+    denied("chmod 777 ro/f", "Operation not permitted");
+    denied("chown nobody ro/f", "Operation not permitted");
+    denied("touch -d 2001-01-01 ro/open", "Operation not permitted");
+    denied("truncate -s 0 ro/f", "Permission denied");
+    denied("rm -f tmp/roots", "Operation not permitted");
+    denied("setfattr -n user.x -v 1 ro/f", "Permission denied");
+    denied("setfattr -n trusted.x -v 1 tmp", "Operation not permitted");
+    denied("cat ro/team", "Permission denied");
+    for ok in [
+        "cat ro/f",
+        "touch ro/open",
+        "echo more >> ro/open",
+        "echo n > tmp/mine && mv tmp/mine tmp/moved && rm tmp/moved",
+        "mkdir tmp/d && setfattr -n user.k -v v tmp/d && getfattr -n user.k tmp/d",
+    ] {
+        let (ran, err) = as_nobody(&m.path, ok);
+        assert!(ran, "{ok}: {err}");
+    }
+    // A supplementary group of the caller opens the group class.
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--groups=1000", "cat"])
+        .arg(p("ro/team"))
+        .output()
+        .unwrap();
+    assert_eq!(o.stdout, b"team", "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read(p("tmp/roots")).unwrap(), b"r");
+    assert_eq!(std::fs::read(p("ro/f")).unwrap(), b"public");
+}
+
+/// An ordinary user mounts (fusermount3, allow_other through fuse.conf's
+/// user_allow_other), and another user works in it with their own identity. The
+/// local backend shares memory files among one user's processes, so this cluster
+/// runs on libfabric's tcp provider, where a user with the secret may connect.
+#[test]
+fn an_unprivileged_user_mounts_and_others_use_it() {
+    let cluster = Cluster::start("libfabric", 1);
+    std::fs::set_permissions(cluster.dir.path(), PermissionsExt::from_mode(0o755)).unwrap();
+    let m = cluster
+        .mount_as("user-mount", 65534)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let line = mounts
+        .lines()
+        .find(|l| l.split(' ').nth(1) == m.path.to_str())
+        .expect("mounted");
+    assert!(line.contains("user_id=65534"), "{line}");
+    // Root (another user than the mounter) gets in thanks to allow_other.
+    std::fs::create_dir(m.path.join("by-root")).unwrap();
+    std::fs::write(m.path.join("by-root/f"), b"root's").unwrap();
+    let (ok, err) = as_nobody(&m.path, "echo x > by-root/g");
+    assert!(!ok && err.contains("Permission denied"), "{err}");
+    std::fs::create_dir(m.path.join("shared")).unwrap();
+    std::fs::set_permissions(m.path.join("shared"), PermissionsExt::from_mode(0o1777)).unwrap();
+    let (ok, err) = as_nobody(
+        &m.path,
+        "mkdir shared/mine && echo hi > shared/mine/f && cat by-root/f",
+    );
+    assert!(ok, "{err}");
+    let md = std::fs::metadata(m.path.join("shared/mine/f")).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&md), 65534);
+    let path = m.path.clone();
+    drop(m);
+    assert!(!is_mounted(&path), "SIGTERM unmounts a user's mount too");
 }
 
 #[test]

@@ -17,6 +17,12 @@ pub struct MountOptions {
     pub allow_other: bool,
     /// Threads serving kernel requests.
     pub threads: usize,
+    /// Let the kernel check permissions too (`default_permissions`), besides the file
+    /// system's own checks. Off, only the file system checks: each request is still
+    /// refused or allowed as Linux would, but the kernel no longer checks search
+    /// permission while it walks a path, so when two errors apply the one reported
+    /// may differ from Linux's (tests turn it off to reach the file system's checks).
+    pub kernel_permissions: bool,
 }
 
 /// True when `path` is a FUSE mount whose server is gone: every access fails with
@@ -81,18 +87,32 @@ pub fn mount(
     config.mount_options = vec![
         MountOption::FSName("orionfs".into()),
         MountOption::Subtype("orion".into()),
-        // No DefaultPermissions: the file system checks modes, owners, groups (with
-        // the caller's supplementary groups), sticky directories and setattr rights
-        // itself (`OrionFs::may*`), with the MDS's current attributes.
         MountOption::NoAtime,
     ];
+    // The file system checks modes, owners, groups (with the caller's supplementary
+    // groups), sticky directories and setattr rights itself (`OrionFs::may*`), with
+    // the MDS's current attributes; the kernel checks as well by default, so that
+    // path walks check search permission in Linux's order.
+    if opts.kernel_permissions {
+        config.mount_options.push(MountOption::DefaultPermissions);
+    }
     if opts.allow_other {
         config.acl = SessionACL::All;
     }
     config.n_threads = Some(opts.threads.max(1));
     config.clone_fd = opts.threads > 1;
     let mut session = Session::new(fs, path, &config).map_err(|e| {
-        io::Error::new(e.kind(), format!("cannot mount at {}: {e}", path.display()))
+        let hint = if e.kind() == io::ErrorKind::PermissionDenied && !is_root() {
+            " (an ordinary user needs /dev/fuse readable and writable by all, as \
+             distributions ship it: scripts/setup does that; and user_allow_other in \
+             /etc/fuse.conf unless --private)"
+        } else {
+            ""
+        };
+        io::Error::new(
+            e.kind(),
+            format!("cannot mount at {}: {e}{hint}", path.display()),
+        )
     })?;
     let mut unmounter = session.unmount_callable();
     let done = Arc::new(AtomicBool::new(false));
@@ -119,4 +139,9 @@ pub fn mount(
     done.store(true, Ordering::SeqCst);
     let _ = watcher.join();
     r
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
 }

@@ -78,8 +78,24 @@ pub struct Cluster {
 
 /// Starts `orion <args>` and waits for its "ready" line; its stderr goes to `log`.
 pub fn spawn(args: &[String], log: &Path) -> Result<Daemon, String> {
+    spawn_as(None, args, log)
+}
+
+/// [`spawn`] as user and group `uid` (no supplementary groups), through setpriv.
+pub fn spawn_as(uid: Option<u32>, args: &[String], log: &Path) -> Result<Daemon, String> {
     let err = std::fs::File::create(log).unwrap();
-    let mut child = Command::new(ORION)
+    let mut cmd = match uid {
+        None => Command::new(ORION),
+        Some(u) => {
+            let mut c = Command::new("setpriv");
+            c.arg(format!("--reuid={u}"))
+                .arg(format!("--regid={u}"))
+                .arg("--clear-groups")
+                .arg(ORION);
+            c
+        }
+    };
+    let mut child = cmd
         .args(args)
         .env("RUST_LOG", "info")
         .stdout(Stdio::piped())
@@ -296,6 +312,25 @@ impl Cluster {
         let log = self.dir.path().join(format!("{name}.log"));
         let daemon = spawn(&a, &log).unwrap_or_else(|e| panic!("{e}"));
         Mount { daemon, path }
+    }
+
+    /// A mount made by user `uid` (through fusermount3), on a mount point and with a
+    /// copy of the secret that the user owns. Err with the mount's log if it fails.
+    pub fn mount_as(&self, name: &str, uid: u32) -> Result<Mount, String> {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.dir.path().join(name);
+        std::fs::create_dir_all(&path).unwrap();
+        std::os::unix::fs::chown(&path, Some(uid), Some(uid)).unwrap();
+        let secret = self.dir.path().join(format!("secret-{uid}"));
+        std::fs::copy(&self.secret, &secret).unwrap();
+        std::os::unix::fs::chown(&secret, Some(uid), Some(uid)).unwrap();
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let mut a = s(&["mount", path.to_str().unwrap(), "--mds", &self.mds.addr]);
+        a.extend(s(&["--backend", self.backend, "--secret-file"]));
+        a.push(secret.display().to_string());
+        let log = self.dir.path().join(format!("{name}.log"));
+        let daemon = spawn_as(Some(uid), &a, &log)?;
+        Ok(Mount { daemon, path })
     }
 }
 

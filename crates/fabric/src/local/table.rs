@@ -66,8 +66,14 @@ impl DomainFile {
             .write(true)
             .open(path)
             .map_err(|e| {
+                let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+                    " (the local backend shares memory files between processes of one \
+                     user: run as the cluster's user, or use the libfabric backend)"
+                } else {
+                    ""
+                };
                 Error::io(
-                    format!("opening the peer's domain file {}", path.display()),
+                    format!("opening the peer's domain file {}{hint}", path.display()),
                     e,
                 )
             })?;
