@@ -376,19 +376,6 @@ fn bad_input_is_refused_with_an_error_and_the_mds_keeps_serving() {
     ) else {
         panic!("no chunk")
     };
-    let internal = Request::Commit(Commit {
-        ino,
-        generation: 1,
-        expect: None,
-        persisted_locally: true,
-        entries: vec![w(start)],
-    });
-    let (e, m) = errno_of(call(&cq, &mut ch, 6, &internal));
-    assert_eq!(
-        e,
-        libc::EIO,
-        "an external client cannot claim local persistence: {m}"
-    );
     // A name too long, a directory entry by log commit.
     let create = Request::Create(Create {
         parent: 1,

@@ -385,6 +385,20 @@ fn errors_through_the_mount() {
     assert_eq!(std::fs::read(p("after")).unwrap().len(), 1 << 20);
 }
 
+/// An internal client whose own store is full goes on writing to the other store
+/// (its pages then travel over the fabric): ENOSPC only when every store is full.
+#[test]
+fn a_full_local_store_spills_to_the_other_group() {
+    let cluster = Cluster::start_sized("local", 2, "16M");
+    let m = cluster.mount("m", &[]);
+    let data: Vec<u8> = (0..24u32 << 20).map(|i| (i / 4093) as u8).collect();
+    std::fs::write(m.path.join("big"), &data).unwrap();
+    assert!(
+        std::fs::read(m.path.join("big")).unwrap() == data,
+        "24 MiB over two 16 MiB stores"
+    );
+}
+
 /// The file system's own permission checks, with the kernel's turned off: each
 /// refusal and each grant below comes from `OrionFs`.
 #[test]

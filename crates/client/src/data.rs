@@ -5,7 +5,6 @@
 //! is log-committed. The cache is keyed by page address, so it never needs
 //! invalidation: a new version of a file page lives at a new address.
 
-use std::borrow::Cow;
 use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
 
@@ -219,24 +218,22 @@ impl Data<'_> {
             let first = off / PS;
             let npages = (end - 1) / PS - first + 1;
             let partial = off % PS != 0 || end % PS != 0;
-            // Whole pages go out from the caller's bytes. Partly covered pages are
-            // assembled with their old contents (a hole or past the end reads zeros).
-            let buf: Cow<[u8]> = if partial {
-                let file = c.state.file().expect("regular file");
-                let mut old: Vec<Option<Gpa>> = vec![None; npages as usize];
-                if off % PS != 0 {
-                    old[0] = file.get(first);
-                }
-                if end % PS != 0 {
-                    old[npages as usize - 1] = file.get(first + npages - 1);
-                }
-                let mut b = vec![0u8; (npages * PS) as usize];
-                self.fetch(&old, &mut b)?;
-                let at = (off - first * PS) as usize;
-                b[at..at + data.len()].copy_from_slice(data);
-                Cow::Owned(b)
-            } else {
-                Cow::Borrowed(data)
+            // Whole pages go out from the caller's bytes, wherever the write starts
+            // within a page. Only the partly covered first and last pages are assembled
+            // with their old contents (a hole or past the end reads zeros).
+            let file = c.state.file().expect("regular file");
+            let ends = PartialEnds::new(off, end, first, npages);
+            let old: Vec<Option<Gpa>> = ends.pages().map(|j| file.get(first + j)).collect();
+            let mut assembled = ends.buffers();
+            for ((_, buf), g) in assembled.iter_mut().zip(old) {
+                self.fetch(&[g], buf)?;
+            }
+            ends.fill(&mut assembled, data);
+            let pages_src = PageSources {
+                data,
+                off,
+                first,
+                assembled: &assembled,
             };
             // A re-executed append may land at another page offset and need another
             // number of pages.
@@ -252,11 +249,15 @@ impl Data<'_> {
             }
             let runs = pages.as_ref().expect("allocated").clone();
             let mut local = true;
-            let mut k = 0usize;
+            let mut k = 0u64;
             for &(g, n) in &runs {
-                let bytes = &buf[k * PS as usize..(k + n as usize) * PS as usize];
-                local &= self.link.write_pages(g, bytes)?;
-                k += n as usize;
+                for (j, bytes) in pages_src.segments(k, n) {
+                    let direct = self.link.write_pages(g.offset_by(j - k), bytes)?;
+                    // Only pages of the client's own store count (others are awaited
+                    // from their stores in any case).
+                    local &= direct || Some(g.group()) != self.link.internal_group;
+                }
+                k += n;
             }
             let now = SystemClock.now();
             let mut pg = first;
@@ -286,15 +287,15 @@ impl Data<'_> {
                 Ok((prev, tail)) => {
                     // Committed: the pages belong to the file now.
                     *pages = None;
-                    if !local {
-                        let mut k = 0usize;
-                        for &(g, n) in &runs {
-                            for j in 0..n as usize {
-                                let p = &buf[(k + j) * PS as usize..(k + j + 1) * PS as usize];
-                                self.pages.put(g.offset_by(j as u64), p);
+                    // Pages that went over the fabric are kept for reads to come.
+                    let mut k = 0u64;
+                    for &(g, n) in &runs {
+                        if Some(g.group()) != self.link.internal_group {
+                            for j in 0..n {
+                                self.pages.put(g.offset_by(j), pages_src.page(k + j));
                             }
-                            k += n as usize;
                         }
+                        k += n;
                     }
                     self.cache.committed(self.link, ino, &entries, prev, tail)?;
                     return Ok(off);
@@ -306,6 +307,100 @@ impl Data<'_> {
             }
         }
         Err(Fail::Fs(ESTALE))
+    }
+}
+
+/// The pages of a write that cover only part of a page: the first (when the write
+/// starts inside a page) and the last (when it ends inside one); one page when the
+/// write lies within a single page.
+struct PartialEnds {
+    head: bool,
+    tail: bool,
+    npages: u64,
+    /// Where the write starts in its first page, and ends in its last.
+    head_at: usize,
+    tail_end: usize,
+}
+
+impl PartialEnds {
+    fn new(off: u64, end: u64, first: u64, npages: u64) -> PartialEnds {
+        let head_at = (off - first * PS) as usize;
+        let tail_end = (end - (first + npages - 1) * PS) as usize;
+        PartialEnds {
+            head: head_at != 0 || (npages == 1 && tail_end != PS as usize),
+            tail: npages > 1 && tail_end != PS as usize,
+            npages,
+            head_at,
+            tail_end,
+        }
+    }
+
+    /// The indices (within the write) of the partial pages.
+    fn pages(&self) -> impl Iterator<Item = u64> {
+        let head = self.head.then_some(0);
+        let tail = self.tail.then_some(self.npages - 1);
+        head.into_iter().chain(tail)
+    }
+
+    fn buffers(&self) -> Vec<(u64, Vec<u8>)> {
+        self.pages().map(|j| (j, vec![0u8; PS as usize])).collect()
+    }
+
+    /// Copies the caller's bytes over the old contents of the partial pages.
+    fn fill(&self, assembled: &mut [(u64, Vec<u8>)], data: &[u8]) {
+        for (j, buf) in assembled.iter_mut() {
+            // The write's bytes that land in page j, and where in the page.
+            let page_start = *j * PS;
+            let lo = if *j == 0 { self.head_at } else { 0 };
+            let hi = if *j == self.npages - 1 {
+                self.tail_end
+            } else {
+                PS as usize
+            };
+            let src_at = (page_start + lo as u64 - self.head_at as u64) as usize;
+            buf[lo..hi].copy_from_slice(&data[src_at..src_at + (hi - lo)]);
+        }
+    }
+}
+
+/// Where each page of a write comes from: an assembled partial page, or straight
+/// from the caller's bytes.
+struct PageSources<'a> {
+    data: &'a [u8],
+    off: u64,
+    first: u64,
+    assembled: &'a [(u64, Vec<u8>)],
+}
+
+impl<'a> PageSources<'a> {
+    /// Page `j` of the write (4 KiB).
+    fn page(&self, j: u64) -> &'a [u8] {
+        if let Some((_, b)) = self.assembled.iter().find(|(k, _)| *k == j) {
+            return b;
+        }
+        let at = ((self.first + j) * PS - self.off) as usize;
+        &self.data[at..at + PS as usize]
+    }
+
+    /// Pages `k..k + n` as contiguous byte runs, each with the index of its first
+    /// page: the caller's bytes in one run, assembled pages alone.
+    fn segments(&self, k: u64, n: u64) -> Vec<(u64, &'a [u8])> {
+        let mut out: Vec<(u64, &'a [u8])> = Vec::new();
+        let mut j = k;
+        while j < k + n {
+            if self.assembled.iter().any(|(a, _)| *a == j) {
+                out.push((j, self.page(j)));
+                j += 1;
+                continue;
+            }
+            let start = j;
+            while j < k + n && !self.assembled.iter().any(|(a, _)| *a == j) {
+                j += 1;
+            }
+            let at = ((self.first + start) * PS - self.off) as usize;
+            out.push((start, &self.data[at..at + ((j - start) * PS) as usize]));
+        }
+        out
     }
 }
 

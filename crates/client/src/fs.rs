@@ -1078,16 +1078,11 @@ impl Inner {
                 return Err(io_err("a page copy without an attribute change").into());
             };
             entries.push(Entry::SetAttr(rec));
-            let local = self.link.internal_group.is_some()
-                && entries.iter().all(|e| match e {
-                    Entry::Write(w) => Some(w.gpa.group()) == self.link.internal_group,
-                    _ => true,
-                });
             let commit = Commit {
                 ino,
                 generation,
                 expect: Some(tail),
-                persisted_locally: local && cut_page.is_some(),
+                persisted_locally: self.link.internal_group.is_some(),
                 entries,
             };
             let sent = commit.entries.clone();

@@ -146,9 +146,15 @@ impl Link {
                 continue;
             }
             match self.open_store(&s.addr) {
-                Ok((group, store)) => {
+                Ok((group, mut store)) => {
                     if store.local.is_some() && self.internal_group.is_none() {
                         self.internal_group = Some(group);
+                    }
+                    // A client is internal to one store (the MDS counts on it): other
+                    // stores whose pools this host could map go through the fabric, so
+                    // that they see, and report, every write.
+                    if self.internal_group != Some(group) {
+                        store.local = None;
                     }
                     self.stores.insert(group, store);
                 }

@@ -157,22 +157,23 @@ pub fn grant(
     pages: u32,
 ) -> FsResult<(Gpa, u32)> {
     let pages = pages.clamp(1, MAX_CHUNK_PAGES);
-    let pick = match want {
-        Some(g) if groups.get(&g).is_some_and(|x| x.store.is_some()) => Some(g),
-        _ => groups
-            .iter()
-            .filter(|(_, x)| x.store.is_some())
-            .max_by_key(|(_, x)| x.alloc.free())
-            .map(|(g, _)| *g),
-    };
+    // The client's own group first (an internal client's store), then the live
+    // groups with the most free pages first.
+    let mut order: Vec<(u16, u64)> = groups
+        .iter()
+        .filter(|(_, x)| x.store.is_some())
+        .map(|(g, x)| (*g, x.alloc.free()))
+        .collect();
     // EAGAIN: a store may be rejoining (after an MDS restart); clients wait a while.
-    let Some(g) = pick else {
+    if order.is_empty() {
         return Err(FsError::Errno(libc::EAGAIN));
-    };
-    let grp = groups.get_mut(&g).expect("picked group exists");
-    let (start, n) = grp
-        .alloc
-        .alloc_run(pages as u64, false)
-        .ok_or(orion_meta::error::ENOSPC)?;
-    Ok((Gpa::new(g, start), n as u32))
+    }
+    order.sort_by_key(|&(g, free)| (Some(g) != want, std::cmp::Reverse(free)));
+    for (g, _) in order {
+        let grp = groups.get_mut(&g).expect("listed group exists");
+        if let Some((start, n)) = grp.alloc.alloc_run(pages as u64, false) {
+            return Ok((Gpa::new(g, start), n as u32));
+        }
+    }
+    Err(orion_meta::error::ENOSPC)
 }

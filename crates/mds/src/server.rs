@@ -455,21 +455,14 @@ impl Mds {
                 if let Err(e) = commit::check(&self.engine, &peer.leases, &c) {
                     return Some(errno_reply(e));
                 }
-                if c.persisted_locally {
-                    let foreign = commit::data_pages(&c)
-                        .iter()
-                        .any(|g| Some(g.group()) != internal_group);
-                    if foreign {
-                        return Some(errno_reply(FsError::Io(
-                            "only an internal client persists pages itself, and only in its \
-                             own group"
-                                .into(),
-                        )));
-                    }
-                }
-                let wait = strong && !c.persisted_locally;
-                let pages = if wait {
+                // Pages an internal client wrote into its own store's pool it has
+                // persisted itself; every other page waits for its store's notice.
+                let own = |g: &Gpa| c.persisted_locally && Some(g.group()) == internal_group;
+                let pages: Vec<Gpa> = if strong {
                     commit::data_pages(&c)
+                        .into_iter()
+                        .filter(|g| !own(g))
+                        .collect()
                 } else {
                     Vec::new()
                 };

@@ -39,8 +39,9 @@ pub struct Commit {
     /// from that state: a partial-page write, an append, a truncation); otherwise the
     /// MDS refuses with `ESTALE` and the client refreshes and re-executes.
     pub expect: Option<Tail>,
-    /// The client persisted the data pages itself, in its own group's pool (an
-    /// internal client), so no data store acknowledgment is awaited.
+    /// The client persisted the data pages it wrote to its own group's pool itself (an
+    /// internal client), so no data store acknowledgment is awaited for those; pages
+    /// of other groups are awaited from their stores as for any client.
     pub persisted_locally: bool,
     pub entries: Vec<Entry>,
 }
