@@ -7,5 +7,5 @@ cd "$(dirname "$0")/.."
 source scripts/setup
 cargo build --release -p orion-cli
 day=$(date +%F)
-./target/release/orion bench mount --json > "bench/results/mount-$day.json"
-./target/release/orion bench mount | tee "bench/results/mount-$day.txt"
+./target/release/orion bench mount --json "bench/results/mount-$day.json" \
+    | tee "bench/results/mount-$day.txt"

@@ -148,7 +148,7 @@ fn run_target(dir: &Path, files: usize, secs: u64) -> Result<Vec<(&'static str, 
     Ok(out)
 }
 
-pub fn run(files: usize, secs: u64, json: bool) -> Result<()> {
+pub fn run(files: usize, secs: u64, json: Option<&Path>) -> Result<()> {
     let cluster = BenchCluster::start("local", "tcp;ofi_rxm")?;
     let work = tempfile::Builder::new()
         .prefix("orion-bench-mount")
@@ -186,9 +186,7 @@ pub fn run(files: usize, secs: u64, json: bool) -> Result<()> {
     ];
     let mut results = Vec::new();
     for (name, dir) in targets {
-        if !json {
-            eprintln!("measuring: {name}");
-        }
+        eprintln!("measuring: {name}");
         results.push(run_target(dir, files, secs).with_context(|| format!("on {name}"))?);
     }
     let rows: Vec<Row> = results[0]
@@ -200,7 +198,7 @@ pub fn run(files: usize, secs: u64, json: bool) -> Result<()> {
             cells: results.iter().map(|r| (r[i].1, r[i].2)).collect(),
         })
         .collect();
-    if json {
+    if let Some(out) = json {
         let sys: Vec<String> = targets
             .iter()
             .enumerate()
@@ -219,12 +217,12 @@ pub fn run(files: usize, secs: u64, json: bool) -> Result<()> {
                 format!("\"{name}\":{{{}}}", cells.join(","))
             })
             .collect();
-        println!(
+        let text = format!(
             "{{\"files\":{files},\"seconds\":{secs},\"backend\":\"local\",\
-             \"pools\":\"/dev/shm (volatile)\",{}}}",
+             \"pools\":\"/dev/shm (volatile)\",{}}}\n",
             sys.join(",")
         );
-        return Ok(());
+        std::fs::write(out, text).with_context(|| format!("writing {}", out.display()))?;
     }
     println!(
         "orion bench mount: {files} entries for metadata rows, fio {secs} s per latency row; \

@@ -144,8 +144,9 @@ enum BenchCmd {
         /// Seconds per fio latency row.
         #[arg(long, default_value_t = 5)]
         seconds: u64,
+        /// Also write the figures as JSON to this file (the table goes to stdout).
         #[arg(long)]
-        json: bool,
+        json: Option<PathBuf>,
     },
     /// The null FUSE passthrough `orion bench mount` compares with.
     #[command(hide = true)]
@@ -307,7 +308,7 @@ fn run() -> Result<ExitCode> {
                     json,
                 },
         } => {
-            bench_mount::run(files, seconds, json)?;
+            bench_mount::run(files, seconds, json.as_deref())?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Bench {

@@ -16,7 +16,13 @@ use crate::link::{io_err, Fail, Link, Res};
 #[derive(Default)]
 pub struct Chunks {
     runs: VecDeque<(Gpa, u64)>,
+    /// Pages the next chunk request asks for (0: not asked yet).
+    next_request: u32,
 }
+
+/// The most pages one chunk request asks for (16 MiB): past it, the RPC and the
+/// prefault are a small part of writing the chunk.
+pub const MAX_CHUNK_REQUEST: u32 = 4096;
 
 impl Chunks {
     /// `n` pages as runs of contiguous pages.
@@ -26,7 +32,11 @@ impl Chunks {
         let mut waited = 0;
         while have < n {
             let Some((g, k)) = self.runs.pop_front() else {
-                let want = (n - have).max(link.cfg.chunk_pages as u64).min(1 << 17) as u32;
+                if self.next_request == 0 {
+                    self.next_request = link.cfg.chunk_pages.max(1);
+                }
+                let want = (n - have).max(self.next_request as u64).min(1 << 17) as u32;
+                self.next_request = (self.next_request * 2).min(MAX_CHUNK_REQUEST);
                 match link.call(&Request::AllocChunk {
                     group: link.internal_group,
                     pages: want,

@@ -16,7 +16,11 @@ pub struct ClientConfig {
     pub internal: bool,
     /// DRAM cache of data pages read from remote stores, in MiB.
     pub cache_mib: u64,
-    /// Pages asked for per delegated-allocation chunk.
+    /// Pages asked for in the first delegated-allocation chunk; each further chunk
+    /// asks for twice as many, up to [`MAX_CHUNK_REQUEST`] (a client that writes much
+    /// asks the MDS rarely; one that writes little holds few pages).
+    ///
+    /// [`MAX_CHUNK_REQUEST`]: crate::alloc::MAX_CHUNK_REQUEST
     pub chunk_pages: u32,
     /// How long one request may take, in milliseconds.
     pub op_timeout_ms: u64,

@@ -171,7 +171,10 @@ pub fn grant(
     order.sort_by_key(|&(g, free)| (Some(g) != want, std::cmp::Reverse(free)));
     for (g, _) in order {
         let grp = groups.get_mut(&g).expect("listed group exists");
-        if let Some((start, n)) = grp.alloc.alloc_run(pages as u64, false) {
+        // No client takes more than an eighth of what is free: on a small store, the
+        // pages others need must not sit unused in one client's chunk.
+        let cap = (grp.alloc.free() / 8).max(1);
+        if let Some((start, n)) = grp.alloc.alloc_run((pages as u64).min(cap), false) {
             return Ok((Gpa::new(g, start), n as u32));
         }
     }

@@ -124,6 +124,7 @@ impl Pool {
             .map_err(|e| io("cannot create pool file", e))?;
         file.set_len(size)
             .map_err(|e| io("cannot size pool file", e))?;
+        allocate(&file, size).map_err(|e| io("cannot allocate the pool's space", e))?;
         Self::map(file, path, choice)
     }
 
@@ -440,6 +441,25 @@ impl std::fmt::Debug for Pool {
             .field("len", &self.len)
             .field("mode", &self.mode)
             .finish()
+    }
+}
+
+/// Allocates the whole pool file up front, as a memory device has all its capacity:
+/// a pool on a file system that later runs out of space would otherwise take SIGBUS
+/// on a page fault in the middle of a write, instead of failing here with ENOSPC.
+/// On tmpfs this also moves the zeroing of new pages out of the write path, as on
+/// persistent memory. File systems without fallocate keep a sparse file.
+fn allocate(file: &File, size: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fallocate on a file descriptor this function borrows; no memory is passed.
+    let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, size as libc::off_t) };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EOPNOTSUPP) => Ok(()),
+        _ => Err(e),
     }
 }
 
