@@ -246,6 +246,14 @@ fn real_programs_on_the_mount() {
          --output-format=terse --minimal",
     );
     assert!(fio.starts_with("3;"), "fio: {fio}");
+    // The same with O_DIRECT (every file is direct I/O already; the flag must work).
+    let fio = sh(
+        &m.path,
+        "fio --name=d --filename=direct.dat --size=4m --bs=4k --rw=randwrite --direct=1 \
+         --ioengine=psync --verify=crc32c --do_verify=1 --verify_fatal=1 --randseed=9 \
+         --output-format=terse --minimal",
+    );
+    assert!(fio.starts_with("3;"), "fio O_DIRECT: {fio}");
 }
 
 #[test]
