@@ -38,7 +38,7 @@ pub fn null_fuse(root: &Path, mnt: &Path) -> Result<()> {
     Ok(())
 }
 
-fn fio(dir: &Path, args: &[&str]) -> Result<Value> {
+pub(crate) fn fio(dir: &Path, args: &[&str]) -> Result<Value> {
     let out = std::process::Command::new("fio")
         .args([
             "--name=b",
@@ -64,7 +64,7 @@ fn fio(dir: &Path, args: &[&str]) -> Result<Value> {
     Ok(serde_json::from_str(&text[at..])?)
 }
 
-fn clat(v: &Value, dir: &str) -> Result<Lat> {
+pub(crate) fn clat(v: &Value, dir: &str) -> Result<Lat> {
     let p = &v["jobs"][0][dir]["clat_ns"]["percentile"];
     let get = |k: &str| p[k].as_f64().map(|x| x / 1000.0);
     match (get("50.000000"), get("99.000000")) {
@@ -73,7 +73,7 @@ fn clat(v: &Value, dir: &str) -> Result<Lat> {
     }
 }
 
-fn bw_mib(v: &Value, dir: &str) -> Result<f64> {
+pub(crate) fn bw_mib(v: &Value, dir: &str) -> Result<f64> {
     v["jobs"][0][dir]["bw_bytes"]
         .as_f64()
         .map(|b| b / (1 << 20) as f64)
@@ -81,7 +81,7 @@ fn bw_mib(v: &Value, dir: &str) -> Result<f64> {
 }
 
 /// Times `op(i)` for i in 0..n.
-fn timed(n: usize, mut op: impl FnMut(usize) -> std::io::Result<()>) -> Result<Lat> {
+pub(crate) fn timed(n: usize, mut op: impl FnMut(usize) -> std::io::Result<()>) -> Result<Lat> {
     let mut ns = Vec::with_capacity(n);
     for i in 0..n {
         let t = Instant::now();

@@ -14,6 +14,7 @@ mod bench_fabric;
 mod bench_local;
 mod bench_mds;
 mod bench_mount;
+mod bench_workloads;
 mod config;
 mod daemons;
 mod fs_cmd;
@@ -145,6 +146,30 @@ enum BenchCmd {
         #[arg(long, default_value_t = 5)]
         seconds: u64,
         /// Also write the figures as JSON to this file (the table goes to stdout).
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Every workload of the side-by-side comparison (`bench/run`) in DIR, on
+    /// whatever file system is mounted there: fio latency and bandwidth, metadata
+    /// latency, the paper's Table 2 workloads (varmail, fileserver, webserver), SQLite.
+    Workloads {
+        dir: PathBuf,
+        /// Name of the system under DIR (for progress and the JSON).
+        #[arg(long, default_value = "this file system")]
+        system: String,
+        /// Entries for the metadata rows.
+        #[arg(long, default_value_t = 10000)]
+        entries: usize,
+        /// Seconds per fio latency row (the Table 2 workloads run twice as long).
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        /// Scale of Table 2's file counts (1.0: 30 K, 10 K and 50 K files).
+        #[arg(long, default_value_t = 0.1)]
+        scale: f64,
+        /// Only the workloads whose names contain one of these words.
+        #[arg(long)]
+        only: Vec<String>,
+        /// Write the figures as JSON to this file (else to stdout).
         #[arg(long)]
         json: Option<PathBuf>,
     },
@@ -309,6 +334,34 @@ fn run() -> Result<ExitCode> {
                 },
         } => {
             bench_mount::run(files, seconds, json.as_deref())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Bench {
+            which:
+                BenchCmd::Workloads {
+                    dir,
+                    system,
+                    entries,
+                    seconds,
+                    scale,
+                    only,
+                    json,
+                },
+        } => {
+            let o = bench_workloads::Options {
+                system,
+                entries,
+                seconds,
+                scale,
+                only,
+            };
+            let v = bench_workloads::run(&dir, &o)?;
+            let text = serde_json::to_string_pretty(&v)? + "\n";
+            match json {
+                Some(f) => std::fs::write(&f, text)
+                    .map_err(|e| anyhow::anyhow!("writing {}: {e}", f.display()))?,
+                None => print!("{text}"),
+            }
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Bench {
