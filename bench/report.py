@@ -91,11 +91,16 @@ def build_table(runs, systems):
     return table
 
 
-def markdown(table, systems, machine):
+def markdown(table, systems, machine, meta):
     rv = lambda x: "—" if x is None else f"{x:.2f}×"
+    m = next((v for v in meta.values() if v.get("scale") is not None), {})
     lines = [
         f"Machine: {machine['cpus']} CPUs, {machine['memory_gib']} GiB, kernel "
-        f"{machine['kernel']}. Every system stores in RAM (tmpfs); there is no RDMA "
+        f"{machine['kernel']}. fio rows run {m.get('seconds')} s each; metadata rows "
+        f"take {m.get('entries')} entries; Table 2's file counts are scaled by "
+        f"{m.get('scale')} (thread counts, sizes and append sizes as in the table), "
+        "each workload running twice as long as a fio row. "
+        f"Every system stores in RAM (tmpfs); there is no RDMA "
         "(Orion's fabric runs over shared memory here). Ratios: how many times better "
         "Orion is (the mount; the client API where the mount has no figure) than the "
         "best of GlusterFS, CephFS and MooseFS, and than tmpfs (below 1: worse).",
@@ -160,7 +165,7 @@ def main():
     }
     with open(a.out + ".json", "w") as f:
         json.dump({"machine": machine, "runs": meta, "results": runs, "table": table}, f, indent=1)
-    md = markdown(table, systems, machine)
+    md = markdown(table, systems, machine, meta)
     with open(a.out + ".md", "w") as f:
         f.write(md)
     print(md)
