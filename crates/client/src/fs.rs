@@ -740,25 +740,32 @@ impl Inner {
             value.len(),
             mode,
         )?;
-        let runs = self.chunks.take(&mut self.link, 1)?;
-        let g = runs[0].0;
-        let mut buf = vec![0u8; PAGE_SIZE as usize];
-        buf[..value.len()].copy_from_slice(value);
-        let local = match self.link.write_pages(g, &buf) {
-            Ok(l) => l,
-            Err(e) => {
-                self.chunks.give_back(runs);
-                return Err(e.into());
-            }
-        };
+        let (g, local) = self.value_page(value)?;
         let r = self.commit_checked_with(ino, local, |state, now| {
             xattr::check_set(state, name, value.len(), mode)?;
             Ok(vec![xattr::set_entry(name, g, value.len(), now)])
         });
         if let Err(Fail::Fs(FsError::Errno(_))) = r {
-            self.chunks.give_back(runs);
+            self.chunks.give_back(vec![(g, 1)]);
         }
         r
+    }
+
+    /// Writes `bytes` (at most a page: a symlink target, an xattr value) to a page of
+    /// this client's chunk; returns it and whether it is persisted already (own store).
+    /// A caller whose request is then refused gives the page back.
+    fn value_page(&mut self, bytes: &[u8]) -> Res<(Gpa, bool)> {
+        let runs = self.chunks.take(&mut self.link, 1)?;
+        let g = runs[0].0;
+        let mut buf = vec![0u8; PAGE_SIZE as usize];
+        buf[..bytes.len()].copy_from_slice(bytes);
+        match self.link.write_pages(g, &buf) {
+            Ok(local) => Ok((g, local)),
+            Err(e) => {
+                self.chunks.give_back(runs);
+                Err(e.into())
+            }
+        }
     }
 
     fn lookup(&mut self, parent: u64, name: &[u8]) -> Res<u64> {
@@ -897,14 +904,7 @@ impl Inner {
     ) -> Res<Attr> {
         let mut page = None;
         if let Some(t) = symlink {
-            let runs = self.chunks.take(&mut self.link, 1)?;
-            let g = runs[0].0;
-            let mut buf = vec![0u8; PAGE_SIZE as usize];
-            buf[..t.len()].copy_from_slice(t);
-            if let Err(e) = self.link.write_pages(g, &buf) {
-                self.chunks.give_back(runs);
-                return Err(e.into());
-            }
+            let (g, _) = self.value_page(t)?;
             page = Some((g, t.len() as u32));
         }
         let r = self.rpc(Request::Create(Create {

@@ -815,10 +815,10 @@ impl Filesystem for OrionFs {
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         // F_OK asks only whether the inode exists.
         let mask = (mask.bits() as u32) & (perm::MAY_READ | perm::MAY_WRITE | perm::MAY_EXEC);
-        // Root's F_OK/R/W still learn whether the inode exists.
         let r = self
-            .may(req, ino.0, mask)
-            .and_then(|_| self.client.getattr(ino.0).map(|_| ()));
+            .client
+            .getattr(ino.0)
+            .and_then(|a| with_cred(req, |c| perm::check(&a, c, mask)));
         empty(reply, r);
     }
 

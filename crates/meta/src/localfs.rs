@@ -240,32 +240,14 @@ impl LocalFs {
             return Err(ENAMETOOLONG);
         }
         self.with_meta(|i| {
-            let (page, _) = i.data_alloc.alloc_run(1, false).ok_or(ENOSPC)?;
-            let gpa = Gpa::new(i.dsb.group, page);
-            let mut buf = vec![0u8; PAGE_SIZE as usize];
-            buf[..target.len()].copy_from_slice(target);
-            let off = i.dsb.page_off(page);
-            let r = i
-                .data
-                .write_data(off, &buf)
-                .and_then(|_| i.data.persist(off, buf.len()))
-                .map_err(FsError::from)
-                .and_then(|_| {
-                    let extra = vec![Entry::Symlink {
-                        gpa,
-                        len: target.len() as u32,
-                    }];
-                    i.meta.create_node(
-                        parent,
-                        name,
-                        NewNode::new(FileType::Symlink, 0o777, uid, gid),
-                        extra,
-                    )
-                });
-            if r.is_err() && !i.meta.has_failed() {
-                i.data_alloc.free_now(page, 1);
-            }
-            r
+            i.with_value_page(target, |i, gpa| {
+                let extra = vec![Entry::Symlink {
+                    gpa,
+                    len: target.len() as u32,
+                }];
+                let node = NewNode::new(FileType::Symlink, 0o777, uid, gid);
+                i.meta.create_node(parent, name, node, extra)
+            })
         })
     }
 
@@ -296,25 +278,10 @@ impl LocalFs {
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], mode: SetMode) -> FsResult<()> {
         self.with_meta(|i| {
             xattr::check_set(&i.meta.inode(ino)?.state, name, value.len(), mode)?;
-            let (page, _) = i.data_alloc.alloc_run(1, false).ok_or(ENOSPC)?;
-            let mut buf = vec![0u8; PAGE_SIZE as usize];
-            buf[..value.len()].copy_from_slice(value);
-            let off = i.dsb.page_off(page);
-            let gpa = Gpa::new(i.dsb.group, page);
-            let now = i.meta.now();
-            let r = i
-                .data
-                .write_data(off, &buf)
-                .and_then(|_| i.data.persist(off, buf.len()))
-                .map_err(FsError::from)
-                .and_then(|_| {
-                    let e = xattr::set_entry(name, gpa, value.len(), now);
-                    i.meta.commit_entries(ino, vec![e], false).map(|_| ())
-                });
-            if r.is_err() && !i.meta.has_failed() {
-                i.data_alloc.free_now(page, 1);
-            }
-            r
+            i.with_value_page(value, |i, gpa| {
+                let e = xattr::set_entry(name, gpa, value.len(), i.meta.now());
+                i.meta.commit_entries(ino, vec![e], false).map(|_| ())
+            })
         })
     }
 
@@ -441,6 +408,30 @@ impl LocalFs {
 }
 
 impl Inner {
+    /// Writes `bytes` (at most a page: a symlink target, an xattr value) to a new data
+    /// page, persists it, and runs `f` with its address; the page is freed again if
+    /// `f` fails before anything names it.
+    fn with_value_page<T>(
+        &mut self,
+        bytes: &[u8],
+        f: impl FnOnce(&mut Inner, Gpa) -> FsResult<T>,
+    ) -> FsResult<T> {
+        let (page, _) = self.data_alloc.alloc_run(1, false).ok_or(ENOSPC)?;
+        let mut buf = vec![0u8; PAGE_SIZE as usize];
+        buf[..bytes.len()].copy_from_slice(bytes);
+        let off = self.dsb.page_off(page);
+        let r = self
+            .data
+            .write_data(off, &buf)
+            .and_then(|_| self.data.persist(off, buf.len()))
+            .map_err(FsError::from)
+            .and_then(|_| f(self, Gpa::new(self.dsb.group, page)));
+        if r.is_err() && !self.meta.has_failed() {
+            self.data_alloc.free_now(page, 1);
+        }
+        r
+    }
+
     fn data_off(&self, gpa: Gpa) -> FsResult<u64> {
         if gpa.group() != self.dsb.group || gpa.page() >= self.dsb.page_count {
             return Err(FsError::Corrupt(format!(
