@@ -163,7 +163,7 @@ pub fn run(dir: &Path, o: &Options) -> Result<Value> {
         system: o.system.clone(),
         total: chosen.len(),
         done: 0,
-        tty: unsafe_isatty_stderr(),
+        tty: stderr_is_tty(),
         started: Instant::now(),
     };
     let mut results = serde_json::Map::new();
@@ -194,7 +194,7 @@ pub fn run(dir: &Path, o: &Options) -> Result<Value> {
     }))
 }
 
-fn unsafe_isatty_stderr() -> bool {
+fn stderr_is_tty() -> bool {
     // SAFETY: isatty only inspects a file descriptor.
     unsafe { libc::isatty(2) == 1 }
 }

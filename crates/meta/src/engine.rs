@@ -1098,15 +1098,7 @@ impl MetaEngine {
                     *i == dir && v.iter().any(|e| matches!(e, Entry::LinkChange { .. }))
                 })
             {
-                let n = self.inode(dir)?.state.attr.nlink as i64 + delta;
-                push_update(
-                    &mut u,
-                    dir,
-                    Entry::LinkChange {
-                        nlink: n as u32,
-                        ctime: now,
-                    },
-                );
+                push_update(&mut u, dir, self.link_change(dir, delta, now)?);
             }
         }
         self.commit(u, true)?;
@@ -1119,6 +1111,16 @@ impl MetaEngine {
             }
         }
         Ok(())
+    }
+
+    /// The entry that moves `dir`'s link count by `delta` (a subdirectory's ".."
+    /// arriving or leaving).
+    fn link_change(&self, dir: u64, delta: i64, now: i64) -> FsResult<Entry> {
+        let n = self.inode(dir)?.state.attr.nlink as i64 + delta;
+        Ok(Entry::LinkChange {
+            nlink: n as u32,
+            ctime: now,
+        })
     }
 
     /// RENAME_EXCHANGE: `on` in `op` and `nn` in `np` swap the inodes they name, in
@@ -1170,15 +1172,7 @@ impl MetaEngine {
         if op != np && src_dir != dst_dir {
             let (from, to) = if src_dir { (op, np) } else { (np, op) };
             for (dir, delta) in [(from, -1i64), (to, 1)] {
-                let n = self.inode(dir)?.state.attr.nlink as i64 + delta;
-                push_update(
-                    &mut u,
-                    dir,
-                    Entry::LinkChange {
-                        nlink: n as u32,
-                        ctime: now,
-                    },
-                );
+                push_update(&mut u, dir, self.link_change(dir, delta, now)?);
             }
         }
         self.commit(u, true)?;
