@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""bench/report.py: merges the per-system JSON files of bench/run into one results
-file, a markdown table (each system's figure; Orion against the best distributed peer
-and against tmpfs) and PNG plots.
+"""bench/report.py: merges the per-system JSON files of bench/run (one per system and
+round) into one results file, a markdown table (each system's median over the rounds;
+Orion against the best distributed peer and against tmpfs) and PNG plots.
 
-    bench/report.py --out bench/results/DATE-MACHINE WORKDIR/*.json
+    bench/report.py --out bench/results/DATE-MACHINE RAW/run*/*.json
 """
 import argparse
 import json
 import os
 import platform
+import statistics
 
 # (label, workload, path inside it, unit, higher is better)
 ROWS = [
@@ -31,7 +32,8 @@ ROWS = [
     ("webserver", "webserver", ["ops_s"], "ops/s", True),
     ("SQLite, synchronous", "sqlite", ["tx_s"], "tx/s", True),
 ]
-ORDER = ["tmpfs", "null-fuse", "orion-mount", "orion-api", "glusterfs", "cephfs", "moosefs"]
+ORDER = ["tmpfs", "null-fuse", "orion-mount", "orion-api", "orion-api-opt",
+         "glusterfs", "cephfs", "moosefs"]
 PEERS = ["glusterfs", "cephfs", "moosefs"]
 
 
@@ -42,6 +44,15 @@ def value(results, workload, path):
             return None
         v = v[k]
     return v if isinstance(v, (int, float)) else None
+
+
+def values(rounds, workload, path):
+    """The figure of every round that has one."""
+    return [x for x in (value(r, workload, path) for r in rounds) if x is not None]
+
+
+def median(xs):
+    return statistics.median(xs) if xs else None
 
 
 def ratio(orion, other, higher):
@@ -60,16 +71,15 @@ def fmt(x, unit):
 
 
 def load(files):
+    """Each system's results, one dict per round."""
     runs, meta = {}, {}
-    for f in files:
-        if f.endswith(".raw.json"):
-            continue
+    for f in sorted(files):
         try:
             d = json.load(open(f))
         except (OSError, ValueError) as e:
             print(f"skipping {f}: {e}")
             continue
-        runs[d["system"]] = d.get("results", {})
+        runs.setdefault(d["system"], []).append(d.get("results", {}))
         meta[d["system"]] = {k: d.get(k) for k in ("entries", "seconds", "scale")}
     return runs, meta
 
@@ -77,42 +87,64 @@ def load(files):
 def build_table(runs, systems):
     table = []
     for label, w, path, unit, higher in ROWS:
-        cells = {s: value(runs[s], w, path) for s in systems}
+        rounds = {s: values(runs[s], w, path) for s in systems}
+        cells = {s: median(rounds[s]) for s in systems}
         peers = [cells[s] for s in PEERS if cells.get(s) is not None]
         best_peer = (max(peers) if higher else min(peers)) if peers else None
         orion = cells.get("orion-mount")
-        if orion is None:
-            orion = cells.get("orion-api")
+        tmpfs = cells.get("tmpfs")
         table.append({
             "row": label, "unit": unit, "higher_is_better": higher, "cells": cells,
+            "rounds": rounds,
             "orion_vs_best_peer": ratio(orion, best_peer, higher),
-            "orion_vs_tmpfs": ratio(orion, cells.get("tmpfs"), higher),
+            "orion_vs_tmpfs": ratio(orion, tmpfs, higher),
+            "api_vs_tmpfs": ratio(cells.get("orion-api"), tmpfs, higher),
+            "api_opt_vs_tmpfs": ratio(cells.get("orion-api-opt"), tmpfs, higher),
         })
     return table
 
 
-def markdown(table, systems, machine, meta):
+def spread(table, systems):
+    """The largest spread of a system's rounds around their median, in percent."""
+    worst = 0.0
+    for r in table:
+        for s in systems:
+            xs, m = r["rounds"][s], r["cells"][s]
+            if len(xs) > 1 and m:
+                worst = max(worst, (max(xs) - min(xs)) / m * 100)
+    return worst
+
+
+def markdown(table, systems, machine, meta, rounds):
     rv = lambda x: "—" if x is None else f"{x:.2f}×"
     m = next((v for v in meta.values() if v.get("scale") is not None), {})
     lines = [
+        f"Each figure is the median of {rounds} rounds (every system once per round, in "
+        f"turn); the rounds of one figure spread up to {spread(table, systems):.0f}% "
+        "around it on this VM (every round's figure is in the JSON). ",
         f"Machine: {machine['cpus']} CPUs, {machine['memory_gib']} GiB, kernel "
-        f"{machine['kernel']}. fio rows run {m.get('seconds')} s each; metadata rows "
+        f"{machine['kernel']}. 4 KiB rows run {m.get('seconds')} s each; metadata rows "
         f"take {m.get('entries')} entries; Table 2's file counts are scaled by "
         f"{m.get('scale')} (thread counts, sizes and append sizes as in the table), "
-        "each workload running twice as long as a fio row. "
+        "each workload running twice as long as a 4 KiB row. "
         f"Every system stores in RAM (tmpfs); there is no RDMA "
-        "(Orion's fabric runs over shared memory here). Ratios: how many times better "
-        "Orion is (the mount; the client API where the mount has no figure) than the "
-        "best of GlusterFS, CephFS and MooseFS, and than tmpfs (below 1: worse).",
+        "(Orion's fabric runs over shared memory here). orion-api is the client "
+        "library in the benchmark's process, each write committed before it returns; "
+        "orion-api-opt the same with optimistic persistence (small writes committed "
+        "in batches, at fsync or close, or within 10 ms). Ratios: how many times better "
+        "Orion is (the mount) than the best of GlusterFS, CephFS and MooseFS, and than "
+        "tmpfs; then the client API against tmpfs (below 1: worse).",
         "",
-        "| workload | unit | " + " | ".join(systems) + " | Orion vs best peer | Orion vs tmpfs |",
-        "| --- | --- | " + " | ".join("---" for _ in systems) + " | --- | --- |",
+        "| workload | unit | " + " | ".join(systems)
+        + " | Orion vs best peer | Orion vs tmpfs | API vs tmpfs | API opt. vs tmpfs |",
+        "| --- | --- | " + " | ".join("---" for _ in systems) + " | --- | --- | --- | --- |",
     ]
     for r in table:
         lines.append(
             f"| {r['row']} | {r['unit']} | "
             + " | ".join(fmt(r["cells"][s], r["unit"]) for s in systems)
-            + f" | {rv(r['orion_vs_best_peer'])} | {rv(r['orion_vs_tmpfs'])} |")
+            + f" | {rv(r['orion_vs_best_peer'])} | {rv(r['orion_vs_tmpfs'])}"
+            + f" | {rv(r['api_vs_tmpfs'])} | {rv(r['api_opt_vs_tmpfs'])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -165,7 +197,8 @@ def main():
     }
     with open(a.out + ".json", "w") as f:
         json.dump({"machine": machine, "runs": meta, "results": runs, "table": table}, f, indent=1)
-    md = markdown(table, systems, machine, meta)
+    rounds = max(len(v) for v in runs.values())
+    md = markdown(table, systems, machine, meta, rounds)
     with open(a.out + ".md", "w") as f:
         f.write(md)
     print(md)

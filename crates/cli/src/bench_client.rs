@@ -5,7 +5,8 @@
 //! Rows: an empty RPC, a log commit, an inode tail check (one-sided read of the slot),
 //! create, mkdir, unlink, and 4 KiB random writes and reads, for an internal client
 //! (it maps the store's pool) in strong mode, an external client (fabric only) in
-//! strong mode, and an external client in weak mode.
+//! strong mode, an external client in weak mode, and an internal client with
+//! optimistic persistence (small writes staged and committed in batches).
 
 use std::path::Path;
 
@@ -217,9 +218,19 @@ impl BenchCluster {
     }
 
     pub fn client(&self, strong: bool, internal: bool) -> Result<Client> {
+        self.client_with(strong, internal, false)
+    }
+
+    pub fn client_with(&self, strong: bool, internal: bool, optimistic: bool) -> Result<Client> {
         let cfg = ClientConfig {
             mds: self.mds_addr.clone(),
             consistency: if strong { "strong" } else { "weak" }.into(),
+            persistence: if optimistic {
+                "optimistic"
+            } else {
+                "pessimistic"
+            }
+            .into(),
             internal,
             ..ClientConfig::default()
         };
@@ -241,16 +252,19 @@ pub fn run(backend: &str, provider: &str, iters: usize, json: bool) -> Result<()
     let external = bench_one(&client(true, false)?, "external", iters)?;
     progress("external client, weak");
     let weak = bench_one(&client(false, false)?, "weak", iters)?;
+    progress("internal client, strong, optimistic");
+    let optimistic = bench_one(&cluster.client_with(true, true, true)?, "optimistic", iters)?;
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     if json {
         println!(
             "{{\"backend\":\"{backend}\",\"provider\":\"{provider}\",\"iters\":{iters},\
              \"pools\":\"/dev/shm (volatile: tmpfs emulates NVMM)\",\"kernel\":\"{}\",\
-             {},\"external\":{{{}}},\"weak\":{{{}}}}}",
+             {},\"external\":{{{}}},\"weak\":{{{}}},\"optimistic\":{{{}}}}}",
             kernel.trim(),
             internal.json(),
             external.json(),
-            weak.json()
+            weak.json(),
+            optimistic.json()
         );
         return Ok(());
     }
@@ -264,24 +278,26 @@ pub fn run(backend: &str, provider: &str, iters: usize, json: bool) -> Result<()
         }
     );
     println!(
-        "{:<14} {:>18} {:>18} {:>18}",
-        "operation", "internal strong", "external strong", "external weak"
+        "{:<14} {:>18} {:>18} {:>18} {:>18}",
+        "operation", "internal strong", "external strong", "external weak", "int. optimistic"
     );
     println!(
-        "{:<14} {:>9}{:>9} {:>9}{:>9} {:>9}{:>9}",
-        "", "p50", "p99", "p50", "p99", "p50", "p99"
+        "{:<14} {:>9}{:>9} {:>9}{:>9} {:>9}{:>9} {:>9}{:>9}",
+        "", "p50", "p99", "p50", "p99", "p50", "p99", "p50", "p99"
     );
     for (i, (k, l)) in internal.0.iter().enumerate() {
-        let (e, w) = (&external.0[i].1, &weak.0[i].1);
+        let (e, w, o) = (&external.0[i].1, &weak.0[i].1, &optimistic.0[i].1);
         println!(
-            "{:<14} {:>9.2}{:>9.2} {:>9.2}{:>9.2} {:>9.2}{:>9.2}",
+            "{:<14} {:>9.2}{:>9.2} {:>9.2}{:>9.2} {:>9.2}{:>9.2} {:>9.2}{:>9.2}",
             k.trim_end_matches("_us"),
             l.p50,
             l.p99,
             e.p50,
             e.p99,
             w.p50,
-            w.p99
+            w.p99,
+            o.p50,
+            o.p99
         );
     }
     Ok(())

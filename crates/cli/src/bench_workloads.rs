@@ -1,30 +1,37 @@
-//! `orion bench workloads DIR`: every workload of the side-by-side comparison, run in
-//! one directory of whatever file system is mounted there, and written as JSON:
-//! - latency: fio 4 KiB random write (with and without an fsync after each write)
-//!   and read, psync at iodepth 1; create, mkdir, stat, unlink, rmdir on N entries;
-//!   p50 and p99;
-//! - bandwidth: fio 1 MiB sequential write and read, with 1 and 2 jobs;
+//! `orion bench workloads`: every workload of the side-by-side comparison, run on one
+//! target and written as JSON. The target is a directory of whatever file system is
+//! mounted there (system calls), or, with `--api`, OrionFS through the client library
+//! in this process against an MDS and a data store it starts (`--optimistic`: with
+//! optimistic persistence). Workloads:
+//! - latency: 4 KiB random write (with and without an fsync after each write, timed
+//!   together) and read on a 64 MiB file, one synchronous call at a time (fio's psync
+//!   at iodepth 1); create, mkdir, stat, unlink, rmdir on N entries; p50 and p99;
+//! - bandwidth: 1 MiB sequential write and read of 256 MiB per job, 1 and 2 jobs;
 //! - the paper's Table 2 application workloads (filebench's varmail, fileserver and
 //!   webserver personalities, written here since filebench is not packaged in Debian):
 //!   the table's thread counts, file sizes and append sizes, file counts scaled by
 //!   `--scale`; operations per second (each open, close, read, append, fsync,
 //!   create, delete and stat counts one);
-//! - SQLite with synchronous commits (`synchronous=FULL`): transactions per second.
+//! - SQLite with synchronous commits (`synchronous=FULL`): transactions per second
+//!   (a mounted directory only: the sqlite3 program needs system calls).
 //!
-//! The same binary runs against tmpfs, FUSE file systems and the Orion mount, so the
-//! figures differ only by the file system under DIR.
+//! The same code runs every workload on every target, so the figures differ only by
+//! the file system under it.
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use orion_client::{Client, Fd, OpenFlags};
+use orion_meta::FsError;
 use serde_json::{json, Value};
 
-use crate::bench_mount::{bw_mib, clat, fio, timed};
+use crate::bench_fabric::{lat, Lat};
+use crate::bench_mount::timed;
 
 pub struct Options {
     /// The system's name, for the progress lines and the JSON.
@@ -34,6 +41,191 @@ pub struct Options {
     pub scale: f64,
     /// Run only the workloads whose names contain one of these (all when empty).
     pub only: Vec<String>,
+}
+
+/// How a workload opens a file.
+#[derive(Clone, Copy)]
+pub enum How {
+    Read,
+    /// Writes go to the end.
+    Append,
+    /// Read and write, created if missing.
+    ReadWrite,
+}
+
+/// What the workloads run on. Paths are relative to the target's root.
+pub trait Target: Sync {
+    type File: Send;
+    /// The mounted directory, for programs that need one (sqlite3).
+    fn dir(&self) -> Option<&Path>;
+    /// Creates (or truncates) a file for writing.
+    fn create(&self, p: &str) -> io::Result<Self::File>;
+    fn open(&self, p: &str, how: How) -> io::Result<Self::File>;
+    fn write_at(&self, f: &Self::File, off: u64, b: &[u8]) -> io::Result<()>;
+    /// Writes at the end of a file opened with [`How::Append`].
+    fn append(&self, f: &Self::File, b: &[u8]) -> io::Result<()>;
+    fn read_at(&self, f: &Self::File, off: u64, b: &mut [u8]) -> io::Result<usize>;
+    fn fsync(&self, f: &Self::File) -> io::Result<()>;
+    fn close(&self, f: Self::File) -> io::Result<()>;
+    fn mkdir(&self, p: &str) -> io::Result<()>;
+    fn rmdir(&self, p: &str) -> io::Result<()>;
+    fn unlink(&self, p: &str) -> io::Result<()>;
+    fn stat(&self, p: &str) -> io::Result<()>;
+    /// Removes a directory and everything under it.
+    fn remove_tree(&self, p: &str) -> io::Result<()>;
+}
+
+/// A directory of a mounted file system, through system calls.
+pub struct Mounted(pub PathBuf);
+
+impl Target for Mounted {
+    type File = File;
+
+    fn dir(&self) -> Option<&Path> {
+        Some(&self.0)
+    }
+    fn create(&self, p: &str) -> io::Result<File> {
+        File::create(self.0.join(p))
+    }
+    fn open(&self, p: &str, how: How) -> io::Result<File> {
+        let mut o = OpenOptions::new();
+        match how {
+            How::Read => o.read(true),
+            How::Append => o.append(true),
+            How::ReadWrite => o.read(true).write(true).create(true),
+        };
+        o.open(self.0.join(p))
+    }
+    fn write_at(&self, f: &File, off: u64, b: &[u8]) -> io::Result<()> {
+        f.write_all_at(b, off)
+    }
+    fn append(&self, mut f: &File, b: &[u8]) -> io::Result<()> {
+        f.write_all(b)
+    }
+    fn read_at(&self, f: &File, off: u64, b: &mut [u8]) -> io::Result<usize> {
+        FileExt::read_at(f, b, off)
+    }
+    fn fsync(&self, f: &File) -> io::Result<()> {
+        f.sync_all()
+    }
+    fn close(&self, f: File) -> io::Result<()> {
+        drop(f);
+        Ok(())
+    }
+    fn mkdir(&self, p: &str) -> io::Result<()> {
+        std::fs::create_dir(self.0.join(p))
+    }
+    fn rmdir(&self, p: &str) -> io::Result<()> {
+        std::fs::remove_dir(self.0.join(p))
+    }
+    fn unlink(&self, p: &str) -> io::Result<()> {
+        std::fs::remove_file(self.0.join(p))
+    }
+    fn stat(&self, p: &str) -> io::Result<()> {
+        std::fs::symlink_metadata(self.0.join(p)).map(drop)
+    }
+    fn remove_tree(&self, p: &str) -> io::Result<()> {
+        std::fs::remove_dir_all(self.0.join(p))
+    }
+}
+
+/// OrionFS through the client library, under a directory of its namespace.
+pub struct Api {
+    pub client: Client,
+    pub root: String,
+}
+
+fn os_err(e: FsError) -> io::Error {
+    match e {
+        FsError::Errno(n) => io::Error::from_raw_os_error(n),
+        other => io::Error::other(other.to_string()),
+    }
+}
+
+impl Api {
+    fn path(&self, p: &str) -> String {
+        format!("{}/{p}", self.root)
+    }
+    fn open_with(&self, p: &str, flags: OpenFlags) -> io::Result<Fd> {
+        self.client
+            .open(&self.path(p), flags, 0o644)
+            .map_err(os_err)
+    }
+}
+
+impl Target for Api {
+    type File = Fd;
+
+    fn dir(&self) -> Option<&Path> {
+        None
+    }
+    fn create(&self, p: &str) -> io::Result<Fd> {
+        self.open_with(p, OpenFlags::create())
+    }
+    fn open(&self, p: &str, how: How) -> io::Result<Fd> {
+        let flags = match how {
+            How::Read => OpenFlags::read(),
+            How::Append => OpenFlags {
+                write: true,
+                append: true,
+                ..Default::default()
+            },
+            How::ReadWrite => OpenFlags {
+                read: true,
+                write: true,
+                create: true,
+                ..Default::default()
+            },
+        };
+        self.open_with(p, flags)
+    }
+    fn write_at(&self, f: &Fd, off: u64, b: &[u8]) -> io::Result<()> {
+        self.client.pwrite(*f, off, b).map(drop).map_err(os_err)
+    }
+    fn append(&self, f: &Fd, b: &[u8]) -> io::Result<()> {
+        self.client.write(*f, b).map(drop).map_err(os_err)
+    }
+    fn read_at(&self, f: &Fd, off: u64, b: &mut [u8]) -> io::Result<usize> {
+        let got = self.client.pread(*f, off, b.len()).map_err(os_err)?;
+        b[..got.len()].copy_from_slice(&got);
+        Ok(got.len())
+    }
+    fn fsync(&self, f: &Fd) -> io::Result<()> {
+        self.client.fsync(*f).map_err(os_err)
+    }
+    fn close(&self, f: Fd) -> io::Result<()> {
+        self.client.close(f).map_err(os_err)
+    }
+    fn mkdir(&self, p: &str) -> io::Result<()> {
+        self.client
+            .mkdir(&self.path(p), 0o755)
+            .map(drop)
+            .map_err(os_err)
+    }
+    fn rmdir(&self, p: &str) -> io::Result<()> {
+        self.client.rmdir(&self.path(p)).map_err(os_err)
+    }
+    fn unlink(&self, p: &str) -> io::Result<()> {
+        self.client.unlink(&self.path(p)).map_err(os_err)
+    }
+    fn stat(&self, p: &str) -> io::Result<()> {
+        self.client.lstat(&self.path(p)).map(drop).map_err(os_err)
+    }
+    fn remove_tree(&self, p: &str) -> io::Result<()> {
+        let full = self.path(p);
+        for e in self.client.readdir(&full).map_err(os_err)? {
+            if e.name == b"." || e.name == b".." {
+                continue;
+            }
+            let child = format!("{p}/{}", String::from_utf8_lossy(&e.name));
+            if e.ftype == orion_format::FileType::Directory {
+                self.remove_tree(&child)?;
+            } else {
+                self.unlink(&child)?;
+            }
+        }
+        self.rmdir(p)
+    }
 }
 
 /// A progress bar on a terminal, one line per step otherwise.
@@ -78,82 +270,55 @@ impl Progress {
     }
 }
 
-type Workload<'a> = (&'static str, Box<dyn Fn(&Path) -> Result<Value> + 'a>);
+type Workload<'a> = (&'static str, Box<dyn Fn(&str) -> Result<Value> + 'a>);
 
-pub fn run(dir: &Path, o: &Options) -> Result<Value> {
-    if !dir.is_dir() {
-        bail!("{} is not a directory", dir.display());
-    }
-    let secs = o.seconds;
-    let rt = format!("--runtime={secs}");
-    let lat_row = |args: Vec<String>, kind: &'static str| {
-        move |d: &Path| -> Result<Value> {
-            let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-            let v = fio(d, &a)?;
-            let l = clat(&v, kind)?;
-            let _ = std::fs::remove_file(d.join("b.0.0"));
-            Ok(json!({"p50_us": l.p50, "p99_us": l.p99}))
-        }
-    };
-    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    let lat4k = |rw: &str, extra: &[&str]| {
-        let mut a = s(&["--bs=4k", "--size=64m", "--time_based", &rt]);
-        a.push(format!("--rw={rw}"));
-        a.extend(s(extra));
-        a
-    };
-    let bw_row = |rw: &'static str, jobs: u32| {
-        move |d: &Path| -> Result<Value> {
-            let v = fio(
-                d,
-                &[
-                    &format!("--rw={rw}"),
-                    "--bs=1m",
-                    "--size=256m",
-                    &format!("--numjobs={jobs}"),
-                    "--group_reporting",
-                ],
-            )?;
-            for j in 0..jobs {
-                let _ = std::fs::remove_file(d.join(format!("b.{j}.0")));
-            }
-            Ok(json!({"mib_s": bw_mib(&v, if rw == "write" { "write" } else { "read" })?}))
-        }
-    };
+pub fn run<T: Target>(t: &T, o: &Options) -> Result<Value> {
+    let secs = Duration::from_secs(o.seconds.max(1));
     let scale = o.scale;
-    let work_secs = Duration::from_secs(secs.max(1) * 2);
+    let work_secs = secs * 2;
     let all: Vec<Workload> = vec![
         (
             "4k_randwrite",
-            Box::new(lat_row(lat4k("randwrite", &[]), "write")),
+            Box::new(move |d: &str| lat4k(t, d, Io4k::Write, secs)),
         ),
         (
             "4k_randwrite_fsync",
-            Box::new(lat_row(lat4k("randwrite", &["--fsync=1"]), "write")),
+            Box::new(move |d: &str| lat4k(t, d, Io4k::WriteFsync, secs)),
         ),
         (
             "4k_randread",
-            Box::new(lat_row(lat4k("randread", &[]), "read")),
+            Box::new(move |d: &str| lat4k(t, d, Io4k::Read, secs)),
         ),
-        ("metadata", Box::new(|d: &Path| metadata(d, o.entries))),
-        ("1m_seqwrite_1job", Box::new(bw_row("write", 1))),
-        ("1m_seqwrite_2jobs", Box::new(bw_row("write", 2))),
-        // fio lays the files out before it times the reads.
-        ("1m_seqread_1job", Box::new(bw_row("read", 1))),
-        ("1m_seqread_2jobs", Box::new(bw_row("read", 2))),
+        ("metadata", Box::new(|d: &str| metadata(t, d, o.entries))),
+        (
+            "1m_seqwrite_1job",
+            Box::new(move |d: &str| seq(t, d, true, 1)),
+        ),
+        (
+            "1m_seqwrite_2jobs",
+            Box::new(move |d: &str| seq(t, d, true, 2)),
+        ),
+        (
+            "1m_seqread_1job",
+            Box::new(move |d: &str| seq(t, d, false, 1)),
+        ),
+        (
+            "1m_seqread_2jobs",
+            Box::new(move |d: &str| seq(t, d, false, 2)),
+        ),
         (
             "varmail",
-            Box::new(move |d: &Path| table2(d, &VARMAIL, scale, work_secs)),
+            Box::new(move |d: &str| table2(t, d, &VARMAIL, scale, work_secs)),
         ),
         (
             "fileserver",
-            Box::new(move |d: &Path| table2(d, &FILESERVER, scale, work_secs)),
+            Box::new(move |d: &str| table2(t, d, &FILESERVER, scale, work_secs)),
         ),
         (
             "webserver",
-            Box::new(move |d: &Path| table2(d, &WEBSERVER, scale, work_secs)),
+            Box::new(move |d: &str| table2(t, d, &WEBSERVER, scale, work_secs)),
         ),
-        ("sqlite", Box::new(|d: &Path| sqlite(d, 300))),
+        ("sqlite", Box::new(|d: &str| sqlite(t, d, 300))),
     ];
     let chosen: Vec<&Workload> = all
         .iter()
@@ -169,8 +334,9 @@ pub fn run(dir: &Path, o: &Options) -> Result<Value> {
     let mut results = serde_json::Map::new();
     for (name, f) in chosen {
         p.step(name);
-        let sub = dir.join(format!("w-{name}"));
-        let r = std::fs::create_dir_all(&sub)
+        let sub = format!("w-{name}");
+        let r = t
+            .mkdir(&sub)
             .map_err(anyhow::Error::from)
             .and_then(|_| f(&sub));
         let v = match r {
@@ -181,7 +347,7 @@ pub fn run(dir: &Path, o: &Options) -> Result<Value> {
                 json!({"error": format!("{e:#}")})
             }
         };
-        let _ = std::fs::remove_dir_all(&sub);
+        let _ = t.remove_tree(&sub);
         results.insert(name.to_string(), v);
     }
     p.finish();
@@ -194,26 +360,119 @@ pub fn run(dir: &Path, o: &Options) -> Result<Value> {
     }))
 }
 
-fn stderr_is_tty() -> bool {
+pub fn stderr_is_tty() -> bool {
     // SAFETY: isatty only inspects a file descriptor.
     unsafe { libc::isatty(2) == 1 }
 }
 
-fn metadata(d: &Path, n: usize) -> Result<Value> {
-    let f = |i: usize| d.join(format!("f{i}"));
-    let m = |i: usize| d.join(format!("d{i}"));
-    let mut out = serde_json::Map::new();
-    let mut put = |k: &str, l: crate::bench_fabric::Lat| {
-        out.insert(k.into(), json!({"p50_us": l.p50, "p99_us": l.p99}));
+fn lat_json(l: Lat) -> Value {
+    json!({"p50_us": l.p50, "p99_us": l.p99})
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Io4k {
+    Write,
+    WriteFsync,
+    Read,
+}
+
+/// 4 KiB random I/O on a 64 MiB file laid out first (untimed), one call at a time
+/// for `secs`; with `WriteFsync` each write and the fsync after it are timed as one.
+fn lat4k<T: Target>(t: &T, d: &str, kind: Io4k, secs: Duration) -> Result<Value> {
+    const FILE_PAGES: usize = 16384;
+    let path = format!("{d}/b");
+    let f = t.open(&path, How::ReadWrite)?;
+    let mib = vec![0xA5u8; 1 << 20];
+    for i in 0..((FILE_PAGES * 4096) >> 20) as u64 {
+        t.write_at(&f, i << 20, &mib)?;
+    }
+    t.fsync(&f)?;
+    let page = vec![0x5Au8; 4096];
+    let mut buf = vec![0u8; 4096];
+    let mut rng = Rng(1);
+    let mut ns = Vec::new();
+    let deadline = Instant::now() + secs;
+    while Instant::now() < deadline {
+        let off = rng.below(FILE_PAGES) as u64 * 4096;
+        let at = Instant::now();
+        match kind {
+            Io4k::Write => t.write_at(&f, off, &page)?,
+            Io4k::WriteFsync => {
+                t.write_at(&f, off, &page)?;
+                t.fsync(&f)?;
+            }
+            Io4k::Read => {
+                if t.read_at(&f, off, &mut buf)? != buf.len() {
+                    bail!("a short read at {off}");
+                }
+            }
+        }
+        ns.push(at.elapsed().as_nanos() as u64);
+    }
+    t.close(f)?;
+    let ops = ns.len();
+    let l = lat(ns);
+    Ok(json!({"p50_us": l.p50, "p99_us": l.p99, "ops": ops}))
+}
+
+/// 1 MiB sequential writes (or reads of files laid out first, untimed) of 256 MiB per
+/// job, `jobs` jobs at once, each on its own file; MiB/s over all jobs.
+fn seq<T: Target>(t: &T, d: &str, write: bool, jobs: usize) -> Result<Value> {
+    const MIB: usize = 1 << 20;
+    const PER_JOB: u64 = 256;
+    let path = |j: usize| format!("{d}/b.{j}");
+    let lay_out = |j: usize| -> io::Result<()> {
+        let buf = vec![0x3Cu8; MIB];
+        let f = t.create(&path(j))?;
+        for i in 0..PER_JOB {
+            t.write_at(&f, i * MIB as u64, &buf)?;
+        }
+        t.close(f)
     };
-    put("create", timed(n, |i| File::create(f(i)).map(drop))?);
+    let read_back = |j: usize| -> io::Result<()> {
+        let mut buf = vec![0u8; MIB];
+        let f = t.open(&path(j), How::Read)?;
+        for i in 0..PER_JOB {
+            if t.read_at(&f, i * MIB as u64, &mut buf)? != MIB {
+                return Err(io::Error::other("a short read"));
+            }
+        }
+        t.close(f)
+    };
+    if !write {
+        for j in 0..jobs {
+            lay_out(j)?;
+        }
+    }
+    let started = Instant::now();
+    std::thread::scope(|s| -> Result<()> {
+        let hs: Vec<_> = (0..jobs)
+            .map(|j| s.spawn(move || if write { lay_out(j) } else { read_back(j) }))
+            .collect();
+        for h in hs {
+            h.join().map_err(|_| anyhow::anyhow!("a job panicked"))??;
+        }
+        Ok(())
+    })?;
+    let secs = started.elapsed().as_secs_f64();
+    Ok(json!({"mib_s": (jobs as u64 * PER_JOB) as f64 / secs, "jobs": jobs}))
+}
+
+fn metadata<T: Target>(t: &T, d: &str, n: usize) -> Result<Value> {
+    let f = |i: usize| format!("{d}/f{i}");
+    let m = |i: usize| format!("{d}/d{i}");
+    let mut out = serde_json::Map::new();
+    let mut put = |k: &str, l: Lat| {
+        out.insert(k.into(), lat_json(l));
+    };
     put(
-        "stat",
-        timed(n, |i| std::fs::symlink_metadata(f(i)).map(drop))?,
+        "create",
+        timed(n, |i| t.create(&f(i)).and_then(|h| t.close(h)))?,
     );
-    put("unlink", timed(n, |i| std::fs::remove_file(f(i)))?);
-    put("mkdir", timed(n, |i| std::fs::create_dir(m(i)))?);
-    put("rmdir", timed(n, |i| std::fs::remove_dir(m(i)))?);
+    put("stat", timed(n, |i| t.stat(&f(i)))?);
+    put("unlink", timed(n, |i| t.unlink(&f(i)))?);
+    put("mkdir", timed(n, |i| t.mkdir(&m(i)))?);
+    put("rmdir", timed(n, |i| t.rmdir(&m(i)))?);
     Ok(Value::Object(out))
 }
 
@@ -277,137 +536,152 @@ impl Rng {
     }
 }
 
-fn file_path(root: &Path, p: &Personality, i: usize) -> PathBuf {
+fn file_path(root: &str, p: &Personality, i: usize) -> String {
     if p.dir_width == usize::MAX {
-        root.join(format!("f{i}"))
+        format!("{root}/f{i}")
     } else {
-        root.join(format!("d{}", i / p.dir_width))
-            .join(format!("f{i}"))
+        format!("{root}/d{}/f{i}", i / p.dir_width)
     }
 }
 
-fn write_file(path: &Path, size: usize, io: usize, buf: &[u8]) -> std::io::Result<()> {
-    let mut f = File::create(path)?;
-    let mut left = size;
-    while left > 0 {
-        let n = left.min(io).min(buf.len());
-        f.write_all(&buf[..n])?;
-        left -= n;
+fn write_file<T: Target>(t: &T, path: &str, size: usize, io: usize, buf: &[u8]) -> io::Result<()> {
+    let f = t.create(path)?;
+    let mut at = 0;
+    while at < size {
+        let n = (size - at).min(io).min(buf.len());
+        t.write_at(&f, at as u64, &buf[..n])?;
+        at += n;
     }
-    Ok(())
+    t.close(f)
 }
 
-fn read_whole(path: &Path, buf: &mut [u8]) -> std::io::Result<()> {
-    let mut f = File::open(path)?;
-    while f.read(buf)? > 0 {}
-    Ok(())
+fn read_whole<T: Target>(t: &T, path: &str, buf: &mut [u8]) -> io::Result<()> {
+    let f = t.open(path, How::Read)?;
+    let mut at = 0u64;
+    loop {
+        let n = t.read_at(&f, at, buf)?;
+        if n == 0 {
+            break;
+        }
+        at += n as u64;
+    }
+    t.close(f)
 }
 
-fn append(path: &Path, data: &[u8], fsync: bool) -> std::io::Result<u64> {
-    let mut f = OpenOptions::new().append(true).open(path)?;
-    f.write_all(data)?;
+/// Opens, appends, fsyncs (when asked) and closes; returns the operations counted.
+fn append<T: Target>(t: &T, path: &str, data: &[u8], fsync: bool) -> io::Result<u64> {
+    let f = t.open(path, How::Append)?;
+    t.append(&f, data)?;
     if fsync {
-        f.sync_all()?;
-        return Ok(4);
+        t.fsync(&f)?;
     }
-    Ok(3)
+    t.close(f)?;
+    Ok(if fsync { 4 } else { 3 })
 }
 
 /// Runs one personality for `dur` after creating its file set (not timed): files
 /// scaled by `scale`, each thread working on its own share of them.
-fn table2(root: &Path, p: &Personality, scale: f64, dur: Duration) -> Result<Value> {
+fn table2<T: Target>(
+    t: &T,
+    root: &str,
+    p: &Personality,
+    scale: f64,
+    dur: Duration,
+) -> Result<Value> {
     let files = ((p.files as f64 * scale) as usize).max(p.threads * 4);
-    let buf: Arc<Vec<u8>> = Arc::new((0..p.io_size).map(|i| (i % 251) as u8).collect());
+    let buf: Vec<u8> = (0..p.io_size).map(|i| (i % 251) as u8).collect();
     if p.dir_width != usize::MAX {
         for d in 0..files.div_ceil(p.dir_width) {
-            std::fs::create_dir_all(root.join(format!("d{d}")))?;
+            t.mkdir(&format!("{root}/d{d}"))?;
         }
     }
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     for i in 0..files {
         let size = rng.size(p.mean_size);
-        write_file(&file_path(root, p, i), size, p.io_size, &buf)
+        write_file(t, &file_path(root, p, i), size, p.io_size, &buf)
             .with_context(|| format!("creating the {} file set", p.name))?;
     }
-    let log = root.join("log");
-    File::create(&log)?;
-    let ops = Arc::new(AtomicU64::new(0));
+    let log = format!("{root}/log");
+    t.close(t.create(&log)?)?;
+    let ops = AtomicU64::new(0);
     let deadline = Instant::now() + dur;
     let started = Instant::now();
-    let handles: Vec<_> = (0..p.threads)
-        .map(|t| {
-            let (root, log, buf, ops) = (root.to_path_buf(), log.clone(), buf.clone(), ops.clone());
-            let p = *p;
-            std::thread::spawn(move || -> std::io::Result<()> {
-                let mut rng = Rng(0xD1B5_4A32_D192_ED03 ^ (t as u64 + 1));
-                let mine: Vec<usize> = (t..files).step_by(p.threads).collect();
-                let mut gone: Vec<usize> = Vec::new();
-                let mut rbuf = vec![0u8; p.io_size];
-                let pick = |rng: &mut Rng, gone: &[usize]| loop {
-                    let i = mine[rng.below(mine.len())];
-                    if !gone.contains(&i) {
-                        return i;
+    let thread = |th: usize| -> io::Result<()> {
+        let mut rng = Rng(0xD1B5_4A32_D192_ED03 ^ (th as u64 + 1));
+        let mine: Vec<usize> = (th..files).step_by(p.threads).collect();
+        let mut gone: Vec<usize> = Vec::new();
+        let mut rbuf = vec![0u8; p.io_size];
+        let pick = |rng: &mut Rng, gone: &[usize]| loop {
+            let i = mine[rng.below(mine.len())];
+            if !gone.contains(&i) {
+                return i;
+            }
+        };
+        let path = |i| file_path(root, p, i);
+        while Instant::now() < deadline {
+            let n = match p.name {
+                "varmail" => {
+                    // Delete a file and create it again, append to it with an
+                    // fsync, append to another with an fsync, read two whole.
+                    let i = pick(&mut rng, &gone);
+                    t.unlink(&path(i))?;
+                    write_file(t, &path(i), 0, p.io_size, &buf)?;
+                    let mut k = 2 + append(t, &path(i), &buf[..p.append], true)?;
+                    let j = pick(&mut rng, &gone);
+                    k += append(t, &path(j), &buf[..p.append], true)?;
+                    for _ in 0..2 {
+                        read_whole(t, &path(pick(&mut rng, &gone)), &mut rbuf)?;
+                        k += 3;
                     }
-                };
-                while Instant::now() < deadline {
-                    let path = |i| file_path(&root, &p, i);
-                    let n = match p.name {
-                        "varmail" => {
+                    k
+                }
+                "fileserver" => {
+                    // Create a file in place of a deleted one (or of a chosen one,
+                    // deleted first), write it whole, append to another, read a
+                    // third, delete one and stat one.
+                    let i = match gone.pop() {
+                        Some(i) => i,
+                        None => {
                             let i = pick(&mut rng, &gone);
-                            std::fs::remove_file(path(i))?;
-                            write_file(&path(i), 0, p.io_size, &buf)?;
-                            let mut k = 2 + append(&path(i), &buf[..p.append], true)?;
-                            let j = pick(&mut rng, &gone);
-                            k += append(&path(j), &buf[..p.append], true)?;
-                            for _ in 0..2 {
-                                read_whole(&path(pick(&mut rng, &gone)), &mut rbuf)?;
-                                k += 3;
-                            }
-                            k
-                        }
-                        "fileserver" => {
-                            // Create a file in place of a deleted one (or of a
-                            // chosen one, deleted first), write it whole, append to
-                            // another, read a third, delete one and stat one.
-                            let i = match gone.pop() {
-                                Some(i) => i,
-                                None => {
-                                    let i = pick(&mut rng, &gone);
-                                    std::fs::remove_file(path(i))?;
-                                    i
-                                }
-                            };
-                            write_file(&path(i), rng.size(p.mean_size), p.io_size, &buf)?;
-                            let mut k = 3;
-                            k += append(&path(pick(&mut rng, &gone)), &buf[..p.append], false)?;
-                            read_whole(&path(pick(&mut rng, &gone)), &mut rbuf)?;
-                            k += 3;
-                            let d = pick(&mut rng, &gone);
-                            std::fs::remove_file(path(d))?;
-                            gone.push(d);
-                            std::fs::metadata(path(pick(&mut rng, &gone)))?;
-                            k + 2
-                        }
-                        _ => {
-                            for _ in 0..10 {
-                                read_whole(&path(pick(&mut rng, &gone)), &mut rbuf)?;
-                            }
-                            let mut f = OpenOptions::new().append(true).open(&log)?;
-                            f.write_all(&buf[..p.append])?;
-                            30 + 3
+                            t.unlink(&path(i))?;
+                            i
                         }
                     };
-                    ops.fetch_add(n, Ordering::Relaxed);
+                    write_file(t, &path(i), rng.size(p.mean_size), p.io_size, &buf)?;
+                    let mut k = 3;
+                    k += append(t, &path(pick(&mut rng, &gone)), &buf[..p.append], false)?;
+                    read_whole(t, &path(pick(&mut rng, &gone)), &mut rbuf)?;
+                    k += 3;
+                    let d = pick(&mut rng, &gone);
+                    t.unlink(&path(d))?;
+                    gone.push(d);
+                    t.stat(&path(pick(&mut rng, &gone)))?;
+                    k + 2
                 }
-                Ok(())
-            })
-        })
-        .collect();
-    for h in handles {
-        h.join()
-            .map_err(|_| anyhow::anyhow!("a {} thread panicked", p.name))?
-            .with_context(|| format!("{} thread", p.name))?;
-    }
+                _ => {
+                    // Read ten whole files, append to the shared log.
+                    for _ in 0..10 {
+                        read_whole(t, &path(pick(&mut rng, &gone)), &mut rbuf)?;
+                    }
+                    append(t, &log, &buf[..p.append], false)?;
+                    30 + 3
+                }
+            };
+            ops.fetch_add(n, Ordering::Relaxed);
+        }
+        Ok(())
+    };
+    std::thread::scope(|s| -> Result<()> {
+        let hs: Vec<_> = (0..p.threads)
+            .map(|th| s.spawn(move || thread(th)))
+            .collect();
+        for h in hs {
+            h.join()
+                .map_err(|_| anyhow::anyhow!("a {} thread panicked", p.name))?
+                .with_context(|| format!("{} thread", p.name))?;
+        }
+        Ok(())
+    })?;
     let secs = started.elapsed().as_secs_f64();
     Ok(json!({
         "ops_s": ops.load(Ordering::Relaxed) as f64 / secs,
@@ -420,8 +694,11 @@ fn table2(root: &Path, p: &Personality, scale: f64, dur: Duration) -> Result<Val
 
 /// SQLite with synchronous commits: `txs` transactions of one 1 KiB row each, in
 /// rollback-journal mode with synchronous=FULL (each commit is durable).
-fn sqlite(d: &Path, txs: usize) -> Result<Value> {
-    let db = d.join("bench.db");
+fn sqlite<T: Target>(t: &T, d: &str, txs: usize) -> Result<Value> {
+    let Some(dir) = t.dir() else {
+        bail!("the sqlite3 program needs a mounted directory (it runs on the mount)");
+    };
+    let db = dir.join(d).join("bench.db");
     let mut script =
         String::from("PRAGMA synchronous=FULL;\nCREATE TABLE t(k INTEGER PRIMARY KEY, v BLOB);\n");
     for _ in 0..txs {

@@ -60,6 +60,11 @@ pub struct ClientFlags {
     /// Weak data consistency (commit without waiting for the stores; fsync flushes).
     #[arg(long)]
     pub weak: bool,
+    /// Optimistic persistence: stage small writes and commit them together at
+    /// fsync, close or within `stage_ms` (10 ms; a crash of this client loses what
+    /// is staged).
+    #[arg(long)]
+    pub optimistic: bool,
     /// Never map a local store's pool: reach every store through the fabric.
     #[arg(long)]
     pub external: bool,
@@ -74,6 +79,9 @@ impl ClientFlags {
         }
         if self.weak {
             c.client.consistency = "weak".into();
+        }
+        if self.optimistic {
+            c.client.persistence = "optimistic".into();
         }
         if self.external {
             c.client.internal = false;

@@ -153,7 +153,16 @@ enum BenchCmd {
     /// whatever file system is mounted there: fio latency and bandwidth, metadata
     /// latency, the paper's Table 2 workloads (varmail, fileserver, webserver), SQLite.
     Workloads {
-        dir: PathBuf,
+        /// A directory of the mounted file system to measure.
+        #[arg(required_unless_present = "api", conflicts_with = "api")]
+        dir: Option<PathBuf>,
+        /// Measure OrionFS through the client library instead, against an MDS and a
+        /// data store started for it (pools on /dev/shm, shared-memory fabric).
+        #[arg(long)]
+        api: bool,
+        /// With --api: optimistic persistence (small writes committed in batches).
+        #[arg(long, requires = "api")]
+        optimistic: bool,
         /// Name of the system under DIR (for progress and the JSON).
         #[arg(long, default_value = "this file system")]
         system: String,
@@ -340,6 +349,8 @@ fn run() -> Result<ExitCode> {
             which:
                 BenchCmd::Workloads {
                     dir,
+                    api,
+                    optimistic,
                     system,
                     entries,
                     seconds,
@@ -355,7 +366,23 @@ fn run() -> Result<ExitCode> {
                 scale,
                 only,
             };
-            let v = bench_workloads::run(&dir, &o)?;
+            let v = match dir {
+                Some(dir) if !api => {
+                    if !dir.is_dir() {
+                        anyhow::bail!("{} is not a directory", dir.display());
+                    }
+                    bench_workloads::run(&bench_workloads::Mounted(dir), &o)?
+                }
+                _ => {
+                    let cluster = bench_client::BenchCluster::start("local", "tcp;ofi_rxm")?;
+                    let client = cluster.client_with(true, true, optimistic)?;
+                    let root = "/bench".to_string();
+                    client
+                        .mkdir(&root, 0o755)
+                        .map_err(|e| anyhow::anyhow!("mkdir {root}: {e}"))?;
+                    bench_workloads::run(&bench_workloads::Api { client, root }, &o)?
+                }
+            };
             let text = serde_json::to_string_pretty(&v)? + "\n";
             match json {
                 Some(f) => std::fs::write(&f, text)

@@ -261,6 +261,9 @@ fn two_mounts_see_each_other_exactly() {
     let cluster = Cluster::start("local", 1);
     let a = cluster.mount("a", &[]);
     let b = cluster.mount("b", &["--external", "--weak"]);
+    // Optimistic persistence: writes staged in the client reach the others at close.
+    let c = cluster.mount("c", &["--optimistic"]);
+    let mounts = [&a, &b, &c];
     let mut rng = 0x9E37_79B9_7F4A_7C15u64;
     let mut next = || {
         rng ^= rng << 13;
@@ -268,10 +271,10 @@ fn two_mounts_see_each_other_exactly() {
         rng ^= rng << 17;
         rng
     };
-    for i in 0..20u64 {
+    for i in 0..30u64 {
         let len = (next() % (3 << 20)) as usize;
         let data: Vec<u8> = (0..len).map(|_| next() as u8).collect();
-        let (w, r) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        let (w, r) = (mounts[i as usize % 3], mounts[(i as usize + 1) % 3]);
         let name = format!("f{i}");
         std::fs::write(w.path.join(&name), &data).unwrap();
         let back = std::fs::read(r.path.join(&name)).unwrap();
@@ -290,6 +293,22 @@ fn two_mounts_see_each_other_exactly() {
         expect.resize(expect.len().max(end), 0);
         expect[at as usize..at as usize + 11].copy_from_slice(b"overwritten");
         assert!(back == expect, "file {name} after the overwrite differs");
+        // Single pages through the writer (the optimistic mount stages them), read
+        // through the reader after the close.
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(w.path.join(&name))
+            .unwrap();
+        for k in 0..3u64 {
+            let page = vec![(i + k) as u8; 4096];
+            std::os::unix::fs::FileExt::write_all_at(&f, &page, k * 8192).unwrap();
+            let at = (k * 8192) as usize;
+            expect.resize(expect.len().max(at + 4096), 0);
+            expect[at..at + 4096].copy_from_slice(&page);
+        }
+        drop(f);
+        let back = std::fs::read(r.path.join(&name)).unwrap();
+        assert!(back == expect, "file {name} after the page writes differs");
     }
 }
 

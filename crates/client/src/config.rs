@@ -11,6 +11,20 @@ pub struct ClientConfig {
     /// store of its group has persisted the pages; "weak" commits at once (fsync then
     /// makes the pages durable).
     pub consistency: String,
+    /// When a write is committed to the MDS (Assise's choice, §3.3): "pessimistic"
+    /// commits each write before it returns, so every client sees it at once;
+    /// "optimistic" stages small whole-page writes of a file and commits them in one
+    /// log commit at fsync, close, any other operation, [`MAX_STAGED_ENTRIES`] entries
+    /// or `stage_ms`, whichever comes first. A write not yet committed is lost if
+    /// this client process dies (as the page cache is lost with the kernel); fsync
+    /// and close report a staged write that failed to commit.
+    ///
+    /// [`MAX_STAGED_ENTRIES`]: crate::staging::MAX_STAGED_ENTRIES
+    pub persistence: String,
+    /// With optimistic persistence, how long a write may stay staged, in
+    /// milliseconds: the bound on what other clients do not see yet and on what a
+    /// crash of this client loses.
+    pub stage_ms: u64,
     /// Map the pool of a data store on this host and read and write it directly (an
     /// internal client, paper §5.1). Off: always go through the fabric.
     pub internal: bool,
@@ -35,6 +49,8 @@ impl Default for ClientConfig {
         ClientConfig {
             mds: "127.0.0.1:7410".into(),
             consistency: "strong".into(),
+            persistence: "pessimistic".into(),
+            stage_ms: 10,
             internal: true,
             cache_mib: 256,
             chunk_pages: 256,
@@ -52,6 +68,16 @@ impl ClientConfig {
             "weak" => Ok(false),
             other => Err(format!(
                 "consistency {other:?}: expected \"strong\" or \"weak\""
+            )),
+        }
+    }
+
+    pub fn optimistic(&self) -> Result<bool, String> {
+        match self.persistence.as_str() {
+            "pessimistic" => Ok(false),
+            "optimistic" => Ok(true),
+            other => Err(format!(
+                "persistence {other:?}: expected \"pessimistic\" or \"optimistic\""
             )),
         }
     }

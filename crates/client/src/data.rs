@@ -16,6 +16,7 @@ use orion_proto::{Commit, ReplyBody, Request};
 
 use crate::alloc::Chunks;
 use crate::arbitration::InodeCache;
+use crate::staging::Staging;
 
 use crate::link::{io_err, Fail, Link, Res};
 
@@ -65,6 +66,7 @@ pub struct Data<'a> {
     pub cache: &'a mut InodeCache,
     pub chunks: &'a mut Chunks,
     pub pages: &'a mut PageCache,
+    pub staging: &'a mut Staging,
 }
 
 fn regular(ftype: FileType) -> Res<()> {
@@ -130,7 +132,8 @@ impl Data<'_> {
         let c = self.cache.refresh(self.link, ino)?;
         same_file(c.generation, gen)?;
         regular(c.state.attr.ftype)?;
-        let size = c.state.attr.size;
+        // This client's staged writes are part of the file for it.
+        let size = c.state.attr.size.max(self.staging.end(ino, gen));
         if off >= size || len == 0 {
             return Ok(Vec::new());
         }
@@ -138,7 +141,10 @@ impl Data<'_> {
         let first = off / PS;
         let last = (end - 1) / PS;
         let file = c.state.file().expect("regular file");
-        let gpas: Vec<Option<Gpa>> = (first..=last).map(|p| file.get(p)).collect();
+        let staging = &*self.staging;
+        let gpas: Vec<Option<Gpa>> = (first..=last)
+            .map(|p| staging.page(ino, gen, p).or_else(|| file.get(p)))
+            .collect();
         let mut buf = vec![0u8; gpas.len() * PS as usize];
         self.fetch(&gpas, &mut buf)?;
         let skip = (off - first * PS) as usize;
@@ -173,7 +179,7 @@ impl Data<'_> {
             self.chunks.give_back(p);
         }
         if matches!(r, Err(Fail::Reconnected)) {
-            self.chunks.clear();
+            self.reconnected();
         }
         r
     }
@@ -275,6 +281,21 @@ impl Data<'_> {
                     e
                 })
                 .collect();
+            if fast && self.staging.accepts(ino, gen, npages) {
+                self.link.stats.staged_writes += 1;
+                let full = self.staging.stage(ino, gen, entries, local);
+                *pages = None;
+                if full {
+                    self.flush(ino)?;
+                }
+                return Ok(off);
+            }
+            if self.staging.holds(ino) {
+                // This write commits now, so what is staged for the file goes first
+                // (and moves the tail a conditional commit expects: build again).
+                self.flush(ino)?;
+                continue;
+            }
             let conditional = append || shared || partial;
             let commit = Commit {
                 ino,
@@ -307,6 +328,67 @@ impl Data<'_> {
             }
         }
         Err(Fail::Fs(ESTALE))
+    }
+}
+
+impl Data<'_> {
+    /// Commits the writes staged for `ino`, in one log commit. A refused commit gives
+    /// its pages back; any failure is kept for the file's next fsync or close to
+    /// report (the writes were acknowledged already).
+    pub fn flush(&mut self, ino: u64) -> Res<()> {
+        let Some(f) = self.staging.take(ino) else {
+            return Ok(());
+        };
+        let commit = Commit {
+            ino,
+            generation: f.generation,
+            expect: None,
+            persisted_locally: f.persisted_locally,
+            entries: f.entries.clone(),
+        };
+        match send_commit(self.link, commit) {
+            Ok((prev, tail)) => self.cache.committed(self.link, ino, &f.entries, prev, tail),
+            Err(Fail::Fs(e)) => {
+                if matches!(e, FsError::Errno(_)) {
+                    self.chunks.give_back(f.runs);
+                }
+                self.staging.record_failure(ino, e);
+                Ok(())
+            }
+            Err(Fail::Reconnected) => {
+                // Whether the commit landed is unknown: say the writes may be lost.
+                self.staging.record_failure(ino, FsError::Errno(libc::EIO));
+                Err(Fail::Reconnected)
+            }
+        }
+    }
+
+    /// After the MDS connection was re-established: the chunks were taken back, and
+    /// so were the pages of staged writes, which will not commit now.
+    pub fn reconnected(&mut self) {
+        self.chunks.clear();
+        for ino in self.staging.files() {
+            self.staging.take(ino);
+            self.staging.record_failure(ino, FsError::Errno(libc::EIO));
+        }
+    }
+
+    /// Commits every staged write.
+    pub fn flush_all(&mut self) -> Res<()> {
+        for ino in self.staging.files() {
+            self.flush(ino)?;
+        }
+        Ok(())
+    }
+
+    /// Commits what is staged for `ino` and reports the first failure to commit a
+    /// staged write of it since the last report (fsync and close).
+    pub fn settle(&mut self, ino: u64) -> Res<()> {
+        self.flush(ino)?;
+        match self.staging.take_failure(ino) {
+            Some(e) => Err(Fail::Fs(e)),
+            None => Ok(()),
+        }
     }
 }
 

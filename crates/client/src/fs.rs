@@ -4,7 +4,8 @@
 //! re-established meanwhile (the MDS restarted).
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use orion_fabric::FabricConfig;
@@ -25,6 +26,7 @@ use crate::alloc::Chunks;
 use crate::arbitration::InodeCache;
 use crate::data::{send_commit, Data, PageCache, MAX_REEXECUTIONS};
 use crate::link::{io_err, Fail, Link, Res};
+use crate::staging::Staging;
 use crate::{ClientConfig, Stats};
 
 /// Symlinks followed while resolving one path (as Linux's MAXSYMLINKS).
@@ -85,6 +87,7 @@ struct Inner {
     cache: InodeCache,
     chunks: Chunks,
     pages: PageCache,
+    staging: Staging,
     handles: HashMap<u64, Handle>,
     next_fd: u64,
     uid: u32,
@@ -92,7 +95,9 @@ struct Inner {
 }
 
 pub struct Client {
-    inner: Mutex<Inner>,
+    inner: Arc<Mutex<Inner>>,
+    /// Commits staged writes when they are due (optimistic persistence only).
+    flusher: Option<JoinHandle<()>>,
 }
 
 /// A path split into its components.
@@ -111,34 +116,66 @@ impl Client {
     /// Connects to the MDS named in `cfg` and to every data store it lists.
     pub fn connect(cfg: ClientConfig, fabric: FabricConfig) -> FsResult<Client> {
         let pages = PageCache::new(cfg.cache_mib);
+        let optimistic = cfg.optimistic().map_err(io_err)?;
+        let stage_for = Duration::from_millis(cfg.stage_ms.max(1));
         let link = Link::connect(cfg, fabric)?;
         // SAFETY: geteuid and getegid only read the process's credentials.
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        Ok(Client {
-            inner: Mutex::new(Inner {
-                link,
-                cache: InodeCache::default(),
-                chunks: Chunks::default(),
-                pages,
-                handles: HashMap::new(),
-                next_fd: 3,
-                uid,
-                gid,
-            }),
-        })
+        let inner = Arc::new(Mutex::new(Inner {
+            link,
+            cache: InodeCache::default(),
+            chunks: Chunks::default(),
+            pages,
+            staging: Staging::new(optimistic, stage_for),
+            handles: HashMap::new(),
+            next_fd: 3,
+            uid,
+            gid,
+        }));
+        let flusher = if optimistic {
+            let weak = Arc::downgrade(&inner);
+            let t = std::thread::Builder::new()
+                .name("orion-flusher".into())
+                .spawn(move || flusher(weak))
+                .map_err(|e| io_err(format!("starting the flusher thread: {e}")))?;
+            lock(&inner).staging.set_flusher(t.thread().clone());
+            Some(t)
+        } else {
+            None
+        };
+        Ok(Client { inner, flusher })
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.inner)
     }
 
-    fn run<T>(&self, mut f: impl FnMut(&mut Inner) -> Res<T>) -> FsResult<T> {
+    /// Runs a call that is not a read or write: what is staged commits first.
+    fn run<T>(&self, f: impl FnMut(&mut Inner) -> Res<T>) -> FsResult<T> {
+        self.run_with(true, f)
+    }
+
+    /// Runs a read or write: staged writes commit first only when they are due.
+    fn run_data<T>(&self, f: impl FnMut(&mut Inner) -> Res<T>) -> FsResult<T> {
+        self.run_with(false, f)
+    }
+
+    fn run_with<T>(
+        &self,
+        commit_staged: bool,
+        mut f: impl FnMut(&mut Inner) -> Res<T>,
+    ) -> FsResult<T> {
         let mut g = self.lock();
         for _ in 0..RECONNECT_RETRIES {
-            match f(&mut g) {
+            let staged = if commit_staged || g.staging.due() {
+                g.data().flush_all()
+            } else {
+                Ok(())
+            };
+            match staged.and_then(|_| f(&mut g)) {
                 Ok(v) => return Ok(v),
                 Err(Fail::Fs(e)) => return Err(e),
-                Err(Fail::Reconnected) => g.chunks.clear(),
+                Err(Fail::Reconnected) => g.data().reconnected(),
             }
         }
         Err(io_err("the MDS connection keeps breaking"))
@@ -329,8 +366,19 @@ impl Client {
         self.run(|i| i.open(path, flags, mode))
     }
 
+    /// Closes a file handle; commits the writes staged for the file first and
+    /// reports any that failed to commit (close-to-open: a client that opens the
+    /// file after this returns sees them).
     pub fn close(&self, fd: Fd) -> FsResult<()> {
-        self.lock().handles.remove(&fd.0).map(|_| ()).ok_or(EBADF)
+        let h = self.lock().handles.remove(&fd.0).ok_or(EBADF)?;
+        self.run_data(|i| i.data().settle(h.ino))
+    }
+
+    /// Commits the writes staged for an open file, and reports any that failed to
+    /// commit since the last report (what close(2) reports, through FUSE's flush).
+    pub fn flush(&self, fd: Fd) -> FsResult<()> {
+        let (ino, _, _) = self.handle(fd)?;
+        self.run_data(|i| i.data().settle(ino))
     }
 
     fn handle(&self, fd: Fd) -> FsResult<(u64, OpenFlags, u64)> {
@@ -350,7 +398,7 @@ impl Client {
             return Err(EBADF);
         }
         let gen = self.generation(fd)?;
-        self.run(|i| i.data().read(ino, gen, off, len))
+        self.run_data(|i| i.data().read(ino, gen, off, len))
     }
 
     pub fn read(&self, fd: Fd, len: usize) -> FsResult<Vec<u8>> {
@@ -371,7 +419,7 @@ impl Client {
             return Ok(0);
         }
         let gen = self.generation(fd)?;
-        self.run(|i| i.data().write(ino, gen, off, data, flags.append))?;
+        self.run_data(|i| i.data().write(ino, gen, off, data, flags.append))?;
         Ok(data.len())
     }
 
@@ -384,7 +432,7 @@ impl Client {
             return Ok(0);
         }
         let gen = self.generation(fd)?;
-        let at = self.run(|i| i.data().write(ino, gen, pos, data, flags.append))?;
+        let at = self.run_data(|i| i.data().write(ino, gen, pos, data, flags.append))?;
         if let Some(h) = self.lock().handles.get_mut(&fd.0) {
             h.pos = at + data.len() as u64;
         }
@@ -418,11 +466,14 @@ impl Client {
     }
 
     /// Makes the file's data and log durable. Log commits are durable when they are
-    /// acknowledged, and strong-mode data before its commit; weak-mode pages written
-    /// one-sided are made durable on their stores here.
+    /// acknowledged, and strong-mode data before its commit; staged writes commit
+    /// here, and weak-mode pages written one-sided are made durable on their stores.
     pub fn fsync(&self, fd: Fd) -> FsResult<()> {
-        self.handle(fd)?;
-        self.run(|i| i.link.flush_stores())
+        let (ino, _, _) = self.handle(fd)?;
+        self.run_data(|i| {
+            i.data().settle(ino)?;
+            i.link.flush_stores()
+        })
     }
 
     /// Marks a file as heavily shared, for every client: each update of it commits
@@ -678,6 +729,7 @@ impl Inner {
             cache: &mut self.cache,
             chunks: &mut self.chunks,
             pages: &mut self.pages,
+            staging: &mut self.staging,
         }
     }
 
@@ -707,6 +759,8 @@ impl Inner {
         persisted_locally: bool,
         mut build: impl FnMut(&InodeState, i64) -> FsResult<Vec<Entry>>,
     ) -> Res<()> {
+        // Staged writes of the file were done before: they commit first.
+        self.data().flush(ino)?;
         for _ in 0..MAX_REEXECUTIONS {
             let c = self.cache.refresh(&mut self.link, ino)?;
             let entries = build(&c.state, SystemClock.now())?;
@@ -1112,6 +1166,71 @@ fn check_name(name: &[u8]) -> FsResult<()> {
         return Err(ENAMETOOLONG);
     }
     Ok(())
+}
+
+fn lock(inner: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
+    inner.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The flusher thread of an optimistic client: commits staged writes when they are
+/// due; looks every stage period while writes come, and sleeps until the next staged
+/// write after `IDLE_ROUNDS` periods with nothing staged. Stops with the client.
+fn flusher(inner: Weak<Mutex<Inner>>) {
+    const IDLE_ROUNDS: u32 = 100;
+    let mut idle = 0;
+    loop {
+        let wait = {
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            let mut g = lock(&inner);
+            if g.staging.closing {
+                return;
+            }
+            if g.staging.due() {
+                // A failure is kept for the file's fsync or close.
+                if let Err(Fail::Reconnected) = g.data().flush_all() {
+                    g.data().reconnected();
+                }
+            }
+            match g.staging.due_in() {
+                Some(d) => {
+                    idle = 0;
+                    Some(d)
+                }
+                None if idle < IDLE_ROUNDS => {
+                    idle += 1;
+                    Some(g.staging.max_age())
+                }
+                None => {
+                    g.staging.flusher_asleep = true;
+                    None
+                }
+            }
+        };
+        match wait {
+            Some(d) => std::thread::park_timeout(d),
+            None => std::thread::park(),
+        }
+    }
+}
+
+impl Drop for Client {
+    /// Commits what is staged (a client dropped without closing its files loses no
+    /// acknowledged write it could still commit) and stops the flusher.
+    fn drop(&mut self) {
+        {
+            let mut g = self.lock();
+            if let Err(Fail::Reconnected) = g.data().flush_all() {
+                g.data().reconnected();
+            }
+            g.staging.closing = true;
+        }
+        if let Some(t) = self.flusher.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
 }
 
 /// rename/unlink of "/" itself.

@@ -5,7 +5,8 @@
 //! copies of the inodes it uses and checks them against the MDS's log tail with a
 //! one-sided read before each use ([`arbitration`]); it allocates data pages from
 //! chunks the MDS delegates ([`alloc`]); it reads and writes data pages copy-on-write,
-//! from a mapped local pool, a DRAM cache or one-sided operations ([`data`]).
+//! from a mapped local pool, a DRAM cache or one-sided operations ([`data`]); with
+//! optimistic persistence it commits small writes in batches ([`staging`]).
 
 pub mod alloc;
 pub mod arbitration;
@@ -13,6 +14,7 @@ pub mod config;
 pub mod data;
 pub mod fs;
 pub mod link;
+pub mod staging;
 pub mod stats;
 
 pub use config::ClientConfig;

@@ -6,6 +6,8 @@ pub struct Stats {
     /// Requests to the MDS (RPCs and log commits).
     pub rpcs: u64,
     pub commits: u64,
+    /// Writes staged to commit later with others (optimistic persistence).
+    pub staged_writes: u64,
     /// One-sided reads of an inode's slot and tail.
     pub tail_reads: u64,
     /// Tail reads that found the cached copy current.

@@ -614,23 +614,25 @@ impl Filesystem for OrionFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Every write is committed when it returns; what a close does here is drop
-        // the POSIX locks the closing owner holds on the file (fcntl's rule: any close
-        // releases them).
+        // A close(2): writes staged by optimistic persistence commit now (and a
+        // failure to commit one is what close returns), and the POSIX locks the
+        // closing owner holds on the file go (fcntl's rule: any close releases them).
+        let committed = self.client.flush(Fd(fh.0));
         let had_locks = self
             .locked
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .contains(&ino.0);
-        if had_locks {
-            empty(reply, self.client.release_locks(ino.0, lock_owner.0));
+        let unlocked = if had_locks {
+            self.client.release_locks(ino.0, lock_owner.0)
         } else {
-            reply.ok();
-        }
+            Ok(())
+        };
+        empty(reply, committed.and(unlocked));
     }
 
     fn release(
