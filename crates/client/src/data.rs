@@ -352,12 +352,13 @@ impl Data<'_> {
                 if matches!(e, FsError::Errno(_)) {
                     self.chunks.give_back(f.runs);
                 }
-                self.staging.record_failure(ino, e);
+                self.staging.record_failure(ino, f.generation, e);
                 Ok(())
             }
             Err(Fail::Reconnected) => {
                 // Whether the commit landed is unknown: say the writes may be lost.
-                self.staging.record_failure(ino, FsError::Errno(libc::EIO));
+                self.staging
+                    .record_failure(ino, f.generation, FsError::Errno(libc::EIO));
                 Err(Fail::Reconnected)
             }
         }
@@ -368,8 +369,10 @@ impl Data<'_> {
     pub fn reconnected(&mut self) {
         self.chunks.clear();
         for ino in self.staging.files() {
-            self.staging.take(ino);
-            self.staging.record_failure(ino, FsError::Errno(libc::EIO));
+            if let Some(f) = self.staging.take(ino) {
+                self.staging
+                    .record_failure(ino, f.generation, FsError::Errno(libc::EIO));
+            }
         }
     }
 
@@ -383,9 +386,9 @@ impl Data<'_> {
 
     /// Commits what is staged for `ino` and reports the first failure to commit a
     /// staged write of it since the last report (fsync and close).
-    pub fn settle(&mut self, ino: u64) -> Res<()> {
+    pub fn settle(&mut self, ino: u64, generation: u64) -> Res<()> {
         self.flush(ino)?;
-        match self.staging.take_failure(ino) {
+        match self.staging.take_failure(ino, generation) {
             Some(e) => Err(Fail::Fs(e)),
             None => Ok(()),
         }

@@ -371,14 +371,15 @@ impl Client {
     /// file after this returns sees them).
     pub fn close(&self, fd: Fd) -> FsResult<()> {
         let h = self.lock().handles.remove(&fd.0).ok_or(EBADF)?;
-        self.run_data(|i| i.data().settle(h.ino))
+        self.run_data(|i| i.data().settle(h.ino, h.gen))
     }
 
     /// Commits the writes staged for an open file, and reports any that failed to
     /// commit since the last report (what close(2) reports, through FUSE's flush).
     pub fn flush(&self, fd: Fd) -> FsResult<()> {
         let (ino, _, _) = self.handle(fd)?;
-        self.run_data(|i| i.data().settle(ino))
+        let gen = self.generation(fd)?;
+        self.run_data(|i| i.data().settle(ino, gen))
     }
 
     fn handle(&self, fd: Fd) -> FsResult<(u64, OpenFlags, u64)> {
@@ -470,8 +471,9 @@ impl Client {
     /// here, and weak-mode pages written one-sided are made durable on their stores.
     pub fn fsync(&self, fd: Fd) -> FsResult<()> {
         let (ino, _, _) = self.handle(fd)?;
+        let gen = self.generation(fd)?;
         self.run_data(|i| {
-            i.data().settle(ino)?;
+            i.data().settle(ino, gen)?;
             i.link.flush_stores()
         })
     }

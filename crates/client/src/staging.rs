@@ -53,8 +53,9 @@ pub struct Staging {
     files: HashMap<u64, StagedFile>,
     /// When the oldest staged write was staged.
     since: Option<Instant>,
-    /// Commits of staged writes that failed, by inode, until fsync or close says so.
-    failed: HashMap<u64, FsError>,
+    /// Commits of staged writes that failed, by inode and generation, until fsync or
+    /// close says so.
+    failed: HashMap<(u64, u64), FsError>,
     /// The thread that commits staged writes when they grow old.
     flusher: Option<Thread>,
     /// The flusher sleeps until woken (it does after a while with nothing staged;
@@ -188,13 +189,13 @@ impl Staging {
         self.max_age
     }
 
-    pub fn record_failure(&mut self, ino: u64, e: FsError) {
-        self.failed.entry(ino).or_insert(e);
+    pub fn record_failure(&mut self, ino: u64, generation: u64, e: FsError) {
+        self.failed.entry((ino, generation)).or_insert(e);
     }
 
     /// The failure to commit a staged write of `ino` not reported yet.
-    pub fn take_failure(&mut self, ino: u64) -> Option<FsError> {
-        self.failed.remove(&ino)
+    pub fn take_failure(&mut self, ino: u64, generation: u64) -> Option<FsError> {
+        self.failed.remove(&(ino, generation))
     }
 }
 
