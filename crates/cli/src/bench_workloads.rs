@@ -66,6 +66,9 @@ pub trait Target: Sync {
     fn append(&self, f: &Self::File, b: &[u8]) -> io::Result<()>;
     fn read_at(&self, f: &Self::File, off: u64, b: &mut [u8]) -> io::Result<usize>;
     fn fsync(&self, f: &Self::File) -> io::Result<()>;
+    /// Drops the kernel's cached pages of a file before timed reads (what fio does
+    /// by default, `invalidate=1`), so reads reach the file system.
+    fn invalidate(&self, f: &Self::File) -> io::Result<()>;
     fn close(&self, f: Self::File) -> io::Result<()>;
     fn mkdir(&self, p: &str) -> io::Result<()>;
     fn rmdir(&self, p: &str) -> io::Result<()>;
@@ -107,6 +110,15 @@ impl Target for Mounted {
     }
     fn fsync(&self, f: &File) -> io::Result<()> {
         f.sync_all()
+    }
+    fn invalidate(&self, f: &File) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: posix_fadvise only reads the descriptor, which `f` keeps open.
+        let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        if r != 0 {
+            return Err(io::Error::from_raw_os_error(r));
+        }
+        Ok(())
     }
     fn close(&self, f: File) -> io::Result<()> {
         drop(f);
@@ -192,6 +204,10 @@ impl Target for Api {
     }
     fn fsync(&self, f: &Fd) -> io::Result<()> {
         self.client.fsync(*f).map_err(os_err)
+    }
+    fn invalidate(&self, _: &Fd) -> io::Result<()> {
+        // No kernel cache in between; the client's own cache is the system's.
+        Ok(())
     }
     fn close(&self, f: Fd) -> io::Result<()> {
         self.client.close(f).map_err(os_err)
@@ -387,6 +403,7 @@ fn lat4k<T: Target>(t: &T, d: &str, kind: Io4k, secs: Duration) -> Result<Value>
         t.write_at(&f, i << 20, &mib)?;
     }
     t.fsync(&f)?;
+    t.invalidate(&f)?;
     let page = vec![0x5Au8; 4096];
     let mut buf = vec![0u8; 4096];
     let mut rng = Rng(1);
@@ -432,6 +449,7 @@ fn seq<T: Target>(t: &T, d: &str, write: bool, jobs: usize) -> Result<Value> {
     let read_back = |j: usize| -> io::Result<()> {
         let mut buf = vec![0u8; MIB];
         let f = t.open(&path(j), How::Read)?;
+        t.invalidate(&f)?;
         for i in 0..PER_JOB {
             if t.read_at(&f, i * MIB as u64, &mut buf)? != MIB {
                 return Err(io::Error::other("a short read"));
