@@ -376,7 +376,7 @@ pub fn run<T: Target>(t: &T, o: &Options) -> Result<Value> {
     }))
 }
 
-pub fn stderr_is_tty() -> bool {
+fn stderr_is_tty() -> bool {
     // SAFETY: isatty only inspects a file descriptor.
     unsafe { libc::isatty(2) == 1 }
 }

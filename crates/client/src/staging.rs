@@ -75,10 +75,6 @@ impl Staging {
         }
     }
 
-    pub fn enabled(&self) -> bool {
-        self.enabled
-    }
-
     pub fn set_flusher(&mut self, t: Thread) {
         self.flusher = Some(t);
     }
