@@ -406,11 +406,25 @@ fn lat4k<T: Target>(t: &T, d: &str, kind: Io4k, secs: Duration) -> Result<Value>
     t.invalidate(&f)?;
     let page = vec![0x5Au8; 4096];
     let mut buf = vec![0u8; 4096];
+    // As fio's random map does: each pass touches every page once, in a fresh random
+    // order. Reads drop the file's cached pages before each pass (fio's invalidate=1
+    // on every loop), or a FUSE file system's reads after the first pass would be
+    // page-cache hits that never reach it.
     let mut rng = Rng(1);
+    let mut order: Vec<u32> = (0..FILE_PAGES as u32).collect();
+    let mut next = order.len();
     let mut ns = Vec::new();
     let deadline = Instant::now() + secs;
     while Instant::now() < deadline {
-        let off = rng.below(FILE_PAGES) as u64 * 4096;
+        if next == order.len() {
+            rng.shuffle(&mut order);
+            next = 0;
+            if kind == Io4k::Read {
+                t.invalidate(&f)?;
+            }
+        }
+        let off = order[next] as u64 * 4096;
+        next += 1;
         let at = Instant::now();
         match kind {
             Io4k::Write => t.write_at(&f, off, &page)?,
@@ -547,6 +561,12 @@ impl Rng {
     }
     fn below(&mut self, n: usize) -> usize {
         (self.next() % n.max(1) as u64) as usize
+    }
+    /// Puts `v` in a uniformly random order (Fisher-Yates).
+    fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            v.swap(i, self.below(i + 1));
+        }
     }
     /// A file size around `mean` (uniform in [mean/2, 3 mean/2]).
     fn size(&mut self, mean: usize) -> usize {
