@@ -29,6 +29,12 @@ pub struct MountArgs {
     /// errors on path walks.
     #[arg(long)]
     pub no_kernel_permissions: bool,
+    /// How long (ms) the kernel may use names and attributes without asking. 0 (the
+    /// default) asks every time, so this mount sees other clients' changes at once;
+    /// more saves kernel requests (a stat in a cached directory becomes one) and may
+    /// show another client's change that much later, as NFS's actimeo does.
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    pub cache_ms: u64,
 }
 
 pub fn mount(a: MountArgs) -> Result<()> {
@@ -52,7 +58,8 @@ pub fn mount(a: MountArgs) -> Result<()> {
         kernel_permissions: !a.no_kernel_permissions,
     };
     let shown = a.mountpoint.display().to_string();
-    let fs = orion_fuse::OrionFs::new(Arc::new(client));
+    let fs = orion_fuse::OrionFs::new(Arc::new(client))
+        .with_cache(std::time::Duration::from_millis(a.cache_ms));
     orion_fuse::mount(fs, &opts, stop, || {
         crate::daemons::announce(format!(
             "orion mount ready: {shown} (MDS {mds}, pid {})",

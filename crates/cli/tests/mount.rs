@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cluster::{is_mounted, Cluster, ORION};
+use cluster::{is_mounted, Cluster, Mount, ORION};
 use proptest::prelude::*;
 use support::oracle::{oracle_snapshot, run_oracle, wait_past};
 use support::*;
@@ -842,4 +842,35 @@ fn locks_hold_across_mounts() {
     assert_eq!(first_line(&mut wout), "held");
     assert_eq!(run(&fa, &["r", "10", "10", "try"]), "ok", "readers share");
     assert_eq!(run(&fa, &["w", "10", "10", "try"]), "busy");
+}
+
+/// `--cache-ms` lets the kernel use names and attributes without asking: such a mount
+/// shows another client's change late (here: not within the test), a default mount
+/// shows it at once, and the caching mount sees its own changes.
+#[test]
+fn a_kernel_cache_of_attributes_shows_other_clients_changes_late() {
+    let cluster = Cluster::start("local", 1);
+    let a = cluster.mount("a", &[]);
+    let b = cluster.mount("b", &[]);
+    let c = cluster.mount("c", &["--cache-ms", "600000"]);
+    let mode = |m: &Mount| {
+        std::fs::metadata(m.path.join("f"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    std::fs::write(a.path.join("f"), b"x").unwrap();
+    std::fs::set_permissions(a.path.join("f"), PermissionsExt::from_mode(0o644)).unwrap();
+    assert_eq!((mode(&b), mode(&c)), (0o644, 0o644));
+    std::fs::set_permissions(a.path.join("f"), PermissionsExt::from_mode(0o600)).unwrap();
+    assert_eq!(mode(&b), 0o600, "a default mount asks every time");
+    assert_eq!(
+        mode(&c),
+        0o644,
+        "the caching mount answered from the kernel's cache"
+    );
+    std::fs::set_permissions(c.path.join("f"), PermissionsExt::from_mode(0o640)).unwrap();
+    assert_eq!(mode(&c), 0o640, "the caching mount sees its own change");
+    assert_eq!(mode(&b), 0o640);
 }

@@ -24,10 +24,6 @@ use orion_meta::xattr::{self, SetMode};
 use orion_meta::{Attr, FsError, FsResult, NewNode, RenameMode, SetAttrReq, TimeSet};
 use orion_proto::{LockKind, LockReq};
 
-/// How long the kernel may trust an attribute or a name: not at all, since another
-/// client may change it at any moment (Orion's consistency is strong; see the README).
-const TTL: Duration = Duration::ZERO;
-
 /// Largest read or write the kernel is asked to send in one request.
 pub const MAX_IO: u32 = 1 << 20;
 
@@ -40,6 +36,11 @@ pub struct OrionFs {
     /// Inodes this mount ever asked to lock: only their closes need to drop locks at
     /// the MDS (a round trip every other close can skip).
     locked: Mutex<HashSet<u64>>,
+    /// How long the kernel may use a name or an attribute without asking. Zero by
+    /// default: another client may change either at any moment, and Orion's clients
+    /// see each other's changes at once (see the README). A longer time trades that
+    /// for fewer kernel requests, as NFS's `actimeo` and MooseFS's caches do.
+    cache: Duration,
 }
 
 impl OrionFs {
@@ -49,6 +50,20 @@ impl OrionFs {
             dirs: Mutex::new(HashMap::new()),
             next_dir: AtomicU64::new(1),
             locked: Mutex::new(HashSet::new()),
+            cache: Duration::ZERO,
+        }
+    }
+
+    /// Lets the kernel use names and attributes for `cache` without asking.
+    pub fn with_cache(mut self, cache: Duration) -> OrionFs {
+        self.cache = cache;
+        self
+    }
+
+    fn entry(&self, reply: ReplyEntry, r: FsResult<Attr>) {
+        match r {
+            Ok(a) => reply.entry(&self.cache, &file_attr(&a), Generation(0)),
+            Err(e) => reply.error(errno(e)),
         }
     }
 }
@@ -141,13 +156,6 @@ fn open_flags(f: i32) -> OpenFlags {
 /// file at any time, and each read must see it (paper §4.3).
 fn fopen() -> FopenFlags {
     FopenFlags::FOPEN_DIRECT_IO
-}
-
-fn entry(reply: ReplyEntry, r: FsResult<Attr>) {
-    match r {
-        Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(0)),
-        Err(e) => reply.error(errno(e)),
-    }
 }
 
 fn empty(reply: ReplyEmpty, r: FsResult<()>) {
@@ -388,7 +396,7 @@ impl Filesystem for OrionFs {
         } else {
             self.may(req, parent.0, perm::MAY_EXEC)
         };
-        entry(
+        self.entry(
             reply,
             r.and_then(|_| self.client.lookup(parent.0, name.as_bytes())),
         );
@@ -396,7 +404,7 @@ impl Filesystem for OrionFs {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.client.getattr(ino.0) {
-            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Ok(a) => reply.attr(&self.cache, &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -437,7 +445,7 @@ impl Filesystem for OrionFs {
         };
         let r = checked.and_then(|req| self.client.setattr(ino.0, &req));
         match r {
-            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Ok(a) => reply.attr(&self.cache, &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -464,7 +472,7 @@ impl Filesystem for OrionFs {
             self.client
                 .create_at(parent.0, name.as_bytes(), owner(req, t, mode, rdev), None)
         });
-        entry(reply, r);
+        self.entry(reply, r);
     }
 
     fn mkdir(
@@ -477,7 +485,7 @@ impl Filesystem for OrionFs {
         reply: ReplyEntry,
     ) {
         let node = owner(req, FileType::Directory, mode, 0);
-        entry(
+        self.entry(
             reply,
             self.may_add(req, parent.0)
                 .and_then(|_| self.client.create_at(parent.0, name.as_bytes(), node, None)),
@@ -512,7 +520,7 @@ impl Filesystem for OrionFs {
     ) {
         let node = owner(req, FileType::Symlink, 0o777, 0);
         let t = target.as_os_str().as_bytes();
-        entry(
+        self.entry(
             reply,
             self.may_add(req, parent.0).and_then(|_| {
                 self.client
@@ -558,7 +566,7 @@ impl Filesystem for OrionFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        entry(
+        self.entry(
             reply,
             self.may_add(req, newparent.0)
                 .and_then(|_| self.client.link_at(ino.0, newparent.0, newname.as_bytes())),
@@ -912,7 +920,7 @@ impl Filesystem for OrionFs {
         });
         match r {
             Ok((a, fd)) => reply.created(
-                &TTL,
+                &self.cache,
                 &file_attr(&a),
                 Generation(0),
                 FileHandle(fd.0),
