@@ -31,8 +31,8 @@ pub struct MountArgs {
     pub no_kernel_permissions: bool,
     /// How long (ms) the kernel may use names and attributes without asking. 0 (the
     /// default) asks every time, so this mount sees other clients' changes at once;
-    /// more saves kernel requests (a stat in a cached directory becomes one) and may
-    /// show another client's change that much later, as NFS's actimeo does.
+    /// more saves kernel requests (a repeated stat needs none) and may show another
+    /// client's change that much later, as NFS's actimeo does.
     #[arg(long, default_value_t = 0, value_name = "MS")]
     pub cache_ms: u64,
 }
