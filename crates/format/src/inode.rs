@@ -5,6 +5,12 @@ use crate::codec::*;
 use crate::log::Tail;
 
 pub const INODE_SLOT_SIZE: usize = 128;
+/// Offset of the generation word inside a slot; a freed slot keeps it, so a reused
+/// inode number gets the next generation.
+pub const SLOT_GENERATION_OFFSET: u64 = 16;
+/// Offset of the two log heads inside a slot (8 bytes each; the tail's version parity
+/// picks the live one).
+pub const SLOT_HEADS_OFFSET: u64 = 24;
 /// Offset of the packed tail+version word inside a slot (8-byte aligned).
 pub const SLOT_TAIL_OFFSET: u64 = 40;
 const MAGIC: u32 = 0x4F4E_494F; // "OINO"
@@ -67,6 +73,12 @@ pub struct InodeSlot {
 }
 
 impl InodeSlot {
+    /// Pool offset of the head word that log version `version` uses, in the slot at
+    /// `slot_off`.
+    pub fn head_offset(slot_off: u64, version: u32) -> u64 {
+        slot_off + SLOT_HEADS_OFFSET + 8 * (version & 1) as u64
+    }
+
     pub fn head(&self) -> u64 {
         self.heads[(self.tail.version & 1) as usize]
     }
@@ -76,9 +88,9 @@ impl InodeSlot {
         put_u32(&mut b, 0, MAGIC);
         b[4] = self.ftype as u8;
         put_u64(&mut b, 8, self.ino);
-        put_u64(&mut b, 16, self.generation);
-        put_u64(&mut b, 24, self.heads[0]);
-        put_u64(&mut b, 32, self.heads[1]);
+        put_u64(&mut b, SLOT_GENERATION_OFFSET as usize, self.generation);
+        put_u64(&mut b, SLOT_HEADS_OFFSET as usize, self.heads[0]);
+        put_u64(&mut b, SLOT_HEADS_OFFSET as usize + 8, self.heads[1]);
         put_u64(&mut b, SLOT_TAIL_OFFSET as usize, self.tail.pack());
         let crc = crc32c::crc32c(&b[..24]);
         put_u32(&mut b, CRC_AT, crc);
@@ -99,8 +111,11 @@ impl InodeSlot {
         Ok(Some(InodeSlot {
             ftype: FileType::from_code(b[4])?,
             ino: u64_at(b, 8)?,
-            generation: u64_at(b, 16)?,
-            heads: [u64_at(b, 24)?, u64_at(b, 32)?],
+            generation: u64_at(b, SLOT_GENERATION_OFFSET as usize)?,
+            heads: [
+                u64_at(b, SLOT_HEADS_OFFSET as usize)?,
+                u64_at(b, SLOT_HEADS_OFFSET as usize + 8)?,
+            ],
             tail: Tail::unpack(u64_at(b, SLOT_TAIL_OFFSET as usize)?),
         }))
     }

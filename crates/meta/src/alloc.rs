@@ -61,11 +61,16 @@ impl PageAllocator {
     }
 
     fn set_free(&mut self, page: u64) {
-        debug_assert!(self.is_used(page), "double free of page {page}");
-        if self.is_used(page) {
-            self.bits[(page / 64) as usize] &= !(1 << (page % 64));
-            self.free += 1;
-        }
+        assert!(self.is_used(page), "page {page} freed twice, or never allocated");
+        self.bits[(page / 64) as usize] &= !(1 << (page % 64));
+        self.free += 1;
+        debug_assert!(self.free <= self.count);
+    }
+
+    fn set_used(&mut self, page: u64) {
+        assert!(!self.is_used(page), "page {page} handed out twice");
+        self.bits[(page / 64) as usize] |= 1 << (page % 64);
+        self.free -= 1;
     }
 
     /// Allocates a run of up to `max` contiguous pages (at least one). `use_reserve`
@@ -83,8 +88,7 @@ impl PageAllocator {
         if max == 1 {
             while let Some(p) = self.recent.pop() {
                 if !self.is_used(p) {
-                    self.bits[(p / 64) as usize] |= 1 << (p % 64);
-                    self.free -= 1;
+                    self.set_used(p);
                     return Some((p, 1));
                 }
             }
@@ -95,10 +99,10 @@ impl PageAllocator {
             n += 1;
         }
         for p in start..start + n {
-            self.bits[(p / 64) as usize] |= 1 << (p % 64);
+            self.set_used(p);
         }
-        self.free -= n;
         self.hint = start + n;
+        assert!(self.free >= floor, "an allocation never takes the reserve it may not use");
         Some((start, n))
     }
 

@@ -19,18 +19,20 @@ pub mod index;
 pub mod journal;
 pub mod localfs;
 pub mod log;
+pub mod ops;
 pub mod perm;
 pub mod recovery;
 pub mod xattr;
 
 pub use clock::{Clock, LogicalClock, SystemClock};
 pub use engine::{
-    setattr_entry, EngineConfig, MetaEngine, MountReport, NewNode, ReaddirEntry, RenameMode,
-    SetAttrReq, TimeSet, ROOT_INO,
+    EngineConfig, MetaEngine, MountReport, NewNode, ReaddirEntry, RenameMode, SetAttrReq, TimeSet,
+    ROOT_INO,
 };
 pub use error::{FsError, FsResult};
 pub use index::{Attr, InodeState};
 pub use localfs::{LocalConfig, LocalFs, StatFs};
+pub use ops::setattr_entry;
 
 /// Largest file size accepted (EFBIG past it).
 pub const MAX_FILE_SIZE: u64 = 1 << 60;

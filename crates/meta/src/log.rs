@@ -169,8 +169,8 @@ pub fn append(
     let mut space = room(log);
     let mut need = 0u64;
     for e in entries {
+        assert!(e.lines() <= MAX_ENTRY_LINES, "an entry fits in one log page");
         let len = e.lines() as u64 * LINE;
-        debug_assert!(e.lines() <= MAX_ENTRY_LINES);
         if len > space {
             need += 1;
             space = PAGE_SIZE - LOG_PAGE_HEADER;
@@ -197,6 +197,11 @@ pub fn append(
     for e in entries {
         e.encode_into(buf);
         let len = buf.len() as u64;
+        assert_eq!(len, e.lines() as u64 * LINE, "an entry encodes to its planned size");
+        debug_assert!(
+            Entry::decode(buf).is_ok_and(|(back, _)| back == *e),
+            "an entry decodes back to itself (checksum and fields)"
+        );
         if len > page + PAGE_SIZE - pos {
             let left = page + PAGE_SIZE - pos;
             if left > 0 {
@@ -219,6 +224,11 @@ pub fn append(
         pos += len;
     }
     pool.persist(dirty_from, (pos - dirty_from) as usize)?;
+    // The plan and the writes agree: every planned page was linked in, and the tail
+    // moved forward inside the page it ended on.
+    assert!(next_fresh.next().is_none(), "every planned log page is used");
+    assert!(pos >= page + LOG_PAGE_HEADER && pos <= page + PAGE_SIZE);
+    assert!(!fresh.is_empty() || pos >= log.tail.offset, "the tail only moves forward");
     Ok(PendingTail {
         tail: Tail {
             version,
@@ -256,6 +266,11 @@ impl InodeLog {
 
     /// Applies a committed append to the DRAM copy of the log position.
     pub fn advance(&mut self, p: PendingTail) {
+        assert_eq!(p.tail.version, self.tail.version, "an append keeps the version");
+        assert!(
+            !p.new_pages.is_empty() || p.tail.offset >= self.tail.offset,
+            "the tail only moves forward"
+        );
         self.tail = p.tail;
         self.pages.extend(p.new_pages);
         self.entries += p.entries;

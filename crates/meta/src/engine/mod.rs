@@ -1,0 +1,244 @@
+//! The metadata engine: one MDS pool, its inodes and logs in DRAM, and what every
+//! operation shares. Each mechanism has its own file: [`mount`] formats and mounts a
+//! pool, [`commit`] appends and commits entries (one tail store for one inode, the
+//! journal for several), [`gc`] compacts logs, [`inode`] creates and forgets inodes.
+//! The namespace operations that use them live in [`crate::ops`], one file each. The
+//! MDS runs this engine; the local file system ([`crate::LocalFs`]) runs it in-process
+//! beside a data pool.
+
+mod commit;
+mod gc;
+mod inode;
+mod mount;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use orion_format::{FileType, Gpa, Superblock, NAME_MAX};
+use orion_pmem::Pool;
+
+use crate::alloc::PageAllocator;
+use crate::clock::Clock;
+use crate::error::*;
+use crate::index::{Attr, Body, DirEnt, InodeState};
+use crate::log::InodeLog;
+
+pub(crate) use commit::{push_update, Updates};
+
+pub const ROOT_INO: u64 = 1;
+
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// How long freed pages wait before reuse (readers may still hold them).
+    pub grace: Duration,
+    /// Log GC runs when dead entries reach this many and outnumber live ones.
+    pub gc_min_dead: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            grace: Duration::ZERO,
+            gc_min_dead: 64,
+        }
+    }
+}
+
+/// An inode in DRAM: state rebuilt from the log, and where the log is.
+#[derive(Debug)]
+pub struct Inode {
+    pub state: InodeState,
+    pub log: InodeLog,
+    pub generation: u64,
+    /// Parent directory (directories only; kept in DRAM, derived at mount).
+    pub parent: u64,
+}
+
+/// What a new inode is: its type, permission bits (after the caller's umask), owner
+/// and device number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NewNode {
+    pub ftype: FileType,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+}
+
+impl NewNode {
+    pub fn new(ftype: FileType, mode: u32, uid: u32, gid: u32) -> NewNode {
+        NewNode {
+            ftype,
+            mode,
+            uid,
+            gid,
+            rdev: 0,
+        }
+    }
+}
+
+/// What rename does with an existing target (renameat2's flags).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RenameMode {
+    /// rename(2): the target is replaced.
+    Replace = 0,
+    /// RENAME_NOREPLACE: EEXIST if the target exists.
+    NoReplace = 1,
+    /// RENAME_EXCHANGE: both names must exist; they swap inodes.
+    Exchange = 2,
+}
+
+/// A change of times requested by setattr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeSet {
+    Now,
+    At(i64),
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SetAttrReq {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeSet>,
+    pub mtime: Option<TimeSet>,
+}
+
+/// A directory listing row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReaddirEntry {
+    pub cookie: u64,
+    pub ino: u64,
+    pub ftype: FileType,
+    pub name: Vec<u8>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct EngineStats {
+    pub gc_runs: u64,
+    pub journal_commits: u64,
+}
+
+/// What mounting found and did.
+#[derive(Clone, Debug, Default)]
+pub struct MountReport {
+    pub journal_replayed: bool,
+    pub inodes: u64,
+    pub orphans_reclaimed: u64,
+    pub log_pages: u64,
+}
+
+pub struct MetaEngine {
+    pub(crate) pool: Pool,
+    pub(crate) sb: Superblock,
+    pub(crate) inodes: HashMap<u64, Inode>,
+    pub(crate) free_inos: Vec<u64>,
+    pub(crate) log_alloc: PageAllocator,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) cfg: EngineConfig,
+    pub(crate) buf: Vec<u8>,
+    pub(crate) txid: u64,
+    /// Data pages released by the last operations, for the data allocator to take.
+    pub(crate) freed: Vec<Gpa>,
+    /// Set when an operation fails past its commit point: DRAM may no longer match
+    /// the media, so the engine refuses further changes until it is mounted again.
+    pub(crate) failed: Option<String>,
+    pub stats: EngineStats,
+}
+
+impl MetaEngine {
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    pub fn superblock(&self) -> &Superblock {
+        &self.sb
+    }
+
+    pub fn now(&self) -> i64 {
+        self.clock.now()
+    }
+
+    /// Data pages released by operations since the last call.
+    pub fn take_freed(&mut self) -> Vec<Gpa> {
+        std::mem::take(&mut self.freed)
+    }
+
+    pub fn inode(&self, ino: u64) -> FsResult<&Inode> {
+        self.inodes.get(&ino).ok_or(ENOENT)
+    }
+
+    /// Every inode number in use.
+    pub fn inode_numbers(&self) -> Vec<u64> {
+        self.inodes.keys().copied().collect()
+    }
+
+    pub fn inode_count(&self) -> u64 {
+        self.inodes.len() as u64
+    }
+
+    pub fn getattr(&self, ino: u64) -> FsResult<Attr> {
+        Ok(self.inode(ino)?.state.attr.clone())
+    }
+
+    pub(crate) fn dir(&self, ino: u64) -> FsResult<&Inode> {
+        let i = self.inode(ino)?;
+        match i.state.body {
+            Body::Dir(_) => Ok(i),
+            _ => Err(ENOTDIR),
+        }
+    }
+
+    /// Looks a name up in a directory ("." and ".." included).
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> FsResult<Attr> {
+        let ino = self.lookup_ino(parent, name)?;
+        self.getattr(ino)
+    }
+
+    pub fn lookup_ino(&self, parent: u64, name: &[u8]) -> FsResult<u64> {
+        if name.len() > NAME_MAX {
+            return Err(ENAMETOOLONG);
+        }
+        let d = self.dir(parent)?;
+        match name {
+            b"." => Ok(parent),
+            b".." => Ok(d.parent),
+            _ => d
+                .state
+                .dir()
+                .and_then(|x| x.names.get(name))
+                .map(|e| e.ino)
+                .ok_or(ENOENT),
+        }
+    }
+
+    pub(crate) fn entry(&self, parent: u64, name: &[u8]) -> FsResult<Option<DirEnt>> {
+        let d = self.dir(parent)?;
+        Ok(d.state.dir().and_then(|x| x.names.get(name)).copied())
+    }
+
+    pub(crate) fn next_cookie(&self, dir: u64) -> u64 {
+        self.inodes[&dir]
+            .state
+            .dir()
+            .map(|d| d.next_cookie)
+            .unwrap_or(3)
+    }
+
+    /// (total inodes, free inodes, total log pages, free log pages)
+    pub fn usage(&self) -> (u64, u64, u64, u64) {
+        (
+            self.sb.inode_count - 1,
+            self.free_inos.len() as u64,
+            self.log_alloc.count(),
+            self.log_alloc.free(),
+        )
+    }
+
+    /// Pages in an inode's log.
+    pub fn log_pages(&self, ino: u64) -> FsResult<usize> {
+        Ok(self.inode(ino)?.log.pages.len())
+    }
+}

@@ -1,0 +1,158 @@
+//! Formatting a metadata pool (an empty file system: the root directory) and mounting
+//! one (superblock check, journal replay, log walk, orphan reclaim).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use orion_format::{
+    attr_mask as m, Entry, FileType, InodeSlot, PoolKind, SetAttrRec, Superblock, SUPERBLOCK_SIZE,
+};
+use orion_pmem::Pool;
+
+use super::{EngineConfig, EngineStats, Inode, MetaEngine, MountReport, ROOT_INO};
+use crate::alloc::PageAllocator;
+use crate::clock::Clock;
+use crate::error::*;
+use crate::log::{self, InodeLog};
+use crate::{journal, recovery};
+
+impl MetaEngine {
+    /// Writes an empty file system (a root directory) to a freshly formatted pool.
+    pub fn format(pool: &Pool, sb: &Superblock, now: i64) -> FsResult<()> {
+        if sb.kind != PoolKind::Metadata {
+            return Err(FsError::Io("not a metadata pool".into()));
+        }
+        pool.zero(0, (sb.page_area_off) as usize)?;
+        pool.write(0, &sb.encode())?;
+        let page = sb.page_off(0);
+        log::init_log_page(pool, page, ROOT_INO, 0)?;
+        let attr = SetAttrRec {
+            mask: m::ALL,
+            mode: 0o755,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            ..Default::default()
+        };
+        let mut alloc = PageAllocator::new(sb.page_count, 0, Duration::ZERO);
+        alloc.mark_used(0);
+        let tmp = InodeLog::empty(page, 0);
+        let entries = [
+            Entry::SetAttr(attr),
+            Entry::LinkChange {
+                nlink: 2,
+                ctime: now,
+            },
+        ];
+        let p = log::append(
+            pool,
+            &mut alloc,
+            sb.page_area_off,
+            ROOT_INO,
+            &tmp,
+            &entries,
+            false,
+            &mut Vec::new(),
+        )?;
+        let slot = InodeSlot {
+            ftype: FileType::Directory,
+            ino: ROOT_INO,
+            generation: 1,
+            heads: [page, 0],
+            tail: p.tail,
+        };
+        pool.write(sb.slot_off(ROOT_INO), &slot.encode())?;
+        pool.persist(0, sb.page_area_off as usize)?;
+        Ok(())
+    }
+
+    /// Mounts: checks the superblock, replays the journal, walks every log reachable
+    /// from the root, and reclaims inodes and pages nothing reaches.
+    pub fn open(
+        pool: Pool,
+        clock: Arc<dyn Clock>,
+        cfg: EngineConfig,
+    ) -> FsResult<(MetaEngine, MountReport)> {
+        let sb = Superblock::decode(&pool.read_vec(0, SUPERBLOCK_SIZE)?)?;
+        if sb.kind != PoolKind::Metadata {
+            return Err(FsError::Io(format!(
+                "{}: not a metadata pool",
+                pool.path().display()
+            )));
+        }
+        if sb.pool_size > pool.len() {
+            return Err(FsError::Corrupt(format!(
+                "superblock says {} bytes but the pool file has {}",
+                sb.pool_size,
+                pool.len()
+            )));
+        }
+        let journal_replayed = journal::replay(&pool, &sb)?;
+        let reserve = (sb.page_count / 100).max(8);
+        let mut log_alloc = PageAllocator::new(sb.page_count, reserve, cfg.grace);
+        let tree = recovery::load_tree(&pool, &sb, None)?;
+        if let Some(p) = tree.problems.first() {
+            return Err(FsError::Corrupt(p.clone()));
+        }
+        let mut inodes = HashMap::with_capacity(tree.inodes.len());
+        for (ino, li) in tree.inodes {
+            for &p in &li.log.pages {
+                let idx = sb.page_index(p).ok_or_else(|| {
+                    FsError::Corrupt(format!("inode {ino}: log page {p} outside the page area"))
+                })?;
+                if !log_alloc.mark_used(idx) {
+                    return Err(FsError::Corrupt(format!("log page {p} is used twice")));
+                }
+            }
+            inodes.insert(
+                ino,
+                Inode {
+                    state: li.state,
+                    log: li.log,
+                    generation: li.generation,
+                    parent: li.parent,
+                },
+            );
+        }
+        // Reclaim slots that nothing reaches: inodes created but never linked, or
+        // unlinked before their slot was cleared, when the power failed.
+        let mut free_inos = Vec::new();
+        let mut orphans = 0;
+        for ino in (ROOT_INO + 1..sb.inode_count).rev() {
+            if inodes.contains_key(&ino) {
+                continue;
+            }
+            let off = sb.slot_off(ino);
+            if pool.load_u64(off)? != 0 {
+                pool.store_u64(off, 0)?;
+                pool.persist(off, 8)?;
+                orphans += 1;
+            }
+            free_inos.push(ino);
+        }
+        let report = MountReport {
+            journal_replayed,
+            inodes: inodes.len() as u64,
+            orphans_reclaimed: orphans,
+            log_pages: log_alloc.count() - log_alloc.free(),
+        };
+        Ok((
+            MetaEngine {
+                pool,
+                sb,
+                inodes,
+                free_inos,
+                log_alloc,
+                clock,
+                cfg,
+                buf: Vec::with_capacity(512),
+                txid: 0,
+                freed: Vec::new(),
+                failed: None,
+                stats: EngineStats::default(),
+            },
+            report,
+        ))
+    }
+}

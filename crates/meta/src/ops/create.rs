@@ -1,0 +1,85 @@
+//! create, mkdir, symlink, mknod: a new inode, then the directory entry that links it.
+
+use orion_format::{attr_mask as m, DirEntryRec, Entry, FileType, SetAttrRec, NAME_MAX};
+
+use crate::engine::{MetaEngine, NewNode};
+use crate::error::*;
+use crate::index::Attr;
+use crate::ops::{check_name, MAX_LINKS, S_ISGID};
+
+impl MetaEngine {
+    /// Creates a file, directory, symlink or special node named `name` in `parent`.
+    /// For symlinks, `extra` holds the entry naming the page with the target.
+    pub fn create_node(
+        &mut self,
+        parent: u64,
+        name: &[u8],
+        node: NewNode,
+        extra: Vec<Entry>,
+    ) -> FsResult<Attr> {
+        let NewNode {
+            ftype,
+            mode,
+            uid,
+            gid,
+            rdev,
+        } = node;
+        if name.len() > NAME_MAX {
+            return Err(ENAMETOOLONG);
+        }
+        let pdir = self.dir(parent)?;
+        if name == b"." || name == b".." || self.entry(parent, name)?.is_some() {
+            return Err(EEXIST);
+        }
+        check_name(name)?;
+        let is_dir = ftype == FileType::Directory;
+        if is_dir && pdir.state.attr.nlink >= MAX_LINKS {
+            return Err(EMLINK);
+        }
+        let now = self.clock.now();
+        let (mut mode, mut gid) = (mode & 0o7777, gid);
+        if pdir.state.attr.mode & S_ISGID != 0 {
+            gid = pdir.state.attr.gid;
+            if is_dir {
+                mode |= S_ISGID;
+            }
+        }
+        let pnlink = pdir.state.attr.nlink;
+        let attr = SetAttrRec {
+            mask: m::ALL,
+            mode,
+            uid,
+            gid,
+            size: 0,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            rdev,
+        };
+        let ino = self.new_inode(ftype, attr, if is_dir { 2 } else { 1 }, extra)?;
+        let mut entries = vec![Entry::DirAdd(DirEntryRec {
+            ino,
+            cookie: self.next_cookie(parent),
+            time: now,
+            ftype,
+            name: name.to_vec(),
+        })];
+        if is_dir {
+            entries.push(Entry::LinkChange {
+                nlink: pnlink + 1,
+                ctime: now,
+            });
+        }
+        if let Err(e) = self.commit(vec![(parent, entries)], false) {
+            if !self.has_failed() {
+                // Never linked: give the inode back; the caller keeps its data pages.
+                self.forget(ino, false)?;
+            }
+            return Err(e);
+        }
+        if is_dir {
+            self.inodes.get_mut(&ino).expect("created").parent = parent;
+        }
+        self.getattr(ino)
+    }
+}
