@@ -10,7 +10,7 @@ use cluster::{Cluster, BACKENDS};
 use orion_client::{Client, OpenFlags};
 use orion_fabric::{Access, Domain};
 use orion_format::{Entry, Gpa, WriteRec};
-use orion_proto::{Channel, Commit, Create, Hello, Reply, ReplyBody, Request};
+use orion_proto::{Channel, Commit, Create, Hello, MdsRequest, Reply, ReplyBody};
 use rand::{Rng, SeedableRng};
 
 fn seed() -> u64 {
@@ -292,7 +292,7 @@ fn raw(c: &Cluster) -> (Domain, orion_fabric::CompletionQueue, Channel) {
 }
 
 #[track_caller]
-fn call(cq: &orion_fabric::CompletionQueue, ch: &mut Channel, id: u64, req: &Request) -> Reply {
+fn call(cq: &orion_fabric::CompletionQueue, ch: &mut Channel, id: u64, req: &MdsRequest) -> Reply {
     ch.call(cq, id, req, Duration::from_secs(10), &mut Vec::new())
         .unwrap()
 }
@@ -318,14 +318,20 @@ fn bad_input_is_refused_with_an_error_and_the_mds_keeps_serving() {
     ch.conn.post_send(77, &scratch, 0, 40).unwrap();
     // The reply to garbage carries request id 0.
     let r = ch
-        .call(&cq, 0, &Request::Ping, Duration::from_secs(10), &mut other)
+        .call(
+            &cq,
+            0,
+            &MdsRequest::Ping,
+            Duration::from_secs(10),
+            &mut other,
+        )
         .unwrap();
     assert!(
         matches!(&r, Reply::Err { errno, .. } if *errno == libc::EPROTO),
         "{r:?}"
     );
     // Requests before hello are refused.
-    let (e, m) = errno_of(call(&cq, &mut ch, 1, &Request::Statfs));
+    let (e, m) = errno_of(call(&cq, &mut ch, 1, &MdsRequest::Statfs));
     assert_eq!(e, libc::EIO, "{m}");
     assert!(m.contains("hello"), "{m}");
     let hello = Hello {
@@ -334,7 +340,7 @@ fn bad_input_is_refused_with_an_error_and_the_mds_keeps_serving() {
         name: "test".into(),
     };
     assert!(matches!(
-        call(&cq, &mut ch, 2, &Request::Hello(hello)),
+        call(&cq, &mut ch, 2, &MdsRequest::Hello(hello)),
         Reply::Ok(ReplyBody::Hello(_))
     ));
     // An unknown inode.
@@ -349,7 +355,7 @@ fn bad_input_is_refused_with_an_error_and_the_mds_keeps_serving() {
     };
     // Every inode of a fresh pool is of generation 1.
     let commit = |ino, gpa| {
-        Request::Commit(Commit {
+        MdsRequest::Commit(Commit {
             ino,
             generation: 1,
             expect: None,
@@ -369,7 +375,7 @@ fn bad_input_is_refused_with_an_error_and_the_mds_keeps_serving() {
         &cq,
         &mut ch,
         5,
-        &Request::AllocChunk {
+        &MdsRequest::AllocChunk {
             group: None,
             pages: 4,
         },
@@ -377,7 +383,7 @@ fn bad_input_is_refused_with_an_error_and_the_mds_keeps_serving() {
         panic!("no chunk")
     };
     // A name too long, a directory entry by log commit.
-    let create = Request::Create(Create {
+    let create = MdsRequest::Create(Create {
         parent: 1,
         name: vec![b'n'; 300],
         ftype: orion_format::FileType::Regular,
@@ -389,7 +395,7 @@ fn bad_input_is_refused_with_an_error_and_the_mds_keeps_serving() {
     });
     let (e, _) = errno_of(call(&cq, &mut ch, 7, &create));
     assert_eq!(e, libc::ENAMETOOLONG);
-    let dir_entry = Request::Commit(Commit {
+    let dir_entry = MdsRequest::Commit(Commit {
         ino: 1,
         generation: 1,
         expect: None,
@@ -400,7 +406,7 @@ fn bad_input_is_refused_with_an_error_and_the_mds_keeps_serving() {
     assert_eq!(e, libc::EIO);
     assert!(m.contains("RPC"), "{m}");
     // A conditional commit on a stale tail.
-    let stale = Request::Commit(Commit {
+    let stale = MdsRequest::Commit(Commit {
         ino,
         generation: 1,
         expect: Some(orion_format::Tail {
@@ -414,7 +420,7 @@ fn bad_input_is_refused_with_an_error_and_the_mds_keeps_serving() {
     assert_eq!(e, libc::ESTALE);
     // An unconditional write to a page of this client's chunk, built for another file
     // that once had this inode number.
-    let reused = Request::Commit(Commit {
+    let reused = MdsRequest::Commit(Commit {
         ino,
         generation: 2,
         expect: None,

@@ -205,7 +205,7 @@ fn real_programs_on_the_mount() {
             t = tarball.display()
         ),
     );
-    assert!(out.contains("crates/meta/src/engine.rs"));
+    assert!(out.contains("crates/meta/src/lib.rs"));
     let extracted = m.path.join("x");
     std::fs::create_dir(&extracted).unwrap();
     sh(&extracted, &format!("tar -xf {}", tarball.display()));

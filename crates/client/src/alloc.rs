@@ -5,13 +5,13 @@
 use std::collections::VecDeque;
 
 use orion_format::Gpa;
-use orion_proto::{ReplyBody, Request};
+use orion_proto::{MdsRequest, ReplyBody};
 
 use std::time::Duration;
 
 use orion_meta::FsError;
 
-use crate::link::{io_err, Fail, Link, Res};
+use crate::remote::{io_err, Fail, Remote, Res};
 
 #[derive(Default)]
 pub struct Chunks {
@@ -26,23 +26,23 @@ pub const MAX_CHUNK_REQUEST: u32 = 4096;
 
 impl Chunks {
     /// `n` pages as runs of contiguous pages.
-    pub fn take(&mut self, link: &mut Link, n: u64) -> Res<Vec<(Gpa, u64)>> {
+    pub fn take(&mut self, remote: &mut Remote, n: u64) -> Res<Vec<(Gpa, u64)>> {
         let mut out = Vec::new();
         let mut have = 0;
         let mut waited = 0;
         while have < n {
             let Some((g, k)) = self.runs.pop_front() else {
                 if self.next_request == 0 {
-                    self.next_request = link.cfg.chunk_pages.max(1);
+                    self.next_request = remote.cfg.chunk_pages.max(1);
                 }
                 let want = (n - have).max(self.next_request as u64).min(1 << 17) as u32;
                 self.next_request = (self.next_request * 2).min(MAX_CHUNK_REQUEST);
-                match link.call(&Request::AllocChunk {
-                    group: link.internal_group,
+                match remote.call(&MdsRequest::AllocChunk {
+                    group: remote.internal_group,
                     pages: want,
                 }) {
                     Ok(ReplyBody::Chunk { start, pages }) if pages > 0 => {
-                        link.prefault(start, pages as u64);
+                        remote.prefault(start, pages as u64);
                         self.runs.push_back((start, pages as u64));
                         continue;
                     }
@@ -53,11 +53,11 @@ impl Chunks {
                     // No store is connected to the MDS: one may be rejoining after
                     // an MDS restart. Wait for it as for a reconnection.
                     Err(Fail::Fs(FsError::Errno(libc::EAGAIN)))
-                        if waited < link.cfg.reconnect_ms =>
+                        if waited < remote.cfg.reconnect_ms =>
                     {
                         std::thread::sleep(Duration::from_millis(20));
                         waited += 20;
-                        link.refresh_stores()?;
+                        remote.refresh_stores()?;
                         continue;
                     }
                     Err(Fail::Fs(FsError::Errno(libc::EAGAIN))) => {
@@ -81,11 +81,23 @@ impl Chunks {
             out.push((g, use_now));
             have += use_now;
         }
+        assert_eq!(
+            out.iter().map(|r| r.1).sum::<u64>(),
+            n,
+            "exactly the pages asked"
+        );
         Ok(out)
     }
 
     pub fn give_back(&mut self, runs: Vec<(Gpa, u64)>) {
         for r in runs.into_iter().rev() {
+            debug_assert!(r.1 > 0, "an empty run given back");
+            debug_assert!(
+                self.runs.iter().all(|&(g, n)| g.group() != r.0.group()
+                    || g.page() + n <= r.0.page()
+                    || r.0.page() + r.1 <= g.page()),
+                "pages given back twice: {r:?}"
+            );
             self.runs.push_front(r);
         }
     }

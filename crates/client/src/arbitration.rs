@@ -20,7 +20,7 @@ use orion_meta::error::ENOENT;
 use orion_meta::log::{walk_log, walk_log_from, PageSource};
 use orion_meta::{FsError, FsResult, InodeState};
 
-use crate::link::{Fail, Link, Res};
+use crate::remote::{Fail, Remote, Res};
 
 /// A client's copy of one inode.
 pub struct Cached {
@@ -41,14 +41,14 @@ impl Cached {
 
 /// Reads log pages of the MDS pool one-sided.
 struct RemotePages<'a> {
-    link: RefCell<&'a mut Link>,
+    remote: RefCell<&'a mut Remote>,
     /// A reconnect seen during the walk (the walk then fails and the caller retries).
     reconnected: RefCell<bool>,
 }
 
 impl PageSource for RemotePages<'_> {
     fn read_at(&self, off: u64, buf: &mut [u8]) -> FsResult<()> {
-        match self.link.borrow_mut().read_mds(off, buf) {
+        match self.remote.borrow_mut().read_mds(off, buf) {
             Ok(()) => Ok(()),
             Err(Fail::Fs(e)) => Err(e),
             Err(Fail::Reconnected) => {
@@ -69,13 +69,13 @@ const WALK_ATTEMPTS: usize = 8;
 
 impl InodeCache {
     /// Reads the slot of `ino` one-sided.
-    fn read_slot(link: &mut Link, ino: u64) -> Res<Option<InodeSlot>> {
-        if ino == 0 || ino >= link.sb.inode_count {
+    fn read_slot(remote: &mut Remote, ino: u64) -> Res<Option<InodeSlot>> {
+        if ino == 0 || ino >= remote.sb.inode_count {
             return Err(ENOENT.into());
         }
         let mut b = [0u8; INODE_SLOT_SIZE];
-        link.read_mds(link.sb.slot_off(ino), &mut b)?;
-        link.stats.tail_reads += 1;
+        remote.read_mds(remote.sb.slot_off(ino), &mut b)?;
+        remote.stats.tail_reads += 1;
         match InodeSlot::decode(&b) {
             Ok(s) => Ok(s.filter(|s| s.ino == ino)),
             // A slot being rewritten (GC of a freed-and-reused inode) reads as damaged
@@ -85,10 +85,10 @@ impl InodeCache {
     }
 
     /// Makes the copy of `ino` current (see the module text) and returns it.
-    pub fn refresh(&mut self, link: &mut Link, ino: u64) -> Res<&mut Cached> {
+    pub fn refresh(&mut self, remote: &mut Remote, ino: u64) -> Res<&mut Cached> {
         let mut last = None;
         for _ in 0..WALK_ATTEMPTS {
-            match self.try_refresh(link, ino) {
+            match self.try_refresh(remote, ino) {
                 Ok(()) => return Ok(self.map.get_mut(&ino).expect("refreshed")),
                 Err(Fail::Fs(FsError::Corrupt(m))) => last = Some(m),
                 Err(e) => return Err(e),
@@ -101,24 +101,24 @@ impl InodeCache {
         .into())
     }
 
-    fn try_refresh(&mut self, link: &mut Link, ino: u64) -> Res<()> {
-        let Some(slot) = Self::read_slot(link, ino)? else {
+    fn try_refresh(&mut self, remote: &mut Remote, ino: u64) -> Res<()> {
+        let Some(slot) = Self::read_slot(remote, ino)? else {
             self.map.remove(&ino);
             return Err(ENOENT.into());
         };
         if let Some(c) = self.map.get_mut(&ino) {
             if c.generation == slot.generation {
                 if c.tail == slot.tail {
-                    link.stats.tail_hits += 1;
+                    remote.stats.tail_hits += 1;
                     return Ok(());
                 }
                 if c.tail.version == slot.tail.version && c.tail.offset < slot.tail.offset {
                     let from = c.tail.offset;
-                    let r = walk(link, ino, from, slot.tail, &mut c.state, false);
+                    let r = walk(remote, ino, from, slot.tail, &mut c.state, false);
                     match r {
                         Ok(()) => {
                             c.tail = slot.tail;
-                            link.stats.refetches += 1;
+                            remote.stats.refetches += 1;
                             return Ok(());
                         }
                         Err(Fail::Reconnected) => return Err(Fail::Reconnected),
@@ -126,13 +126,13 @@ impl InodeCache {
                         Err(_) => {}
                     }
                 }
-                link.stats.rebuilds += 1;
+                remote.stats.rebuilds += 1;
             }
         }
         self.map.remove(&ino);
         let mut state = InodeState::new(ino, slot.ftype);
-        walk(link, ino, slot.head(), slot.tail, &mut state, true)?;
-        link.stats.loads += 1;
+        walk(remote, ino, slot.head(), slot.tail, &mut state, true)?;
+        remote.stats.loads += 1;
         self.map.insert(
             ino,
             Cached {
@@ -153,24 +153,32 @@ impl InodeCache {
     /// Applies the MDS's answer to a log commit of `entries` (module text).
     pub fn committed(
         &mut self,
-        link: &mut Link,
+        remote: &mut Remote,
         ino: u64,
         entries: &[orion_format::Entry],
         prev: Tail,
         tail: Tail,
     ) -> Res<()> {
+        assert_ne!(prev, tail, "an acknowledged commit moved the tail");
         if let Some(c) = self.map.get_mut(&ino) {
             if c.tail == prev {
+                // The MDS applied these entries to the state this copy has: they apply
+                // here too, or client and MDS disagree on the inode (a bug).
                 let mut freed = Vec::new();
-                let ok = entries.iter().all(|e| c.state.apply(e, &mut freed).is_ok());
-                if ok {
-                    c.tail = tail;
-                    return Ok(());
+                for e in entries {
+                    if let Err(err) = c.state.apply(e, &mut freed) {
+                        panic!(
+                            "inode {ino}: an entry the MDS acknowledged at tail {prev:?} does \
+                             not apply to this client's copy at the same tail: {err} ({e:?})"
+                        );
+                    }
                 }
+                c.tail = tail;
+                return Ok(());
             }
         }
         // Other commits came between: catch up from the MDS log.
-        self.refresh(link, ino).map(|_| ())
+        self.refresh(remote, ino).map(|_| ())
     }
 
     pub fn ftype(&self, ino: u64) -> Option<FileType> {
@@ -181,16 +189,16 @@ impl InodeCache {
 /// Applies the entries of `ino`'s log to `tail` to `state`: the whole log from its
 /// head page `from` when `whole`, else from the entry at `from`.
 fn walk(
-    link: &mut Link,
+    remote: &mut Remote,
     ino: u64,
     from: u64,
     tail: Tail,
     state: &mut InodeState,
     whole: bool,
 ) -> Res<()> {
-    let max_pages = link.sb.page_count;
+    let max_pages = remote.sb.page_count;
     let src = RemotePages {
-        link: RefCell::new(link),
+        remote: RefCell::new(remote),
         reconnected: RefCell::new(false),
     };
     let mut freed = Vec::new();

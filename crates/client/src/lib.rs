@@ -1,22 +1,33 @@
 //! `orion-client`: the OrionFS client library (paper §4.3, §5; DESIGN.md §3, §4).
 //!
 //! A [`Client`] connects to the metadata server and the data stores over the fabric
-//! ([`link`]) and offers POSIX-shaped calls on paths and file handles ([`fs`]). It keeps
+//! ([`remote`]) and offers POSIX-shaped calls on paths and file handles ([`fs`]). It keeps
 //! copies of the inodes it uses and checks them against the MDS's log tail with a
 //! one-sided read before each use ([`arbitration`]); it allocates data pages from
 //! chunks the MDS delegates ([`alloc`]); it reads and writes data pages copy-on-write,
-//! from a mapped local pool, a DRAM cache or one-sided operations ([`data`]); with
+//! from a mapped local pool, a DRAM cache or one-sided operations ([`datapath`]); every
+//! update built from a cached inode goes through one commit loop ([`commit`]); with
 //! optimistic persistence it commits small writes in batches ([`staging`]).
+//!
+//! The front-ends (the FUSE daemon, the preload library) speak only to this crate:
+//! what they need of the types below it is re-exported here.
 
 pub mod alloc;
 pub mod arbitration;
+pub mod commit;
 pub mod config;
-pub mod data;
+pub mod datapath;
 pub mod fs;
-pub mod link;
+pub mod remote;
 pub mod staging;
 pub mod stats;
 
 pub use config::ClientConfig;
 pub use fs::{Client, DirEntry, Fd, OpenFlags};
 pub use stats::Stats;
+
+// What a front-end needs of the crates below the client library.
+pub use orion_format::{FileType, PAGE_SIZE};
+pub use orion_meta::{perm, xattr};
+pub use orion_meta::{Attr, FsError, FsResult, NewNode, RenameMode, SetAttrReq, StatFs, TimeSet};
+pub use orion_proto::{LockKind, LockReq};

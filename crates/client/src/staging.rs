@@ -116,11 +116,12 @@ impl Staging {
             pages: BTreeMap::new(),
             end: 0,
         });
-        debug_assert_eq!(f.generation, generation, "a stage holds one file");
+        // `accepts` refused another generation of the inode, and writes alone come.
+        assert_eq!(f.generation, generation, "a stage holds one file");
+        assert!(!entries.is_empty(), "a staged write has entries");
         for e in &entries {
             let Entry::Write(w) = e else {
-                debug_assert!(false, "only writes are staged");
-                continue;
+                unreachable!("only writes are staged: {e:?}");
             };
             for k in 0..w.npages as u64 {
                 f.pages.insert(w.pgoff + k, w.gpa.offset_by(k));

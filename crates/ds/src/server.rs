@@ -10,8 +10,8 @@ use orion_fabric::{Access, CompletionQueue, ConnId, Domain, FabricConfig, OpKind
 use orion_format::{Gpa, PoolKind, Superblock, PAGE_SIZE, SUPERBLOCK_SIZE};
 use orion_pmem::{ModeChoice, Pool};
 use orion_proto::{
-    decode_request, peek_id, Channel, DsHello, DsInfoReply, Event, Reply, ReplyBody, Request,
-    MAX_PERSISTED,
+    peek_id, Channel, DsHello, DsInfoReply, Event, Message, Reply, ReplyBody, StoreRequest,
+    StoreToMds, MAX_PERSISTED,
 };
 use tracing::{info, warn};
 
@@ -214,7 +214,7 @@ impl Store {
         self.last_attempt = Some(Instant::now());
         let conn = self.domain.connect(&self.cfg.mds, &self.cq)?;
         let mut ch = Channel::new(&self.domain, conn)?;
-        let hello = Request::DsHello(DsHello {
+        let hello = StoreToMds::Join(DsHello {
             group: self.cfg.group,
             page_count: self.sb.page_count,
             pool_uuid: self.sb.pool_uuid,
@@ -315,6 +315,8 @@ impl Store {
             warn!("a client wrote with an immediate naming page {page}, outside the pool");
             return;
         }
+        // Checked above against the superblock; the page lies inside the mapped pool.
+        assert!(self.sb.page_off(page) + PAGE_SIZE <= self.pool.len());
         if let Err(e) = self
             .pool
             .persist(self.sb.page_off(page), PAGE_SIZE as usize)
@@ -334,8 +336,15 @@ impl Store {
             self.persisted.clear();
             return;
         };
+        // Only pages this store checked and persisted are reported (page_written).
+        assert!(
+            self.persisted
+                .iter()
+                .all(|g| g.group() == self.cfg.group && g.page() < self.sb.page_count),
+            "a persisted notice names a page of this store"
+        );
         for pages in self.persisted.chunks(MAX_PERSISTED) {
-            let req = Request::Persisted {
+            let req = StoreToMds::Persisted {
                 pages: pages.to_vec(),
             };
             if let Err(e) = mds.send_request(0, &req) {
@@ -348,8 +357,8 @@ impl Store {
 
     fn serve(&mut self, msg: &[u8]) -> Reply {
         let err = |errno: i32, message: String| Reply::Err { errno, message };
-        match decode_request(msg) {
-            Ok((_, Request::DsInfo)) => Reply::Ok(ReplyBody::DsInfo(DsInfoReply {
+        match StoreRequest::decode(msg) {
+            Ok((_, StoreRequest::Info)) => Reply::Ok(ReplyBody::DsInfo(DsInfoReply {
                 group: self.cfg.group,
                 region: self.region.remote(),
                 pool_path: self.cfg.pool.display().to_string(),
@@ -357,15 +366,14 @@ impl Store {
                 page_area_off: self.sb.page_area_off,
                 page_count: self.sb.page_count,
             })),
-            Ok((_, Request::Flush)) => {
+            Ok((_, StoreRequest::Flush)) => {
                 let len = (self.sb.page_count * PAGE_SIZE) as usize;
                 match self.pool.persist(self.sb.page_area_off, len) {
                     Ok(()) => Reply::Ok(ReplyBody::Empty),
                     Err(e) => err(libc::EIO, format!("persisting the data pool: {e}")),
                 }
             }
-            Ok((_, Request::Ping)) => Reply::Ok(ReplyBody::Empty),
-            Ok((_, other)) => err(libc::EIO, format!("a data store does not serve {other:?}")),
+            Ok((_, StoreRequest::Ping)) => Reply::Ok(ReplyBody::Empty),
             Err(e) => err(libc::EPROTO, format!("malformed message: {e}")),
         }
     }

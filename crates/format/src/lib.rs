@@ -21,7 +21,8 @@ pub use entry::{
     XattrRec, ENTRY_HEADER, MAX_ENTRY_LINES, XATTR_NAME_MAX, XATTR_VALUE_MAX,
 };
 pub use inode::{
-    FileType, InodeSlot, INODE_SLOT_SIZE, SLOT_GENERATION_OFFSET, SLOT_HEADS_OFFSET, SLOT_TAIL_OFFSET,
+    FileType, InodeSlot, INODE_SLOT_SIZE, SLOT_GENERATION_OFFSET, SLOT_HEADS_OFFSET,
+    SLOT_TAIL_OFFSET,
 };
 pub use journal::{JournalRecord, JOURNAL_MAGIC};
 pub use log::{LogPageHeader, Tail, LOG_PAGE_HEADER, PAGE_NEXT_OFFSET};

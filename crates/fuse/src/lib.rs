@@ -10,6 +10,7 @@
 //! unmounted or asked to stop. [`passthrough`] is a null passthrough of a local
 //! directory with the same settings, the FUSE floor for the benchmarks.
 
+mod convert;
 pub mod fs;
 pub mod mount;
 pub mod passthrough;

@@ -62,16 +62,16 @@ impl Group {
 }
 
 /// A chunk handed to one client, and which of its pages the client has committed.
-pub struct Lease {
+pub struct ChunkGrant {
     pub start: Gpa,
     pub pages: u32,
     committed: Vec<u64>,
     left: u32,
 }
 
-impl Lease {
-    pub fn new(start: Gpa, pages: u32) -> Lease {
-        Lease {
+impl ChunkGrant {
+    pub fn new(start: Gpa, pages: u32) -> ChunkGrant {
+        ChunkGrant {
             start,
             pages,
             committed: vec![0; (pages as usize).div_ceil(64)],
@@ -90,21 +90,38 @@ impl Lease {
     }
 }
 
-/// The leases of one client.
+/// The chunks granted to one client (not a lease: a grant lasts until the client
+/// commits its pages or goes away).
 #[derive(Default)]
-pub struct Leases(pub Vec<Lease>);
+pub struct ChunkGrants(Vec<ChunkGrant>);
 
-impl Leases {
+impl ChunkGrants {
+    /// Records a chunk just granted. No page is granted twice: the group's allocator
+    /// handed it out as free, so no grant holds it uncommitted (an older grant may
+    /// hold it committed: the file that took it has freed it since).
+    pub fn add(&mut self, start: Gpa, pages: u32) {
+        assert!(pages > 0, "an empty chunk grant");
+        debug_assert!(
+            (0..pages as u64).all(|k| self.holder(start.offset_by(k)).is_none()),
+            "a page of a new chunk is still uncommitted in an older grant"
+        );
+        self.0.push(ChunkGrant::new(start, pages));
+    }
+
+    /// The grant holding `g` uncommitted, and the page's index in it.
+    fn holder(&self, g: Gpa) -> Option<(usize, u64)> {
+        self.0
+            .iter()
+            .enumerate()
+            .find_map(|(k, l)| l.index(g).filter(|&i| !l.is_committed(i)).map(|i| (k, i)))
+    }
+
     /// Checks that `n` pages from `start` all lie in this client's chunks and are not
     /// committed yet.
     pub fn check(&self, start: Gpa, n: u64) -> FsResult<()> {
         for k in 0..n {
             let g = start.offset_by(k);
-            let ok = self.0.iter().any(|l| match l.index(g) {
-                Some(i) => !l.is_committed(i),
-                None => false,
-            });
-            if !ok {
+            if self.holder(g).is_none() {
                 return Err(FsError::Io(format!(
                     "page {} of group {} is not in one of this client's chunks, or is \
                      already committed",
@@ -116,18 +133,18 @@ impl Leases {
         Ok(())
     }
 
-    /// Records pages as committed (they now belong to a file); drops full leases.
+    /// Records pages as committed (they now belong to a file); drops full grants.
+    /// The caller checked them ([`ChunkGrants::check`]): each lies in exactly one
+    /// grant, uncommitted.
     pub fn commit(&mut self, start: Gpa, n: u64) {
         for k in 0..n {
             let g = start.offset_by(k);
-            for l in self.0.iter_mut() {
-                if let Some(i) = l.index(g) {
-                    if !l.is_committed(i) {
-                        l.committed[(i / 64) as usize] |= 1 << (i % 64);
-                        l.left -= 1;
-                    }
-                }
-            }
+            let (at, i) = self
+                .holder(g)
+                .unwrap_or_else(|| panic!("page {g:?} committed outside this client's grants"));
+            let l = &mut self.0[at];
+            l.committed[(i / 64) as usize] |= 1 << (i % 64);
+            l.left -= 1;
         }
         self.0.retain(|l| l.left > 0);
     }
@@ -175,6 +192,7 @@ pub fn grant(
         // pages others need must not sit unused in one client's chunk.
         let cap = (grp.alloc.free() / 8).max(1);
         if let Some((start, n)) = grp.alloc.alloc_run((pages as u64).min(cap), false) {
+            assert!(n >= 1 && n <= pages as u64 && start + n <= grp.page_count);
             return Ok((Gpa::new(g, start), n as u32));
         }
     }

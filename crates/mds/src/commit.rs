@@ -11,13 +11,13 @@ use orion_meta::error::{EINVAL, EISDIR, ESTALE};
 use orion_meta::{xattr, FsError, FsResult, MetaEngine, MAX_FILE_SIZE};
 use orion_proto::Commit;
 
-use crate::chunks::Leases;
+use crate::chunks::ChunkGrants;
 
 /// Most data pages one log commit may name (a client commits long writes in pieces).
 pub const MAX_COMMIT_PAGES: u64 = 1 << 16;
 
 /// Checks what a client may commit, and returns the data pages the entries name.
-pub fn check(engine: &MetaEngine, leases: &Leases, c: &Commit) -> FsResult<Vec<(Gpa, u64)>> {
+pub fn check(engine: &MetaEngine, grants: &ChunkGrants, c: &Commit) -> FsResult<Vec<(Gpa, u64)>> {
     let attr = engine.getattr(c.ino)?;
     if engine.inode(c.ino)?.generation != c.generation {
         return Err(ESTALE);
@@ -51,7 +51,7 @@ pub fn check(engine: &MetaEngine, leases: &Leases, c: &Commit) -> FsResult<Vec<(
                         "a commit of more than {MAX_COMMIT_PAGES} pages"
                     )));
                 }
-                leases.check(w.gpa, w.npages as u64)?;
+                grants.check(w.gpa, w.npages as u64)?;
                 // The same page twice in one commit would be committed twice.
                 for &(g, n) in &pages {
                     let overlap = g.group() == w.gpa.group()
@@ -100,7 +100,7 @@ pub fn check(engine: &MetaEngine, leases: &Leases, c: &Commit) -> FsResult<Vec<(
                 }
                 xattr::check_commit(&engine.inode(c.ino)?.state, e)?;
                 if let Entry::XattrSet(x) = e {
-                    leases.check(x.gpa, 1)?;
+                    grants.check(x.gpa, 1)?;
                     pages.push((x.gpa, 1));
                 }
             }
@@ -119,10 +119,10 @@ pub fn check(engine: &MetaEngine, leases: &Leases, c: &Commit) -> FsResult<Vec<(
 /// that is no longer the log's (it refreshes and re-executes).
 pub fn apply(
     engine: &mut MetaEngine,
-    leases: &mut Leases,
+    grants: &mut ChunkGrants,
     c: Commit,
 ) -> FsResult<(orion_format::Tail, orion_format::Tail)> {
-    let pages = check(engine, leases, &c)?;
+    let pages = check(engine, grants, &c)?;
     let inode = engine.inode(c.ino)?;
     if let Some(t) = c.expect {
         if t != inode.log.tail {
@@ -136,7 +136,7 @@ pub fn apply(
         .any(|e| matches!(e, Entry::SetAttr(a) if a.mask & attr_mask::SIZE != 0 && a.size < size));
     let r = engine.commit_entries(c.ino, c.entries, shrinking)?;
     for (g, n) in pages {
-        leases.commit(g, n);
+        grants.commit(g, n);
     }
     Ok(r)
 }

@@ -6,7 +6,7 @@
 //! visible with one tail store before it is acknowledged; namespace RPCs ([`namespace`])
 //! run on the metadata engine, which journals multi-inode changes; data pages are handed
 //! to clients in chunks and tracked until committed ([`chunks`]); in strong mode a
-//! commit waits until the data stores report its pages persisted.
+//! commit waits until the data stores report its pages persisted ([`strong`]).
 
 pub mod chunks;
 pub mod commit;
@@ -14,6 +14,7 @@ pub mod config;
 pub mod locks;
 pub mod namespace;
 pub mod server;
+pub mod strong;
 
 pub use config::MdsConfig;
 pub use server::{format_pool, run, Ready};

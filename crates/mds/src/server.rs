@@ -3,7 +3,7 @@
 //! faster than a network thread handing work to file-system threads (each hand-off is
 //! a wake-up of 35-60 µs here); the engine is therefore owned by the loop alone.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -17,12 +17,14 @@ use orion_meta::engine::EngineConfig;
 use orion_meta::{FsError, FsResult, MetaEngine, SystemClock};
 use orion_pmem::{ModeChoice, Pool};
 use orion_proto::{
-    decode_request, peek_id, Channel, Event, HelloReply, Reply, ReplyBody, Request, StoreInfo,
+    peek_id, Channel, Event, HelloReply, MdsInbound, MdsRequest, Message, Reply, ReplyBody,
+    StoreInfo, StoreToMds,
 };
 use tracing::{info, warn};
 
-use crate::chunks::{self, Group, Leases};
+use crate::chunks::{self, ChunkGrants, Group};
 use crate::locks::Locks;
+use crate::strong::{StrongWaits, Waiting};
 use crate::{commit, namespace, MdsConfig};
 
 /// What a started MDS tells its caller.
@@ -45,17 +47,8 @@ enum Role {
 struct Peer {
     ch: Channel,
     role: Role,
-    leases: Leases,
+    grants: ChunkGrants,
     name: String,
-}
-
-/// A request waiting for data stores to report pages persisted (strong mode).
-struct Parked {
-    conn: ConnId,
-    id: u64,
-    req: Request,
-    pages: Vec<Gpa>,
-    deadline: Instant,
 }
 
 struct Mds {
@@ -67,9 +60,8 @@ struct Mds {
     superblock: Vec<u8>,
     groups: BTreeMap<u16, Group>,
     peers: HashMap<ConnId, Peer>,
-    /// Pages the data stores reported persisted that no commit has consumed yet.
-    persisted: HashSet<Gpa>,
-    parked: VecDeque<Parked>,
+    /// Strong mode's waits for data stores.
+    strong: StrongWaits,
     locks: Locks,
     next_client: u64,
     msg: Vec<u8>,
@@ -174,6 +166,7 @@ pub fn run(
         stop.clone(),
         |m| warn!("{m}"),
     )?;
+    let strong = StrongWaits::new(Duration::from_millis(cfg.persist_timeout_ms));
     let mut mds = Mds {
         cfg,
         engine,
@@ -182,8 +175,7 @@ pub fn run(
         superblock,
         groups: BTreeMap::new(),
         peers: HashMap::new(),
-        persisted: HashSet::new(),
-        parked: VecDeque::new(),
+        strong,
         locks: Locks::default(),
         next_client: 1,
         msg: Vec::with_capacity(MAX_MESSAGE),
@@ -232,7 +224,7 @@ impl Mds {
                 Peer {
                     ch,
                     role: Role::New,
-                    leases: Leases::default(),
+                    grants: ChunkGrants::default(),
                     name,
                 },
             );
@@ -266,15 +258,13 @@ impl Mds {
         peer.ch.conn.close();
         // Pages of chunks the client never committed go back to their groups now: no
         // file names them, so no reader can hold them.
-        for (g, n) in peer.leases.uncommitted() {
+        for (g, n) in peer.grants.uncommitted() {
             if let Some(grp) = self.groups.get_mut(&g.group()) {
                 grp.alloc.free_now(g.page(), n);
             }
-            for k in 0..n {
-                self.persisted.remove(&g.offset_by(k));
-            }
+            self.strong.forget_pages(g, n);
         }
-        self.parked.retain(|p| p.conn != conn);
+        self.strong.forget_client(conn);
         self.locks.release_client(conn);
         match peer.role {
             Role::Store { group } => {
@@ -298,7 +288,7 @@ impl Mds {
     }
 
     fn on_message(&mut self, conn: ConnId, msg: &[u8]) {
-        let (id, req) = match decode_request(msg) {
+        let (id, req) = match MdsInbound::decode(msg) {
             Ok(x) => x,
             Err(e) => {
                 let name = &self.peers[&conn].name;
@@ -322,11 +312,11 @@ impl Mds {
 
     /// Serves one request; `None` when the answer comes later (a parked commit) or
     /// never (a notice).
-    fn dispatch(&mut self, conn: ConnId, id: u64, req: Request) -> Option<Reply> {
+    fn dispatch(&mut self, conn: ConnId, id: u64, req: MdsInbound) -> Option<Reply> {
         let peer = self.peers.get_mut(&conn)?;
         let r = match (&peer.role, req) {
-            (_, Request::Ping) => Ok(ReplyBody::Empty),
-            (Role::New | Role::Client { .. }, Request::Hello(h)) => {
+            (_, MdsInbound::Client(MdsRequest::Ping)) => Ok(ReplyBody::Empty),
+            (Role::New | Role::Client { .. }, MdsInbound::Client(MdsRequest::Hello(h))) => {
                 info!(
                     "client {} ({}) joined: {}, {}",
                     h.name,
@@ -341,7 +331,7 @@ impl Mds {
                     internal_group: h.internal_group,
                     strong: h.strong,
                 };
-                peer.name = format!("{} ({})", h.name, peer.name);
+                peer.name = format!("{} ({})", h.name, peer.ch.conn.peer());
                 self.next_client += 1;
                 Ok(ReplyBody::Hello(HelloReply {
                     client_id: self.next_client - 1,
@@ -359,17 +349,19 @@ impl Mds {
                     grace_ms: self.cfg.grace_ms,
                 }))
             }
-            (Role::New, Request::DsHello(d)) => self.join_store(conn, d),
-            (Role::Store { .. }, Request::Persisted { pages }) => {
-                self.persisted.extend(pages);
-                self.retry_parked();
+            (Role::New, MdsInbound::Store(StoreToMds::Join(d))) => self.join_store(conn, d),
+            (Role::Store { .. }, MdsInbound::Store(StoreToMds::Persisted { pages })) => {
+                self.strong.persisted(pages);
+                self.apply_unparked();
                 return None;
             }
-            (Role::Client { .. }, req) => return self.client_request(conn, id, req),
+            (Role::Client { .. }, MdsInbound::Client(req)) => {
+                return self.client_request(conn, id, req)
+            }
             (_, other) => Err(FsError::Io(format!(
                 "{} is not allowed here: a connection says hello (client) or joins (data \
                  store) first, once",
-                request_name(&other)
+                other.name()
             ))),
         };
         Some(match r {
@@ -431,7 +423,7 @@ impl Mds {
         Ok(ReplyBody::Joined { cluster_uuid: ours })
     }
 
-    fn client_request(&mut self, conn: ConnId, id: u64, req: Request) -> Option<Reply> {
+    fn client_request(&mut self, conn: ConnId, id: u64, req: MdsRequest) -> Option<Reply> {
         let peer = self.peers.get_mut(&conn)?;
         let Role::Client {
             internal_group,
@@ -441,18 +433,18 @@ impl Mds {
             return None;
         };
         let r = match req {
-            Request::AllocChunk { group, pages } => {
+            MdsRequest::AllocChunk { group, pages } => {
                 let want = group.or(internal_group);
                 chunks::grant(&mut self.groups, want, pages.min(self.cfg.max_chunk_pages)).map(
                     |(start, n)| {
-                        peer.leases.0.push(chunks::Lease::new(start, n));
+                        peer.grants.add(start, n);
                         ReplyBody::Chunk { start, pages: n }
                     },
                 )
             }
-            Request::Commit(c) => {
+            MdsRequest::Commit(c) => {
                 // Checked before it may wait: a bad commit is refused at once.
-                if let Err(e) = commit::check(&self.engine, &peer.leases, &c) {
+                if let Err(e) = commit::check(&self.engine, &peer.grants, &c) {
                     return Some(errno_reply(e));
                 }
                 // Pages an internal client wrote into its own store's pool it has
@@ -466,26 +458,26 @@ impl Mds {
                 } else {
                     Vec::new()
                 };
-                return self.run_or_park(conn, id, Request::Commit(c), pages);
+                return self.apply_or_park(conn, id, Waiting::Commit(c), pages);
             }
-            Request::Create(c) => {
+            MdsRequest::Create(c) => {
                 if let Some((g, _)) = c.symlink {
-                    if let Err(e) = peer.leases.check(g, 1) {
+                    if let Err(e) = peer.grants.check(g, 1) {
                         return Some(errno_reply(e));
                     }
                     let wait = strong && Some(g.group()) != internal_group;
                     let pages = if wait { vec![g] } else { Vec::new() };
-                    return self.run_or_park(conn, id, Request::Create(c), pages);
+                    return self.apply_or_park(conn, id, Waiting::Create(c), pages);
                 }
                 namespace::create(&mut self.engine, &c)
             }
-            Request::Unlink { parent, name } => {
+            MdsRequest::Unlink { parent, name } => {
                 self.engine.unlink(parent, &name).map(|_| ReplyBody::Empty)
             }
-            Request::Rmdir { parent, name } => {
+            MdsRequest::Rmdir { parent, name } => {
                 self.engine.rmdir(parent, &name).map(|_| ReplyBody::Empty)
             }
-            Request::Rename {
+            MdsRequest::Rename {
                 old_parent,
                 old_name,
                 new_parent,
@@ -495,34 +487,33 @@ impl Mds {
                 .engine
                 .rename(old_parent, &old_name, new_parent, &new_name, mode)
                 .map(|_| ReplyBody::Empty),
-            Request::Link { ino, parent, name } => {
+            MdsRequest::Link { ino, parent, name } => {
                 self.engine.link(ino, parent, &name).map(ReplyBody::Attr)
             }
-            Request::Statfs => {
+            MdsRequest::Statfs => {
                 let (blocks, bfree) = self
                     .groups
                     .values()
                     .fold((0, 0), |(b, f), g| (b + g.page_count, f + g.alloc.free()));
                 Ok(namespace::statfs(&self.engine, blocks, bfree))
             }
-            Request::Parent { ino } => namespace::parent(&self.engine, ino),
-            Request::Lock(l) => self
+            MdsRequest::Parent { ino } => namespace::parent(&self.engine, ino),
+            MdsRequest::Lock(l) => self
                 .engine
                 .getattr(l.ino)
                 .and_then(|_| self.locks.set(conn, &l))
                 .map(|_| ReplyBody::Empty),
-            Request::TestLock(l) => self
+            MdsRequest::TestLock(l) => self
                 .engine
                 .getattr(l.ino)
                 .map(|_| ReplyBody::Lock(self.locks.conflict(conn, &l))),
-            Request::ReleaseLocks { ino, owner } => {
+            MdsRequest::ReleaseLocks { ino, owner } => {
                 self.locks.release(conn, ino, owner);
                 Ok(ReplyBody::Empty)
             }
-            other => Err(FsError::Io(format!(
-                "{} is not a client request",
-                request_name(&other)
-            ))),
+            MdsRequest::Hello(_) | MdsRequest::Ping => Err(FsError::Io(
+                "a client says hello once, when it connects".into(),
+            )),
         };
         self.release_freed();
         Some(match r {
@@ -531,54 +522,42 @@ impl Mds {
         })
     }
 
-    /// Runs a request whose data pages are persisted, or parks it until they are.
-    fn run_or_park(
+    /// Applies an update whose data pages are persisted, or parks it until they are
+    /// ([`StrongWaits`]).
+    fn apply_or_park(
         &mut self,
         conn: ConnId,
         id: u64,
-        req: Request,
+        update: Waiting,
         pages: Vec<Gpa>,
     ) -> Option<Reply> {
-        if pages.iter().all(|g| self.persisted.contains(g)) {
-            return Some(self.run_ready(conn, req, &pages));
+        if self.strong.ready(&pages) {
+            return Some(self.apply_ready(conn, update, &pages));
         }
-        let deadline = Instant::now() + Duration::from_millis(self.cfg.persist_timeout_ms);
-        self.parked.push_back(Parked {
-            conn,
-            id,
-            req,
-            pages,
-            deadline,
-        });
+        self.strong.park(conn, id, update, pages);
         None
     }
 
-    fn run_ready(&mut self, conn: ConnId, req: Request, pages: &[Gpa]) -> Reply {
-        for g in pages {
-            self.persisted.remove(g);
-        }
+    fn apply_ready(&mut self, conn: ConnId, update: Waiting, pages: &[Gpa]) -> Reply {
+        self.strong.consume(pages);
         let Some(peer) = self.peers.get_mut(&conn) else {
             return errno_reply(FsError::Io("client gone".into()));
         };
-        let r = match req {
-            Request::Commit(c) => commit::apply(&mut self.engine, &mut peer.leases, c)
+        let r = match update {
+            Waiting::Commit(c) => commit::apply(&mut self.engine, &mut peer.grants, c)
                 .map(|(prev, tail)| ReplyBody::Committed { prev, tail }),
-            Request::Create(c) => {
+            Waiting::Create(c) => {
                 // Checked again: another parked create may have used the page meanwhile.
                 let page_ok = match c.symlink {
-                    Some((g, _)) => peer.leases.check(g, 1),
+                    Some((g, _)) => peer.grants.check(g, 1),
                     None => Ok(()),
                 };
                 let r = page_ok.and_then(|_| namespace::create(&mut self.engine, &c));
                 if let (Ok(_), Some((g, _))) = (&r, c.symlink) {
-                    peer.leases.commit(g, 1);
+                    peer.grants.commit(g, 1);
                 }
                 r
             }
-            other => Err(FsError::Io(format!(
-                "{} cannot wait for data",
-                request_name(&other)
-            ))),
         };
         self.release_freed();
         match r {
@@ -587,41 +566,22 @@ impl Mds {
         }
     }
 
-    fn retry_parked(&mut self) {
-        let mut i = 0;
-        while i < self.parked.len() {
-            if self.parked[i]
-                .pages
-                .iter()
-                .all(|g| self.persisted.contains(g))
-            {
-                let p = self.parked.remove(i).expect("index in range");
-                let reply = self.run_ready(p.conn, p.req, &p.pages);
-                self.reply(p.conn, p.id, reply);
-            } else {
-                i += 1;
-            }
+    /// Applies and answers the parked updates whose pages are now persisted.
+    fn apply_unparked(&mut self) {
+        for p in self.strong.take_ready() {
+            let reply = self.apply_ready(p.conn, p.update, &p.pages);
+            self.reply(p.conn, p.id, reply);
         }
     }
 
+    /// Fails the parked updates whose stores did not answer in time.
     fn expire_parked(&mut self) {
-        let now = Instant::now();
-        while let Some(i) = self.parked.iter().position(|p| p.deadline <= now) {
-            let p = self.parked.remove(i).expect("index in range");
-            for g in &p.pages {
-                self.persisted.remove(g);
-            }
-            let groups: HashSet<u16> = p
-                .pages
-                .iter()
-                .filter(|g| !self.persisted.contains(g))
-                .map(|g| g.group())
-                .collect();
+        for (p, groups) in self.strong.take_expired(Instant::now()) {
             warn!("a commit waited too long for data stores of groups {groups:?}");
             let msg = format!(
                 "the data stores of groups {groups:?} did not report the written pages \
                  persisted within {} ms: is every data store up?",
-                self.cfg.persist_timeout_ms
+                self.strong.timeout().as_millis()
             );
             self.reply(p.conn, p.id, errno_reply(FsError::Io(msg)));
         }
@@ -635,29 +595,6 @@ impl Mds {
                 grp.alloc.free_later(g.page(), 1);
             }
         }
-    }
-}
-
-fn request_name(r: &Request) -> &'static str {
-    match r {
-        Request::Hello(_) => "hello",
-        Request::Ping => "ping",
-        Request::AllocChunk { .. } => "chunk allocation",
-        Request::Commit(_) => "log commit",
-        Request::Create(_) => "create",
-        Request::Unlink { .. } => "unlink",
-        Request::Rmdir { .. } => "rmdir",
-        Request::Rename { .. } => "rename",
-        Request::Link { .. } => "link",
-        Request::Statfs => "statfs",
-        Request::Parent { .. } => "parent",
-        Request::DsHello(_) => "data store join",
-        Request::Persisted { .. } => "persisted notice",
-        Request::DsInfo => "data store info",
-        Request::Flush => "flush",
-        Request::Lock(_) => "lock",
-        Request::TestLock(_) => "lock test",
-        Request::ReleaseLocks { .. } => "lock release",
     }
 }
 

@@ -61,7 +61,10 @@ impl PageAllocator {
     }
 
     fn set_free(&mut self, page: u64) {
-        assert!(self.is_used(page), "page {page} freed twice, or never allocated");
+        assert!(
+            self.is_used(page),
+            "page {page} freed twice, or never allocated"
+        );
         self.bits[(page / 64) as usize] &= !(1 << (page % 64));
         self.free += 1;
         debug_assert!(self.free <= self.count);
@@ -102,7 +105,10 @@ impl PageAllocator {
             self.set_used(p);
         }
         self.hint = start + n;
-        assert!(self.free >= floor, "an allocation never takes the reserve it may not use");
+        assert!(
+            self.free >= floor,
+            "an allocation never takes the reserve it may not use"
+        );
         Some((start, n))
     }
 

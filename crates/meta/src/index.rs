@@ -216,6 +216,29 @@ impl InodeState {
         }
     }
 
+    /// Whether `other` is the same inode as far as any reader can tell: attributes,
+    /// extended attributes, and the body (file pages, directory names with their
+    /// cookies, symlink target). Which write entry mapped a page is not compared: log
+    /// GC merges runs into fewer entries.
+    pub fn same_contents(&self, other: &InodeState) -> bool {
+        let body = match (&self.body, &other.body) {
+            (Body::File(a), Body::File(b)) => {
+                a.pages.len() == b.pages.len()
+                    && a.pages
+                        .iter()
+                        .zip(&b.pages)
+                        .all(|(x, y)| x.0 == y.0 && x.1.gpa == y.1.gpa)
+            }
+            (Body::Dir(a), Body::Dir(b)) => {
+                a.names == b.names && a.by_cookie == b.by_cookie && a.next_cookie == b.next_cookie
+            }
+            (Body::Symlink(a), Body::Symlink(b)) => a == b,
+            (Body::Special, Body::Special) => true,
+            _ => false,
+        };
+        body && self.attr == other.attr && self.xattrs == other.xattrs
+    }
+
     /// Entries a compacted log would need: attributes, link count, and the body's
     /// live entries. Everything else in the log is dead.
     pub fn live_entries(&self) -> u64 {

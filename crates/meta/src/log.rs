@@ -169,7 +169,10 @@ pub fn append(
     let mut space = room(log);
     let mut need = 0u64;
     for e in entries {
-        assert!(e.lines() <= MAX_ENTRY_LINES, "an entry fits in one log page");
+        assert!(
+            e.lines() <= MAX_ENTRY_LINES,
+            "an entry fits in one log page"
+        );
         let len = e.lines() as u64 * LINE;
         if len > space {
             need += 1;
@@ -197,7 +200,11 @@ pub fn append(
     for e in entries {
         e.encode_into(buf);
         let len = buf.len() as u64;
-        assert_eq!(len, e.lines() as u64 * LINE, "an entry encodes to its planned size");
+        assert_eq!(
+            len,
+            e.lines() as u64 * LINE,
+            "an entry encodes to its planned size"
+        );
         debug_assert!(
             Entry::decode(buf).is_ok_and(|(back, _)| back == *e),
             "an entry decodes back to itself (checksum and fields)"
@@ -226,9 +233,15 @@ pub fn append(
     pool.persist(dirty_from, (pos - dirty_from) as usize)?;
     // The plan and the writes agree: every planned page was linked in, and the tail
     // moved forward inside the page it ended on.
-    assert!(next_fresh.next().is_none(), "every planned log page is used");
+    assert!(
+        next_fresh.next().is_none(),
+        "every planned log page is used"
+    );
     assert!(pos >= page + LOG_PAGE_HEADER && pos <= page + PAGE_SIZE);
-    assert!(!fresh.is_empty() || pos >= log.tail.offset, "the tail only moves forward");
+    assert!(
+        !fresh.is_empty() || pos >= log.tail.offset,
+        "the tail only moves forward"
+    );
     Ok(PendingTail {
         tail: Tail {
             version,
@@ -266,7 +279,10 @@ impl InodeLog {
 
     /// Applies a committed append to the DRAM copy of the log position.
     pub fn advance(&mut self, p: PendingTail) {
-        assert_eq!(p.tail.version, self.tail.version, "an append keeps the version");
+        assert_eq!(
+            p.tail.version, self.tail.version,
+            "an append keeps the version"
+        );
         assert!(
             !p.new_pages.is_empty() || p.tail.offset >= self.tail.offset,
             "the tail only moves forward"

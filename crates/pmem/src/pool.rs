@@ -370,6 +370,7 @@ impl Pool {
     /// Atomically stores the aligned u64 at `off`: the one store a crash cannot tear.
     #[inline]
     pub fn store_u64(&self, off: u64, value: u64) -> Result<(), PoolError> {
+        debug_assert!(off.is_multiple_of(8), "an atomic store is 8-byte aligned");
         self.atomic(off)?.store(value, Ordering::Release);
         self.record_store(off, 8);
         Ok(())

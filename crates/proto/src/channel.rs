@@ -9,7 +9,7 @@ use orion_fabric::{
     MAX_MESSAGE,
 };
 
-use crate::msg::{decode_reply, encode_reply, encode_request, Reply, Request};
+use crate::msg::{decode_reply, encode_reply, Message, Reply};
 
 /// Receive (and send) buffers per channel: how many messages may be in flight.
 pub const DEPTH: u64 = 8;
@@ -123,10 +123,10 @@ impl Channel {
         r
     }
 
-    pub fn send_request(&mut self, id: u64, req: &Request) -> Result<()> {
+    pub fn send_request(&mut self, id: u64, req: &impl Message) -> Result<()> {
         let mut b = std::mem::take(&mut self.scratch);
         b.clear();
-        encode_request(&mut b, id, req);
+        req.encode(&mut b, id);
         let r = self.send_bytes(&b);
         self.scratch = b;
         r
@@ -148,7 +148,7 @@ impl Channel {
         &mut self,
         cq: &CompletionQueue,
         id: u64,
-        req: &Request,
+        req: &impl Message,
         timeout: Duration,
         other: &mut Vec<Completion>,
     ) -> Result<Reply> {

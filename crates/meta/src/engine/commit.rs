@@ -38,7 +38,10 @@ impl MetaEngine {
         );
         let mut pending = Vec::with_capacity(updates.len());
         for (ino, entries) in &updates {
-            assert!(!entries.is_empty(), "inode {ino}: an update with no entries");
+            assert!(
+                !entries.is_empty(),
+                "inode {ino}: an update with no entries"
+            );
             let inode = self.inodes.get(ino).expect("updated inodes exist");
             match log::append(
                 &self.pool,

@@ -66,27 +66,14 @@ impl MetaEngine {
             rebuilt.apply(e, &mut ignored)?;
         }
         let inode = self.inodes.get_mut(&ino).expect("inode exists");
-        // GC keeps every live entry: the compacted log rebuilds the same inode.
-        assert_eq!(rebuilt.attr, inode.state.attr, "GC must not change the inode");
-        assert_eq!(
-            rebuilt.live_entries(),
-            inode.state.live_entries(),
-            "inode {ino}: GC must keep every live entry"
+        // GC keeps every live entry: the compacted log rebuilds the same inode (its
+        // entries need not be the live ones: runs of pages merge into one entry, and a
+        // write overwritten in its middle becomes two).
+        assert!(
+            rebuilt.same_contents(&inode.state),
+            "inode {ino}: GC must not change the inode"
         );
-        assert_eq!(
-            p.entries,
-            entries.len() as u64,
-            "inode {ino}: the compacted log holds exactly the live entries"
-        );
-        debug_assert!(
-            {
-                let (mut a, mut b) = (rebuilt.data_pages(), inode.state.data_pages());
-                a.sort_unstable();
-                b.sort_unstable();
-                a == b
-            },
-            "inode {ino}: GC must keep every data page"
-        );
+        assert_eq!(p.entries, entries.len() as u64);
         let mut new_log = fresh;
         new_log.advance(p);
         let old = std::mem::replace(&mut inode.log, new_log);

@@ -35,7 +35,10 @@ impl MetaEngine {
             let page = self.sb.page_off(pidx);
             let slot_off = self.sb.slot_off(ino);
             // A freed slot keeps its generation word (only its magic is cleared).
-            let generation = self.pool.load_u64(slot_off + SLOT_GENERATION_OFFSET)?.wrapping_add(1);
+            let generation = self
+                .pool
+                .load_u64(slot_off + SLOT_GENERATION_OFFSET)?
+                .wrapping_add(1);
             log::init_log_page(&self.pool, page, ino, 0)?;
             let mut entries = vec![
                 Entry::SetAttr(attr),

@@ -13,7 +13,7 @@ use orion_format::{Gpa, PoolKind, Superblock, PAGE_SIZE, SUPERBLOCK_SIZE};
 use orion_meta::{FsError, FsResult};
 use orion_pmem::{ModeChoice, Pool};
 use orion_proto::channel::USER_WR_BASE;
-use orion_proto::{Channel, Hello, Reply, ReplyBody, Request};
+use orion_proto::{Channel, Hello, MdsRequest, Reply, ReplyBody, StoreRequest};
 use tracing::{info, warn};
 
 use crate::stats::Stats;
@@ -56,7 +56,7 @@ pub struct Store {
     pub unflushed: bool,
 }
 
-pub struct Link {
+pub struct Remote {
     pub cfg: ClientConfig,
     pub strong: bool,
     domain: Domain,
@@ -75,8 +75,8 @@ pub struct Link {
     pub grace: Duration,
 }
 
-impl Link {
-    pub fn connect(cfg: ClientConfig, fabric: FabricConfig) -> FsResult<Link> {
+impl Remote {
+    pub fn connect(cfg: ClientConfig, fabric: FabricConfig) -> FsResult<Remote> {
         let strong = cfg.strong().map_err(io_err)?;
         let domain = Domain::open(fabric).map_err(|e| io_err(format!("fabric: {e}")))?;
         let cq = domain.completion_queue().map_err(io_err)?;
@@ -85,7 +85,7 @@ impl Link {
             .map_err(io_err)?;
         let mds = open_mds(&domain, &cq, &cfg.mds)?;
         let timeout = Duration::from_millis(cfg.op_timeout_ms);
-        let mut link = Link {
+        let mut remote = Remote {
             cfg,
             strong,
             domain,
@@ -105,8 +105,8 @@ impl Link {
             timeout,
             grace: Duration::ZERO,
         };
-        link.hello()?;
-        Ok(link)
+        remote.hello()?;
+        Ok(remote)
     }
 
     /// Introduces this client, learns the MDS pool and the data stores, connects to
@@ -122,7 +122,7 @@ impl Link {
             strong: self.strong,
             name,
         };
-        let reply = self.call_once(&Request::Hello(hello.clone()))?;
+        let reply = self.call_once(&MdsRequest::Hello(hello.clone()))?;
         let ReplyBody::Hello(h) = reply else {
             return Err(io_err("unexpected reply to hello"));
         };
@@ -163,7 +163,7 @@ impl Link {
         }
         if self.internal_group.is_some() || had_internal.is_some() {
             hello.internal_group = self.internal_group;
-            self.call_once(&Request::Hello(hello))?;
+            self.call_once(&MdsRequest::Hello(hello))?;
         }
         Ok(())
     }
@@ -189,7 +189,7 @@ impl Link {
         let id = self.fresh_id();
         let mut other = Vec::new();
         let reply = ch
-            .call(&self.cq, id, &Request::DsInfo, self.timeout, &mut other)
+            .call(&self.cq, id, &StoreRequest::Info, self.timeout, &mut other)
             .map_err(|e| io_err(format!("data store {addr}: {e}")));
         self.absorb(other);
         let info = match reply? {
@@ -244,7 +244,7 @@ impl Link {
         }
     }
 
-    fn call_once(&mut self, req: &Request) -> FsResult<ReplyBody> {
+    fn call_once(&mut self, req: &MdsRequest) -> FsResult<ReplyBody> {
         let id = self.fresh_id();
         let mut other = Vec::new();
         let r = self.mds.call(&self.cq, id, req, self.timeout, &mut other);
@@ -261,7 +261,7 @@ impl Link {
 
     /// An RPC to the MDS. A broken connection is re-established (waiting for a
     /// restarting MDS up to `reconnect_ms`) and reported as [`Fail::Reconnected`].
-    pub fn call(&mut self, req: &Request) -> Res<ReplyBody> {
+    pub fn call(&mut self, req: &MdsRequest) -> Res<ReplyBody> {
         match self.call_once(req) {
             Ok(b) => Ok(b),
             Err(e) if self.mds.conn.is_alive() => Err(Fail::Fs(e)),
@@ -378,23 +378,38 @@ impl Link {
     }
 
     fn store(&mut self, group: u16) -> FsResult<&mut Store> {
-        let usable = self
-            .stores
-            .get(&group)
-            .is_some_and(|s| s.ch.conn.is_alive());
-        if !usable {
-            // A store that joined (or rejoined) after this client connected.
-            let _ = self.hello();
+        let usable = |r: &Remote| r.stores.get(&group).is_some_and(|s| s.ch.conn.is_alive());
+        // A store that joined after this client connected, or one that is restarting
+        // or rejoining a restarted MDS: ask the MDS again, and wait for it as long as
+        // for a restarting MDS (the application sees no error meanwhile).
+        let deadline = Instant::now() + Duration::from_millis(self.cfg.reconnect_ms);
+        let mut pause = Duration::from_millis(2);
+        while !usable(self) {
+            let asked = self.hello();
+            if usable(self) {
+                break;
+            }
+            if let Err(e) = asked {
+                if !self.mds.conn.is_alive() {
+                    return Err(e); // the caller's next MDS call reconnects
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(io_err(format!(
+                    "no connection to the data store of group {group} within {} ms: is it \
+                     running?",
+                    self.cfg.reconnect_ms
+                )));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(50));
         }
-        self.stores.get_mut(&group).ok_or_else(|| {
-            io_err(format!(
-                "no connection to the data store of group {group}: is it running?"
-            ))
-        })
+        Ok(self.stores.get_mut(&group).expect("usable above"))
     }
 
     /// Reads `n` contiguous pages from `gpa` into `out` (n * 4 KiB bytes).
     pub fn read_pages(&mut self, gpa: Gpa, n: usize, out: &mut [u8]) -> FsResult<()> {
+        assert_eq!(out.len(), n * PAGE_SIZE as usize, "pages are read whole");
         let store = self.store(gpa.group())?;
         if gpa.page() + n as u64 > store.page_count {
             return Err(FsError::Corrupt(format!(
@@ -442,6 +457,10 @@ impl Link {
     /// page (strong: the store persists and tells the MDS) or one plain write (weak).
     /// Returns true when the pages were persisted locally.
     pub fn write_pages(&mut self, gpa: Gpa, data: &[u8]) -> FsResult<bool> {
+        assert!(
+            !data.is_empty() && data.len().is_multiple_of(PAGE_SIZE as usize),
+            "pages are written whole"
+        );
         let n = data.len() / PAGE_SIZE as usize;
         let strong = self.strong;
         let store = self.store(gpa.group())?;
@@ -509,7 +528,7 @@ impl Link {
             let store = self.stores.get_mut(&g).expect("listed");
             let r = store
                 .ch
-                .call(&self.cq, id, &Request::Flush, self.timeout, &mut other);
+                .call(&self.cq, id, &StoreRequest::Flush, self.timeout, &mut other);
             self.absorb(other);
             match r.map_err(io_err)? {
                 Reply::Ok(_) => {

@@ -1,0 +1,78 @@
+//! Log commits from the client (paper §4.3), and the one loop that runs an update
+//! computed from a cached inode until the MDS accepts it.
+//!
+//! An update built from the inode's state (a partial-page write, an append, a
+//! truncation, an extended attribute) commits conditionally: it names the tail it was
+//! built on, and the MDS refuses it with `ESTALE` when another client's commit came
+//! first. [`commit_loop`] then asks the update to build itself again from a refreshed
+//! copy, as the paper's re-execution does. Every conditional update of the client goes
+//! through this loop; a refused unconditional commit (the inode number was reused)
+//! stops at the update's own generation check.
+
+use orion_format::Tail;
+use orion_meta::error::ESTALE;
+use orion_meta::FsError;
+use orion_proto::{Commit, MdsRequest, ReplyBody};
+
+use crate::arbitration::InodeCache;
+use crate::remote::{io_err, Fail, Remote, Res};
+
+/// How often an update refused because another client committed first is run again.
+pub(crate) const MAX_REEXECUTIONS: usize = 10_000;
+
+/// What one attempt of an update decided, given a current copy of the inode.
+pub(crate) enum Step<T> {
+    /// Send this commit; `T` is the update's answer once it is accepted.
+    Send(Commit, T),
+    /// Finished without a commit of its own (nothing to change, or staged).
+    Done(T),
+    /// Build again (the attempt changed the inode itself, e.g. committed staged
+    /// writes first).
+    Again,
+}
+
+/// Runs `attempt` until its commit is accepted, re-executing it when the MDS refuses
+/// it with `ESTALE`. Each attempt gets the connections and the inode cache, and the
+/// attempt's number (0 first). An accepted commit is applied to the cached copy
+/// ([`InodeCache::committed`]) before the answer is returned.
+pub(crate) fn commit_loop<T>(
+    remote: &mut Remote,
+    cache: &mut InodeCache,
+    mut attempt: impl FnMut(&mut Remote, &mut InodeCache, usize) -> Res<Step<T>>,
+) -> Res<T> {
+    for n in 0..MAX_REEXECUTIONS {
+        match attempt(remote, cache, n)? {
+            Step::Done(v) => return Ok(v),
+            Step::Again => continue,
+            Step::Send(commit, v) => {
+                let ino = commit.ino;
+                let entries = commit.entries.clone();
+                match send_commit(remote, commit) {
+                    Ok((prev, tail)) => {
+                        cache.committed(remote, ino, &entries, prev, tail)?;
+                        return Ok(v);
+                    }
+                    Err(Fail::Fs(FsError::Errno(libc::ESTALE))) => {
+                        remote.stats.reexecutions += 1;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+    Err(ESTALE.into())
+}
+
+/// Sends one log commit; returns where the MDS placed it (the tails before and after).
+pub(crate) fn send_commit(remote: &mut Remote, c: Commit) -> Res<(Tail, Tail)> {
+    debug_assert!(!c.entries.is_empty(), "a commit carries entries");
+    remote.stats.commits += 1;
+    match remote.call(&MdsRequest::Commit(c))? {
+        ReplyBody::Committed { prev, tail } => {
+            // The MDS appended: the log moved on (grew, or was compacted after).
+            assert_ne!(prev, tail, "a commit's reply must name a moved tail");
+            Ok((prev, tail))
+        }
+        other => Err(io_err(format!("unexpected reply to a log commit: {other:?}")).into()),
+    }
+}

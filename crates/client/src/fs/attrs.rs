@@ -1,0 +1,200 @@
+//! Attributes: stat and friends read a current copy of the inode; setattr (chmod,
+//! chown, truncate, utimens) is a conditional log commit built by the same rules as
+//! the MDS's (`orion_meta::setattr_entry`).
+
+use orion_format::{Entry, Gpa, WriteRec, PAGE_SIZE};
+use orion_meta::{
+    setattr_entry, Attr, Clock, FsError, FsResult, SetAttrReq, StatFs, SystemClock, TimeSet,
+};
+use orion_proto::{Commit, MdsRequest, ReplyBody};
+
+use super::*;
+use crate::commit::{commit_loop, Step};
+use crate::remote::{io_err, Fail, Res};
+
+impl Client {
+    pub fn stat(&self, path: &str) -> FsResult<Attr> {
+        self.run(|i| {
+            let (ino, _) = i.resolve(path, true)?;
+            i.getattr(ino)
+        })
+    }
+
+    pub fn lstat(&self, path: &str) -> FsResult<Attr> {
+        self.run(|i| {
+            let (ino, _) = i.resolve(path, false)?;
+            i.getattr(ino)
+        })
+    }
+
+    /// Attributes by inode number (current: the tail is checked).
+    pub fn getattr(&self, ino: u64) -> FsResult<Attr> {
+        self.run(|i| i.getattr(ino))
+    }
+
+    /// Looks `name` up in directory `parent`.
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> FsResult<Attr> {
+        self.run(|i| {
+            let ino = i.lookup(parent, name)?;
+            i.getattr(ino)
+        })
+    }
+
+    pub fn setattr_path(&self, path: &str, req: &SetAttrReq) -> FsResult<Attr> {
+        self.run(|i| {
+            let (ino, _) = i.resolve(path, true)?;
+            i.setattr(ino, req)
+        })
+    }
+
+    pub fn setattr(&self, ino: u64, req: &SetAttrReq) -> FsResult<Attr> {
+        self.run(|i| i.setattr(ino, req))
+    }
+
+    pub fn truncate(&self, path: &str, size: u64) -> FsResult<()> {
+        self.setattr_path(
+            path,
+            &SetAttrReq {
+                size: Some(size),
+                ..Default::default()
+            },
+        )
+        .map(|_| ())
+    }
+
+    pub fn chmod(&self, path: &str, mode: u32) -> FsResult<()> {
+        self.setattr_path(
+            path,
+            &SetAttrReq {
+                mode: Some(mode),
+                ..Default::default()
+            },
+        )
+        .map(|_| ())
+    }
+
+    pub fn utimens(
+        &self,
+        path: &str,
+        atime: Option<TimeSet>,
+        mtime: Option<TimeSet>,
+    ) -> FsResult<()> {
+        self.setattr_path(
+            path,
+            &SetAttrReq {
+                atime,
+                mtime,
+                ..Default::default()
+            },
+        )
+        .map(|_| ())
+    }
+
+    pub fn statfs(&self) -> FsResult<StatFs> {
+        self.run(|i| match i.rpc(MdsRequest::Statfs)? {
+            ReplyBody::Statfs(s) => Ok(s),
+            other => Err(io_err(format!("unexpected reply {other:?}")).into()),
+        })
+    }
+
+    /// An empty round trip to the MDS.
+    pub fn ping(&self) -> FsResult<()> {
+        self.run(|i| i.rpc(MdsRequest::Ping).map(|_| ()))
+    }
+}
+
+impl Inner {
+    pub(crate) fn getattr(&mut self, ino: u64) -> Res<Attr> {
+        Ok(self
+            .cache
+            .refresh(&mut self.remote, ino)?
+            .state
+            .attr
+            .clone())
+    }
+
+    /// chmod, chown, truncate, utimens: a conditional log commit built from the
+    /// current state by the same rules as the MDS's (run again if another client's
+    /// commit came first). A truncation inside a page copies that page with the
+    /// cut-off bytes zeroed, so a later extension reads zeros there.
+    pub(crate) fn setattr(&mut self, ino: u64, req: &SetAttrReq) -> Res<Attr> {
+        // The copy of a cut page, taken once and reused by every attempt.
+        let mut page: Option<Vec<(Gpa, u64)>> = None;
+        let Inner {
+            remote,
+            cache,
+            chunks,
+            pages,
+            staging,
+            ..
+        } = self;
+        let r = commit_loop(remote, cache, |remote, cache, _| {
+            let c = cache.refresh(remote, ino)?;
+            let a = c.state.attr.clone();
+            let (tail, generation) = (c.tail, c.generation);
+            let file = c.state.file();
+            let has_pages = file.is_some_and(|f| !f.pages.is_empty());
+            let now = SystemClock.now();
+            let rec = setattr_entry(&a, has_pages, req, now)?;
+            // Decide: a truncation inside a page copies that page with the cut-off
+            // bytes zeroed, so a later extension reads zeros there.
+            let cut_page = match req.size {
+                Some(size) if size < a.size && size % PAGE_SIZE != 0 => file
+                    .and_then(|f| f.get(size / PAGE_SIZE))
+                    .map(|old| (size / PAGE_SIZE, old)),
+                _ => None,
+            };
+            let Some(rec) = rec else {
+                return Ok(Step::Done(Some(a))); // nothing changes
+            };
+            // Then do: the copy, and the commit.
+            let mut entries = Vec::new();
+            if let Some((pg, old)) = cut_page {
+                let mut buf = vec![0u8; PAGE_SIZE as usize];
+                let mut data = DataPath {
+                    remote: &mut *remote,
+                    cache: &mut *cache,
+                    chunks: &mut *chunks,
+                    pages: &mut *pages,
+                    staging: &mut *staging,
+                };
+                data.read_page(old, &mut buf)?;
+                buf[(req.size.unwrap_or(0) % PAGE_SIZE) as usize..].fill(0);
+                if page.is_none() {
+                    page = Some(chunks.take(remote, 1)?);
+                }
+                let g = page.as_ref().expect("taken")[0].0;
+                remote.write_pages(g, &buf)?;
+                entries.push(Entry::Write(WriteRec {
+                    pgoff: pg,
+                    npages: 1,
+                    gpa: g,
+                    size: a.size,
+                    mtime: now,
+                }));
+            }
+            entries.push(Entry::SetAttr(rec));
+            let commit = Commit {
+                ino,
+                generation,
+                expect: Some(tail),
+                persisted_locally: remote.internal_group.is_some(),
+                entries,
+            };
+            Ok(Step::Send(commit, None))
+        });
+        match r {
+            Ok(Some(unchanged)) => return Ok(unchanged),
+            Ok(None) => {}
+            // Refused, so never committed: the page is still this client's to reuse.
+            Err(Fail::Fs(FsError::Errno(e))) => {
+                if let Some(p) = page {
+                    self.chunks.give_back(p);
+                }
+                return Err(FsError::Errno(e).into());
+            }
+            Err(e) => return Err(e),
+        }
+        self.getattr(ino)
+    }
+}

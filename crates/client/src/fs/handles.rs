@@ -1,0 +1,220 @@
+//! Open files: handles, reads and writes through the data path, fsync, fallocate.
+
+use orion_format::FileType;
+use orion_meta::error::{EBADF, EEXIST, EINVAL, EISDIR, ENOENT};
+use orion_meta::falloc::FallocPlan;
+use orion_meta::{Attr, FsResult, SetAttrReq};
+use orion_proto::{MdsRequest, ReplyBody};
+
+use super::*;
+use crate::remote::{io_err, Fail, Res};
+
+impl Client {
+    pub fn open(&self, path: &str, flags: OpenFlags, mode: u32) -> FsResult<Fd> {
+        self.run(|i| i.open(path, flags, mode))
+    }
+
+    /// Opens inode `ino` (it exists: FUSE looked it up); O_CREAT and O_EXCL do not
+    /// apply here.
+    pub fn open_ino(&self, ino: u64, flags: OpenFlags) -> FsResult<Fd> {
+        self.run(|i| i.open_ino(ino, flags))
+    }
+
+    /// Closes a file handle; commits the writes staged for the file first and
+    /// reports any that failed to commit (close-to-open: a client that opens the
+    /// file after this returns sees them).
+    pub fn close(&self, fd: Fd) -> FsResult<()> {
+        let h = self.lock().handles.remove(&fd.0).ok_or(EBADF)?;
+        self.run_data(|i| i.datapath().settle(h.ino, h.gen))
+    }
+
+    /// Commits the writes staged for an open file, and reports any that failed to
+    /// commit since the last report (what close(2) reports, through FUSE's flush).
+    pub fn flush(&self, fd: Fd) -> FsResult<()> {
+        let (ino, _, _) = self.handle(fd)?;
+        let gen = self.generation(fd)?;
+        self.run_data(|i| i.datapath().settle(ino, gen))
+    }
+
+    pub(crate) fn handle(&self, fd: Fd) -> FsResult<(u64, OpenFlags, u64)> {
+        let g = self.lock();
+        let h = g.handles.get(&fd.0).ok_or(EBADF)?;
+        Ok((h.ino, h.flags, h.pos))
+    }
+
+    pub(crate) fn generation(&self, fd: Fd) -> FsResult<u64> {
+        let g = self.lock();
+        Ok(g.handles.get(&fd.0).ok_or(EBADF)?.gen)
+    }
+
+    pub fn pread(&self, fd: Fd, off: u64, len: usize) -> FsResult<Vec<u8>> {
+        let (ino, flags, _) = self.handle(fd)?;
+        if !flags.read {
+            return Err(EBADF);
+        }
+        let gen = self.generation(fd)?;
+        self.run_data(|i| i.datapath().read(ino, gen, off, len))
+    }
+
+    pub fn read(&self, fd: Fd, len: usize) -> FsResult<Vec<u8>> {
+        let (_, _, pos) = self.handle(fd)?;
+        let out = self.pread(fd, pos, len)?;
+        if let Some(h) = self.lock().handles.get_mut(&fd.0) {
+            h.pos = pos + out.len() as u64;
+        }
+        Ok(out)
+    }
+
+    pub fn pwrite(&self, fd: Fd, off: u64, data: &[u8]) -> FsResult<usize> {
+        let (ino, flags, _) = self.handle(fd)?;
+        if !flags.write {
+            return Err(EBADF);
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let gen = self.generation(fd)?;
+        self.run_data(|i| i.datapath().write(ino, gen, off, data, flags.append))?;
+        Ok(data.len())
+    }
+
+    pub fn write(&self, fd: Fd, data: &[u8]) -> FsResult<usize> {
+        let (ino, flags, pos) = self.handle(fd)?;
+        if !flags.write {
+            return Err(EBADF);
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let gen = self.generation(fd)?;
+        let at = self.run_data(|i| i.datapath().write(ino, gen, pos, data, flags.append))?;
+        if let Some(h) = self.lock().handles.get_mut(&fd.0) {
+            h.pos = at + data.len() as u64;
+        }
+        Ok(data.len())
+    }
+
+    pub fn seek(&self, fd: Fd, pos: u64) -> FsResult<()> {
+        let mut g = self.lock();
+        g.handles.get_mut(&fd.0).ok_or(EBADF)?.pos = pos;
+        Ok(())
+    }
+
+    pub fn fstat(&self, fd: Fd) -> FsResult<Attr> {
+        let (ino, _, _) = self.handle(fd)?;
+        self.getattr(ino)
+    }
+
+    pub fn ftruncate(&self, fd: Fd, size: u64) -> FsResult<()> {
+        let (ino, flags, _) = self.handle(fd)?;
+        if !flags.write {
+            return Err(EINVAL);
+        }
+        self.setattr(
+            ino,
+            &SetAttrReq {
+                size: Some(size),
+                ..Default::default()
+            },
+        )
+        .map(|_| ())
+    }
+
+    /// Makes the file's data and log durable. Log commits are durable when they are
+    /// acknowledged, and strong-mode data before its commit; staged writes commit
+    /// here, and weak-mode pages written one-sided are made durable on their stores.
+    pub fn fsync(&self, fd: Fd) -> FsResult<()> {
+        let (ino, _, _) = self.handle(fd)?;
+        let gen = self.generation(fd)?;
+        self.run_data(|i| {
+            i.datapath().settle(ino, gen)?;
+            i.remote.flush_stores()
+        })
+    }
+
+    /// fallocate(2) on an open file (see [`FallocPlan`] for the modes): the parts of
+    /// pages in a punched range are overwritten with zeros, then one conditional
+    /// commit makes the whole pages a hole and sets the times and any new size.
+    pub fn fallocate(&self, fd: Fd, mode: i32, off: u64, len: u64) -> FsResult<()> {
+        let (ino, flags, _) = self.handle(fd)?;
+        if !flags.write {
+            return Err(EBADF);
+        }
+        let gen = self.generation(fd)?;
+        self.run(|i| {
+            let state = &i.cache.refresh(&mut i.remote, ino)?.state;
+            let plan = FallocPlan::new(state, off, len, mode)?;
+            for &(s, e) in &plan.zero_ranges {
+                i.datapath()
+                    .write(ino, gen, s, &vec![0u8; (e - s) as usize], false)?;
+            }
+            if plan.reserve_pages > 0 {
+                let ReplyBody::Statfs(s) = i.rpc(MdsRequest::Statfs)? else {
+                    return Err(io_err("unexpected reply to statfs").into());
+                };
+                plan.check_room(s.bfree)?;
+            }
+            i.commit_checked(ino, |state, now| {
+                Ok(FallocPlan::new(state, off, len, mode)?.entries(now))
+            })
+            .map(|_| ())
+        })
+    }
+
+    /// The inode number of an open file.
+    pub fn ino(&self, fd: Fd) -> FsResult<u64> {
+        Ok(self.handle(fd)?.0)
+    }
+}
+
+impl Inner {
+    pub(crate) fn open(&mut self, path: &str, flags: OpenFlags, mode: u32) -> Res<Fd> {
+        let ino = match self.resolve(path, true) {
+            Ok((ino, _)) => {
+                if flags.create && flags.excl {
+                    return Err(EEXIST.into());
+                }
+                ino
+            }
+            Err(Fail::Fs(e)) if e == ENOENT && flags.create => {
+                match self.make(path, FileType::Regular, mode, None) {
+                    Ok(a) => a.ino,
+                    // Created by someone else meanwhile.
+                    Err(Fail::Fs(e)) if e == EEXIST && !flags.excl => self.resolve(path, true)?.0,
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        self.open_ino(ino, flags)
+    }
+
+    pub(crate) fn open_ino(&mut self, ino: u64, flags: OpenFlags) -> Res<Fd> {
+        let a = self.getattr(ino)?;
+        if a.ftype == FileType::Directory && (flags.write || flags.truncate) {
+            return Err(EISDIR.into());
+        }
+        if flags.truncate && flags.write && a.ftype == FileType::Regular && a.size > 0 {
+            self.setattr(
+                ino,
+                &SetAttrReq {
+                    size: Some(0),
+                    ..Default::default()
+                },
+            )?;
+        }
+        let gen = self.cache.refresh(&mut self.remote, ino)?.generation;
+        let fd = self.next_fd;
+        self.next_fd += 1;
+        self.handles.insert(
+            fd,
+            Handle {
+                ino,
+                gen,
+                flags,
+                pos: 0,
+            },
+        );
+        Ok(Fd(fd))
+    }
+}

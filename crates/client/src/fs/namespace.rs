@@ -1,0 +1,284 @@
+//! Namespace calls: create, mkdir, symlink, mknod, unlink, rmdir, rename, link go to
+//! the MDS as RPCs (they change several inodes); readdir and readlink read a current
+//! copy of the inode.
+
+use orion_format::{FileType, PAGE_SIZE, SYMLINK_MAX};
+use orion_meta::error::{EINVAL, ENAMETOOLONG, ENOENT, ENOTDIR};
+use orion_meta::index::Body;
+use orion_meta::{Attr, FsError, FsResult, NewNode, RenameMode};
+use orion_proto::{Create, MdsRequest, ReplyBody};
+
+use super::*;
+use crate::remote::{io_err, Fail, Res};
+
+impl Client {
+    pub fn mkdir(&self, path: &str, mode: u32) -> FsResult<Attr> {
+        self.run(|i| i.make(path, FileType::Directory, mode, None))
+    }
+
+    pub fn mknod(&self, path: &str, ftype: FileType, mode: u32) -> FsResult<Attr> {
+        // Directories and symlinks have calls of their own.
+        if matches!(ftype, FileType::Directory | FileType::Symlink) {
+            return Err(EINVAL);
+        }
+        self.run(|i| i.make(path, ftype, mode, None))
+    }
+
+    pub fn symlink(&self, target: &str, path: &str) -> FsResult<Attr> {
+        let t = target.as_bytes();
+        if t.is_empty() {
+            return Err(ENOENT);
+        }
+        if t.len() > SYMLINK_MAX {
+            return Err(ENAMETOOLONG);
+        }
+        self.run(|i| i.make(path, FileType::Symlink, 0o777, Some(t)))
+    }
+
+    pub fn readlink(&self, path: &str) -> FsResult<Vec<u8>> {
+        self.run(|i| {
+            let (ino, _) = i.resolve(path, false)?;
+            i.readlink(ino)
+        })
+    }
+
+    pub fn unlink(&self, path: &str) -> FsResult<()> {
+        self.run(|i| {
+            let (parent, name) = i.resolve_parent(path)?;
+            i.rpc(MdsRequest::Unlink { parent, name }).map(|_| ())
+        })
+    }
+
+    pub fn rmdir(&self, path: &str) -> FsResult<()> {
+        self.run(|i| {
+            let (parent, name) = i.resolve_parent(path)?;
+            i.rpc(MdsRequest::Rmdir { parent, name }).map(|_| ())
+        })
+    }
+
+    pub fn rename(&self, from: &str, to: &str) -> FsResult<()> {
+        self.rename_with(from, to, RenameMode::Replace)
+    }
+
+    /// rename(2), or renameat2 with RENAME_NOREPLACE or RENAME_EXCHANGE.
+    pub fn rename_with(&self, from: &str, to: &str, mode: RenameMode) -> FsResult<()> {
+        self.run(|i| {
+            let (old_parent, old_name) = i.resolve_parent(from)?;
+            let (new_parent, new_name) = i.resolve_parent(to)?;
+            i.rpc(MdsRequest::Rename {
+                old_parent,
+                old_name,
+                new_parent,
+                new_name,
+                mode,
+            })
+            .map(|_| ())
+        })
+    }
+
+    pub fn link(&self, existing: &str, new: &str) -> FsResult<Attr> {
+        self.run(|i| {
+            let (ino, _) = i.resolve(existing, false)?;
+            let (parent, name) = i.resolve_parent(new)?;
+            match i.rpc(MdsRequest::Link { ino, parent, name })? {
+                ReplyBody::Attr(a) => Ok(a),
+                other => Err(io_err(format!("unexpected reply {other:?}")).into()),
+            }
+        })
+    }
+
+    pub fn readdir(&self, path: &str) -> FsResult<Vec<DirEntry>> {
+        self.run(|i| {
+            let (ino, parent) = i.resolve(path, true)?;
+            i.readdir(ino, parent)
+        })
+    }
+
+    /// Creates `name` in directory `parent` (a symlink when `symlink` holds its
+    /// target), owned by `uid`/`gid`: the call FUSE makes, the kernel having resolved
+    /// the path and the caller's credentials.
+    pub fn create_at(
+        &self,
+        parent: u64,
+        name: &[u8],
+        node: NewNode,
+        symlink: Option<&[u8]>,
+    ) -> FsResult<Attr> {
+        check_name(name)?;
+        if let Some(t) = symlink {
+            if t.is_empty() {
+                return Err(ENOENT);
+            }
+            if t.len() > SYMLINK_MAX {
+                return Err(ENAMETOOLONG);
+            }
+        }
+        self.run(|i| i.make_at(parent, name.to_vec(), node, symlink))
+    }
+
+    pub fn unlink_at(&self, parent: u64, name: &[u8]) -> FsResult<()> {
+        check_name(name)?;
+        let name = name.to_vec();
+        self.run(|i| {
+            i.rpc(MdsRequest::Unlink {
+                parent,
+                name: name.clone(),
+            })
+            .map(|_| ())
+        })
+    }
+
+    pub fn rmdir_at(&self, parent: u64, name: &[u8]) -> FsResult<()> {
+        check_name(name)?;
+        let name = name.to_vec();
+        self.run(|i| {
+            i.rpc(MdsRequest::Rmdir {
+                parent,
+                name: name.clone(),
+            })
+            .map(|_| ())
+        })
+    }
+
+    /// rename(2) by directory inodes and names, or renameat2 with `mode`.
+    pub fn rename_at(
+        &self,
+        old_parent: u64,
+        old_name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+        mode: RenameMode,
+    ) -> FsResult<()> {
+        check_name(old_name)?;
+        check_name(new_name)?;
+        self.run(|i| {
+            i.rpc(MdsRequest::Rename {
+                old_parent,
+                old_name: old_name.to_vec(),
+                new_parent,
+                new_name: new_name.to_vec(),
+                mode,
+            })
+            .map(|_| ())
+        })
+    }
+
+    pub fn link_at(&self, ino: u64, parent: u64, name: &[u8]) -> FsResult<Attr> {
+        check_name(name)?;
+        self.run(|i| {
+            match i.rpc(MdsRequest::Link {
+                ino,
+                parent,
+                name: name.to_vec(),
+            })? {
+                ReplyBody::Attr(a) => Ok(a),
+                other => Err(io_err(format!("unexpected reply {other:?}")).into()),
+            }
+        })
+    }
+
+    /// The entries of directory `ino`, with "." and "..".
+    pub fn readdir_ino(&self, ino: u64) -> FsResult<Vec<DirEntry>> {
+        self.run(|i| {
+            let parent = i.parent(ino)?;
+            i.readdir(ino, parent)
+        })
+    }
+
+    pub fn readlink_ino(&self, ino: u64) -> FsResult<Vec<u8>> {
+        self.run(|i| i.readlink(ino))
+    }
+}
+
+impl Inner {
+    pub(crate) fn make(
+        &mut self,
+        path: &str,
+        ftype: FileType,
+        mode: u32,
+        symlink: Option<&[u8]>,
+    ) -> Res<Attr> {
+        let (parent, name) = self.resolve_parent(path)?;
+        let node = NewNode {
+            ftype,
+            mode,
+            uid: self.uid,
+            gid: self.gid,
+            rdev: 0,
+        };
+        self.make_at(parent, name, node, symlink)
+    }
+
+    pub(crate) fn make_at(
+        &mut self,
+        parent: u64,
+        name: Vec<u8>,
+        node: NewNode,
+        symlink: Option<&[u8]>,
+    ) -> Res<Attr> {
+        let mut page = None;
+        if let Some(t) = symlink {
+            let (g, _) = self.value_page(t)?;
+            page = Some((g, t.len() as u32));
+        }
+        let r = self.rpc(MdsRequest::Create(Create {
+            parent,
+            name,
+            ftype: node.ftype,
+            mode: node.mode,
+            uid: node.uid,
+            gid: node.gid,
+            rdev: node.rdev,
+            symlink: page,
+        }));
+        match r {
+            Ok(ReplyBody::Attr(a)) => Ok(a),
+            Ok(other) => Err(io_err(format!("unexpected reply {other:?}")).into()),
+            Err(e) => {
+                if let (Fail::Fs(FsError::Errno(_)), Some((g, _))) = (&e, page) {
+                    self.chunks.give_back(vec![(g, 1)]);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    pub(crate) fn readlink(&mut self, ino: u64) -> Res<Vec<u8>> {
+        let c = self.cache.refresh(&mut self.remote, ino)?;
+        let Body::Symlink(Some((gpa, len))) = c.state.body else {
+            return Err(EINVAL.into());
+        };
+        let mut buf = vec![0u8; PAGE_SIZE as usize];
+        read_page(self, gpa, &mut buf)?;
+        buf.truncate(len as usize);
+        Ok(buf)
+    }
+
+    pub(crate) fn readdir(&mut self, ino: u64, parent: u64) -> Res<Vec<DirEntry>> {
+        let c = self.cache.refresh(&mut self.remote, ino)?;
+        let Some(d) = c.state.dir() else {
+            return Err(ENOTDIR.into());
+        };
+        let mut out = vec![
+            DirEntry {
+                name: b".".to_vec(),
+                ino,
+                ftype: FileType::Directory,
+            },
+            DirEntry {
+                name: b"..".to_vec(),
+                ino: parent,
+                ftype: FileType::Directory,
+            },
+        ];
+        for name in d.by_cookie.values() {
+            let e = d.names[name];
+            out.push(DirEntry {
+                name: name.to_vec(),
+                ino: e.ino,
+                ftype: e.ftype,
+            });
+        }
+        Ok(out)
+    }
+}

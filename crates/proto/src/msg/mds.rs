@@ -1,0 +1,397 @@
+//! What the MDS receives: requests of clients ([`MdsRequest`]) and what data stores
+//! tell it ([`StoreToMds`]). Both arrive on the MDS's one listener, so it decodes them
+//! together as an [`MdsInbound`]; their kind numbers are disjoint.
+
+use orion_format::{Gpa, Tail};
+use orion_meta::RenameMode;
+
+use super::{
+    entries, ftype, header, lock, name, put_entries, put_lock, read_header, text, uuid, wire_kinds,
+    Commit, Create, DsHello, Hello, LockReq, Message, MAX_PERSISTED,
+};
+use crate::codec::{ProtoError, Reader, Writer};
+
+/// What a client asks the metadata server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MdsRequest {
+    Hello(Hello),
+    /// An empty round trip (health checks and the RPC benchmark).
+    Ping,
+    /// A chunk of free data pages for the client to allocate from (paper §5.1).
+    AllocChunk {
+        group: Option<u16>,
+        pages: u32,
+    },
+    Commit(Commit),
+    Create(Create),
+    Unlink {
+        parent: u64,
+        name: Vec<u8>,
+    },
+    Rmdir {
+        parent: u64,
+        name: Vec<u8>,
+    },
+    Rename {
+        old_parent: u64,
+        old_name: Vec<u8>,
+        new_parent: u64,
+        new_name: Vec<u8>,
+        mode: RenameMode,
+    },
+    Link {
+        ino: u64,
+        parent: u64,
+        name: Vec<u8>,
+    },
+    Statfs,
+    /// The parent of a directory (for "..").
+    Parent {
+        ino: u64,
+    },
+    /// Take (or, with `LockKind::Unlock`, drop) an advisory lock; `EAGAIN` when another
+    /// owner holds a conflicting one.
+    Lock(LockReq),
+    /// The first lock of another owner that conflicts with this one, if any.
+    TestLock(LockReq),
+    /// Drop every lock `owner` holds on `ino` (a flock's file closed).
+    ReleaseLocks {
+        ino: u64,
+        owner: u64,
+    },
+}
+
+wire_kinds! {
+    /// The kind byte of each [`MdsRequest`].
+    pub enum MdsKind {
+        Hello = 1,
+        Ping = 2,
+        AllocChunk = 3,
+        Commit = 4,
+        Create = 5,
+        Unlink = 6,
+        Rmdir = 7,
+        Rename = 8,
+        Link = 9,
+        Statfs = 10,
+        Parent = 11,
+        Lock = 16,
+        TestLock = 17,
+        ReleaseLocks = 18,
+    }
+}
+
+/// What a data store tells the metadata server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreToMds {
+    /// The store joins its replication group (answered with the cluster's id).
+    Join(DsHello),
+    /// The store persisted these pages (strong mode); no reply.
+    Persisted { pages: Vec<Gpa> },
+}
+
+wire_kinds! {
+    /// The kind byte of each [`StoreToMds`] message.
+    pub enum StoreToMdsKind {
+        Join = 32,
+        Persisted = 33,
+    }
+}
+
+/// Anything the MDS's listener receives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MdsInbound {
+    Client(MdsRequest),
+    Store(StoreToMds),
+}
+
+impl MdsRequest {
+    pub fn kind(&self) -> MdsKind {
+        match self {
+            MdsRequest::Hello(_) => MdsKind::Hello,
+            MdsRequest::Ping => MdsKind::Ping,
+            MdsRequest::AllocChunk { .. } => MdsKind::AllocChunk,
+            MdsRequest::Commit(_) => MdsKind::Commit,
+            MdsRequest::Create(_) => MdsKind::Create,
+            MdsRequest::Unlink { .. } => MdsKind::Unlink,
+            MdsRequest::Rmdir { .. } => MdsKind::Rmdir,
+            MdsRequest::Rename { .. } => MdsKind::Rename,
+            MdsRequest::Link { .. } => MdsKind::Link,
+            MdsRequest::Statfs => MdsKind::Statfs,
+            MdsRequest::Parent { .. } => MdsKind::Parent,
+            MdsRequest::Lock(_) => MdsKind::Lock,
+            MdsRequest::TestLock(_) => MdsKind::TestLock,
+            MdsRequest::ReleaseLocks { .. } => MdsKind::ReleaseLocks,
+        }
+    }
+
+    fn encode_body(&self, w: &mut Writer) {
+        match self {
+            MdsRequest::Hello(h) => {
+                w.opt_u32(h.internal_group.map(u32::from))
+                    .bool(h.strong)
+                    .bytes(h.name.as_bytes());
+            }
+            MdsRequest::Ping | MdsRequest::Statfs => {}
+            MdsRequest::AllocChunk { group, pages } => {
+                w.opt_u32(group.map(u32::from)).u32(*pages);
+            }
+            MdsRequest::Commit(c) => {
+                w.u64(c.ino)
+                    .u64(c.generation)
+                    .opt_u64(c.expect.map(Tail::pack))
+                    .bool(c.persisted_locally);
+                put_entries(w, &c.entries);
+            }
+            MdsRequest::Create(c) => {
+                w.u64(c.parent)
+                    .bytes(&c.name)
+                    .u8(c.ftype as u8)
+                    .u32(c.mode)
+                    .u32(c.uid)
+                    .u32(c.gid)
+                    .u32(c.rdev);
+                match c.symlink {
+                    Some((g, len)) => w.u8(1).u64(g.0).u32(len),
+                    None => w.u8(0),
+                };
+            }
+            MdsRequest::Unlink { parent, name } | MdsRequest::Rmdir { parent, name } => {
+                w.u64(*parent).bytes(name);
+            }
+            MdsRequest::Rename {
+                old_parent,
+                old_name,
+                new_parent,
+                new_name,
+                mode,
+            } => {
+                w.u64(*old_parent)
+                    .bytes(old_name)
+                    .u64(*new_parent)
+                    .bytes(new_name)
+                    .u8(*mode as u8);
+            }
+            MdsRequest::Link { ino, parent, name } => {
+                w.u64(*ino).u64(*parent).bytes(name);
+            }
+            MdsRequest::Parent { ino } => {
+                w.u64(*ino);
+            }
+            MdsRequest::Lock(l) | MdsRequest::TestLock(l) => put_lock(w, l),
+            MdsRequest::ReleaseLocks { ino, owner } => {
+                w.u64(*ino).u64(*owner);
+            }
+        }
+    }
+
+    fn decode_body(kind: MdsKind, r: &mut Reader) -> Result<MdsRequest, ProtoError> {
+        let group = |v: Option<u32>| -> Result<Option<u16>, ProtoError> {
+            v.map(|g| u16::try_from(g).map_err(|_| ProtoError::Invalid("group")))
+                .transpose()
+        };
+        Ok(match kind {
+            MdsKind::Hello => MdsRequest::Hello(Hello {
+                internal_group: group(r.opt_u32("group")?)?,
+                strong: r.bool("strong")?,
+                name: text(r, "client name")?,
+            }),
+            MdsKind::Ping => MdsRequest::Ping,
+            MdsKind::AllocChunk => MdsRequest::AllocChunk {
+                group: group(r.opt_u32("group")?)?,
+                pages: r.u32("pages")?,
+            },
+            MdsKind::Commit => MdsRequest::Commit(Commit {
+                ino: r.u64("ino")?,
+                generation: r.u64("generation")?,
+                expect: r.opt_u64("expected tail")?.map(Tail::unpack),
+                persisted_locally: r.bool("persisted locally")?,
+                entries: entries(r)?,
+            }),
+            MdsKind::Create => MdsRequest::Create(Create {
+                parent: r.u64("parent")?,
+                name: name(r)?,
+                ftype: ftype(r)?,
+                mode: r.u32("mode")?,
+                uid: r.u32("uid")?,
+                gid: r.u32("gid")?,
+                rdev: r.u32("rdev")?,
+                symlink: if r.bool("symlink")? {
+                    Some((Gpa(r.u64("gpa")?), r.u32("target length")?))
+                } else {
+                    None
+                },
+            }),
+            MdsKind::Unlink => MdsRequest::Unlink {
+                parent: r.u64("parent")?,
+                name: name(r)?,
+            },
+            MdsKind::Rmdir => MdsRequest::Rmdir {
+                parent: r.u64("parent")?,
+                name: name(r)?,
+            },
+            MdsKind::Rename => MdsRequest::Rename {
+                old_parent: r.u64("parent")?,
+                old_name: name(r)?,
+                new_parent: r.u64("parent")?,
+                new_name: name(r)?,
+                mode: match r.u8("rename mode")? {
+                    0 => RenameMode::Replace,
+                    1 => RenameMode::NoReplace,
+                    2 => RenameMode::Exchange,
+                    _ => return Err(ProtoError::Invalid("rename mode")),
+                },
+            },
+            MdsKind::Link => MdsRequest::Link {
+                ino: r.u64("ino")?,
+                parent: r.u64("parent")?,
+                name: name(r)?,
+            },
+            MdsKind::Statfs => MdsRequest::Statfs,
+            MdsKind::Parent => MdsRequest::Parent { ino: r.u64("ino")? },
+            MdsKind::Lock => MdsRequest::Lock(lock(r)?),
+            MdsKind::TestLock => MdsRequest::TestLock(lock(r)?),
+            MdsKind::ReleaseLocks => MdsRequest::ReleaseLocks {
+                ino: r.u64("ino")?,
+                owner: r.u64("owner")?,
+            },
+        })
+    }
+}
+
+impl Message for MdsRequest {
+    fn encode(&self, out: &mut Vec<u8>, id: u64) {
+        let mut w = Writer {
+            buf: std::mem::take(out),
+        };
+        header(&mut w, self.kind() as u8, id);
+        self.encode_body(&mut w);
+        *out = w.buf;
+    }
+
+    fn decode(b: &[u8]) -> Result<(u64, MdsRequest), ProtoError> {
+        let mut r = Reader::new(b);
+        let (kind, id) = read_header(&mut r)?;
+        let req = MdsRequest::decode_body(MdsKind::try_from(kind)?, &mut r)?;
+        r.finish()?;
+        Ok((id, req))
+    }
+
+    fn name(&self) -> &'static str {
+        match self.kind() {
+            MdsKind::Hello => "hello",
+            MdsKind::Ping => "ping",
+            MdsKind::AllocChunk => "chunk allocation",
+            MdsKind::Commit => "log commit",
+            MdsKind::Create => "create",
+            MdsKind::Unlink => "unlink",
+            MdsKind::Rmdir => "rmdir",
+            MdsKind::Rename => "rename",
+            MdsKind::Link => "link",
+            MdsKind::Statfs => "statfs",
+            MdsKind::Parent => "parent",
+            MdsKind::Lock => "lock",
+            MdsKind::TestLock => "lock test",
+            MdsKind::ReleaseLocks => "lock release",
+        }
+    }
+}
+
+impl StoreToMds {
+    pub fn kind(&self) -> StoreToMdsKind {
+        match self {
+            StoreToMds::Join(_) => StoreToMdsKind::Join,
+            StoreToMds::Persisted { .. } => StoreToMdsKind::Persisted,
+        }
+    }
+
+    fn decode_body(kind: StoreToMdsKind, r: &mut Reader) -> Result<StoreToMds, ProtoError> {
+        Ok(match kind {
+            StoreToMdsKind::Join => StoreToMds::Join(DsHello {
+                group: r.u16("group")?,
+                page_count: r.u64("page count")?,
+                pool_uuid: uuid(r)?,
+                cluster_uuid: uuid(r)?,
+                addr: text(r, "address")?,
+            }),
+            StoreToMdsKind::Persisted => {
+                let n = r.u32("page count")? as usize;
+                if n > MAX_PERSISTED {
+                    return Err(ProtoError::Invalid("page count"));
+                }
+                let mut pages = Vec::with_capacity(n);
+                for _ in 0..n {
+                    pages.push(Gpa(r.u64("gpa")?));
+                }
+                StoreToMds::Persisted { pages }
+            }
+        })
+    }
+}
+
+impl Message for StoreToMds {
+    fn encode(&self, out: &mut Vec<u8>, id: u64) {
+        let mut w = Writer {
+            buf: std::mem::take(out),
+        };
+        header(&mut w, self.kind() as u8, id);
+        match self {
+            StoreToMds::Join(d) => {
+                w.u16(d.group).u64(d.page_count);
+                w.buf.extend_from_slice(&d.pool_uuid);
+                w.buf.extend_from_slice(&d.cluster_uuid);
+                w.bytes(d.addr.as_bytes());
+            }
+            StoreToMds::Persisted { pages } => {
+                w.u32(pages.len() as u32);
+                for g in pages {
+                    w.u64(g.0);
+                }
+            }
+        }
+        *out = w.buf;
+    }
+
+    fn decode(b: &[u8]) -> Result<(u64, StoreToMds), ProtoError> {
+        let mut r = Reader::new(b);
+        let (kind, id) = read_header(&mut r)?;
+        let msg = StoreToMds::decode_body(StoreToMdsKind::try_from(kind)?, &mut r)?;
+        r.finish()?;
+        Ok((id, msg))
+    }
+
+    fn name(&self) -> &'static str {
+        match self.kind() {
+            StoreToMdsKind::Join => "data store join",
+            StoreToMdsKind::Persisted => "persisted notice",
+        }
+    }
+}
+
+impl Message for MdsInbound {
+    fn encode(&self, out: &mut Vec<u8>, id: u64) {
+        match self {
+            MdsInbound::Client(m) => m.encode(out, id),
+            MdsInbound::Store(m) => m.encode(out, id),
+        }
+    }
+
+    fn decode(b: &[u8]) -> Result<(u64, MdsInbound), ProtoError> {
+        let mut r = Reader::new(b);
+        let (kind, id) = read_header(&mut r)?;
+        let msg = match (MdsKind::try_from(kind), StoreToMdsKind::try_from(kind)) {
+            (Ok(k), _) => MdsInbound::Client(MdsRequest::decode_body(k, &mut r)?),
+            (_, Ok(k)) => MdsInbound::Store(StoreToMds::decode_body(k, &mut r)?),
+            _ => return Err(ProtoError::UnknownKind(kind)),
+        };
+        r.finish()?;
+        Ok((id, msg))
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            MdsInbound::Client(m) => m.name(),
+            MdsInbound::Store(m) => m.name(),
+        }
+    }
+}

@@ -1,0 +1,525 @@
+//! The messages and their encodings, by service: what a client asks the MDS
+//! ([`MdsRequest`]), what a data store tells the MDS ([`StoreToMds`]), what a client
+//! asks a data store ([`StoreRequest`]); every service answers with a [`Reply`]. Each
+//! family has one `#[repr(u8)]` kind enum that its encoder writes and its decoder
+//! reads, and the families' kind numbers are disjoint, so a message sent to the wrong
+//! service is refused as an unknown kind.
+
+mod mds;
+mod store;
+#[cfg(test)]
+mod tests;
+
+pub use mds::{MdsInbound, MdsKind, MdsRequest, StoreToMds, StoreToMdsKind};
+pub use store::{StoreKind, StoreRequest};
+
+use orion_fabric::RemoteRegion;
+use orion_format::{Entry, FileType, Gpa, Tail, MAX_ENTRY_LINES, SUPERBLOCK_SIZE};
+use orion_meta::{Attr, StatFs};
+
+use crate::codec::{ProtoError, Reader, Writer};
+use crate::{HEADER, MAGIC, VERSION};
+
+/// Most entries one log commit may carry (a commit fits in one message).
+pub const MAX_COMMIT_ENTRIES: usize = 256;
+/// Most pages one `Persisted` notice may name.
+pub const MAX_PERSISTED: usize = 4096;
+/// Most data stores a cluster map may list.
+pub const MAX_STORES: usize = 1024;
+pub(crate) const MAX_TEXT: usize = 4096;
+
+/// What a client tells the MDS when it connects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hello {
+    /// The replication group of the data store beside this client, if it maps that
+    /// store's pool (an internal client, paper §5.1).
+    pub internal_group: Option<u16>,
+    /// Strong data consistency (paper §5.3): commits wait until the data stores have
+    /// persisted the pages. Weak commits at once.
+    pub strong: bool,
+    /// Free text for logs (host and process).
+    pub name: String,
+}
+
+/// A log commit (paper §4.3): entries for one inode, appended by the MDS in its order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Commit {
+    pub ino: u64,
+    /// The generation of the inode the client computed against: a number freed and
+    /// reused for another file since then gets `ESTALE`.
+    pub generation: u64,
+    /// Append only if the log tail is still this one (the client computed the entries
+    /// from that state: a partial-page write, an append, a truncation); otherwise the
+    /// MDS refuses with `ESTALE` and the client refreshes and re-executes.
+    pub expect: Option<Tail>,
+    /// The client persisted the data pages it wrote to its own group's pool itself (an
+    /// internal client), so no data store acknowledgment is awaited for those; pages
+    /// of other groups are awaited from their stores as for any client.
+    pub persisted_locally: bool,
+    pub entries: Vec<Entry>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Create {
+    pub parent: u64,
+    pub name: Vec<u8>,
+    pub ftype: FileType,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    /// A symlink's target: the page (from the client's chunk) and its length.
+    pub symlink: Option<(Gpa, u32)>,
+}
+
+/// What a data store tells the MDS when it joins.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DsHello {
+    pub group: u16,
+    pub page_count: u64,
+    pub pool_uuid: [u8; 16],
+    /// All zeros for a pool that has never joined a cluster.
+    pub cluster_uuid: [u8; 16],
+    /// Where clients reach this store.
+    pub addr: String,
+}
+
+/// What an advisory lock does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockKind {
+    Read = 0,
+    Write = 1,
+    Unlock = 2,
+}
+
+/// An advisory byte-range lock (fcntl, and flock as a whole-file range) of one lock
+/// owner of the requesting client, on bytes `start..=end` of `ino`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LockReq {
+    pub ino: u64,
+    pub owner: u64,
+    pub pid: u32,
+    pub start: u64,
+    pub end: u64,
+    pub kind: LockKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreInfo {
+    pub group: u16,
+    pub addr: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HelloReply {
+    pub client_id: u64,
+    /// The MDS pool's superblock: where slots and log pages are.
+    pub superblock: Vec<u8>,
+    /// The MDS pool, readable one-sided.
+    pub pool: RemoteRegion,
+    pub stores: Vec<StoreInfo>,
+    /// How long freed pages wait before reuse: a client trusts a cached data page
+    /// for less than this (the page cannot have been reused meanwhile).
+    pub grace_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DsInfoReply {
+    pub group: u16,
+    /// The data pool, readable and writable one-sided.
+    pub region: RemoteRegion,
+    /// Where the pool file is, for a client on the same host to map it.
+    pub pool_path: String,
+    pub pool_uuid: [u8; 16],
+    pub page_area_off: u64,
+    pub page_count: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplyBody {
+    Empty,
+    Hello(HelloReply),
+    Chunk {
+        start: Gpa,
+        pages: u32,
+    },
+    /// Where the commit landed: the tail before it and after it.
+    Committed {
+        prev: Tail,
+        tail: Tail,
+    },
+    Attr(Attr),
+    Statfs(StatFs),
+    Ino(u64),
+    Joined {
+        cluster_uuid: [u8; 16],
+    },
+    DsInfo(DsInfoReply),
+    /// A conflicting lock (its owner is the holder's, not meaningful to the asker), or
+    /// none.
+    Lock(Option<LockReq>),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    Ok(ReplyBody),
+    /// A POSIX errno (`EIO` for anything else) and a message for logs.
+    Err {
+        errno: i32,
+        message: String,
+    },
+}
+
+/// The kind byte of every reply (a reply's body names its own shape).
+pub(crate) const K_REPLY: u8 = 0x80;
+
+/// A message a service receives: encodes with its kind and the request id, decodes
+/// from untrusted bytes without panicking.
+pub trait Message: Sized {
+    /// Appends the encoding of `self` with request id `id` to `out`.
+    fn encode(&self, out: &mut Vec<u8>, id: u64);
+    /// Decodes a message: its request id and body. Any malformed input is an error.
+    fn decode(b: &[u8]) -> Result<(u64, Self), ProtoError>;
+    /// A short name for logs and errors.
+    fn name(&self) -> &'static str;
+}
+
+/// Declares a `#[repr(u8)]` enum of message kinds and its decoding from a byte, so
+/// each kind number is written once and the encoder and the decoder share it.
+macro_rules! wire_kinds {
+    ($(#[$m:meta])* pub enum $name:ident { $($(#[$vm:meta])* $v:ident = $n:literal,)* }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(u8)]
+        pub enum $name { $($(#[$vm])* $v = $n,)* }
+
+        impl TryFrom<u8> for $name {
+            type Error = ProtoError;
+            fn try_from(k: u8) -> Result<$name, ProtoError> {
+                match k {
+                    $($n => Ok($name::$v),)*
+                    _ => Err(ProtoError::UnknownKind(k)),
+                }
+            }
+        }
+
+        impl $name {
+            /// Every kind of this family.
+            pub const ALL: &'static [$name] = &[$($name::$v,)*];
+        }
+    };
+}
+pub(crate) use wire_kinds;
+
+wire_kinds! {
+    /// The shape of a reply's body.
+    pub enum ReplyKind {
+        Err = 0,
+        Empty = 1,
+        Hello = 2,
+        Chunk = 3,
+        Committed = 4,
+        Attr = 5,
+        Statfs = 6,
+        Ino = 7,
+        Joined = 8,
+        DsInfo = 9,
+        Lock = 10,
+    }
+}
+
+pub(crate) fn header(w: &mut Writer, kind: u8, id: u64) {
+    let start = w.buf.len();
+    w.u16(MAGIC).u8(VERSION).u8(kind).u32(0).u64(id);
+    debug_assert_eq!(w.buf.len() - start, HEADER);
+}
+
+pub(crate) fn read_header(r: &mut Reader) -> Result<(u8, u64), ProtoError> {
+    let magic = r.u16("magic")?;
+    if magic != MAGIC {
+        return Err(ProtoError::BadMagic(magic));
+    }
+    let v = r.u8("version")?;
+    if v != VERSION {
+        return Err(ProtoError::BadVersion(v));
+    }
+    let kind = r.u8("kind")?;
+    r.u32("pad")?;
+    Ok((kind, r.u64("request id")?))
+}
+
+pub(crate) fn name(r: &mut Reader) -> Result<Vec<u8>, ProtoError> {
+    // Names are checked by the file system (ENAMETOOLONG, with the name's length);
+    // the wire only bounds them.
+    Ok(r.bytes(MAX_TEXT, "name")?.to_vec())
+}
+
+pub(crate) fn text(r: &mut Reader, what: &'static str) -> Result<String, ProtoError> {
+    let b = r.bytes(MAX_TEXT, what)?;
+    String::from_utf8(b.to_vec()).map_err(|_| ProtoError::Invalid(what))
+}
+
+pub(crate) fn uuid(r: &mut Reader) -> Result<[u8; 16], ProtoError> {
+    let mut u = [0u8; 16];
+    u.copy_from_slice(r.take(16, "uuid")?);
+    Ok(u)
+}
+
+pub(crate) fn region(r: &mut Reader) -> Result<RemoteRegion, ProtoError> {
+    RemoteRegion::decode(r.take(RemoteRegion::ENCODED_LEN, "region")?)
+        .ok_or(ProtoError::Invalid("region"))
+}
+
+pub(crate) fn ftype(r: &mut Reader) -> Result<FileType, ProtoError> {
+    FileType::from_code(r.u8("file type")?).map_err(|_| ProtoError::Invalid("file type"))
+}
+
+pub(crate) fn put_entries(w: &mut Writer, entries: &[Entry]) {
+    w.u32(entries.len() as u32);
+    for e in entries {
+        w.buf.extend_from_slice(&e.encode());
+    }
+}
+
+pub(crate) fn entries(r: &mut Reader) -> Result<Vec<Entry>, ProtoError> {
+    let n = r.u32("entry count")? as usize;
+    if n > MAX_COMMIT_ENTRIES {
+        return Err(ProtoError::Invalid("entry count"));
+    }
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let rest = r.rest();
+        let (e, lines) = Entry::decode(rest).map_err(|_| ProtoError::Invalid("log entry"))?;
+        if lines == 0 || lines > MAX_ENTRY_LINES || matches!(e, Entry::Pad { .. }) {
+            return Err(ProtoError::Invalid("log entry"));
+        }
+        r.take(lines * orion_format::LINE as usize, "log entry")?;
+        out.push(e);
+    }
+    Ok(out)
+}
+
+pub(crate) fn put_attr(w: &mut Writer, a: &Attr) {
+    w.u64(a.ino)
+        .u8(a.ftype as u8)
+        .u32(a.mode)
+        .u32(a.uid)
+        .u32(a.gid)
+        .u32(a.nlink)
+        .u64(a.size)
+        .i64(a.atime)
+        .i64(a.mtime)
+        .i64(a.ctime)
+        .u32(a.rdev)
+        .u64(a.blocks);
+}
+
+pub(crate) fn attr(r: &mut Reader) -> Result<Attr, ProtoError> {
+    Ok(Attr {
+        ino: r.u64("ino")?,
+        ftype: ftype(r)?,
+        mode: r.u32("mode")?,
+        uid: r.u32("uid")?,
+        gid: r.u32("gid")?,
+        nlink: r.u32("nlink")?,
+        size: r.u64("size")?,
+        atime: r.i64("atime")?,
+        mtime: r.i64("mtime")?,
+        ctime: r.i64("ctime")?,
+        rdev: r.u32("rdev")?,
+        blocks: r.u64("blocks")?,
+    })
+}
+
+pub(crate) fn tail(r: &mut Reader, what: &'static str) -> Result<Tail, ProtoError> {
+    Ok(Tail::unpack(r.u64(what)?))
+}
+
+/// Appends the encoding of a reply to request `id` to `out`.
+pub fn encode_reply(out: &mut Vec<u8>, id: u64, reply: &Reply) {
+    let mut w = Writer {
+        buf: std::mem::take(out),
+    };
+    header(&mut w, K_REPLY, id);
+    match reply {
+        Reply::Err { errno, message } => {
+            let msg = &message.as_bytes()[..message.len().min(MAX_TEXT)];
+            // Cut at a character boundary so the text stays UTF-8.
+            let cut = (0..=msg.len())
+                .rev()
+                .find(|&i| message.is_char_boundary(i))
+                .unwrap_or(0);
+            w.u8(ReplyKind::Err as u8)
+                .i32(*errno)
+                .bytes(&message.as_bytes()[..cut]);
+        }
+        Reply::Ok(body) => match body {
+            ReplyBody::Empty => {
+                w.u8(ReplyKind::Empty as u8);
+            }
+            ReplyBody::Hello(h) => {
+                w.u8(ReplyKind::Hello as u8)
+                    .u64(h.client_id)
+                    .bytes(&h.superblock);
+                w.buf.extend_from_slice(&h.pool.encode());
+                w.u32(h.stores.len() as u32);
+                for s in &h.stores {
+                    w.u16(s.group).bytes(s.addr.as_bytes());
+                }
+                w.u64(h.grace_ms);
+            }
+            ReplyBody::Chunk { start, pages } => {
+                w.u8(ReplyKind::Chunk as u8).u64(start.0).u32(*pages);
+            }
+            ReplyBody::Committed { prev, tail } => {
+                w.u8(ReplyKind::Committed as u8)
+                    .u64(prev.pack())
+                    .u64(tail.pack());
+            }
+            ReplyBody::Attr(a) => {
+                w.u8(ReplyKind::Attr as u8);
+                put_attr(&mut w, a);
+            }
+            ReplyBody::Statfs(s) => {
+                w.u8(ReplyKind::Statfs as u8)
+                    .u32(s.bsize)
+                    .u64(s.blocks)
+                    .u64(s.bfree)
+                    .u64(s.files)
+                    .u64(s.ffree)
+                    .u32(s.namelen);
+            }
+            ReplyBody::Ino(i) => {
+                w.u8(ReplyKind::Ino as u8).u64(*i);
+            }
+            ReplyBody::Joined { cluster_uuid } => {
+                w.u8(ReplyKind::Joined as u8);
+                w.buf.extend_from_slice(cluster_uuid);
+            }
+            ReplyBody::DsInfo(d) => {
+                w.u8(ReplyKind::DsInfo as u8).u16(d.group);
+                w.buf.extend_from_slice(&d.region.encode());
+                w.bytes(d.pool_path.as_bytes());
+                w.buf.extend_from_slice(&d.pool_uuid);
+                w.u64(d.page_area_off).u64(d.page_count);
+            }
+            ReplyBody::Lock(l) => {
+                w.u8(ReplyKind::Lock as u8).bool(l.is_some());
+                if let Some(l) = l {
+                    put_lock(&mut w, l);
+                }
+            }
+        },
+    }
+    *out = w.buf;
+}
+
+pub(crate) fn put_lock(w: &mut Writer, l: &LockReq) {
+    w.u64(l.ino)
+        .u64(l.owner)
+        .u32(l.pid)
+        .u64(l.start)
+        .u64(l.end)
+        .u8(l.kind as u8);
+}
+
+pub(crate) fn lock(r: &mut Reader<'_>) -> Result<LockReq, ProtoError> {
+    let l = LockReq {
+        ino: r.u64("ino")?,
+        owner: r.u64("lock owner")?,
+        pid: r.u32("pid")?,
+        start: r.u64("lock start")?,
+        end: r.u64("lock end")?,
+        kind: match r.u8("lock kind")? {
+            0 => LockKind::Read,
+            1 => LockKind::Write,
+            2 => LockKind::Unlock,
+            _ => return Err(ProtoError::Invalid("lock kind")),
+        },
+    };
+    if l.end < l.start {
+        return Err(ProtoError::Invalid("lock range"));
+    }
+    Ok(l)
+}
+
+/// Decodes a reply: the id of the request it answers, and the reply.
+pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
+    let mut r = Reader::new(b);
+    let (kind, id) = read_header(&mut r)?;
+    if kind != K_REPLY {
+        return Err(ProtoError::UnknownKind(kind));
+    }
+    let reply = match ReplyKind::try_from(r.u8("reply kind")?)? {
+        ReplyKind::Err => Reply::Err {
+            errno: r.i32("errno")?,
+            message: text(&mut r, "error message")?,
+        },
+        ReplyKind::Empty => Reply::Ok(ReplyBody::Empty),
+        ReplyKind::Hello => {
+            let client_id = r.u64("client id")?;
+            let superblock = r.bytes(SUPERBLOCK_SIZE, "superblock")?.to_vec();
+            let pool = region(&mut r)?;
+            let n = r.u32("store count")? as usize;
+            if n > MAX_STORES {
+                return Err(ProtoError::Invalid("store count"));
+            }
+            let mut stores = Vec::with_capacity(n);
+            for _ in 0..n {
+                stores.push(StoreInfo {
+                    group: r.u16("group")?,
+                    addr: text(&mut r, "address")?,
+                });
+            }
+            Reply::Ok(ReplyBody::Hello(HelloReply {
+                client_id,
+                superblock,
+                pool,
+                stores,
+                grace_ms: r.u64("grace")?,
+            }))
+        }
+        ReplyKind::Chunk => Reply::Ok(ReplyBody::Chunk {
+            start: Gpa(r.u64("gpa")?),
+            pages: r.u32("pages")?,
+        }),
+        ReplyKind::Committed => Reply::Ok(ReplyBody::Committed {
+            prev: tail(&mut r, "tail")?,
+            tail: tail(&mut r, "tail")?,
+        }),
+        ReplyKind::Attr => Reply::Ok(ReplyBody::Attr(attr(&mut r)?)),
+        ReplyKind::Statfs => Reply::Ok(ReplyBody::Statfs(StatFs {
+            bsize: r.u32("bsize")?,
+            blocks: r.u64("blocks")?,
+            bfree: r.u64("bfree")?,
+            files: r.u64("files")?,
+            ffree: r.u64("ffree")?,
+            namelen: r.u32("namelen")?,
+        })),
+        ReplyKind::Ino => Reply::Ok(ReplyBody::Ino(r.u64("ino")?)),
+        ReplyKind::Joined => Reply::Ok(ReplyBody::Joined {
+            cluster_uuid: uuid(&mut r)?,
+        }),
+        ReplyKind::DsInfo => Reply::Ok(ReplyBody::DsInfo(DsInfoReply {
+            group: r.u16("group")?,
+            region: region(&mut r)?,
+            pool_path: text(&mut r, "pool path")?,
+            pool_uuid: uuid(&mut r)?,
+            page_area_off: r.u64("page area")?,
+            page_count: r.u64("page count")?,
+        })),
+        ReplyKind::Lock => Reply::Ok(ReplyBody::Lock(if r.bool("lock present")? {
+            Some(lock(&mut r)?)
+        } else {
+            None
+        })),
+    };
+    r.finish()?;
+    Ok((id, reply))
+}
+
+/// The request id of a message, if it has a valid header (to answer garbage).
+pub fn peek_id(b: &[u8]) -> Option<u64> {
+    let mut r = Reader::new(b);
+    read_header(&mut r).ok().map(|(_, id)| id)
+}

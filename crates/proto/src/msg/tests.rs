@@ -1,0 +1,232 @@
+//! Round trips, truncations and random bytes through every decoder.
+
+use super::*;
+use crate::HEADER;
+use orion_format::{SetAttrRec, WriteRec};
+use orion_meta::RenameMode;
+use proptest::prelude::*;
+
+fn sample_requests() -> Vec<MdsRequest> {
+    vec![
+        MdsRequest::Hello(Hello {
+            internal_group: Some(3),
+            strong: true,
+            name: "host:42".into(),
+        }),
+        MdsRequest::Ping,
+        MdsRequest::AllocChunk {
+            group: None,
+            pages: 256,
+        },
+        MdsRequest::Commit(Commit {
+            ino: 7,
+            generation: 3,
+            expect: Some(Tail {
+                version: 2,
+                offset: 64 * 99,
+            }),
+            persisted_locally: false,
+            entries: vec![
+                Entry::Write(WriteRec {
+                    pgoff: 1,
+                    npages: 2,
+                    gpa: Gpa::new(1, 9),
+                    size: 12288,
+                    mtime: 5,
+                }),
+                Entry::SetAttr(SetAttrRec {
+                    mask: 1,
+                    mode: 0o600,
+                    ..Default::default()
+                }),
+            ],
+        }),
+        MdsRequest::Create(Create {
+            parent: 1,
+            name: b"x".to_vec(),
+            ftype: FileType::Symlink,
+            mode: 0o777,
+            uid: 1,
+            gid: 2,
+            rdev: 0,
+            symlink: Some((Gpa::new(0, 4), 10)),
+        }),
+        MdsRequest::Rename {
+            old_parent: 1,
+            old_name: b"a".to_vec(),
+            new_parent: 2,
+            new_name: b"b".to_vec(),
+            mode: RenameMode::Exchange,
+        },
+        MdsRequest::Lock(sample_lock()),
+        MdsRequest::TestLock(LockReq {
+            kind: LockKind::Read,
+            ..sample_lock()
+        }),
+        MdsRequest::ReleaseLocks { ino: 9, owner: 77 },
+    ]
+}
+
+fn sample_store_messages() -> Vec<StoreToMds> {
+    vec![
+        StoreToMds::Join(DsHello {
+            group: 1,
+            page_count: 100,
+            pool_uuid: [1; 16],
+            cluster_uuid: [0; 16],
+            addr: "127.0.0.1:5".into(),
+        }),
+        StoreToMds::Persisted {
+            pages: vec![Gpa::new(0, 1), Gpa::new(0, 2)],
+        },
+    ]
+}
+
+/// Every sample message, as the bytes the MDS's listener would receive.
+fn sample_inbound() -> Vec<MdsInbound> {
+    let clients = sample_requests().into_iter().map(MdsInbound::Client);
+    let stores = sample_store_messages().into_iter().map(MdsInbound::Store);
+    clients.chain(stores).collect()
+}
+
+fn round_trip<M: Message + PartialEq + std::fmt::Debug + Clone>(m: &M, id: u64) {
+    let mut b = Vec::new();
+    m.encode(&mut b, id);
+    assert_eq!(M::decode(&b).unwrap(), (id, m.clone()));
+    for cut in 0..b.len() {
+        assert!(M::decode(&b[..cut]).is_err(), "{m:?} cut at {cut}");
+    }
+    b.push(0);
+    assert_eq!(M::decode(&b).unwrap_err(), ProtoError::Trailing(1));
+}
+
+fn sample_lock() -> LockReq {
+    LockReq {
+        ino: 9,
+        owner: 0xdead_beef,
+        pid: 42,
+        start: 100,
+        end: u64::MAX,
+        kind: LockKind::Write,
+    }
+}
+
+#[test]
+fn requests_and_replies_round_trip() {
+    for (i, m) in sample_inbound().iter().enumerate() {
+        round_trip(m, i as u64);
+    }
+    for (i, m) in sample_requests().iter().enumerate() {
+        round_trip(m, i as u64);
+    }
+    for (i, m) in sample_store_messages().iter().enumerate() {
+        round_trip(m, i as u64);
+    }
+    for (i, m) in [StoreRequest::Ping, StoreRequest::Info, StoreRequest::Flush]
+        .iter()
+        .enumerate()
+    {
+        round_trip(m, i as u64);
+    }
+    let reply = Reply::Ok(ReplyBody::Committed {
+        prev: Tail {
+            version: 0,
+            offset: 128,
+        },
+        tail: Tail {
+            version: 0,
+            offset: 256,
+        },
+    });
+    let mut b = Vec::new();
+    encode_reply(&mut b, 9, &reply);
+    assert_eq!(decode_reply(&b).unwrap(), (9, reply));
+    for l in [None, Some(sample_lock())] {
+        let reply = Reply::Ok(ReplyBody::Lock(l));
+        b.clear();
+        encode_reply(&mut b, 3, &reply);
+        assert_eq!(decode_reply(&b).unwrap(), (3, reply));
+    }
+    // A range that ends before it starts is refused.
+    let bad = MdsRequest::Lock(LockReq {
+        start: 10,
+        end: 9,
+        ..sample_lock()
+    });
+    b.clear();
+    bad.encode(&mut b, 1);
+    assert!(MdsRequest::decode(&b).is_err());
+    let err = Reply::Err {
+        errno: 2,
+        message: "é".repeat(5000),
+    };
+    b.clear();
+    encode_reply(&mut b, 1, &err);
+    let (_, Reply::Err { message, .. }) = decode_reply(&b).unwrap() else {
+        panic!("not an error reply")
+    };
+    assert!(message.len() <= MAX_TEXT);
+}
+
+#[test]
+fn a_message_sent_to_the_wrong_service_is_an_unknown_kind() {
+    let mut b = Vec::new();
+    StoreRequest::Flush.encode(&mut b, 1);
+    assert_eq!(
+        MdsInbound::decode(&b).unwrap_err(),
+        ProtoError::UnknownKind(StoreKind::Flush as u8)
+    );
+    b.clear();
+    MdsRequest::Statfs.encode(&mut b, 1);
+    assert_eq!(
+        StoreRequest::decode(&b).unwrap_err(),
+        ProtoError::UnknownKind(MdsKind::Statfs as u8)
+    );
+    b.clear();
+    StoreToMds::Persisted { pages: vec![] }.encode(&mut b, 1);
+    assert!(
+        MdsRequest::decode(&b).is_err(),
+        "a client request is not a store's"
+    );
+}
+
+#[test]
+fn kind_numbers_of_the_families_are_disjoint() {
+    let mut seen = std::collections::HashSet::new();
+    let all = MdsKind::ALL
+        .iter()
+        .map(|k| *k as u8)
+        .chain(StoreToMdsKind::ALL.iter().map(|k| *k as u8))
+        .chain(StoreKind::ALL.iter().map(|k| *k as u8))
+        .chain([K_REPLY]);
+    for k in all {
+        assert!(seen.insert(k), "kind {k} used twice");
+    }
+    for k in MdsKind::ALL {
+        assert_eq!(MdsKind::try_from(*k as u8), Ok(*k));
+    }
+    for k in ReplyKind::ALL {
+        assert_eq!(ReplyKind::try_from(*k as u8), Ok(*k));
+    }
+}
+
+proptest! {
+    #[test]
+    fn decoders_never_panic(b in proptest::collection::vec(any::<u8>(), 0..600)) {
+        let _ = MdsInbound::decode(&b);
+        let _ = StoreRequest::decode(&b);
+        let _ = decode_reply(&b);
+        let mut h = b.clone();
+        if h.len() >= HEADER {
+            // A valid header of every kind in turn, then random bytes.
+            let kind = h[3] % 80;
+            h[..4].copy_from_slice(&[0x4F, 0x52, VERSION, kind]);
+            let _ = MdsInbound::decode(&h);
+            let _ = MdsRequest::decode(&h);
+            let _ = StoreToMds::decode(&h);
+            let _ = StoreRequest::decode(&h);
+            h[3] = K_REPLY;
+            let _ = decode_reply(&h);
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! The in-process cluster: its nodes, their threads and pools, restarts, and fsck.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use orion_client::{Client, ClientConfig};
+use orion_ds::DsConfig;
+use orion_fabric::mock::{Faults, MockNet};
+use orion_fabric::{Backend, FabricConfig, Secret};
+use orion_mds::MdsConfig;
+use orion_pmem::{Mode, ModeChoice, Pool};
+
+/// The shape of a simulated cluster.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    pub seed: u64,
+    /// Data stores, one per replication group.
+    pub stores: u16,
+    pub mds_pool: u64,
+    pub store_pool: u64,
+    /// Faults of the mock fabric for the whole run.
+    pub faults: Faults,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            seed: 1,
+            stores: 1,
+            mds_pool: 16 << 20,
+            store_pool: 32 << 20,
+            faults: Faults::default(),
+        }
+    }
+}
+
+/// A server on its own thread: stopping it is a restart from its pool.
+struct Node {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Result<()>>>,
+}
+
+impl Node {
+    /// Starts `serve` on a thread named `name` and waits until it is ready.
+    fn start(
+        name: &str,
+        serve: impl FnOnce(Arc<AtomicBool>, mpsc::Sender<()>) -> Result<()> + Send + 'static,
+    ) -> Result<Node> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = mpsc::channel();
+        let s = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || serve(s, tx))?;
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(()) => Ok(Node {
+                stop,
+                thread: Some(thread),
+            }),
+            Err(_) => {
+                stop.store(true, Ordering::Relaxed);
+                let r = thread.join();
+                bail!("{name} did not start: {r:?}")
+            }
+        }
+    }
+
+    fn stop(&mut self) -> Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .map_err(|_| anyhow!("the server thread panicked"))?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+/// An MDS, data stores and the means to connect clients, in this process.
+pub struct Cluster {
+    pub cfg: ClusterConfig,
+    pub net: MockNet,
+    secret: Secret,
+    dir: tempfile::TempDir,
+    mds: Option<Node>,
+    stores: Vec<Option<Node>>,
+    /// Restarts done so far (MDS and stores), for reports.
+    pub restarts: u64,
+}
+
+const MDS_ADDR: &str = "mds:7410";
+
+fn store_addr(group: u16) -> String {
+    format!("ds{group}:7420")
+}
+
+impl Cluster {
+    /// Formats the pools and starts every server.
+    pub fn start(cfg: ClusterConfig) -> Result<Cluster> {
+        let dir = tempfile::Builder::new()
+            .prefix("orion-sim-")
+            .tempdir_in("/dev/shm")
+            .context("a directory for the pools in /dev/shm")?;
+        let net = MockNet::new(cfg.seed);
+        net.set_faults(cfg.faults.clone());
+        let volatile = ModeChoice::Force(Mode::Volatile);
+        orion_mds::format_pool(&dir.path().join("mds.pool"), cfg.mds_pool, volatile)?;
+        for g in 0..cfg.stores {
+            let p = dir.path().join(format!("ds{g}.pool"));
+            orion_ds::format_pool(&p, cfg.store_pool, g, volatile)?;
+        }
+        let mut c = Cluster {
+            stores: (0..cfg.stores).map(|_| None).collect(),
+            cfg,
+            net,
+            secret: Secret::generate(),
+            dir,
+            mds: None,
+            restarts: 0,
+        };
+        c.start_mds()?;
+        for g in 0..c.cfg.stores {
+            c.start_store(g)?;
+        }
+        Ok(c)
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn mds_pool(&self) -> PathBuf {
+        self.dir.path().join("mds.pool")
+    }
+
+    fn fabric(&self) -> FabricConfig {
+        let mut f = FabricConfig::new(Backend::Mock(self.net.clone()), self.secret.clone());
+        f.connect_timeout = Duration::from_secs(5);
+        f.op_timeout = Duration::from_secs(10);
+        f
+    }
+
+    fn start_mds(&mut self) -> Result<()> {
+        let cfg = MdsConfig {
+            pool: self.mds_pool(),
+            pool_mode: "volatile".into(),
+            listen: MDS_ADDR.into(),
+            // Short waits keep restarts and page reuse inside one run.
+            grace_ms: 20,
+            persist_timeout_ms: 5_000,
+            ..Default::default()
+        };
+        let fabric = self.fabric();
+        self.mds = Some(Node::start("sim-mds", move |stop, ready| {
+            orion_mds::run(cfg, fabric, stop, |_| {
+                let _ = ready.send(());
+            })
+        })?);
+        Ok(())
+    }
+
+    fn start_store(&mut self, group: u16) -> Result<()> {
+        let cfg = DsConfig {
+            pool: self.dir.path().join(format!("ds{group}.pool")),
+            pool_mode: "volatile".into(),
+            group,
+            listen: store_addr(group),
+            mds: MDS_ADDR.into(),
+            ..Default::default()
+        };
+        let fabric = self.fabric();
+        let node = Node::start(&format!("sim-ds{group}"), move |stop, ready| {
+            orion_ds::run(cfg, fabric, stop, |_| {
+                let _ = ready.send(());
+            })
+        })?;
+        self.stores[group as usize] = Some(node);
+        Ok(())
+    }
+
+    /// A new client; `internal` maps group 0's pool as an internal client does.
+    pub fn client(&self, internal: bool, optimistic: bool) -> Result<Client> {
+        let cfg = ClientConfig {
+            mds: MDS_ADDR.into(),
+            internal,
+            persistence: if optimistic {
+                "optimistic"
+            } else {
+                "pessimistic"
+            }
+            .into(),
+            op_timeout_ms: 10_000,
+            reconnect_ms: 10_000,
+            cache_mib: 4,
+            chunk_pages: 16,
+            name: format!(
+                "sim client ({})",
+                if internal { "internal" } else { "external" }
+            ),
+            ..Default::default()
+        };
+        Client::connect(cfg, self.fabric()).map_err(|e| anyhow!("client: {e}"))
+    }
+
+    /// Stops the MDS, checks its pool with fsck, and starts it again from the pool.
+    pub fn restart_mds(&mut self) -> Result<()> {
+        if let Some(mut n) = self.mds.take() {
+            n.stop().context("the MDS stopped with an error")?;
+        }
+        self.fsck()
+            .context("fsck of the MDS pool while the MDS was down")?;
+        self.restarts += 1;
+        self.start_mds()
+    }
+
+    /// Stops the data store of `group` and starts it again from its pool.
+    pub fn restart_store(&mut self, group: u16) -> Result<()> {
+        if let Some(mut n) = self.stores[group as usize].take() {
+            n.stop().context("the data store stopped with an error")?;
+        }
+        self.restarts += 1;
+        self.start_store(group)
+    }
+
+    /// Checks the MDS pool offline (the MDS must be stopped, or idle).
+    pub fn fsck(&self) -> Result<()> {
+        let pool = Pool::open(&self.mds_pool(), ModeChoice::Force(Mode::Volatile))?;
+        let r = orion_meta::fsck::check(&pool, None);
+        if !r.is_clean() {
+            bail!("fsck: {}: {:?}", r.summary(), r.problems);
+        }
+        Ok(())
+    }
+
+    /// Stops every server (MDS last, so stores leave cleanly).
+    pub fn stop(&mut self) -> Result<()> {
+        for s in self.stores.iter_mut() {
+            if let Some(mut n) = s.take() {
+                n.stop()?;
+            }
+        }
+        if let Some(mut n) = self.mds.take() {
+            n.stop()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}

@@ -1,0 +1,226 @@
+//! The cluster simulator's seeded runs. Each seed builds an in-process cluster (an
+//! MDS and a data store over the mock fabric, which delays and reorders completions)
+//! and three clients (internal, external, optimistic), and plays a random sequence of
+//! POSIX operations, one at a time, each by a client the seed picks. Every operation
+//! runs against a reference model too (a tmpfs directory, through system calls): its
+//! result must match, and the tree seen through another client must match the model's.
+//! Between operations the seed restarts the MDS (after an fsck of its pool while it is
+//! down), restarts the data store, or replaces a client by a fresh one; everything
+//! acknowledged before must still be there.
+//!
+//! `SIM_SEEDS` (default 200) sets how many seeds run, `SIM_FIRST` the first one,
+//! `SIM_JOBS` (default 4) how many run side by side, and `SIM_SEED` replays one seed. A failing seed prints the command that replays it; a
+//! seed that once failed is kept in [`REGRESSIONS`] and runs every time.
+
+#[path = "../../cli/tests/client_ops/mod.rs"]
+mod client_ops;
+#[path = "../../meta/tests/support/mod.rs"]
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use client_ops::{client_snapshot, run_client};
+use orion_client::Client;
+use orion_fabric::mock::Faults;
+use orion_sim::{Cluster, ClusterConfig};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use support::oracle::{oracle_snapshot, run_oracle};
+use support::*;
+
+/// Seeds that failed once, with what they found; they run in every test run.
+const REGRESSIONS: &[u64] = &[
+    // A client's first read after an MDS restart came before the data store had
+    // rejoined, and failed with EIO ("no connection to the data store"): clients now
+    // wait for a store as long as for a restarting MDS.
+    3,
+];
+
+/// Operations per seed.
+const OPS: usize = 40;
+
+/// The clients of a run: (internal, optimistic).
+const CLIENTS: [(bool, bool); 3] = [(true, false), (false, false), (false, true)];
+
+/// One seed's run; `Err` says what differed, at which step.
+fn run_seed(seed: u64) -> Result<String, String> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let faults = Faults {
+        delay: if rng.gen_bool(0.5) { 0.05 } else { 0.0 },
+        reorder: rng.gen_bool(0.5),
+        ..Default::default()
+    };
+    let mut cluster = Cluster::start(ClusterConfig {
+        seed,
+        faults,
+        ..Default::default()
+    })
+    .map_err(|e| format!("starting the cluster: {e:#}"))?;
+    let mut clients: Vec<Client> = CLIENTS
+        .iter()
+        .map(|&(internal, opt)| cluster.client(internal, opt))
+        .collect::<anyhow::Result<_>>()
+        .map_err(|e| format!("connecting clients: {e:#}"))?;
+    let model = tempfile::tempdir_in("/dev/shm").map_err(|e| e.to_string())?;
+    let root = model.path();
+    std::fs::set_permissions(root, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .map_err(|e| e.to_string())?;
+    let top = "/sim";
+    clients[0]
+        .mkdir(top, 0o755)
+        .map_err(|e| format!("mkdir {top}: {e}"))?;
+    let ops = random_ops(&mut rng, OPS);
+    let mut events = Vec::new();
+    for (i, op) in ops.iter().enumerate() {
+        // A fault between operations: a restart of a server, or a new client.
+        match rng.gen_range(0..100) {
+            0..=3 => {
+                cluster
+                    .restart_mds()
+                    .map_err(|e| format!("step {i}: restarting the MDS: {e:#}"))?;
+                events.push(format!("{i}: MDS restarted"));
+            }
+            4..=7 => {
+                cluster
+                    .restart_store(0)
+                    .map_err(|e| format!("step {i}: restarting the data store: {e:#}"))?;
+                events.push(format!("{i}: data store restarted"));
+            }
+            8..=10 => {
+                let k = rng.gen_range(0..clients.len());
+                let (internal, opt) = CLIENTS[k];
+                // Dropping a client commits what it staged (as close does).
+                clients[k] = cluster
+                    .client(internal, opt)
+                    .map_err(|e| format!("step {i}: reconnecting client {k}: {e:#}"))?;
+                events.push(format!("{i}: client {k} replaced"));
+            }
+            _ => {}
+        }
+        let me = rng.gen_range(0..clients.len());
+        let other = (me + 1 + rng.gen_range(0..clients.len() - 1)) % clients.len();
+        let op = op.resolve(&oracle_snapshot(root));
+        let want = run_oracle(root, &op);
+        let got = run_client(&clients[me], top, &op);
+        if got != want {
+            return Err(format!(
+                "step {i}: {op:?} by client {me}: orion {got:?}, model {want:?} (events: {events:?})"
+            ));
+        }
+        // Another client's view: what this one did is visible to it at once (its
+        // own staged writes commit before the other reads, at the operation's end).
+        let seen = snapshot(&clients[other], top).map_err(|e| {
+            format!(
+                "step {i}: after {op:?} by client {me}, client {other}: {e} (events: {events:?})"
+            )
+        })?;
+        if let Some(d) = diff_ignoring_times(&oracle_snapshot(root), &seen) {
+            return Err(format!(
+                "step {i}: after {op:?} by client {me}, client {other} sees: {d} (events: {events:?})"
+            ));
+        }
+    }
+    // The end: every client sees the model's tree, then the MDS restarts once more
+    // and fsck must be clean.
+    for (k, c) in clients.iter().enumerate() {
+        if let Some(d) = diff_ignoring_times(&oracle_snapshot(root), &snapshot(c, top)?) {
+            return Err(format!(
+                "at the end, client {k} sees: {d} (events: {events:?})"
+            ));
+        }
+    }
+    drop(clients);
+    cluster
+        .restart_mds()
+        .map_err(|e| format!("final restart: {e:#}"))?;
+    let c = cluster
+        .client(false, false)
+        .map_err(|e| format!("final client: {e:#}"))?;
+    if let Some(d) = diff_ignoring_times(&oracle_snapshot(root), &snapshot(&c, top)?) {
+        return Err(format!("after the final restart: {d} (events: {events:?})"));
+    }
+    drop(c);
+    cluster.stop().map_err(|e| format!("stopping: {e:#}"))?;
+    Ok(format!("{} events", events.len()))
+}
+
+/// A client's view of the tree under `top`, or why it could not be read.
+fn snapshot(c: &Client, top: &str) -> Result<Snapshot, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| client_snapshot(c, top))).map_err(
+        |p| {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            format!("reading the tree through a client failed: {msg}")
+        },
+    )
+}
+
+fn replay_command(seed: u64) -> String {
+    format!("SIM_SEED={seed} cargo test -p orion-sim --test seeds -- --nocapture")
+}
+
+#[test]
+fn seeded_runs_match_the_model_across_restarts() {
+    // SAFETY: umask only sets the process's file-creation mask.
+    unsafe { libc::umask(UMASK as libc::mode_t) };
+    // The servers' logs, with RUST_LOG (e.g. RUST_LOG=info when replaying a seed).
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+    let seeds: Vec<u64> = match env("SIM_SEED") {
+        Some(s) => vec![s],
+        None => {
+            let first = env("SIM_FIRST").unwrap_or(1);
+            let n = env("SIM_SEEDS").unwrap_or(200);
+            REGRESSIONS
+                .iter()
+                .copied()
+                .chain(first..first + n)
+                .collect()
+        }
+    };
+    let t0 = Instant::now();
+    // Seeds are independent (each has its own mock network, pools and model), and a
+    // run mostly waits for its servers' threads: a few run side by side.
+    let workers = env("SIM_JOBS").unwrap_or(4).max(1) as usize;
+    let next = AtomicUsize::new(0);
+    let failures = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let Some(&seed) = seeds.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                    return;
+                };
+                let r = std::panic::catch_unwind(|| run_seed(seed))
+                    .unwrap_or_else(|_| Err("panicked (see above)".into()));
+                if let Err(e) = r {
+                    eprintln!(
+                        "sim seed {seed} FAILED: {e}\n  replay: {}",
+                        replay_command(seed)
+                    );
+                    failures.lock().unwrap().push(seed);
+                }
+            });
+        }
+    });
+    let mut failures = failures.into_inner().unwrap();
+    failures.sort_unstable();
+    println!(
+        "sim seeds: {}, failures: {} ({:.1} s)",
+        seeds.len(),
+        failures.len(),
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(
+        failures.is_empty(),
+        "failing seeds {failures:?}; replay one with: {}",
+        replay_command(failures[0])
+    );
+}
