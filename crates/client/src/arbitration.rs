@@ -7,7 +7,8 @@
 //! copy ended; a log rewritten by GC or a reused slot is loaded whole. A log commit's
 //! reply says where the MDS placed the entries: right after the copy's tail means the
 //! copy stays in step (the entries are applied locally); anything else means another
-//! client's commits came first, and the copy is rebuilt from the MDS log. The local
+//! client's commits came first, and the copy catches up from the MDS log at its next
+//! use. The local
 //! copy never runs ahead of the MDS (entries are applied once acknowledged), so there
 //! is nothing to roll back: re-execution is needed only by updates computed from the
 //! old state, which commit conditionally (`expect`) and run again when refused.
@@ -150,35 +151,37 @@ impl InodeCache {
         self.map.get_mut(&ino)
     }
 
-    /// Applies the MDS's answer to a log commit of `entries` (module text).
+    /// Applies the MDS's answer to a log commit of `entries`, built for `generation`
+    /// of `ino` (module text). No I/O, and no failure: the commit landed whatever
+    /// happens here. A copy in step takes the entries; a copy behind (other clients'
+    /// commits came first) stays at its tail, and its next use catches up from there,
+    /// reading these entries too in the MDS's order.
     pub fn committed(
         &mut self,
-        remote: &mut Remote,
         ino: u64,
+        generation: u64,
         entries: &[orion_format::Entry],
         prev: Tail,
         tail: Tail,
-    ) -> Res<()> {
-        assert_ne!(prev, tail, "an acknowledged commit moved the tail");
-        if let Some(c) = self.map.get_mut(&ino) {
-            if c.tail == prev {
-                // The MDS applied these entries to the state this copy has: they apply
-                // here too, or client and MDS disagree on the inode (a bug).
-                let mut freed = Vec::new();
-                for e in entries {
-                    if let Err(err) = c.state.apply(e, &mut freed) {
-                        panic!(
-                            "inode {ino}: an entry the MDS acknowledged at tail {prev:?} does \
-                             not apply to this client's copy at the same tail: {err} ({e:?})"
-                        );
-                    }
-                }
-                c.tail = tail;
-                return Ok(());
+    ) {
+        let Some(c) = self.map.get_mut(&ino) else {
+            return;
+        };
+        if c.generation != generation || c.tail != prev {
+            return;
+        }
+        // The MDS applied these entries to the state this copy has: they apply here
+        // too, or client and MDS disagree on the inode (a bug).
+        let mut freed = Vec::new();
+        for e in entries {
+            if let Err(err) = c.state.apply(e, &mut freed) {
+                panic!(
+                    "inode {ino}: an entry the MDS acknowledged at tail {prev:?} does not \
+                     apply to this client's copy at the same tail: {err} ({e:?})"
+                );
             }
         }
-        // Other commits came between: catch up from the MDS log.
-        self.refresh(remote, ino).map(|_| ())
+        c.tail = tail;
     }
 
     pub fn ftype(&self, ino: u64) -> Option<FileType> {

@@ -7,7 +7,9 @@
 //! first. [`commit_loop`] then asks the update to build itself again from a refreshed
 //! copy, as the paper's re-execution does. Every conditional update of the client goes
 //! through this loop; a refused unconditional commit (the inode number was reused)
-//! stops at the update's own generation check.
+//! stops at the update's own generation check. Once the MDS accepted a commit, the
+//! update has happened: nothing after it (applying it to the cached copy) can fail
+//! the update, so its pages are never given back and it never runs again.
 
 use orion_format::Tail;
 use orion_meta::error::ESTALE;
@@ -34,7 +36,7 @@ pub(crate) enum Step<T> {
 /// Runs `attempt` until its commit is accepted, re-executing it when the MDS refuses
 /// it with `ESTALE`. Each attempt gets the connections and the inode cache, and the
 /// attempt's number (0 first). An accepted commit is applied to the cached copy
-/// ([`InodeCache::committed`]) before the answer is returned.
+/// ([`InodeCache::committed`], which cannot fail) before the answer is returned.
 pub(crate) fn commit_loop<T>(
     remote: &mut Remote,
     cache: &mut InodeCache,
@@ -45,11 +47,11 @@ pub(crate) fn commit_loop<T>(
             Step::Done(v) => return Ok(v),
             Step::Again => continue,
             Step::Send(commit, v) => {
-                let ino = commit.ino;
+                let (ino, generation) = (commit.ino, commit.generation);
                 let entries = commit.entries.clone();
                 match send_commit(remote, commit) {
                     Ok((prev, tail)) => {
-                        cache.committed(remote, ino, &entries, prev, tail)?;
+                        cache.committed(ino, generation, &entries, prev, tail);
                         return Ok(v);
                     }
                     Err(Fail::Fs(FsError::Errno(libc::ESTALE))) => {
@@ -68,11 +70,8 @@ pub(crate) fn send_commit(remote: &mut Remote, c: Commit) -> Res<(Tail, Tail)> {
     debug_assert!(!c.entries.is_empty(), "a commit carries entries");
     remote.stats.commits += 1;
     match remote.call(&MdsRequest::Commit(c))? {
-        ReplyBody::Committed { prev, tail } => {
-            // The MDS appended: the log moved on (grew, or was compacted after).
-            assert_ne!(prev, tail, "a commit's reply must name a moved tail");
-            Ok((prev, tail))
-        }
+        // The MDS appended: the log moved on (grew, or was compacted after).
+        ReplyBody::Committed { prev, tail } if prev != tail => Ok((prev, tail)),
         other => Err(io_err(format!("unexpected reply to a log commit: {other:?}")).into()),
     }
 }

@@ -261,4 +261,3 @@ fn read_page(i: &mut Inner, gpa: Gpa, buf: &mut [u8]) -> Res<()> {
     let mut d = i.datapath();
     d.read_page(gpa, buf)
 }
-

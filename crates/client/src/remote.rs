@@ -382,8 +382,10 @@ impl Remote {
         // A store that joined after this client connected, or one that is restarting
         // or rejoining a restarted MDS: ask the MDS again, and wait for it as long as
         // for a restarting MDS (the application sees no error meanwhile).
+        // Each look is a hello to the MDS (which lists the stores it has): a few
+        // quickly, then one every 100 ms.
         let deadline = Instant::now() + Duration::from_millis(self.cfg.reconnect_ms);
-        let mut pause = Duration::from_millis(2);
+        let mut pause = Duration::from_millis(5);
         while !usable(self) {
             let asked = self.hello();
             if usable(self) {
@@ -402,7 +404,7 @@ impl Remote {
                 )));
             }
             std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(50));
+            pause = (pause * 2).min(Duration::from_millis(100));
         }
         Ok(self.stores.get_mut(&group).expect("usable above"))
     }
@@ -442,7 +444,8 @@ impl Remote {
     /// Faults in `pages` pages at `gpa` when their store's pool is mapped here, so that
     /// the writes that fill a new chunk do not each pay a first-touch page fault.
     pub fn prefault(&mut self, gpa: Gpa, pages: u64) {
-        if let Ok(store) = self.store(gpa.group()) {
+        // Only a store already connected: prefaulting is an optimisation, never a wait.
+        if let Some(store) = self.stores.get(&gpa.group()) {
             if let Some((pool, base)) = &store.local {
                 if gpa.page() + pages <= store.page_count {
                     let _ =

@@ -98,6 +98,18 @@ pub fn run(
             cfg.group
         );
     }
+    let page_area_end = sb
+        .page_count
+        .checked_mul(PAGE_SIZE)
+        .and_then(|b| b.checked_add(sb.page_area_off));
+    if page_area_end.is_none_or(|end| end > pool.len()) {
+        bail!(
+            "{}: the superblock names {} pages but the pool file holds fewer: the pool was \
+             truncated or is damaged",
+            cfg.pool.display(),
+            sb.page_count
+        );
+    }
     if sb.page_count > u32::MAX as u64 {
         bail!("{}: more than 2^32 pages (16 TiB) per store is not supported: the write immediate names a page in 32 bits", cfg.pool.display());
     }
@@ -315,7 +327,7 @@ impl Store {
             warn!("a client wrote with an immediate naming page {page}, outside the pool");
             return;
         }
-        // Checked above against the superblock; the page lies inside the mapped pool.
+        // Checked above against the superblock, which `run` checked against the pool.
         assert!(self.sb.page_off(page) + PAGE_SIZE <= self.pool.len());
         if let Err(e) = self
             .pool

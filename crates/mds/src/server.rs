@@ -20,7 +20,7 @@ use orion_proto::{
     peek_id, Channel, Event, HelloReply, MdsInbound, MdsRequest, Message, Reply, ReplyBody,
     StoreInfo, StoreToMds,
 };
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::chunks::{self, ChunkGrants, Group};
 use crate::locks::Locks;
@@ -317,16 +317,22 @@ impl Mds {
         let r = match (&peer.role, req) {
             (_, MdsInbound::Client(MdsRequest::Ping)) => Ok(ReplyBody::Empty),
             (Role::New | Role::Client { .. }, MdsInbound::Client(MdsRequest::Hello(h))) => {
-                info!(
-                    "client {} ({}) joined: {}, {}",
-                    h.name,
-                    peer.name,
+                let how = format!(
+                    "{}, {}",
                     if h.strong { "strong" } else { "weak" },
                     match h.internal_group {
                         Some(g) => format!("internal to group {g}"),
                         None => "external".into(),
                     }
                 );
+                let addr = peer.ch.conn.peer();
+                // A client says hello again to learn the stores (one rejoined): that
+                // is not news for the log.
+                if matches!(peer.role, Role::New) {
+                    info!("client {} ({addr}) joined: {how}", h.name);
+                } else {
+                    debug!("client {} ({addr}) asked for the stores again: {how}", h.name);
+                }
                 peer.role = Role::Client {
                     internal_group: h.internal_group,
                     strong: h.strong,
@@ -568,7 +574,7 @@ impl Mds {
 
     /// Applies and answers the parked updates whose pages are now persisted.
     fn apply_unparked(&mut self) {
-        for p in self.strong.take_ready() {
+        while let Some(p) = self.strong.take_next_ready() {
             let reply = self.apply_ready(p.conn, p.update, &p.pages);
             self.reply(p.conn, p.id, reply);
         }

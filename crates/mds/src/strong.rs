@@ -78,18 +78,12 @@ impl StrongWaits {
         });
     }
 
-    /// The parked updates whose pages are all persisted now, in arrival order.
-    pub fn take_ready(&mut self) -> Vec<Parked> {
-        let mut out = Vec::new();
-        let mut i = 0;
-        while i < self.parked.len() {
-            if self.ready(&self.parked[i].pages) {
-                out.push(self.parked.remove(i).expect("index in range"));
-            } else {
-                i += 1;
-            }
-        }
-        out
+    /// The first parked update (in arrival order) whose pages are all persisted now.
+    /// One at a time: applying it consumes its pages' notices, so a later update
+    /// naming the same pages waits for notices of its own.
+    pub fn take_next_ready(&mut self) -> Option<Parked> {
+        let i = self.parked.iter().position(|p| self.ready(&p.pages))?;
+        self.parked.remove(i)
     }
 
     /// The parked updates whose deadline passed, each with the groups that did not

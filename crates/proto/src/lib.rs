@@ -16,6 +16,7 @@ pub use msg::*;
 
 /// Magic of every message ("OR") and the protocol version both ends must speak.
 pub const MAGIC: u16 = 0x524F;
-pub const VERSION: u8 = 1;
+/// Version 2: messages by service, with disjoint kind numbers.
+pub const VERSION: u8 = 2;
 /// Bytes of the header: magic, version, kind, pad, request id.
 pub const HEADER: usize = 16;

@@ -25,9 +25,11 @@ impl DataPath<'_> {
             entries: f.entries.clone(),
         };
         match send_commit(self.remote, commit) {
-            Ok((prev, tail)) => self
-                .cache
-                .committed(self.remote, ino, &f.entries, prev, tail),
+            Ok((prev, tail)) => {
+                self.cache
+                    .committed(ino, f.generation, &f.entries, prev, tail);
+                Ok(())
+            }
             Err(Fail::Fs(e)) => {
                 if matches!(e, FsError::Errno(_)) {
                     self.chunks.give_back(f.runs);

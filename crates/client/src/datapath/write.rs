@@ -192,6 +192,8 @@ impl DataPath<'_> {
             if fast && staging.accepts(ino, gen, plan.npages) {
                 remote.stats.staged_writes += 1;
                 let full = staging.stage(ino, gen, entries, local);
+                // The pages belong to the stage now, whatever its commit meets.
+                taken = None;
                 let landed = plan.off;
                 last = Some(Written {
                     runs,
