@@ -331,7 +331,10 @@ impl Mds {
                 if matches!(peer.role, Role::New) {
                     info!("client {} ({addr}) joined: {how}", h.name);
                 } else {
-                    debug!("client {} ({addr}) asked for the stores again: {how}", h.name);
+                    debug!(
+                        "client {} ({addr}) asked for the stores again: {how}",
+                        h.name
+                    );
                 }
                 peer.role = Role::Client {
                     internal_group: h.internal_group,

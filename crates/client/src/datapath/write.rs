@@ -188,34 +188,21 @@ impl DataPath<'_> {
                 }
                 k += n;
             }
-            let entries = plan.entries(&runs, SystemClock.now());
-            if fast && staging.accepts(ino, gen, plan.npages) {
+            let mut entries = plan.entries(&runs, SystemClock.now());
+            let landed = plan.off;
+            let staged = fast && staging.accepts(ino, gen, plan.npages);
+            // What is staged for the file commits now when the stage is full, or when
+            // this write commits (what was staged goes first, and moves the tail a
+            // conditional commit expects: build again).
+            let flush = if staged {
                 remote.stats.staged_writes += 1;
-                let full = staging.stage(ino, gen, entries, local);
                 // The pages belong to the stage now, whatever its commit meets.
                 taken = None;
-                let landed = plan.off;
-                last = Some(Written {
-                    runs,
-                    plan,
-                    assembled,
-                    staged: true,
-                });
-                if full {
-                    DataPath {
-                        remote,
-                        cache,
-                        chunks,
-                        pages,
-                        staging,
-                    }
-                    .flush(ino)?;
-                }
-                return Ok(Step::Done(landed));
-            }
-            if staging.holds(ino) {
-                // This write commits now, so what is staged for the file goes first
-                // (and moves the tail a conditional commit expects: build again).
+                staging.stage(ino, gen, std::mem::take(&mut entries), local)
+            } else {
+                staging.holds(ino)
+            };
+            if flush {
                 DataPath {
                     remote,
                     cache,
@@ -224,6 +211,17 @@ impl DataPath<'_> {
                     staging,
                 }
                 .flush(ino)?;
+            }
+            if staged {
+                last = Some(Written {
+                    runs,
+                    plan,
+                    assembled,
+                    staged: true,
+                });
+                return Ok(Step::Done(landed));
+            }
+            if flush {
                 return Ok(Step::Again);
             }
             let commit = Commit {
@@ -233,7 +231,6 @@ impl DataPath<'_> {
                 persisted_locally: local,
                 entries,
             };
-            let landed = plan.off;
             last = Some(Written {
                 runs,
                 plan,
