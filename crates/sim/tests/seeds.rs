@@ -9,7 +9,10 @@
 //! acknowledged before must still be there.
 //!
 //! `SIM_SEEDS` (default 200) sets how many seeds run, `SIM_FIRST` the first one,
-//! `SIM_JOBS` (default 4) how many run side by side, and `SIM_SEED` replays one seed. A failing seed prints the command that replays it; a
+//! `SIM_JOBS` (default 4) how many run side by side, and `SIM_SEED` replays one seed
+//! (`SIM_REPLAYS` times: servers run on threads, so a seed fixes the operations and
+//! faults but not the threads' interleaving; this measures how often its outcome
+//! repeats). A failing seed prints the command that replays it; a
 //! seed that once failed is kept in [`REGRESSIONS`] and runs every time.
 
 #[path = "../../cli/tests/client_ops/mod.rs"]
@@ -175,7 +178,8 @@ fn seeded_runs_match_the_model_across_restarts() {
         .try_init();
     let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
     let seeds: Vec<u64> = match env("SIM_SEED") {
-        Some(s) => vec![s],
+        // The same seed again and again: how reproducible its outcome is.
+        Some(s) => vec![s; env("SIM_REPLAYS").unwrap_or(1).max(1) as usize],
         None => {
             let first = env("SIM_FIRST").unwrap_or(1);
             let n = env("SIM_SEEDS").unwrap_or(200);
