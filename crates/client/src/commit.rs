@@ -4,7 +4,7 @@
 //! An update built from the inode's state (a partial-page write, an append, a
 //! truncation, an extended attribute) commits conditionally: it names the tail it was
 //! built on, and the MDS refuses it with `ESTALE` when another client's commit came
-//! first. [`commit_loop`] then asks the update to build itself again from a refreshed
+//! first. `commit_loop` then asks the update to build itself again from a refreshed
 //! copy, as the paper's re-execution does. Every conditional update of the client goes
 //! through this loop; a refused unconditional commit (the inode number was reused)
 //! stops at the update's own generation check. Once the MDS accepted a commit, the

@@ -5,9 +5,9 @@
 //! is log-committed. The cache is keyed by page address, so it never needs
 //! invalidation: a new version of a file page lives at a new address.
 //!
-//! [`read`] serves reads, [`write`] decides a write from the inode's state and then
-//! does its I/O and commit, [`staged`] commits what optimistic persistence staged,
-//! [`pieces`] assembles the partly covered pages of a write.
+//! `read` serves reads, `write` decides a write from the inode's state and then
+//! does its I/O and commit, `staged` commits what optimistic persistence staged,
+//! `pieces` assembles the partly covered pages of a write.
 
 mod pieces;
 mod read;

@@ -1,10 +1,14 @@
 //! `orion-proto`: the messages clients, the metadata server and data stores exchange
 //! over the fabric (two-sided SENDs; one-sided reads and writes carry no message).
 //!
-//! Every message starts with a header that names its kind and a request id the reply
-//! echoes, so a reply identifies the request it answers (Octopus's self-identified
-//! RPCs). [`decode_request`] and [`decode_reply`] take untrusted bytes and return an
-//! error, never panic. The crate knows message shapes only: no file system, no network.
+//! Messages come in one family per service: what a client asks the MDS
+//! ([`MdsRequest`]), what a data store tells it ([`StoreToMds`]; the MDS's listener
+//! decodes both as [`MdsInbound`]), what a client asks a data store ([`StoreRequest`]),
+//! and the [`Reply`] every service answers with. Every message starts with a header
+//! that names its kind and a request id the reply echoes, so a reply identifies the
+//! request it answers (Octopus's self-identified RPCs). [`Message::decode`] and
+//! [`decode_reply`] take untrusted bytes and return an error, never panic. The crate
+//! knows message shapes only: no file system, no network.
 
 pub mod channel;
 mod codec;

@@ -119,7 +119,7 @@ impl MetaEngine {
         FsError::Io(msg)
     }
 
-    /// Whether an earlier failure stopped the engine (see [`MetaEngine::fail`]).
+    /// Whether an earlier failure stopped the engine (`MetaEngine::fail` records it).
     pub fn has_failed(&self) -> bool {
         self.failed.is_some()
     }

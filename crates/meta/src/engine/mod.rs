@@ -1,7 +1,7 @@
 //! The metadata engine: one MDS pool, its inodes and logs in DRAM, and what every
-//! operation shares. Each mechanism has its own file: [`mount`] formats and mounts a
-//! pool, [`commit`] appends and commits entries (one tail store for one inode, the
-//! journal for several), [`gc`] compacts logs, [`inode`] creates and forgets inodes.
+//! operation shares. Each mechanism has its own file: `mount` formats and mounts a
+//! pool, `commit` appends and commits entries (one tail store for one inode, the
+//! journal for several), `gc` compacts logs, `inode` creates and forgets inodes.
 //! The namespace operations that use them live in [`crate::ops`], one file each. The
 //! MDS runs this engine; the local file system ([`crate::LocalFs`]) runs it in-process
 //! beside a data pool.
