@@ -21,6 +21,8 @@ pub struct Group {
     /// Where clients reach the store, and its connection while it is up.
     pub addr: String,
     pub store: Option<orion_fabric::ConnId>,
+    /// The pool the store serves (a store that rejoins with it is the same store).
+    pub pool_uuid: [u8; 16],
 }
 
 impl Group {
@@ -57,6 +59,7 @@ impl Group {
             page_count,
             addr,
             store: None,
+            pool_uuid: [0; 16],
         })
     }
 }

@@ -389,14 +389,23 @@ impl Mds {
                 hex(&ours)
             )));
         }
-        if let Some(g) = self.groups.get(&d.group) {
-            if g.store.is_some() {
+        if let Some(&Group {
+            store: Some(old),
+            pool_uuid,
+            ref addr,
+            ..
+        }) = self.groups.get(&d.group)
+        {
+            if pool_uuid != d.pool_uuid {
                 return Err(FsError::Io(format!(
-                    "group {} already has a connected data store ({}): each store needs its own \
-                     group until replication groups exist",
-                    d.group, g.addr
+                    "group {} already has a connected data store ({addr}): each store needs its \
+                     own group until replication groups exist",
+                    d.group
                 )));
             }
+            // The same pool again: its store restarted before this MDS saw the old
+            // connection close. The old connection is dead; the newcomer takes over.
+            self.drop_peer(old, "its store restarted and joined again");
         }
         if d.page_count > u32::MAX as u64 {
             return Err(FsError::Io(format!(
@@ -418,8 +427,10 @@ impl Mds {
             self.groups.insert(d.group, g);
         }
         let g = self.groups.get_mut(&d.group).expect("inserted");
+        assert!(g.store.is_none(), "one connected store per group");
         g.store = Some(conn);
         g.addr = d.addr.clone();
+        g.pool_uuid = d.pool_uuid;
         let peer = self.peers.get_mut(&conn).expect("caller holds it");
         peer.role = Role::Store { group: d.group };
         info!(

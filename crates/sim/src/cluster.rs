@@ -38,6 +38,17 @@ impl Default for ClusterConfig {
     }
 }
 
+/// What kind of client to connect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientKind {
+    /// Maps the pool of group 0's store, as a client on the store's host does.
+    pub internal: bool,
+    /// Optimistic persistence: small writes staged and committed in batches.
+    pub optimistic: bool,
+    /// Weak data consistency: commits do not wait for the stores.
+    pub weak: bool,
+}
+
 /// A server on its own thread: stopping it is a restart from its pool.
 struct Node {
     stop: Arc<AtomicBool>,
@@ -98,7 +109,8 @@ pub struct Cluster {
     pub restarts: u64,
 }
 
-const MDS_ADDR: &str = "mds:7410";
+/// Where the MDS listens on the mock network.
+pub const MDS_ADDR: &str = "mds:7410";
 
 fn store_addr(group: u16) -> String {
     format!("ds{group}:7420")
@@ -143,7 +155,8 @@ impl Cluster {
         self.dir.path().join("mds.pool")
     }
 
-    fn fabric(&self) -> FabricConfig {
+    /// The fabric settings of this cluster's nodes (its mock network and secret).
+    pub fn fabric(&self) -> FabricConfig {
         let mut f = FabricConfig::new(Backend::Mock(self.net.clone()), self.secret.clone());
         f.connect_timeout = Duration::from_secs(5);
         f.op_timeout = Duration::from_secs(10);
@@ -188,25 +201,23 @@ impl Cluster {
         Ok(())
     }
 
-    /// A new client; `internal` maps group 0's pool as an internal client does.
-    pub fn client(&self, internal: bool, optimistic: bool) -> Result<Client> {
+    /// A new client of the given kind.
+    pub fn client(&self, kind: ClientKind) -> Result<Client> {
         let cfg = ClientConfig {
             mds: MDS_ADDR.into(),
-            internal,
-            persistence: if optimistic {
+            internal: kind.internal,
+            persistence: if kind.optimistic {
                 "optimistic"
             } else {
                 "pessimistic"
             }
             .into(),
+            consistency: if kind.weak { "weak" } else { "strong" }.into(),
             op_timeout_ms: 10_000,
             reconnect_ms: 10_000,
             cache_mib: 4,
             chunk_pages: 16,
-            name: format!(
-                "sim client ({})",
-                if internal { "internal" } else { "external" }
-            ),
+            name: format!("sim client ({kind:?})"),
             ..Default::default()
         };
         Client::connect(cfg, self.fabric()).map_err(|e| anyhow!("client: {e}"))

@@ -11,4 +11,4 @@
 
 mod cluster;
 
-pub use cluster::{Cluster, ClusterConfig};
+pub use cluster::{ClientKind, Cluster, ClusterConfig, MDS_ADDR};

@@ -1,15 +1,15 @@
 //! The cluster simulator's seeded runs. Each seed builds an in-process cluster (an
-//! MDS and a data store over the mock fabric, which delays and reorders completions)
-//! and three clients (internal, external, optimistic), and plays a random sequence of
-//! POSIX operations, one at a time, each by a client the seed picks. Every operation
+//! MDS and one or two data stores over the mock fabric, which delays and reorders
+//! completions) and four clients (internal; external; optimistic; weak), and plays a
+//! random sequence of POSIX operations, one at a time, each by a client the seed picks. Every operation
 //! runs against a reference model too (a tmpfs directory, through system calls): its
 //! result must match, and the tree seen through another client must match the model's.
 //! Between operations the seed restarts the MDS (after an fsck of its pool while it is
-//! down), restarts the data store, or replaces a client by a fresh one; everything
+//! down), restarts a data store, or replaces a client by a fresh one; everything
 //! acknowledged before must still be there.
 //!
 //! `SIM_SEEDS` (default 200) sets how many seeds run, `SIM_FIRST` the first one,
-//! `SIM_JOBS` (default 4) how many run side by side, and `SIM_SEED` replays one seed
+//! `SIM_JOBS` (default 6) how many run side by side, and `SIM_SEED` replays one seed
 //! (`SIM_REPLAYS` times: servers run on threads, so a seed fixes the operations and
 //! faults but not the threads' interleaving; this measures how often its outcome
 //! repeats). A failing seed prints the command that replays it; a
@@ -27,7 +27,7 @@ use std::time::Instant;
 use client_ops::{client_snapshot, run_client};
 use orion_client::Client;
 use orion_fabric::mock::Faults;
-use orion_sim::{Cluster, ClusterConfig};
+use orion_sim::{ClientKind, Cluster, ClusterConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use support::oracle::{oracle_snapshot, run_oracle};
@@ -44,8 +44,29 @@ const REGRESSIONS: &[u64] = &[
 /// Operations per seed.
 const OPS: usize = 40;
 
-/// The clients of a run: (internal, optimistic).
-const CLIENTS: [(bool, bool); 3] = [(true, false), (false, false), (false, true)];
+/// The clients of a run.
+const CLIENTS: [ClientKind; 4] = [
+    ClientKind {
+        internal: true,
+        optimistic: false,
+        weak: false,
+    },
+    ClientKind {
+        internal: false,
+        optimistic: false,
+        weak: false,
+    },
+    ClientKind {
+        internal: false,
+        optimistic: true,
+        weak: false,
+    },
+    ClientKind {
+        internal: false,
+        optimistic: false,
+        weak: true,
+    },
+];
 
 /// One seed's run; `Err` says what differed, at which step.
 fn run_seed(seed: u64) -> Result<String, String> {
@@ -55,15 +76,18 @@ fn run_seed(seed: u64) -> Result<String, String> {
         reorder: rng.gen_bool(0.5),
         ..Default::default()
     };
+    // One store, or two (chunks then come from either group, and either restarts).
+    let stores = rng.gen_range(1..=2u16);
     let mut cluster = Cluster::start(ClusterConfig {
         seed,
+        stores,
         faults,
         ..Default::default()
     })
     .map_err(|e| format!("starting the cluster: {e:#}"))?;
     let mut clients: Vec<Client> = CLIENTS
         .iter()
-        .map(|&(internal, opt)| cluster.client(internal, opt))
+        .map(|&kind| cluster.client(kind))
         .collect::<anyhow::Result<_>>()
         .map_err(|e| format!("connecting clients: {e:#}"))?;
     let model = tempfile::tempdir_in("/dev/shm").map_err(|e| e.to_string())?;
@@ -86,17 +110,17 @@ fn run_seed(seed: u64) -> Result<String, String> {
                 events.push(format!("{i}: MDS restarted"));
             }
             4..=7 => {
+                let g = rng.gen_range(0..stores);
                 cluster
-                    .restart_store(0)
-                    .map_err(|e| format!("step {i}: restarting the data store: {e:#}"))?;
-                events.push(format!("{i}: data store restarted"));
+                    .restart_store(g)
+                    .map_err(|e| format!("step {i}: restarting data store {g}: {e:#}"))?;
+                events.push(format!("{i}: data store {g} restarted"));
             }
             8..=10 => {
                 let k = rng.gen_range(0..clients.len());
-                let (internal, opt) = CLIENTS[k];
                 // Dropping a client commits what it staged (as close does).
                 clients[k] = cluster
-                    .client(internal, opt)
+                    .client(CLIENTS[k])
                     .map_err(|e| format!("step {i}: reconnecting client {k}: {e:#}"))?;
                 events.push(format!("{i}: client {k} replaced"));
             }
@@ -139,7 +163,7 @@ fn run_seed(seed: u64) -> Result<String, String> {
         .restart_mds()
         .map_err(|e| format!("final restart: {e:#}"))?;
     let c = cluster
-        .client(false, false)
+        .client(CLIENTS[1])
         .map_err(|e| format!("final client: {e:#}"))?;
     if let Some(d) = diff_ignoring_times(&oracle_snapshot(root), &snapshot(&c, top)?) {
         return Err(format!("after the final restart: {d} (events: {events:?})"));
@@ -193,7 +217,7 @@ fn seeded_runs_match_the_model_across_restarts() {
     let t0 = Instant::now();
     // Seeds are independent (each has its own mock network, pools and model), and a
     // run mostly waits for its servers' threads: a few run side by side.
-    let workers = env("SIM_JOBS").unwrap_or(4).max(1) as usize;
+    let workers = env("SIM_JOBS").unwrap_or(6).max(1) as usize;
     let next = AtomicUsize::new(0);
     let failures = Mutex::new(Vec::new());
     std::thread::scope(|s| {

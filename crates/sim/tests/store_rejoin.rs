@@ -1,0 +1,65 @@
+//! A data store that restarts and joins again before the MDS has seen its old
+//! connection close takes its group back (same pool), while another pool claiming a
+//! served group is refused. The simulator found the first case: under load, a
+//! restarted store was refused for good ("group already has a connected data store").
+
+use std::time::Duration;
+
+use orion_fabric::{CompletionQueue, Domain};
+use orion_proto::{Channel, DsHello, Reply, ReplyBody, StoreToMds};
+use orion_sim::{Cluster, ClusterConfig, MDS_ADDR};
+
+fn join(domain: &Domain, cq: &CompletionQueue, pool_uuid: [u8; 16]) -> (Channel, Reply) {
+    let conn = domain.connect(MDS_ADDR, cq).expect("connect to the MDS");
+    let mut ch = Channel::new(domain, conn).expect("channel");
+    let hello = StoreToMds::Join(DsHello {
+        group: 5,
+        page_count: 1024,
+        pool_uuid,
+        cluster_uuid: [0; 16],
+        addr: "store-5:1".into(),
+    });
+    let mut other = Vec::new();
+    let reply = ch
+        .call(cq, 1, &hello, Duration::from_secs(10), &mut other)
+        .expect("an answer to join");
+    (ch, reply)
+}
+
+#[test]
+fn a_restarted_store_takes_its_group_back_and_a_stranger_is_refused() {
+    let cluster = Cluster::start(ClusterConfig {
+        stores: 0,
+        ..Default::default()
+    })
+    .unwrap();
+    let domain = Domain::open(cluster.fabric()).unwrap();
+    let cq = domain.completion_queue().unwrap();
+    let (first, r) = join(&domain, &cq, [7; 16]);
+    assert!(matches!(r, Reply::Ok(ReplyBody::Joined { .. })), "{r:?}");
+    // The same pool joins again while the first connection still looks alive.
+    let (_second, r) = join(&domain, &cq, [7; 16]);
+    assert!(matches!(r, Reply::Ok(ReplyBody::Joined { .. })), "{r:?}");
+    // The MDS closed the first connection, which it now knows is stale.
+    let mut closed = false;
+    for _ in 0..200 {
+        if !first.conn.is_alive() {
+            closed = true;
+            break;
+        }
+        let _ = cq.poll(&mut Vec::new(), 16);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(closed, "the stale store connection was closed");
+    // Another pool claiming the served group is refused, with the reason.
+    let (_third, r) = join(&domain, &cq, [8; 16]);
+    match r {
+        Reply::Err { message, .. } => {
+            assert!(
+                message.contains("already has a connected data store"),
+                "{message}"
+            )
+        }
+        other => panic!("a second pool for group 5 was let in: {other:?}"),
+    }
+}
