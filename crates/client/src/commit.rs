@@ -47,11 +47,10 @@ pub(crate) fn commit_loop<T>(
             Step::Done(v) => return Ok(v),
             Step::Again => continue,
             Step::Send(commit, v) => {
-                let (ino, generation) = (commit.ino, commit.generation);
-                let entries = commit.entries.clone();
-                match send_commit(remote, commit) {
+                let (c, sent) = send_commit(remote, commit);
+                match sent {
                     Ok((prev, tail)) => {
-                        cache.committed(ino, generation, &entries, prev, tail);
+                        cache.committed(c.ino, c.generation, &c.entries, prev, tail);
                         return Ok(v);
                     }
                     Err(Fail::Fs(FsError::Errno(libc::ESTALE))) => {
@@ -65,13 +64,20 @@ pub(crate) fn commit_loop<T>(
     Err(ESTALE.into())
 }
 
-/// Sends one log commit; returns where the MDS placed it (the tails before and after).
-pub(crate) fn send_commit(remote: &mut Remote, c: Commit) -> Res<(Tail, Tail)> {
+/// Sends one log commit; returns it (its entries go on to the cached copy, with no
+/// copy made) and where the MDS placed it (the tails before and after).
+pub(crate) fn send_commit(remote: &mut Remote, c: Commit) -> (Commit, Res<(Tail, Tail)>) {
     debug_assert!(!c.entries.is_empty(), "a commit carries entries");
     remote.stats.commits += 1;
-    match remote.call(&MdsRequest::Commit(c))? {
+    let req = MdsRequest::Commit(c);
+    let sent = match remote.call(&req) {
         // The MDS appended: the log moved on (grew, or was compacted after).
-        ReplyBody::Committed { prev, tail } if prev != tail => Ok((prev, tail)),
-        other => Err(io_err(format!("unexpected reply to a log commit: {other:?}")).into()),
-    }
+        Ok(ReplyBody::Committed { prev, tail }) if prev != tail => Ok((prev, tail)),
+        Ok(other) => Err(io_err(format!("unexpected reply to a log commit: {other:?}")).into()),
+        Err(e) => Err(e),
+    };
+    let MdsRequest::Commit(c) = req else {
+        unreachable!("built as a commit above")
+    };
+    (c, sent)
 }

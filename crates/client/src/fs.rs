@@ -28,7 +28,7 @@ use orion_proto::{Commit, MdsRequest, ReplyBody};
 use crate::alloc::Chunks;
 use crate::arbitration::InodeCache;
 use crate::commit::{commit_loop, Step};
-use crate::datapath::{DataPath, PageCache};
+use crate::datapath::{fetch, DataPath, PageCache};
 use crate::remote::{io_err, Fail, Remote, Res};
 use crate::staging::Staging;
 use crate::{ClientConfig, Stats};
@@ -258,6 +258,5 @@ impl Drop for Client {
 
 /// Reads one data page (a symlink target, an xattr value) through the data path.
 fn read_page(i: &mut Inner, gpa: Gpa, buf: &mut [u8]) -> Res<()> {
-    let mut d = i.datapath();
-    d.read_page(gpa, buf)
+    fetch(&mut i.remote, &mut i.pages, &[Some(gpa)], buf)
 }

@@ -379,6 +379,9 @@ impl Remote {
 
     fn store(&mut self, group: u16) -> FsResult<&mut Store> {
         let usable = |r: &Remote| r.stores.get(&group).is_some_and(|s| s.ch.conn.is_alive());
+        if usable(self) {
+            return Ok(self.stores.get_mut(&group).expect("usable"));
+        }
         // A store that joined after this client connected, or one that is restarting
         // or rejoining a restarted MDS: ask the MDS again, and wait for it as long as
         // for a restarting MDS (the application sees no error meanwhile).
@@ -386,10 +389,10 @@ impl Remote {
         // quickly, then one every 100 ms.
         let deadline = Instant::now() + Duration::from_millis(self.cfg.reconnect_ms);
         let mut pause = Duration::from_millis(5);
-        while !usable(self) {
+        loop {
             let asked = self.hello();
             if usable(self) {
-                break;
+                return Ok(self.stores.get_mut(&group).expect("usable"));
             }
             if let Err(e) = asked {
                 if !self.mds.conn.is_alive() {
@@ -406,7 +409,6 @@ impl Remote {
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(100));
         }
-        Ok(self.stores.get_mut(&group).expect("usable above"))
     }
 
     /// Reads `n` contiguous pages from `gpa` into `out` (n * 4 KiB bytes).

@@ -1,6 +1,6 @@
 //! The in-process cluster: its nodes, their threads and pools, restarts, and fsck.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
@@ -105,8 +105,6 @@ pub struct Cluster {
     dir: tempfile::TempDir,
     mds: Option<Node>,
     stores: Vec<Option<Node>>,
-    /// Restarts done so far (MDS and stores), for reports.
-    pub restarts: u64,
 }
 
 /// Where the MDS listens on the mock network.
@@ -138,17 +136,12 @@ impl Cluster {
             secret: Secret::generate(),
             dir,
             mds: None,
-            restarts: 0,
         };
         c.start_mds()?;
         for g in 0..c.cfg.stores {
             c.start_store(g)?;
         }
         Ok(c)
-    }
-
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
     }
 
     fn mds_pool(&self) -> PathBuf {
@@ -230,7 +223,6 @@ impl Cluster {
         }
         self.fsck()
             .context("fsck of the MDS pool while the MDS was down")?;
-        self.restarts += 1;
         self.start_mds()
     }
 
@@ -239,7 +231,6 @@ impl Cluster {
         if let Some(mut n) = self.stores[group as usize].take() {
             n.stop().context("the data store stopped with an error")?;
         }
-        self.restarts += 1;
         self.start_store(group)
     }
 

@@ -7,11 +7,6 @@ use super::{regular, same_file, DataPath, PageCache, PS};
 use crate::remote::{Remote, Res};
 
 impl DataPath<'_> {
-    /// Reads one page (symlink targets, truncation copies).
-    pub fn read_page(&mut self, gpa: Gpa, out: &mut [u8]) -> Res<()> {
-        fetch(self.remote, self.pages, &[Some(gpa)], out)
-    }
-
     pub fn read(&mut self, ino: u64, gen: u64, off: u64, len: usize) -> Res<Vec<u8>> {
         let c = self.cache.refresh(self.remote, ino)?;
         same_file(c.generation, gen)?;

@@ -22,12 +22,13 @@ impl DataPath<'_> {
             generation: f.generation,
             expect: None,
             persisted_locally: f.persisted_locally,
-            entries: f.entries.clone(),
+            entries: f.entries,
         };
-        match send_commit(self.remote, commit) {
+        let (commit, sent) = send_commit(self.remote, commit);
+        match sent {
             Ok((prev, tail)) => {
                 self.cache
-                    .committed(ino, f.generation, &f.entries, prev, tail);
+                    .committed(ino, f.generation, &commit.entries, prev, tail);
                 Ok(())
             }
             Err(Fail::Fs(e)) => {

@@ -81,9 +81,9 @@ impl WritePlan {
     }
 }
 
-/// What the last attempt of a write did, for the work that follows its commit.
+/// What the last attempt of a write did, for the work that follows its commit (its
+/// pages are the ones still `taken`).
 struct Written {
-    runs: Vec<(Gpa, u64)>,
     plan: WritePlan,
     assembled: Vec<(u64, Vec<u8>)>,
     staged: bool,
@@ -170,7 +170,7 @@ impl DataPath<'_> {
             if taken.is_none() {
                 taken = Some(chunks.take(remote, plan.npages)?);
             }
-            let runs = taken.clone().expect("allocated");
+            let runs: &[(Gpa, u64)] = taken.as_deref().expect("allocated");
             let src = PageSources {
                 data,
                 off: plan.off,
@@ -179,7 +179,7 @@ impl DataPath<'_> {
             };
             let mut local = true;
             let mut k = 0u64;
-            for &(g, n) in &runs {
+            for &(g, n) in runs {
                 for (j, bytes) in src.segments(k, n) {
                     let direct = remote.write_pages(g.offset_by(j - k), bytes)?;
                     // Only pages of the client's own store count (others are awaited
@@ -188,7 +188,7 @@ impl DataPath<'_> {
                 }
                 k += n;
             }
-            let mut entries = plan.entries(&runs, SystemClock.now());
+            let mut entries = plan.entries(runs, SystemClock.now());
             let landed = plan.off;
             let staged = fast && staging.accepts(ino, gen, plan.npages);
             // What is staged for the file commits now when the stage is full, or when
@@ -214,7 +214,6 @@ impl DataPath<'_> {
             }
             if staged {
                 last = Some(Written {
-                    runs,
                     plan,
                     assembled,
                     staged: true,
@@ -232,7 +231,6 @@ impl DataPath<'_> {
                 entries,
             };
             last = Some(Written {
-                runs,
                 plan,
                 assembled,
                 staged: false,
@@ -252,8 +250,9 @@ impl DataPath<'_> {
                         first: w.plan.first,
                         assembled: &w.assembled,
                     };
+                    let runs = taken.as_deref().expect("a committed write's pages");
                     let mut k = 0u64;
-                    for &(g, n) in &w.runs {
+                    for &(g, n) in runs {
                         if Some(g.group()) != self.remote.internal_group {
                             for j in 0..n {
                                 self.pages.put(g.offset_by(j), src.page(k + j));

@@ -125,7 +125,6 @@ impl Inner {
             cache,
             chunks,
             pages,
-            staging,
             ..
         } = self;
         let r = commit_loop(remote, cache, |remote, cache, _| {
@@ -151,14 +150,7 @@ impl Inner {
             let mut entries = Vec::new();
             if let Some((pg, old)) = cut_page {
                 let mut buf = vec![0u8; PAGE_SIZE as usize];
-                let mut data = DataPath {
-                    remote: &mut *remote,
-                    cache: &mut *cache,
-                    chunks: &mut *chunks,
-                    pages: &mut *pages,
-                    staging: &mut *staging,
-                };
-                data.read_page(old, &mut buf)?;
+                fetch(remote, pages, &[Some(old)], &mut buf)?;
                 buf[(req.size.unwrap_or(0) % PAGE_SIZE) as usize..].fill(0);
                 if page.is_none() {
                     page = Some(chunks.take(remote, 1)?);
