@@ -69,12 +69,29 @@ impl MockNet {
 
     /// Kills a domain: its peers see `PeerGone`, its own operations fail.
     pub fn kill(&self, domain: &crate::Domain) {
+        self.kill_id(domain.id());
+    }
+
+    /// Kills the domain that listens at `addr` (a simulated server whose process died,
+    /// seen from outside it), as [`MockNet::kill`]; false if nothing listens there.
+    pub fn kill_listener(&self, addr: &str) -> bool {
+        let id = self
+            .inner
+            .listeners
+            .lock()
+            .unwrap()
+            .get(addr)
+            .map(|l| l.domain);
+        id.map(|id| self.kill_id(id)).is_some()
+    }
+
+    fn kill_id(&self, id: u64) {
         if let Some(d) = self
             .inner
             .domains
             .lock()
             .unwrap()
-            .get(&domain.id())
+            .get(&id)
             .and_then(Weak::upgrade)
         {
             d.alive.store(false, Ordering::Release);
@@ -83,7 +100,7 @@ impl MockNet {
             .listeners
             .lock()
             .unwrap()
-            .retain(|_, l| l.domain != domain.id());
+            .retain(|_, l| l.domain != id);
     }
 
     pub(crate) fn domain(&self, cfg: Arc<FabricConfig>, id: u64) -> MockDomain {
@@ -337,7 +354,14 @@ impl ListenerImpl for MockListener {
 
 impl Drop for MockListener {
     fn drop(&mut self) {
-        self.domain.net.listeners.lock().unwrap().remove(&self.name);
+        // Only its own entry: a killed node's name may already serve its successor.
+        let mut ls = self.domain.net.listeners.lock().unwrap();
+        if ls
+            .get(&self.name)
+            .is_some_and(|l| l.domain == self.domain.state.id)
+        {
+            ls.remove(&self.name);
+        }
     }
 }
 

@@ -17,4 +17,4 @@ pub mod server;
 pub mod strong;
 
 pub use config::MdsConfig;
-pub use server::{format_pool, run, Ready};
+pub use server::{format_pool, run, serve, Ready};

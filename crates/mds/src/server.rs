@@ -109,6 +109,23 @@ pub fn run(
     }
     let pool = Pool::open(&cfg.pool, mode)
         .with_context(|| format!("opening MDS pool {}", cfg.pool.display()))?;
+    serve(cfg, pool, fabric, stop, ready)
+}
+
+/// [`run`] on a pool the caller mapped (the cluster simulator's crash-recorded pool):
+/// `pool` must map the file `cfg.pool`, which the fabric registers for one-sided reads.
+pub fn serve(
+    cfg: MdsConfig,
+    pool: Pool,
+    fabric: FabricConfig,
+    stop: Arc<AtomicBool>,
+    ready: impl FnOnce(&Ready),
+) -> Result<()> {
+    assert_eq!(
+        pool.path(),
+        cfg.pool.as_path(),
+        "the pool served is the file the fabric registers"
+    );
     let superblock = pool.read_vec(0, SUPERBLOCK_SIZE)?;
     match Superblock::decode(&superblock) {
         Ok(sb) if sb.kind == PoolKind::Metadata => {}

@@ -14,7 +14,7 @@ mod crash;
 mod flush;
 mod pool;
 
-pub use crash::{CrashDomain, CrashImage};
+pub use crash::{CrashDomain, CrashHook, CrashImage};
 pub use pool::{Mode, ModeChoice, Pool, PoolError};
 
 /// Size of a cache line: the unit of persistence and of torn writes.

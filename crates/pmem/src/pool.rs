@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::crash::CrashDomain;
+use crate::crash::{CrashDomain, TrackedFile};
 use crate::flush::{self, FlushInsn};
 
 /// How stores to a pool become durable.
@@ -83,8 +83,15 @@ pub enum PoolError {
 }
 
 enum Backing {
-    Mapped { _file: File },
-    Sim { domain: Arc<CrashDomain>, id: usize },
+    Mapped {
+        _file: File,
+    },
+    Sim {
+        domain: Arc<CrashDomain>,
+        id: usize,
+    },
+    /// A file mapping whose persists a crash domain records.
+    Tracked(TrackedFile),
 }
 
 /// A mapped pool. Offsets are relative to its start; every access is bounds-checked.
@@ -230,6 +237,32 @@ impl Pool {
             path: PathBuf::from(format!("<crash-sim pool {id}>")),
             backing: Backing::Sim { domain, id },
         }
+    }
+
+    /// The mapping's address and length, for a crash domain that tracks it.
+    pub(crate) fn raw_mapping(&self) -> (*const u8, usize) {
+        (self.base, self.len)
+    }
+
+    /// This file-mapped pool, with its stores and persists recorded by `domain`.
+    pub(crate) fn into_tracked(mut self, domain: Arc<CrashDomain>, id: usize) -> Pool {
+        let file = match std::mem::replace(
+            &mut self.backing,
+            Backing::Sim {
+                domain: domain.clone(),
+                id,
+            },
+        ) {
+            Backing::Mapped { _file } => _file,
+            _ => unreachable!("only a file-mapped pool can be tracked"),
+        };
+        self.backing = Backing::Tracked(TrackedFile {
+            _file: file,
+            domain,
+            id,
+        });
+        self.mode = Mode::CrashSim;
+        self
     }
 
     pub fn len(&self) -> u64 {
@@ -403,11 +436,12 @@ impl Pool {
                 }
             }
             Mode::Volatile => fence(Ordering::SeqCst),
-            Mode::CrashSim => {
-                if let Backing::Sim { domain, id } = &self.backing {
-                    domain.on_persist(*id, o, len);
+            Mode::CrashSim => match &self.backing {
+                Backing::Sim { domain, id } | Backing::Tracked(TrackedFile { domain, id, .. }) => {
+                    domain.on_persist(*id, o, len)
                 }
-            }
+                Backing::Mapped { .. } => unreachable!("a crash-sim pool has a crash domain"),
+            },
         }
         Ok(())
     }
@@ -419,7 +453,9 @@ impl Pool {
 
     #[inline]
     fn record_store(&self, off: u64, len: usize) {
-        if let Backing::Sim { domain, id } = &self.backing {
+        if let Backing::Sim { domain, id } | Backing::Tracked(TrackedFile { domain, id, .. }) =
+            &self.backing
+        {
             domain.on_store(*id, off as usize, len);
         }
     }
@@ -427,7 +463,11 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        if let Backing::Mapped { .. } = self.backing {
+        if let Backing::Tracked(t) = &self.backing {
+            // The domain copies the mapping before it goes.
+            t.domain.detach(t.id);
+        }
+        if let Backing::Mapped { .. } | Backing::Tracked(_) = self.backing {
             // SAFETY: base/len came from a successful mmap and nothing borrows the
             // mapping past the Pool's lifetime.
             unsafe { libc::munmap(self.base as *mut _, self.len) };

@@ -12,7 +12,7 @@ use orion_ds::DsConfig;
 use orion_fabric::mock::{Faults, MockNet};
 use orion_fabric::{Backend, FabricConfig, Secret};
 use orion_mds::MdsConfig;
-use orion_pmem::{Mode, ModeChoice, Pool};
+use orion_pmem::{CrashDomain, CrashImage, Mode, ModeChoice, Pool};
 
 /// The shape of a simulated cluster.
 #[derive(Clone, Debug)]
@@ -89,6 +89,17 @@ impl Node {
             None => Ok(()),
         }
     }
+
+    /// Ends the thread of a node that was cut off the network as a crashed process is:
+    /// what its server returns does not matter any more, but a panic (a failed
+    /// assertion before the crash) does.
+    fn reap(&mut self) -> Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.thread.take().map(|t| t.join()) {
+            Some(Err(_)) => bail!("the server thread panicked"),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl Drop for Node {
@@ -104,6 +115,9 @@ pub struct Cluster {
     secret: Secret,
     dir: tempfile::TempDir,
     mds: Option<Node>,
+    /// Records the MDS pool's persists, so the MDS can lose power at any of its steps.
+    mds_power: Arc<CrashDomain>,
+    mds_starts: u64,
     stores: Vec<Option<Node>>,
 }
 
@@ -136,6 +150,8 @@ impl Cluster {
             secret: Secret::generate(),
             dir,
             mds: None,
+            mds_power: CrashDomain::new(0),
+            mds_starts: 0,
         };
         c.start_mds()?;
         for g in 0..c.cfg.stores {
@@ -167,12 +183,83 @@ impl Cluster {
             ..Default::default()
         };
         let fabric = self.fabric();
+        self.mds_starts += 1;
+        self.mds_power = CrashDomain::new(self.cfg.seed ^ self.mds_starts.rotate_left(32));
+        let pool = self.mds_power.track_file(&cfg.pool)?;
         self.mds = Some(Node::start("sim-mds", move |stop, ready| {
-            orion_mds::run(cfg, fabric, stop, |_| {
+            orion_mds::serve(cfg, pool, fabric, stop, |_| {
                 let _ = ready.send(());
             })
         })?);
         Ok(())
+    }
+
+    /// The crashed MDS's pool becomes `image`, is checked, and a new MDS starts on it.
+    fn recover_mds(&mut self, image: CrashImage) -> Result<()> {
+        if let Some(mut n) = self.mds.take() {
+            n.reap().context("the crashed MDS")?;
+        }
+        let pool = Pool::open(&self.mds_pool(), ModeChoice::Force(Mode::Volatile))?;
+        pool.write(0, &image.pools[0])?;
+        drop(pool);
+        self.fsck()
+            .context("fsck of the MDS pool after a power failure")?;
+        self.start_mds()
+    }
+
+    /// The MDS loses power now: it is cut off the network, its pool keeps what it
+    /// persisted and a random part of what it had not yet, and a new MDS recovers it.
+    pub fn crash_mds(&mut self) -> Result<()> {
+        self.net.kill_listener(MDS_ADDR);
+        let image = self.mds_power.crash_now();
+        self.recover_mds(image)
+    }
+
+    /// Runs `op` (a client's operation) on another thread while the MDS loses power
+    /// at the `after`-th step of its pool (a store or persist) from now, inside
+    /// whatever it is doing then; the MDS recovers while `op` waits for it. Returns
+    /// what `op` returned and whether the crash came before `op` finished (if not,
+    /// the MDS is left alone).
+    pub fn crash_mds_during<R: Send>(
+        &mut self,
+        after: u64,
+        op: impl FnOnce() -> R + Send,
+    ) -> Result<(R, bool)> {
+        let (tx, rx) = mpsc::channel();
+        let net = self.net.clone();
+        let at = self.mds_power.events() + after.max(1);
+        self.mds_power.crash_at(
+            at,
+            Box::new(move |image| {
+                // Still inside the MDS's store: no reply leaves after this point.
+                net.kill_listener(MDS_ADDR);
+                let _ = tx.send(image);
+            }),
+        );
+        std::thread::scope(|s| {
+            let running = s.spawn(op);
+            let mut crashed = false;
+            loop {
+                match rx.recv_timeout(Duration::from_millis(5)) {
+                    Ok(image) => {
+                        self.recover_mds(image)?;
+                        crashed = true;
+                        break;
+                    }
+                    // Disarmed: the hook (and its sender) went.
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                    Err(mpsc::RecvTimeoutError::Timeout) if running.is_finished() => {
+                        // Fired meanwhile, or gone now: the next receive tells.
+                        self.mds_power.disarm_crash();
+                    }
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                }
+            }
+            let r = running
+                .join()
+                .map_err(|_| anyhow!("the operation panicked"))?;
+            Ok((r, crashed))
+        })
     }
 
     fn start_store(&mut self, group: u16) -> Result<()> {
@@ -226,10 +313,12 @@ impl Cluster {
         self.start_mds()
     }
 
-    /// Stops the data store of `group` and starts it again from its pool.
+    /// Kills the data store of `group` as a crashed process dies (cut off the
+    /// network, its pool file as it was) and starts it again from its pool.
     pub fn restart_store(&mut self, group: u16) -> Result<()> {
+        self.net.kill_listener(&store_addr(group));
         if let Some(mut n) = self.stores[group as usize].take() {
-            n.stop().context("the data store stopped with an error")?;
+            n.reap().context("the crashed data store")?;
         }
         self.start_store(group)
     }

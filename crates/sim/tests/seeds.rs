@@ -44,6 +44,12 @@ const REGRESSIONS: &[u64] = &[
 /// Operations per seed.
 const OPS: usize = 40;
 
+/// A power failure inside an operation comes at one of this many steps (pool stores
+/// and persists) of the MDS after the operation starts. An operation that changes
+/// metadata takes 4 to 16 steps; one that only reads takes none, and then the MDS
+/// keeps running.
+const MDS_STEPS_PER_OP: u64 = 12;
+
 /// The clients of a run.
 const CLIENTS: [ClientKind; 4] = [
     ClientKind {
@@ -69,7 +75,7 @@ const CLIENTS: [ClientKind; 4] = [
 ];
 
 /// One seed's run; `Err` says what differed, at which step.
-fn run_seed(seed: u64) -> Result<String, String> {
+fn run_seed(seed: u64) -> Result<Tally, String> {
     let mut rng = StdRng::seed_from_u64(seed);
     let faults = Faults {
         delay: if rng.gen_bool(0.5) { 0.05 } else { 0.0 },
@@ -90,10 +96,7 @@ fn run_seed(seed: u64) -> Result<String, String> {
         .map(|&kind| cluster.client(kind))
         .collect::<anyhow::Result<_>>()
         .map_err(|e| format!("connecting clients: {e:#}"))?;
-    let model = tempfile::tempdir_in("/dev/shm").map_err(|e| e.to_string())?;
-    let root = model.path();
-    std::fs::set_permissions(root, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .map_err(|e| e.to_string())?;
+    let mut model = Model::new()?;
     let top = "/sim";
     clients[0]
         .mkdir(top, 0o755)
@@ -101,20 +104,28 @@ fn run_seed(seed: u64) -> Result<String, String> {
     let ops = random_ops(&mut rng, OPS);
     let mut events = Vec::new();
     for (i, op) in ops.iter().enumerate() {
-        // A fault between operations: a restart of a server, or a new client.
+        // A fault between operations: a restart or power failure of a server, or a
+        // new client; or a power failure of the MDS inside this operation.
+        let mut crash_inside = None;
         match rng.gen_range(0..100) {
-            0..=3 => {
+            0..=1 => {
                 cluster
                     .restart_mds()
                     .map_err(|e| format!("step {i}: restarting the MDS: {e:#}"))?;
                 events.push(format!("{i}: MDS restarted"));
+            }
+            2..=3 => {
+                cluster
+                    .crash_mds()
+                    .map_err(|e| format!("step {i}: crashing the MDS: {e:#}"))?;
+                events.push(format!("{i}: MDS lost power"));
             }
             4..=7 => {
                 let g = rng.gen_range(0..stores);
                 cluster
                     .restart_store(g)
                     .map_err(|e| format!("step {i}: restarting data store {g}: {e:#}"))?;
-                events.push(format!("{i}: data store {g} restarted"));
+                events.push(format!("{i}: data store {g} killed and restarted"));
             }
             8..=10 => {
                 let k = rng.gen_range(0..clients.len());
@@ -124,14 +135,25 @@ fn run_seed(seed: u64) -> Result<String, String> {
                     .map_err(|e| format!("step {i}: reconnecting client {k}: {e:#}"))?;
                 events.push(format!("{i}: client {k} replaced"));
             }
+            11..=22 => crash_inside = Some(rng.gen_range(1..=MDS_STEPS_PER_OP)),
             _ => {}
         }
         let me = rng.gen_range(0..clients.len());
         let other = (me + 1 + rng.gen_range(0..clients.len() - 1)) % clients.len();
-        let op = op.resolve(&oracle_snapshot(root));
-        let want = run_oracle(root, &op);
-        let got = run_client(&clients[me], top, &op);
-        if got != want {
+        let op = op.resolve(&oracle_snapshot(model.root()));
+        let want = run_oracle(model.root(), &op);
+        let (got, crashed) = match crash_inside {
+            None => (run_client(&clients[me], top, &op), false),
+            Some(after) => cluster
+                .crash_mds_during(after, || run_client(&clients[me], top, &op))
+                .map_err(|e| format!("step {i}: {op:?} with the MDS crashing: {e:#}"))?,
+        };
+        if crashed {
+            events.push(format!(
+                "{i}: MDS lost power inside {op:?} (step {crash_inside:?})"
+            ));
+        }
+        if got != want && !(crashed && matches!(got, Outcome::Err(_))) {
             return Err(format!(
                 "step {i}: {op:?} by client {me}: orion {got:?}, model {want:?} (events: {events:?})"
             ));
@@ -143,7 +165,27 @@ fn run_seed(seed: u64) -> Result<String, String> {
                 "step {i}: after {op:?} by client {me}, client {other}: {e} (events: {events:?})"
             )
         })?;
-        if let Some(d) = diff_ignoring_times(&oracle_snapshot(root), &seen) {
+        let mut differs = diff_ignoring_times(&oracle_snapshot(model.root()), &seen);
+        if got != want && differs.is_some() {
+            // The operation failed because the MDS lost power inside it: it may not
+            // have happened at all (every operation acknowledged before must be there).
+            let done = differs;
+            model.undo_last()?;
+            differs = diff_ignoring_times(&oracle_snapshot(model.root()), &seen)
+                .map(|d| format!("{d}; or, had it happened: {}", done.unwrap_or_default()));
+            events.push(format!("{i}: {op:?} failed ({got:?}) and did not happen"));
+        } else {
+            if got != want {
+                // It happened, and its reply was lost with the MDS: the client ran it
+                // again and the second run failed (retried requests are not yet
+                // recognised: the MDS mirror issue brings exactly-once retries).
+                events.push(format!(
+                    "{i}: {op:?} happened, and its retry failed ({got:?})"
+                ));
+            }
+            model.happened.push(op.clone());
+        }
+        if let Some(d) = differs {
             return Err(format!(
                 "step {i}: after {op:?} by client {me}, client {other} sees: {d} (events: {events:?})"
             ));
@@ -152,7 +194,7 @@ fn run_seed(seed: u64) -> Result<String, String> {
     // The end: every client sees the model's tree, then the MDS restarts once more
     // and fsck must be clean.
     for (k, c) in clients.iter().enumerate() {
-        if let Some(d) = diff_ignoring_times(&oracle_snapshot(root), &snapshot(c, top)?) {
+        if let Some(d) = diff_ignoring_times(&oracle_snapshot(model.root()), &snapshot(c, top)?) {
             return Err(format!(
                 "at the end, client {k} sees: {d} (events: {events:?})"
             ));
@@ -165,12 +207,70 @@ fn run_seed(seed: u64) -> Result<String, String> {
     let c = cluster
         .client(CLIENTS[1])
         .map_err(|e| format!("final client: {e:#}"))?;
-    if let Some(d) = diff_ignoring_times(&oracle_snapshot(root), &snapshot(&c, top)?) {
+    if let Some(d) = diff_ignoring_times(&oracle_snapshot(model.root()), &snapshot(&c, top)?) {
         return Err(format!("after the final restart: {d} (events: {events:?})"));
     }
     drop(c);
     cluster.stop().map_err(|e| format!("stopping: {e:#}"))?;
-    Ok(format!("{} events", events.len()))
+    let count = |what: &str| events.iter().filter(|e| e.contains(what)).count();
+    Ok(Tally {
+        crashes: count("lost power"),
+        inside: count("lost power inside"),
+        retry_failed: count("its retry failed"),
+        undone: count("did not happen"),
+    })
+}
+
+/// What the faults of the seeds did, summed over a run.
+#[derive(Default, Debug)]
+struct Tally {
+    /// MDS power failures, between operations and inside them.
+    crashes: usize,
+    /// Power failures that came inside an operation.
+    inside: usize,
+    /// Operations that happened but whose retry, after the crash, failed.
+    retry_failed: usize,
+    /// Operations that failed and did not happen.
+    undone: usize,
+}
+
+/// The reference model: a tmpfs directory, and the operations that happened to it.
+struct Model {
+    dir: tempfile::TempDir,
+    /// Every operation that happened, in order (to build the directory again when the
+    /// last one run on it turns out not to have happened).
+    happened: Vec<Op>,
+}
+
+impl Model {
+    fn new() -> Result<Model, String> {
+        let dir = tempfile::tempdir_in("/dev/shm").map_err(|e| e.to_string())?;
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .map_err(|e| e.to_string())?;
+        Ok(Model {
+            dir,
+            happened: Vec::new(),
+        })
+    }
+
+    fn root(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// Builds the directory again from what happened, without the operation run on
+    /// it last (which was not recorded as happened).
+    fn undo_last(&mut self) -> Result<(), String> {
+        let mut fresh = Model::new()?;
+        for op in &self.happened {
+            run_oracle(fresh.root(), op);
+        }
+        fresh.happened = std::mem::take(&mut self.happened);
+        *self = fresh;
+        Ok(())
+    }
 }
 
 /// A client's view of the tree under `top`, or why it could not be read.
@@ -220,6 +320,7 @@ fn seeded_runs_match_the_model_across_restarts() {
     let workers = env("SIM_JOBS").unwrap_or(6).max(1) as usize;
     let next = AtomicUsize::new(0);
     let failures = Mutex::new(Vec::new());
+    let tally = Mutex::new(Tally::default());
     std::thread::scope(|s| {
         for _ in 0..workers {
             s.spawn(|| loop {
@@ -228,6 +329,13 @@ fn seeded_runs_match_the_model_across_restarts() {
                 };
                 let r = std::panic::catch_unwind(|| run_seed(seed))
                     .unwrap_or_else(|_| Err("panicked (see above)".into()));
+                if let Ok(t) = &r {
+                    let mut sum = tally.lock().unwrap();
+                    sum.crashes += t.crashes;
+                    sum.inside += t.inside;
+                    sum.retry_failed += t.retry_failed;
+                    sum.undone += t.undone;
+                }
                 if let Err(e) = r {
                     eprintln!(
                         "sim seed {seed} FAILED: {e}\n  replay: {}",
@@ -240,11 +348,17 @@ fn seeded_runs_match_the_model_across_restarts() {
     });
     let mut failures = failures.into_inner().unwrap();
     failures.sort_unstable();
+    let t = tally.into_inner().unwrap();
     println!(
-        "sim seeds: {}, failures: {} ({:.1} s)",
+        "sim seeds: {}, failures: {} ({:.1} s); MDS power failures: {} ({} inside an \
+         operation: {} operations did not happen, {} happened but their retry failed)",
         seeds.len(),
         failures.len(),
-        t0.elapsed().as_secs_f64()
+        t0.elapsed().as_secs_f64(),
+        t.crashes,
+        t.inside,
+        t.undone,
+        t.retry_failed,
     );
     assert!(
         failures.is_empty(),
