@@ -3,7 +3,7 @@
 //! stores when the pool is on this host). A broken MDS connection is re-established
 //! here; callers see [`Fail::Reconnected`] and re-run their operation.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use orion_fabric::{
@@ -52,8 +52,6 @@ pub struct Store {
     pub page_count: u64,
     /// The store's pool, mapped, when it is on this host (internal client).
     pub local: Option<(Pool, u64)>,
-    /// Pages written with plain one-sided writes since the last flush (weak mode).
-    pub unflushed: bool,
 }
 
 pub struct Remote {
@@ -65,6 +63,8 @@ pub struct Remote {
     pub mds_pool: RemoteRegion,
     pub sb: Superblock,
     pub stores: HashMap<u16, Store>,
+    /// Groups written with plain one-sided writes since their last flush (weak mode).
+    pub unflushed: BTreeSet<u16>,
     /// The group whose pool this client maps, if any.
     pub internal_group: Option<u16>,
     pub io: Region,
@@ -98,6 +98,7 @@ impl Remote {
             },
             sb: Superblock::new_metadata(1 << 20, [0; 16], [0; 16], 0).map_err(io_err)?,
             stores: HashMap::new(),
+            unflushed: BTreeSet::new(),
             internal_group: None,
             io,
             next_id: 1,
@@ -105,7 +106,15 @@ impl Remote {
             timeout,
             grace: Duration::ZERO,
         };
-        remote.hello()?;
+        if let Err(e) = remote.hello() {
+            if remote.mds.conn.is_alive() {
+                return Err(e);
+            }
+            // The connection broke under the first hello: as after any broken
+            // connection, try again for up to `reconnect_ms`.
+            warn!("lost the MDS at {} ({e}); reconnecting", remote.cfg.mds);
+            remote.reconnect()?;
+        }
         Ok(remote)
     }
 
@@ -216,7 +225,6 @@ impl Remote {
                 region: info.region,
                 page_count: info.page_count,
                 local,
-                unflushed: false,
             },
         ))
     }
@@ -377,7 +385,7 @@ impl Remote {
         }
     }
 
-    fn store(&mut self, group: u16) -> FsResult<&mut Store> {
+    fn store(&mut self, group: u16) -> Res<&mut Store> {
         let usable = |r: &Remote| r.stores.get(&group).is_some_and(|s| s.ch.conn.is_alive());
         if usable(self) {
             return Ok(self.stores.get_mut(&group).expect("usable"));
@@ -396,32 +404,69 @@ impl Remote {
             }
             if let Err(e) = asked {
                 if !self.mds.conn.is_alive() {
-                    return Err(e); // the caller's next MDS call reconnects
+                    // The MDS may have restarted: the caller's plan starts again.
+                    warn!("lost the MDS at {} ({e}); reconnecting", self.cfg.mds);
+                    self.reconnect()?;
+                    return Err(Fail::Reconnected);
                 }
             }
             if Instant::now() >= deadline {
-                return Err(io_err(format!(
+                return Err(Fail::Fs(io_err(format!(
                     "no connection to the data store of group {group} within {} ms: is it \
                      running?",
                     self.cfg.reconnect_ms
-                )));
+                ))));
             }
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(100));
         }
     }
 
+    /// Runs `transfer` (one-sided I/O with the store of `group`) again on a new
+    /// connection when the store's connection broke under it (a restarting store, a
+    /// queue pair in error), for up to `reconnect_ms`: the application sees no error
+    /// while the store comes back. A transfer only moves whole pages to or from fixed
+    /// addresses, so running it twice is the same as once.
+    fn with_store<T>(
+        &mut self,
+        group: u16,
+        mut transfer: impl FnMut(&mut Remote) -> Res<T>,
+    ) -> Res<T> {
+        let deadline = Instant::now() + Duration::from_millis(self.cfg.reconnect_ms);
+        loop {
+            let r = transfer(self);
+            let broken = || {
+                !self
+                    .stores
+                    .get(&group)
+                    .is_some_and(|s| s.ch.conn.is_alive())
+            };
+            match r {
+                Err(Fail::Fs(e)) if broken() && Instant::now() < deadline => {
+                    self.stats.store_retries += 1;
+                    warn!("lost the data store of group {group} ({e}); again on a new connection");
+                }
+                r => return r,
+            }
+        }
+    }
+
     /// Reads `n` contiguous pages from `gpa` into `out` (n * 4 KiB bytes).
-    pub fn read_pages(&mut self, gpa: Gpa, n: usize, out: &mut [u8]) -> FsResult<()> {
+    pub fn read_pages(&mut self, gpa: Gpa, n: usize, out: &mut [u8]) -> Res<()> {
+        self.with_store(gpa.group(), |r| r.read_pages_once(gpa, n, out))
+    }
+
+    fn read_pages_once(&mut self, gpa: Gpa, n: usize, out: &mut [u8]) -> Res<()> {
         assert_eq!(out.len(), n * PAGE_SIZE as usize, "pages are read whole");
         let store = self.store(gpa.group())?;
         if gpa.page() + n as u64 > store.page_count {
-            return Err(FsError::Corrupt(format!(
+            return Err(Fail::Fs(FsError::Corrupt(format!(
                 "page {gpa:?} is outside its store"
-            )));
+            ))));
         }
         if let Some((pool, base)) = &store.local {
-            pool.read(base + gpa.page() * PAGE_SIZE, out)?;
+            pool.read(base + gpa.page() * PAGE_SIZE, out)
+                .map_err(FsError::from)?;
             return Ok(());
         }
         let (conn, region) = (store.ch.conn.clone(), store.region);
@@ -461,7 +506,11 @@ impl Remote {
     /// is written and persisted here; a remote store gets a write with an immediate per
     /// page (strong: the store persists and tells the MDS) or one plain write (weak).
     /// Returns true when the pages were persisted locally.
-    pub fn write_pages(&mut self, gpa: Gpa, data: &[u8]) -> FsResult<bool> {
+    pub fn write_pages(&mut self, gpa: Gpa, data: &[u8]) -> Res<bool> {
+        self.with_store(gpa.group(), |r| r.write_pages_once(gpa, data))
+    }
+
+    fn write_pages_once(&mut self, gpa: Gpa, data: &[u8]) -> Res<bool> {
         assert!(
             !data.is_empty() && data.len().is_multiple_of(PAGE_SIZE as usize),
             "pages are written whole"
@@ -470,18 +519,20 @@ impl Remote {
         let strong = self.strong;
         let store = self.store(gpa.group())?;
         if gpa.page() + n as u64 > store.page_count {
-            return Err(io_err(format!("page {gpa:?} is outside its store")));
+            return Err(Fail::Fs(io_err(format!(
+                "page {gpa:?} is outside its store"
+            ))));
         }
         if let Some((pool, base)) = &store.local {
             let off = base + gpa.page() * PAGE_SIZE;
-            pool.write_data(off, data)?;
-            pool.persist(off, data.len())?;
+            pool.write_data(off, data).map_err(FsError::from)?;
+            pool.persist(off, data.len()).map_err(FsError::from)?;
             return Ok(true);
         }
-        if !strong {
-            store.unflushed = true;
-        }
         let (conn, region) = (store.ch.conn.clone(), store.region);
+        if !strong {
+            self.unflushed.insert(gpa.group());
+        }
         let mut at = 0;
         while at < n {
             let k = (n - at).min(IO_PAGES);
@@ -519,32 +570,31 @@ impl Remote {
         Ok(false)
     }
 
-    /// Makes pages written in weak mode durable on their stores.
+    /// Makes pages written in weak mode durable on their stores. A group stays to be
+    /// flushed across a broken connection: the store may still hold the pages in
+    /// volatile caches, so the flush goes to it on the new connection.
     pub fn flush_stores(&mut self) -> Res<()> {
-        let groups: Vec<u16> = self
-            .stores
-            .iter()
-            .filter(|(_, s)| s.unflushed)
-            .map(|(g, _)| *g)
-            .collect();
+        let groups: Vec<u16> = self.unflushed.iter().copied().collect();
         for g in groups {
-            let id = self.fresh_id();
-            let mut other = Vec::new();
-            let store = self.stores.get_mut(&g).expect("listed");
-            let r = store
-                .ch
-                .call(&self.cq, id, &StoreRequest::Flush, self.timeout, &mut other);
-            self.absorb(other);
-            match r.map_err(io_err)? {
-                Reply::Ok(_) => {
-                    if let Some(s) = self.stores.get_mut(&g) {
-                        s.unflushed = false;
-                    }
-                }
-                Reply::Err { message, .. } => return Err(Fail::Fs(io_err(message))),
-            }
+            self.with_store(g, |r| r.flush_once(g))?;
+            self.unflushed.remove(&g);
         }
         Ok(())
+    }
+
+    fn flush_once(&mut self, group: u16) -> Res<()> {
+        let id = self.fresh_id();
+        let mut other = Vec::new();
+        self.store(group)?;
+        let store = self.stores.get_mut(&group).expect("connected");
+        let r = store
+            .ch
+            .call(&self.cq, id, &StoreRequest::Flush, self.timeout, &mut other);
+        self.absorb(other);
+        match r.map_err(io_err)? {
+            Reply::Ok(_) => Ok(()),
+            Reply::Err { message, .. } => Err(Fail::Fs(io_err(message))),
+        }
     }
 }
 

@@ -61,6 +61,8 @@ struct Store {
     /// Pages persisted since the last notice to the MDS.
     persisted: Vec<Gpa>,
     msg: Vec<u8>,
+    /// Drawn at start (see `DsHello::incarnation`).
+    incarnation: u64,
 }
 
 pub fn run(
@@ -156,6 +158,11 @@ pub fn run(
         last_attempt: None,
         persisted: Vec::new(),
         msg: Vec::new(),
+        incarnation: u64::from_le_bytes(
+            orion_format::random_uuid()[..8]
+                .try_into()
+                .expect("8 bytes"),
+        ),
     };
     // Serve only once the MDS has accepted this store (a pool of another cluster is
     // refused there, with the reason).
@@ -232,6 +239,7 @@ impl Store {
             pool_uuid: self.sb.pool_uuid,
             cluster_uuid: self.sb.cluster_uuid,
             addr: self.addr.clone(),
+            incarnation: self.incarnation,
         });
         let mut other = Vec::new();
         let reply = ch.call(&self.cq, 1, &hello, Duration::from_secs(10), &mut other);
@@ -272,9 +280,21 @@ impl Store {
                         self.mds = None;
                         self.persisted.clear();
                     }
-                    Event::Message { slot, .. } => {
-                        // The MDS sends nothing unasked; ignore and keep the slot.
+                    Event::Message { slot, len } => {
+                        let mut msg = std::mem::take(&mut self.msg);
+                        let read = mds.read_message(slot, len, &mut msg);
                         let _ = mds.repost(slot);
+                        match read.map(|()| StoreRequest::decode(&msg)) {
+                            Ok(Ok((_, StoreRequest::Persist { pages }))) => {
+                                self.persist_asked(&pages)
+                            }
+                            Ok(Ok((_, other))) => {
+                                warn!("the MDS sent {}, which it never asks", other.name())
+                            }
+                            Ok(Err(e)) => warn!("a malformed message from the MDS: {e}"),
+                            Err(e) => warn!("reading a message from the MDS: {e}"),
+                        }
+                        self.msg = msg;
                     }
                     Event::Done => {}
                 }
@@ -317,6 +337,23 @@ impl Store {
                     ch.conn.close();
                 }
                 self.msg = msg;
+            }
+        }
+    }
+
+    /// The MDS waits for these pages and their notices did not come (lost with a
+    /// broken connection): persist them again and report them. The MDS only asks this
+    /// incarnation of the store about writes made to this incarnation.
+    fn persist_asked(&mut self, pages: &[Gpa]) {
+        for g in pages {
+            if g.group() == self.cfg.group {
+                self.page_written(g.page());
+            } else {
+                warn!(
+                    "the MDS asked group {} to persist a page of group {}",
+                    self.cfg.group,
+                    g.group()
+                );
             }
         }
     }
@@ -386,6 +423,10 @@ impl Store {
                 }
             }
             Ok((_, StoreRequest::Ping)) => Reply::Ok(ReplyBody::Empty),
+            Ok((_, StoreRequest::Persist { .. })) => err(
+                libc::EPERM,
+                "only the MDS asks a data store to persist pages".into(),
+            ),
             Err(e) => err(libc::EPROTO, format!("malformed message: {e}")),
         }
     }

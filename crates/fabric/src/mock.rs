@@ -35,6 +35,9 @@ pub struct Faults {
     pub delay: f64,
     /// Completions ready together are returned in random order.
     pub reorder: bool,
+    /// A connection breaks when an operation is posted on it, as an RC queue pair
+    /// goes to the error state: both ends see it closed, its work fails.
+    pub break_conn: f64,
 }
 
 /// An in-process network of mock domains. Clone it into each [`FabricConfig`] that should
@@ -452,11 +455,19 @@ impl MockConn {
 
     fn execute(&self, op: &PostOp) -> Result<()> {
         let peer = self.live_peer()?;
+        let plan = self.net.plan();
+        if self.net.roll(plan.break_conn) {
+            self.close();
+            peer.close();
+            return Err(Error::gone(
+                &self.peer_name,
+                "the connection broke (an injected fault)",
+            ));
+        }
         match op.kind {
             OpKind::Send => {
                 let mut data = vec![0u8; op.len];
                 op.local.read(op.off, &mut data)?;
-                let plan = self.net.plan();
                 if self.net.roll(plan.drop_send) {
                     return Ok(());
                 }

@@ -94,3 +94,34 @@ fn delayed_and_reordered_completions_each_arrive_once() {
         Err(Error::Timeout(_))
     ));
 }
+
+#[test]
+fn a_broken_connection_fails_its_work_at_both_ends() {
+    let s = Setup::mock();
+    let p = s.pair();
+    let sbuf = p.server.domain.alloc_region(4096, Access::LOCAL).unwrap();
+    p.server.conn.post_recv(1, &sbuf, 0, 4096).unwrap();
+    let cbuf = p.client.domain.alloc_region(4096, Access::LOCAL).unwrap();
+    s.net.as_ref().unwrap().set_faults(Faults {
+        break_conn: 1.0,
+        ..Faults::default()
+    });
+    match p.client.conn.post_send(7, &cbuf, 0, 64) {
+        Err(e) => assert!(e.is_fatal_to_connection(), "{e:?}"),
+        Ok(()) => {
+            let c = p.client.collect(1, Duration::from_secs(5));
+            assert!(
+                c[0].status
+                    .as_ref()
+                    .is_err_and(|e| e.is_fatal_to_connection()),
+                "{c:?}"
+            );
+        }
+    }
+    assert!(!p.client.conn.is_alive());
+    assert!(!p.server.conn.is_alive());
+    // The server's posted receive is flushed, not left waiting for ever.
+    let got = p.server.collect(1, Duration::from_secs(5));
+    assert_eq!(got[0].wr_id, 1);
+    assert!(got[0].status.is_err(), "{got:?}");
+}

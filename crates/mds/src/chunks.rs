@@ -23,6 +23,8 @@ pub struct Group {
     pub store: Option<orion_fabric::ConnId>,
     /// The pool the store serves (a store that rejoins with it is the same store).
     pub pool_uuid: [u8; 16],
+    /// The incarnation of the store that joined last (see `DsHello::incarnation`).
+    pub incarnation: u64,
 }
 
 impl Group {
@@ -60,6 +62,7 @@ impl Group {
             addr,
             store: None,
             pool_uuid: [0; 16],
+            incarnation: 0,
         })
     }
 }

@@ -18,7 +18,7 @@ use orion_meta::{FsError, FsResult, MetaEngine, SystemClock};
 use orion_pmem::{ModeChoice, Pool};
 use orion_proto::{
     peek_id, Channel, Event, HelloReply, MdsInbound, MdsRequest, Message, Reply, ReplyBody,
-    StoreInfo, StoreToMds,
+    StoreInfo, StoreRequest, StoreToMds, MAX_PERSISTED,
 };
 use tracing::{debug, info, warn};
 
@@ -448,6 +448,7 @@ impl Mds {
         g.store = Some(conn);
         g.addr = d.addr.clone();
         g.pool_uuid = d.pool_uuid;
+        g.incarnation = d.incarnation;
         let peer = self.peers.get_mut(&conn).expect("caller holds it");
         peer.role = Role::Store { group: d.group };
         info!(
@@ -475,6 +476,9 @@ impl Mds {
                 chunks::grant(&mut self.groups, want, pages.min(self.cfg.max_chunk_pages)).map(
                     |(start, n)| {
                         peer.grants.add(start, n);
+                        // A notice about these pages from before they were free again
+                        // (a write never committed) must not vouch for new writes.
+                        self.strong.forget_pages(start, n as u64);
                         ReplyBody::Chunk { start, pages: n }
                     },
                 )
@@ -571,7 +575,13 @@ impl Mds {
         if self.strong.ready(&pages) {
             return Some(self.apply_ready(conn, update, &pages));
         }
-        self.strong.park(conn, id, update, pages);
+        let groups = &self.groups;
+        self.strong.park(conn, id, update, pages, |g| {
+            groups
+                .get(&g)
+                .filter(|x| x.store.is_some())
+                .map(|x| x.incarnation)
+        });
         None
     }
 
@@ -611,8 +621,34 @@ impl Mds {
         }
     }
 
-    /// Fails the parked updates whose stores did not answer in time.
+    /// Asks stores again for overdue notices (see [`StrongWaits`]), and fails the
+    /// parked updates whose stores did not answer in time.
     fn expire_parked(&mut self) {
+        for ask in self.strong.take_overdue(Instant::now()) {
+            let Some(g) = self.groups.get(&ask.group) else {
+                continue;
+            };
+            // Another incarnation cannot vouch for writes it never received; a store
+            // that is not back yet is asked at the next turn.
+            let (Some(conn), true) = (g.store, g.incarnation == ask.incarnation) else {
+                continue;
+            };
+            let Some(peer) = self.peers.get_mut(&conn) else {
+                continue;
+            };
+            for pages in ask.pages.chunks(MAX_PERSISTED) {
+                let req = StoreRequest::Persist {
+                    pages: pages.to_vec(),
+                };
+                if let Err(e) = peer.ch.send_request(0, &req) {
+                    warn!(
+                        "asking the data store of group {} to persist pages: {e}",
+                        ask.group
+                    );
+                    break;
+                }
+            }
+        }
         for (p, groups) in self.strong.take_expired(Instant::now()) {
             warn!("a commit waited too long for data stores of groups {groups:?}");
             let msg = format!(

@@ -1,8 +1,12 @@
 //! Strong data consistency (paper §5.3): a commit that names data pages applies only
 //! once every store of their groups has reported the pages persisted. Such a commit
 //! is parked here, not refused: stores' notices wake it, and a deadline fails it with
-//! a message naming the groups that did not answer. This module owns the waiting
-//! state; the server applies what becomes ready.
+//! a message naming the groups that did not answer. A notice can be lost (it was in
+//! flight when the store's connection to the MDS broke): an update whose notices are
+//! overdue asks its stores again, but only the store incarnations that were serving
+//! when it parked, since only they received its writes (a restarted store may have
+//! lost pages it never persisted, and must not vouch for them). This module owns the
+//! waiting state; the server applies what becomes ready and sends the requests.
 
 use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -25,6 +29,24 @@ pub struct Parked {
     pub update: Waiting,
     pub pages: Vec<Gpa>,
     deadline: Instant,
+    /// The incarnation of each group's store when the update parked.
+    incarnations: Vec<(u16, u64)>,
+    /// When to ask the stores again for the pages still missing.
+    ask_at: Instant,
+    ask_every: Duration,
+}
+
+/// How long a notice may take before the stores are asked again (notices take
+/// microseconds; this only matters when one was lost), doubling after each ask.
+const FIRST_ASK: Duration = Duration::from_millis(50);
+
+/// Pages to ask a store to persist again, because an update waits for them.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Ask {
+    pub group: u16,
+    /// The store incarnation that received the writes.
+    pub incarnation: u64,
+    pub pages: Vec<Gpa>,
 }
 
 /// What the stores reported persisted, and the updates waiting for it.
@@ -66,16 +88,65 @@ impl StrongWaits {
     }
 
     /// Parks an update until its pages are reported persisted or its deadline passes.
-    pub fn park(&mut self, conn: ConnId, id: u64, update: Waiting, pages: Vec<Gpa>) {
+    /// `incarnation` tells which store incarnation serves a group now.
+    pub fn park(
+        &mut self,
+        conn: ConnId,
+        id: u64,
+        update: Waiting,
+        pages: Vec<Gpa>,
+        incarnation: impl Fn(u16) -> Option<u64>,
+    ) {
         debug_assert!(!self.ready(&pages), "a ready update is applied, not parked");
-        let deadline = Instant::now() + self.timeout;
+        let now = Instant::now();
+        let mut incarnations: Vec<(u16, u64)> = pages
+            .iter()
+            .filter_map(|g| Some((g.group(), incarnation(g.group())?)))
+            .collect();
+        incarnations.sort_unstable();
+        incarnations.dedup();
         self.parked.push_back(Parked {
             conn,
             id,
             update,
             pages,
-            deadline,
+            deadline: now + self.timeout,
+            incarnations,
+            ask_at: now + FIRST_ASK,
+            ask_every: FIRST_ASK,
         });
+    }
+
+    /// The pages still missing of the parked updates whose notices are overdue, by
+    /// group and the incarnation that received them; each such update is asked for
+    /// again after twice as long.
+    pub fn take_overdue(&mut self, now: Instant) -> Vec<Ask> {
+        let mut asks: Vec<Ask> = Vec::new();
+        for p in self.parked.iter_mut().filter(|p| p.ask_at <= now) {
+            p.ask_every *= 2;
+            p.ask_at = now + p.ask_every;
+            for g in p.pages.iter().filter(|g| !self.persisted.contains(g)) {
+                let Some(&(_, inc)) = p.incarnations.iter().find(|(gr, _)| *gr == g.group()) else {
+                    continue; // no store served the group when the update parked
+                };
+                match asks
+                    .iter_mut()
+                    .find(|a| a.group == g.group() && a.incarnation == inc)
+                {
+                    Some(a) => a.pages.push(*g),
+                    None => asks.push(Ask {
+                        group: g.group(),
+                        incarnation: inc,
+                        pages: vec![*g],
+                    }),
+                }
+            }
+        }
+        for a in &mut asks {
+            a.pages.sort_unstable();
+            a.pages.dedup();
+        }
+        asks
     }
 
     /// The first parked update (in arrival order) whose pages are all persisted now.
@@ -121,5 +192,53 @@ impl StrongWaits {
         for k in 0..n {
             self.persisted.remove(&start.offset_by(k));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parked(w: &mut StrongWaits, pages: Vec<Gpa>, serving: impl Fn(u16) -> Option<u64>) {
+        let c = Create {
+            parent: 1,
+            name: b"x".to_vec(),
+            ftype: orion_format::FileType::Symlink,
+            mode: 0o777,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            symlink: None,
+        };
+        w.park(1, 7, Waiting::Create(c), pages, serving);
+    }
+
+    #[test]
+    fn overdue_pages_are_asked_of_the_incarnation_that_received_them() {
+        let mut w = StrongWaits::new(Duration::from_secs(5));
+        let (a, b, c) = (Gpa::new(1, 10), Gpa::new(1, 11), Gpa::new(2, 5));
+        // Group 1 is served by incarnation 77; group 2 had no store when it parked.
+        parked(&mut w, vec![a, b, c], |g| (g == 1).then_some(77));
+        w.persisted([b]);
+        let now = Instant::now();
+        assert!(w.take_overdue(now).is_empty(), "not overdue yet");
+        let asks = w.take_overdue(now + FIRST_ASK);
+        assert_eq!(
+            asks,
+            vec![Ask {
+                group: 1,
+                incarnation: 77,
+                pages: vec![a]
+            }],
+            "only the missing page, of the group a store served"
+        );
+        assert!(
+            w.take_overdue(now + FIRST_ASK * 2).is_empty(),
+            "asked again only after twice as long"
+        );
+        assert_eq!(w.take_overdue(now + FIRST_ASK * 3).len(), 1);
+        w.persisted([a, c]);
+        assert!(w.take_next_ready().is_some());
+        assert!(w.take_overdue(now + FIRST_ASK * 100).is_empty());
     }
 }

@@ -18,6 +18,7 @@ fn join(domain: &Domain, cq: &CompletionQueue, pool_uuid: [u8; 16]) -> (Channel,
         pool_uuid,
         cluster_uuid: [0; 16],
         addr: "store-5:1".into(),
+        incarnation: 1,
     });
     let mut other = Vec::new();
     let reply = ch

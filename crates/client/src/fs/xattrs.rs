@@ -125,7 +125,7 @@ impl Inner {
             Ok(local) => Ok((g, local)),
             Err(e) => {
                 self.chunks.give_back(runs);
-                Err(e.into())
+                Err(e)
             }
         }
     }

@@ -6,8 +6,8 @@ use orion_format::{Gpa, Tail};
 use orion_meta::RenameMode;
 
 use super::{
-    entries, ftype, header, lock, name, put_entries, put_lock, read_header, text, uuid, wire_kinds,
-    Commit, Create, DsHello, Hello, LockReq, Message, MAX_PERSISTED,
+    entries, ftype, header, lock, name, pages, put_entries, put_lock, put_pages, read_header, text,
+    uuid, wire_kinds, Commit, Create, DsHello, Hello, LockReq, Message,
 };
 use crate::codec::{ProtoError, Reader, Writer};
 
@@ -313,18 +313,9 @@ impl StoreToMds {
                 pool_uuid: uuid(r)?,
                 cluster_uuid: uuid(r)?,
                 addr: text(r, "address")?,
+                incarnation: r.u64("incarnation")?,
             }),
-            StoreToMdsKind::Persisted => {
-                let n = r.u32("page count")? as usize;
-                if n > MAX_PERSISTED {
-                    return Err(ProtoError::Invalid("page count"));
-                }
-                let mut pages = Vec::with_capacity(n);
-                for _ in 0..n {
-                    pages.push(Gpa(r.u64("gpa")?));
-                }
-                StoreToMds::Persisted { pages }
-            }
+            StoreToMdsKind::Persisted => StoreToMds::Persisted { pages: pages(r)? },
         })
     }
 }
@@ -341,13 +332,9 @@ impl Message for StoreToMds {
                 w.buf.extend_from_slice(&d.pool_uuid);
                 w.buf.extend_from_slice(&d.cluster_uuid);
                 w.bytes(d.addr.as_bytes());
+                w.u64(d.incarnation);
             }
-            StoreToMds::Persisted { pages } => {
-                w.u32(pages.len() as u32);
-                for g in pages {
-                    w.u64(g.0);
-                }
-            }
+            StoreToMds::Persisted { pages } => put_pages(&mut w, pages),
         }
         *out = w.buf;
     }

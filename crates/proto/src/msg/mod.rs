@@ -22,7 +22,7 @@ use crate::{HEADER, MAGIC, VERSION};
 
 /// Most entries one log commit may carry (a commit fits in one message).
 pub const MAX_COMMIT_ENTRIES: usize = 256;
-/// Most pages one `Persisted` notice may name.
+/// Most pages one `Persisted` notice or `Persist` request may name.
 pub const MAX_PERSISTED: usize = 4096;
 /// Most data stores a cluster map may list.
 pub const MAX_STORES: usize = 1024;
@@ -82,6 +82,9 @@ pub struct DsHello {
     pub cluster_uuid: [u8; 16],
     /// Where clients reach this store.
     pub addr: String,
+    /// Drawn at each start of the store: a store that restarted is another
+    /// incarnation, and only the one that received a write can vouch for its pages.
+    pub incarnation: u64,
 }
 
 /// What an advisory lock does.
@@ -272,6 +275,26 @@ pub(crate) fn region(r: &mut Reader) -> Result<RemoteRegion, ProtoError> {
 
 pub(crate) fn ftype(r: &mut Reader) -> Result<FileType, ProtoError> {
     FileType::from_code(r.u8("file type")?).map_err(|_| ProtoError::Invalid("file type"))
+}
+
+/// A list of data pages (a store's notice, the MDS's request to persist).
+pub(crate) fn put_pages(w: &mut Writer, pages: &[Gpa]) {
+    w.u32(pages.len() as u32);
+    for g in pages {
+        w.u64(g.0);
+    }
+}
+
+pub(crate) fn pages(r: &mut Reader) -> Result<Vec<Gpa>, ProtoError> {
+    let n = r.u32("page count")? as usize;
+    if n > MAX_PERSISTED {
+        return Err(ProtoError::Invalid("page count"));
+    }
+    let mut pages = Vec::with_capacity(n);
+    for _ in 0..n {
+        pages.push(Gpa(r.u64("gpa")?));
+    }
+    Ok(pages)
 }
 
 pub(crate) fn put_entries(w: &mut Writer, entries: &[Entry]) {

@@ -1,7 +1,9 @@
-//! What a client asks a data store over two-sided messages. Reads and writes of pages
-//! are one-sided and carry no message.
+//! What a client (or the MDS) asks a data store over two-sided messages. Reads and
+//! writes of pages are one-sided and carry no message.
 
-use super::{header, read_header, wire_kinds, Message};
+use orion_format::Gpa;
+
+use super::{header, pages, put_pages, read_header, wire_kinds, Message};
 use crate::codec::{ProtoError, Reader, Writer};
 
 /// What a client asks a data store.
@@ -14,6 +16,10 @@ pub enum StoreRequest {
     Info,
     /// Make every page written so far durable.
     Flush,
+    /// From the MDS, on the store's own connection to it: persist these pages and
+    /// report them (a `Persisted` notice), because a commit waits for them and their
+    /// notice did not come (lost with a broken connection). No reply.
+    Persist { pages: Vec<Gpa> },
 }
 
 wire_kinds! {
@@ -22,6 +28,7 @@ wire_kinds! {
         Ping = 64,
         Info = 65,
         Flush = 66,
+        Persist = 67,
     }
 }
 
@@ -31,6 +38,7 @@ impl StoreRequest {
             StoreRequest::Ping => StoreKind::Ping,
             StoreRequest::Info => StoreKind::Info,
             StoreRequest::Flush => StoreKind::Flush,
+            StoreRequest::Persist { .. } => StoreKind::Persist,
         }
     }
 }
@@ -41,6 +49,9 @@ impl Message for StoreRequest {
             buf: std::mem::take(out),
         };
         header(&mut w, self.kind() as u8, id);
+        if let StoreRequest::Persist { pages } = self {
+            put_pages(&mut w, pages);
+        }
         *out = w.buf;
     }
 
@@ -51,6 +62,9 @@ impl Message for StoreRequest {
             StoreKind::Ping => StoreRequest::Ping,
             StoreKind::Info => StoreRequest::Info,
             StoreKind::Flush => StoreRequest::Flush,
+            StoreKind::Persist => StoreRequest::Persist {
+                pages: pages(&mut r)?,
+            },
         };
         r.finish()?;
         Ok((id, req))
@@ -61,6 +75,7 @@ impl Message for StoreRequest {
             StoreKind::Ping => "ping",
             StoreKind::Info => "data store info",
             StoreKind::Flush => "flush",
+            StoreKind::Persist => "persist pages",
         }
     }
 }

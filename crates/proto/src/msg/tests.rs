@@ -75,6 +75,7 @@ fn sample_store_messages() -> Vec<StoreToMds> {
             pool_uuid: [1; 16],
             cluster_uuid: [0; 16],
             addr: "127.0.0.1:5".into(),
+            incarnation: 0x1234_5678_9abc,
         }),
         StoreToMds::Persisted {
             pages: vec![Gpa::new(0, 1), Gpa::new(0, 2)],
@@ -122,9 +123,17 @@ fn requests_and_replies_round_trip() {
     for (i, m) in sample_store_messages().iter().enumerate() {
         round_trip(m, i as u64);
     }
-    for (i, m) in [StoreRequest::Ping, StoreRequest::Info, StoreRequest::Flush]
-        .iter()
-        .enumerate()
+    let persist = StoreRequest::Persist {
+        pages: vec![Gpa::new(2, 7), Gpa::new(2, 8)],
+    };
+    for (i, m) in [
+        StoreRequest::Ping,
+        StoreRequest::Info,
+        StoreRequest::Flush,
+        persist,
+    ]
+    .iter()
+    .enumerate()
     {
         round_trip(m, i as u64);
     }
