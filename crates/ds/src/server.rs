@@ -417,6 +417,8 @@ impl Store {
             })),
             Ok((_, StoreRequest::Flush)) => {
                 let len = (self.sb.page_count * PAGE_SIZE) as usize;
+                // The pair of the check in `run` (the page area fits in the pool).
+                assert!(self.sb.page_area_off + len as u64 <= self.pool.len());
                 match self.pool.persist(self.sb.page_area_off, len) {
                     Ok(()) => Reply::Ok(ReplyBody::Empty),
                     Err(e) => err(libc::EIO, format!("persisting the data pool: {e}")),
