@@ -38,7 +38,7 @@ impl Chunks {
                 let want = (n - have).max(self.next_request as u64).min(1 << 17) as u32;
                 self.next_request = (self.next_request * 2).min(MAX_CHUNK_REQUEST);
                 match remote.call(&MdsRequest::AllocChunk {
-                    group: remote.internal_group,
+                    group: remote.internal_group(),
                     pages: want,
                 }) {
                     Ok(ReplyBody::Chunk { start, pages }) if pages > 0 => {

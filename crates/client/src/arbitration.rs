@@ -56,6 +56,7 @@ impl PageSource for RemotePages<'_> {
                 *self.reconnected.borrow_mut() = true;
                 Err(FsError::Io("reconnected".into()))
             }
+            Err(Fail::MapChanged) => unreachable!("a one-sided read commits nothing"),
         }
     }
 }

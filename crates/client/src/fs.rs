@@ -23,7 +23,7 @@ use std::time::Duration;
 use orion_fabric::FabricConfig;
 use orion_format::{Entry, FileType, Gpa};
 use orion_meta::{Clock, FsResult, InodeState, SystemClock};
-use orion_proto::{Commit, MdsRequest, ReplyBody};
+use orion_proto::{Commit, Epoch, MdsRequest, ReplyBody, StoreInfo};
 
 use crate::alloc::Chunks;
 use crate::arbitration::InodeCache;
@@ -168,6 +168,8 @@ impl Client {
                 Ok(v) => return Ok(v),
                 Err(Fail::Fs(e)) => return Err(e),
                 Err(Fail::Reconnected) => g.datapath().reconnected(),
+                // Refused, with the new map in hand: the operation writes again.
+                Err(Fail::MapChanged) => {}
             }
         }
         Err(io_err("the MDS connection keeps breaking"))
@@ -178,9 +180,18 @@ impl Client {
         self.lock().remote.stats.clone()
     }
 
+    /// The cluster map as the MDS describes it now: its epoch and every data store,
+    /// with its state.
+    pub fn cluster_map(&self) -> FsResult<(Epoch, Vec<StoreInfo>)> {
+        self.run_with(false, |g| {
+            g.remote.refresh_stores()?;
+            Ok((g.remote.epoch, g.remote.map.clone()))
+        })
+    }
+
     /// The group of the data store this client maps directly, if any.
     pub fn internal_group(&self) -> Option<u16> {
-        self.lock().remote.internal_group
+        self.lock().remote.internal_group()
     }
 }
 
@@ -206,15 +217,18 @@ impl Inner {
         ino: u64,
         build: impl FnMut(&InodeState, i64) -> FsResult<Vec<Entry>>,
     ) -> Res<()> {
-        self.commit_checked_with(ino, true, build)
+        let epoch = self.remote.epoch;
+        self.commit_checked_with(ino, true, epoch, build)
     }
 
     /// [`Self::commit_checked`] for entries naming pages this client wrote:
-    /// `persisted_locally` tells whether they are durable already (internal client).
+    /// `persisted_locally` tells whether they are durable already (internal client),
+    /// `written_epoch` under which cluster map they were written.
     pub(crate) fn commit_checked_with(
         &mut self,
         ino: u64,
         persisted_locally: bool,
+        written_epoch: Epoch,
         mut build: impl FnMut(&InodeState, i64) -> FsResult<Vec<Entry>>,
     ) -> Res<()> {
         // Staged writes of the file were done before: they commit first.
@@ -227,6 +241,7 @@ impl Inner {
                 generation: c.generation,
                 expect: Some(c.tail),
                 persisted_locally,
+                written_epoch,
                 entries,
             };
             Ok(Step::Send(commit, ()))

@@ -19,6 +19,7 @@ pub mod config;
 pub mod datapath;
 pub mod fs;
 pub mod remote;
+pub mod replicas;
 pub mod staging;
 pub mod stats;
 
@@ -30,4 +31,4 @@ pub use stats::Stats;
 pub use orion_format::{FileType, PAGE_SIZE};
 pub use orion_meta::{perm, xattr};
 pub use orion_meta::{Attr, FsError, FsResult, NewNode, RenameMode, SetAttrReq, StatFs, TimeSet};
-pub use orion_proto::{LockKind, LockReq};
+pub use orion_proto::{Epoch, LockKind, LockReq, MemberId, MemberState, StoreInfo};

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use orion_format::{Entry, Gpa};
 use orion_meta::FsError;
+use orion_proto::Epoch;
 
 /// Entries staged for one file before they are committed (a log commit holds at
 /// most `orion_proto::MAX_COMMIT_ENTRIES`; one staged write adds at most
@@ -38,6 +39,8 @@ pub struct StagedFile {
     pub runs: Vec<(Gpa, u64)>,
     /// Whether every page is durable already (written to the client's own store).
     pub persisted_locally: bool,
+    /// The oldest cluster map epoch its pages were written under.
+    pub written_epoch: Epoch,
     /// The newest staged page of each file page.
     pages: BTreeMap<u64, Gpa>,
     /// The largest end of a staged write.
@@ -98,6 +101,7 @@ impl Staging {
         generation: u64,
         entries: Vec<Entry>,
         persisted_locally: bool,
+        written_epoch: Epoch,
     ) -> bool {
         if self.since.is_none() {
             self.since = Some(Instant::now());
@@ -113,6 +117,7 @@ impl Staging {
             entries: Vec::new(),
             runs: Vec::new(),
             persisted_locally: true,
+            written_epoch,
             pages: BTreeMap::new(),
             end: 0,
         });
@@ -131,6 +136,7 @@ impl Staging {
         }
         f.entries.extend(entries);
         f.persisted_locally &= persisted_locally;
+        f.written_epoch = f.written_epoch.min(written_epoch);
         f.entries.len() >= MAX_STAGED_ENTRIES
     }
 
@@ -216,8 +222,8 @@ mod tests {
         let mut s = Staging::new(true, Duration::from_secs(60));
         let a = Gpa::new(0, 100);
         let b = Gpa::new(0, 200);
-        assert!(!s.stage(7, 1, vec![write(3, a, 2)], true));
-        assert!(!s.stage(7, 1, vec![write(4, b, 1)], false));
+        assert!(!s.stage(7, 1, vec![write(3, a, 2)], true, 5));
+        assert!(!s.stage(7, 1, vec![write(4, b, 1)], false, 4));
         assert_eq!(s.page(7, 1, 3), Some(a));
         assert_eq!(s.page(7, 1, 4), Some(b));
         assert_eq!(s.page(7, 1, 5), None);
@@ -238,7 +244,7 @@ mod tests {
         let mut s = Staging::new(true, Duration::from_secs(60));
         for i in 0..MAX_STAGED_ENTRIES as u64 {
             let g = Gpa::new(1, i);
-            let full = s.stage(9, 1, vec![write(i, g, 1)], true);
+            let full = s.stage(9, 1, vec![write(i, g, 1)], true, 1);
             assert_eq!(full, i + 1 == MAX_STAGED_ENTRIES as u64);
         }
     }

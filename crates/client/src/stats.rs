@@ -21,8 +21,11 @@ pub struct Stats {
     /// Operations run again because the MDS ordered another client's commit first.
     pub reexecutions: u64,
     pub reconnects: u64,
-    /// One-sided transfers run again because their store's connection broke.
+    /// Transfers with data stores run again after a failure (a store died, or its
+    /// connection broke).
     pub store_retries: u64,
+    /// Operations run again because the cluster map changed under them.
+    pub map_changes: u64,
     /// One-sided reads of data pages from remote stores.
     pub remote_reads: u64,
     pub cache_hits: u64,

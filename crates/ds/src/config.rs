@@ -15,6 +15,8 @@ pub struct DsConfig {
     pub pool_mode: String,
     /// The replication group this store serves.
     pub group: u16,
+    /// Its index among the group's replicas (`0..replicas`).
+    pub index: u16,
     /// Address to listen on for clients ("host:port"; port 0 picks a free one).
     pub listen: String,
     /// The metadata server to join.
@@ -28,6 +30,7 @@ impl Default for DsConfig {
             pool_size: "1GiB".into(),
             pool_mode: "auto".into(),
             group: 0,
+            index: 0,
             listen: "127.0.0.1:7420".into(),
             mds: "127.0.0.1:7410".into(),
         }

@@ -4,9 +4,12 @@
 //! clients read and write pages one-sided without this process's CPU (on RDMA; over
 //! TCP the provider's progress needs the poller). A strong-mode client writes with an
 //! immediate value carrying the page index: the store persists that page and tells the
-//! MDS, which applies the matching log commit only then (paper §5.3).
+//! MDS, which applies the matching log commit only then (paper §5.3). A store that
+//! joins its replication group without every committed page copies them from a peer
+//! first ([`resync`], paper §5.4).
 
 mod config;
+mod resync;
 mod server;
 
 pub use config::DsConfig;

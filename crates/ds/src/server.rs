@@ -2,7 +2,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -10,11 +10,12 @@ use orion_fabric::{Access, CompletionQueue, ConnId, Domain, FabricConfig, OpKind
 use orion_format::{Gpa, PoolKind, Superblock, PAGE_SIZE, SUPERBLOCK_SIZE};
 use orion_pmem::{ModeChoice, Pool};
 use orion_proto::{
-    peek_id, Channel, DsHello, DsInfoReply, Event, Message, Reply, ReplyBody, StoreRequest,
-    StoreToMds, MAX_PERSISTED,
+    peek_id, Channel, DsHello, DsInfoReply, Event, MemberId, Message, Reply, ReplyBody,
+    StoreRequest, StoreToMds, MAX_PERSISTED,
 };
 use tracing::{info, warn};
 
+use crate::resync::{self, Copied};
 use crate::DsConfig;
 
 pub struct Ready {
@@ -49,7 +50,8 @@ pub fn format_pool(path: &Path, size: u64, group: u16, mode: ModeChoice) -> Resu
 
 struct Store {
     cfg: DsConfig,
-    pool: Pool,
+    /// Shared with a resync thread, which fills pages of it.
+    pool: Arc<Pool>,
     sb: Superblock,
     domain: Domain,
     cq: Arc<CompletionQueue>,
@@ -63,6 +65,12 @@ struct Store {
     msg: Vec<u8>,
     /// Drawn at start (see `DsHello::incarnation`).
     incarnation: u64,
+    /// For the resync thread's own domain.
+    fabric: FabricConfig,
+    /// A resync under way: its cancel flag and where its result comes.
+    resync: Option<(Arc<AtomicBool>, mpsc::Receiver<Result<Copied>>)>,
+    /// When to start a resync again that failed.
+    resync_again: Option<Instant>,
 }
 
 pub fn run(
@@ -115,7 +123,7 @@ pub fn run(
     if sb.page_count > u32::MAX as u64 {
         bail!("{}: more than 2^32 pages (16 TiB) per store is not supported: the write immediate names a page in 32 bits", cfg.pool.display());
     }
-    let domain = Domain::open(fabric).context("opening the fabric")?;
+    let domain = Domain::open(fabric.clone()).context("opening the fabric")?;
     let region = domain
         .register_file(
             &cfg.pool,
@@ -147,7 +155,7 @@ pub fn run(
     );
     let mut st = Store {
         cfg,
-        pool,
+        pool: Arc::new(pool),
         sb,
         domain,
         cq: cq.clone(),
@@ -158,6 +166,9 @@ pub fn run(
         last_attempt: None,
         persisted: Vec::new(),
         msg: Vec::new(),
+        fabric,
+        resync: None,
+        resync_again: None,
         incarnation: u64::from_le_bytes(
             orion_format::random_uuid()[..8]
                 .try_into()
@@ -192,6 +203,7 @@ pub fn run(
             st.on_completion(c);
         }
         st.notify_mds();
+        st.poll_resync();
         while let Ok(ch) = rx.try_recv() {
             match ch.post_receives() {
                 Ok(()) => {
@@ -211,6 +223,7 @@ pub fn run(
         }
     }
     info!("stopping");
+    st.cancel_resync();
     st.pool.persist(0, st.pool.len() as usize)?;
     drop(st);
     let _ = acceptor.join();
@@ -235,6 +248,7 @@ impl Store {
         let mut ch = Channel::new(&self.domain, conn)?;
         let hello = StoreToMds::Join(DsHello {
             group: self.cfg.group,
+            index: self.cfg.index,
             page_count: self.sb.page_count,
             pool_uuid: self.sb.pool_uuid,
             cluster_uuid: self.sb.cluster_uuid,
@@ -248,7 +262,10 @@ impl Store {
             self.on_client_completion(c);
         }
         match reply? {
-            Reply::Ok(ReplyBody::Joined { cluster_uuid }) => {
+            Reply::Ok(ReplyBody::Joined {
+                cluster_uuid,
+                resync,
+            }) => {
                 if self.sb.cluster_uuid == [0; 16] {
                     self.sb.cluster_uuid = cluster_uuid;
                     self.pool.write(0, &self.sb.encode())?;
@@ -260,7 +277,15 @@ impl Store {
                 }
                 info!("joined the MDS at {}", self.cfg.mds);
                 self.mds = Some(ch);
+                self.cancel_resync();
+                if resync {
+                    self.start_resync();
+                }
                 Ok(())
+            }
+            // No in-sync peer to copy from is up yet: try again later.
+            Reply::Err { errno, message } if errno == libc::EAGAIN => {
+                bail!("the MDS at {} says to wait: {message}", self.cfg.mds)
             }
             Reply::Err { message, .. } => Err(Refused(format!(
                 "the MDS at {} refused this store: {message}",
@@ -279,6 +304,7 @@ impl Store {
                         warn!("lost the MDS at {}: {e}; rejoining", self.cfg.mds);
                         self.mds = None;
                         self.persisted.clear();
+                        self.cancel_resync();
                     }
                     Event::Message { slot, len } => {
                         let mut msg = std::mem::take(&mut self.msg);
@@ -337,6 +363,96 @@ impl Store {
                     ch.conn.close();
                 }
                 self.msg = msg;
+            }
+        }
+    }
+
+    /// Starts copying what this store missed from a peer, on a thread of its own.
+    fn start_resync(&mut self) {
+        let cancel = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = mpsc::channel();
+        let job = resync::Job {
+            member: MemberId::new(self.cfg.group, self.cfg.index),
+            incarnation: self.incarnation,
+            mds: self.cfg.mds.clone(),
+            fabric: self.fabric.clone(),
+            pool: self.pool.clone(),
+            page_area_off: self.sb.page_area_off,
+            page_count: self.sb.page_count,
+            cancel: cancel.clone(),
+        };
+        let spawned = std::thread::Builder::new()
+            .name("ds-resync".into())
+            .spawn(move || {
+                let _ = tx.send(resync::run(&job));
+            });
+        match spawned {
+            Ok(_) => self.resync = Some((cancel, rx)),
+            Err(e) => {
+                warn!("starting the resync: {e}");
+                self.resync_again = Some(Instant::now() + Duration::from_millis(500));
+            }
+        }
+    }
+
+    fn cancel_resync(&mut self) {
+        if let Some((cancel, _)) = self.resync.take() {
+            cancel.store(true, Ordering::Relaxed);
+        }
+        self.resync_again = None;
+    }
+
+    /// A finished resync is reported to the MDS (the store serves reads from then on);
+    /// a failed one starts again shortly.
+    fn poll_resync(&mut self) {
+        if self.resync_again.is_some_and(|t| Instant::now() >= t) && self.mds.is_some() {
+            self.resync_again = None;
+            self.start_resync();
+        }
+        let Some((_, rx)) = &self.resync else {
+            return;
+        };
+        let result = match rx.try_recv() {
+            Ok(r) => r,
+            Err(mpsc::TryRecvError::Empty) => return,
+            Err(mpsc::TryRecvError::Disconnected) => Err(anyhow!("the resync thread died")),
+        };
+        self.resync = None;
+        let member = MemberId::new(self.cfg.group, self.cfg.index);
+        match result {
+            Ok(c) => {
+                info!(
+                    "{member}: resynced {} pages ({} MiB) in {:.2} s, {:.0} MiB/s",
+                    c.pages,
+                    (c.pages * PAGE_SIZE) >> 20,
+                    c.secs,
+                    c.mib_per_s()
+                );
+                let Some(mds) = &mut self.mds else {
+                    return; // the next join resyncs again
+                };
+                let mut other = Vec::new();
+                let r = mds.call(
+                    &self.cq,
+                    2,
+                    &StoreToMds::Resynced,
+                    Duration::from_secs(10),
+                    &mut other,
+                );
+                for c in other {
+                    self.on_client_completion(c);
+                }
+                match r {
+                    Ok(Reply::Ok(_)) => info!("{member} serves reads again"),
+                    Ok(Reply::Err { message, .. }) => {
+                        warn!("the MDS refused the end of the resync: {message}")
+                    }
+                    Err(e) => warn!("telling the MDS the resync ended: {e}"),
+                }
+            }
+            Err(e) => {
+                warn!("{member}: the resync failed: {e:#}; starting again");
+                self.resync_again = Some(Instant::now() + Duration::from_millis(500));
             }
         }
     }

@@ -17,54 +17,83 @@ pub const MAX_CHUNK_PAGES: u32 = MAX_WRITE_PAGES;
 /// A replication group: its page bitmap and the data store serving it.
 pub struct Group {
     pub alloc: PageAllocator,
+    /// Pages per store: every replica of the group has the same layout.
     pub page_count: u64,
-    /// Where clients reach the store, and its connection while it is up.
-    pub addr: String,
-    pub store: Option<orion_fabric::ConnId>,
-    /// The pool the store serves (a store that rejoins with it is the same store).
-    pub pool_uuid: [u8; 16],
-    /// The incarnation of the store that joined last (see `DsHello::incarnation`).
-    pub incarnation: u64,
+    /// While a replica of the group resyncs, pages freed wait here instead of going
+    /// back to the allocator: the resync copies pages that were in use when it began,
+    /// and such a page must not be written anew before it is copied.
+    pub held: Option<Vec<(u64, u64)>>,
 }
 
 impl Group {
-    /// A group whose store just joined with `page_count` pages: every page a file or
-    /// symlink of `engine` names is in use, the rest is free.
+    /// A group whose first store just joined with `page_count` pages: every page a
+    /// file or symlink of `engine` names is in use, the rest is free.
     pub fn new(
         group: u16,
         page_count: u64,
-        addr: String,
         engine: &MetaEngine,
         grace: Duration,
     ) -> FsResult<Group> {
         let mut alloc = PageAllocator::new(page_count, (page_count / 100).max(8), grace);
-        for ino in engine.inode_numbers() {
-            let inode = engine.inode(ino)?;
-            for g in inode
-                .state
-                .data_pages()
-                .into_iter()
-                .filter(|g| g.group() == group)
-            {
-                if g.page() >= page_count || !alloc.mark_used(g.page()) {
-                    return Err(FsError::Corrupt(format!(
-                        "inode {ino} names page {} of group {group}, but the store's pool has \
-                         {page_count} pages (or the page is named twice): is this the store's \
-                         pool of this cluster?",
-                        g.page()
-                    )));
-                }
-            }
+        for page in named_pages(engine, group, page_count)? {
+            assert!(alloc.mark_used(page), "named_pages lists a page once");
         }
         Ok(Group {
             alloc,
             page_count,
-            addr,
-            store: None,
-            pool_uuid: [0; 16],
-            incarnation: 0,
+            held: None,
         })
     }
+
+    /// Frees pages (after the grace period), or holds them while a replica resyncs.
+    pub fn free_later(&mut self, page: u64, n: u64) {
+        match &mut self.held {
+            Some(held) => held.push((page, n)),
+            None => self.alloc.free_later(page, n),
+        }
+    }
+
+    /// Starts holding freed pages (a replica began a resync).
+    pub fn hold(&mut self) {
+        self.held.get_or_insert_with(Vec::new);
+    }
+
+    /// Stops holding freed pages: they go back to the allocator.
+    pub fn release(&mut self) {
+        for (page, n) in self.held.take().unwrap_or_default() {
+            self.alloc.free_later(page, n);
+        }
+    }
+}
+
+/// The pages of `group` that a file or symlink of `engine` names, each once, in
+/// order; an error if one lies outside `page_count` pages or is named twice.
+pub fn named_pages(engine: &MetaEngine, group: u16, page_count: u64) -> FsResult<Vec<u64>> {
+    let mut seen = vec![0u64; page_count.div_ceil(64) as usize];
+    let mut pages = Vec::new();
+    for ino in engine.inode_numbers() {
+        let inode = engine.inode(ino)?;
+        for g in inode
+            .state
+            .data_pages()
+            .into_iter()
+            .filter(|g| g.group() == group)
+        {
+            let p = g.page();
+            let (w, bit) = ((p / 64) as usize, 1u64 << (p % 64));
+            if p >= page_count || seen[w] & bit != 0 {
+                return Err(FsError::Corrupt(format!(
+                    "inode {ino} names page {p} of group {group}, but the store's pool has \
+                     {page_count} pages (or the page is named twice): is this the store's \
+                     pool of this cluster?"
+                )));
+            }
+            seen[w] |= bit;
+            pages.push(p);
+        }
+    }
+    pages.sort_unstable();
+    Ok(pages)
 }
 
 /// A chunk handed to one client, and which of its pages the client has committed.
@@ -176,6 +205,7 @@ impl ChunkGrants {
 /// one (an internal client), else the group with the most free pages.
 pub fn grant(
     groups: &mut BTreeMap<u16, Group>,
+    serves: impl Fn(u16) -> bool,
     want: Option<u16>,
     pages: u32,
 ) -> FsResult<(Gpa, u32)> {
@@ -184,7 +214,7 @@ pub fn grant(
     // groups with the most free pages first.
     let mut order: Vec<(u16, u64)> = groups
         .iter()
-        .filter(|(_, x)| x.store.is_some())
+        .filter(|(g, _)| serves(**g))
         .map(|(g, x)| (*g, x.alloc.free()))
         .collect();
     // EAGAIN: a store may be rejoining (after an MDS restart); clients wait a while.

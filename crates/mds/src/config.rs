@@ -23,6 +23,9 @@ pub struct MdsConfig {
     /// How long a strong-mode commit waits for the data stores to report its pages
     /// persisted before it fails, in milliseconds.
     pub persist_timeout_ms: u64,
+    /// Data stores per replication group: every page is written to each (1: no
+    /// replication).
+    pub replicas: u16,
 }
 
 impl Default for MdsConfig {
@@ -35,6 +38,7 @@ impl Default for MdsConfig {
             max_chunk_pages: 4096,
             grace_ms: 1000,
             persist_timeout_ms: 10_000,
+            replicas: 1,
         }
     }
 }

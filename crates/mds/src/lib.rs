@@ -6,14 +6,18 @@
 //! visible with one tail store before it is acknowledged; namespace RPCs ([`namespace`])
 //! run on the metadata engine, which journals multi-inode changes; data pages are handed
 //! to clients in chunks and tracked until committed ([`chunks`]); in strong mode a
-//! commit waits until the data stores report its pages persisted ([`strong`]).
+//! commit waits until the data stores report its pages persisted ([`strong`]). Data
+//! stores form replication groups whose members, states and epoch the cluster map
+//! keeps ([`members`]); joins, departures and resyncs are handled in [`stores`].
 
 pub mod chunks;
 pub mod commit;
 pub mod config;
 pub mod locks;
+pub mod members;
 pub mod namespace;
 pub mod server;
+pub mod stores;
 pub mod strong;
 
 pub use config::MdsConfig;

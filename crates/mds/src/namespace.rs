@@ -11,7 +11,7 @@ use orion_proto::{Create, ReplyBody};
 pub fn create(engine: &mut MetaEngine, c: &Create) -> FsResult<ReplyBody> {
     let mut extra = Vec::new();
     match (c.ftype, c.symlink) {
-        (FileType::Symlink, Some((gpa, len))) => {
+        (FileType::Symlink, Some((gpa, len, _))) => {
             if len == 0 {
                 return Err(ENOENT);
             }

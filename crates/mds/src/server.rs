@@ -14,16 +14,18 @@ use anyhow::{anyhow, bail, Context, Result};
 use orion_fabric::{Access, Completion, ConnId, Domain, FabricConfig, Region, MAX_MESSAGE};
 use orion_format::{Gpa, PoolKind, Superblock, SUPERBLOCK_SIZE};
 use orion_meta::engine::EngineConfig;
-use orion_meta::{FsError, FsResult, MetaEngine, SystemClock};
+use orion_meta::{FsError, MetaEngine, SystemClock};
 use orion_pmem::{ModeChoice, Pool};
 use orion_proto::{
-    peek_id, Channel, Event, HelloReply, MdsInbound, MdsRequest, Message, Reply, ReplyBody,
-    StoreInfo, StoreRequest, StoreToMds, MAX_PERSISTED,
+    peek_id, Channel, Epoch, Event, HelloReply, MdsInbound, MdsRequest, MemberId, Message, Reply,
+    ReplyBody, StoreToMds,
 };
 use tracing::{debug, info, warn};
 
 use crate::chunks::{self, ChunkGrants, Group};
 use crate::locks::Locks;
+use crate::members::ClusterMap;
+use crate::stores::Resync;
 use crate::strong::{StrongWaits, Waiting};
 use crate::{commit, namespace, MdsConfig};
 
@@ -33,35 +35,39 @@ pub struct Ready {
     pub describe: String,
 }
 
-enum Role {
+pub(crate) enum Role {
     New,
     Client {
-        internal_group: Option<u16>,
+        internal: Option<MemberId>,
         strong: bool,
     },
     Store {
-        group: u16,
+        member: MemberId,
     },
 }
 
-struct Peer {
-    ch: Channel,
-    role: Role,
-    grants: ChunkGrants,
-    name: String,
+pub(crate) struct Peer {
+    pub ch: Channel,
+    pub role: Role,
+    pub grants: ChunkGrants,
+    pub name: String,
 }
 
-struct Mds {
-    cfg: MdsConfig,
-    engine: MetaEngine,
+pub(crate) struct Mds {
+    pub cfg: MdsConfig,
+    pub engine: MetaEngine,
     /// Keeps the fabric domain (and the registered pool) alive while serving.
     _domain: Domain,
     pool_region: Region,
     superblock: Vec<u8>,
-    groups: BTreeMap<u16, Group>,
-    peers: HashMap<ConnId, Peer>,
+    pub groups: BTreeMap<u16, Group>,
+    /// The replication groups' members, their states and the epoch.
+    pub map: ClusterMap,
+    /// Resyncs under way, by member.
+    pub resyncs: BTreeMap<MemberId, Resync>,
+    pub peers: HashMap<ConnId, Peer>,
     /// Strong mode's waits for data stores.
-    strong: StrongWaits,
+    pub strong: StrongWaits,
     locks: Locks,
     next_client: u64,
     msg: Vec<u8>,
@@ -184,6 +190,9 @@ pub fn serve(
         |m| warn!("{m}"),
     )?;
     let strong = StrongWaits::new(Duration::from_millis(cfg.persist_timeout_ms));
+    let map_file = cfg.pool.with_extension("members");
+    let map = ClusterMap::load(Some(map_file.clone()), cfg.replicas)
+        .with_context(|| format!("the cluster map {}", map_file.display()))?;
     let mut mds = Mds {
         cfg,
         engine,
@@ -191,6 +200,8 @@ pub fn serve(
         pool_region,
         superblock,
         groups: BTreeMap::new(),
+        map,
+        resyncs: BTreeMap::new(),
         peers: HashMap::new(),
         strong,
         locks: Locks::default(),
@@ -220,7 +231,7 @@ pub fn serve(
     Ok(())
 }
 
-fn errno_reply(e: FsError) -> Reply {
+pub(crate) fn errno_reply(e: FsError) -> Reply {
     Reply::Err {
         errno: e.errno(),
         message: e.to_string(),
@@ -268,7 +279,7 @@ impl Mds {
         }
     }
 
-    fn drop_peer(&mut self, conn: ConnId, why: &str) {
+    pub(crate) fn drop_peer(&mut self, conn: ConnId, why: &str) {
         let Some(peer) = self.peers.remove(&conn) else {
             return;
         };
@@ -284,21 +295,17 @@ impl Mds {
         self.strong.forget_client(conn);
         self.locks.release_client(conn);
         match peer.role {
-            Role::Store { group } => {
-                if let Some(g) = self.groups.get_mut(&group) {
-                    g.store = None;
-                }
-                warn!("data store of group {group} ({}) left: {why}", peer.name);
-            }
+            Role::Store { member } => self.store_left(conn, member, &peer.name, why),
             Role::Client { .. } => info!("client {} left: {why}", peer.name),
             Role::New => info!("connection from {} closed: {why}", peer.name),
         }
     }
 
-    fn reply(&mut self, conn: ConnId, id: u64, reply: Reply) {
+    pub(crate) fn reply(&mut self, conn: ConnId, id: u64, reply: Reply) {
         let Some(peer) = self.peers.get_mut(&conn) else {
             return;
         };
+        peer.ch.epoch = self.map.epoch();
         if let Err(e) = peer.ch.send_reply(id, &reply) {
             self.drop_peer(conn, &format!("cannot reply: {e}"));
         }
@@ -337,8 +344,8 @@ impl Mds {
                 let how = format!(
                     "{}, {}",
                     if h.strong { "strong" } else { "weak" },
-                    match h.internal_group {
-                        Some(g) => format!("internal to group {g}"),
+                    match h.internal {
+                        Some(m) => format!("internal to {m}"),
                         None => "external".into(),
                     }
                 );
@@ -354,7 +361,7 @@ impl Mds {
                     );
                 }
                 peer.role = Role::Client {
-                    internal_group: h.internal_group,
+                    internal: h.internal,
                     strong: h.strong,
                 };
                 peer.name = format!("{} ({})", h.name, peer.ch.conn.peer());
@@ -363,24 +370,27 @@ impl Mds {
                     client_id: self.next_client - 1,
                     superblock: self.superblock.clone(),
                     pool: self.pool_region.remote(),
-                    stores: self
-                        .groups
-                        .iter()
-                        .filter(|(_, g)| g.store.is_some())
-                        .map(|(&group, g)| StoreInfo {
-                            group,
-                            addr: g.addr.clone(),
-                        })
-                        .collect(),
+                    epoch: self.map.epoch(),
+                    stores: self.map.stores(),
                     grace_ms: self.cfg.grace_ms,
                 }))
             }
             (Role::New, MdsInbound::Store(StoreToMds::Join(d))) => self.join_store(conn, d),
-            (Role::Store { .. }, MdsInbound::Store(StoreToMds::Persisted { pages })) => {
-                self.strong.persisted(pages);
-                self.apply_unparked();
+            (&Role::Store { member }, MdsInbound::Store(StoreToMds::Persisted { pages })) => {
+                self.persisted_notice(member, pages);
                 return None;
             }
+            (&Role::Store { member }, MdsInbound::Store(StoreToMds::Resynced)) => {
+                self.resync_done(member)
+            }
+            (
+                _,
+                MdsInbound::Store(StoreToMds::ResyncPlan {
+                    member,
+                    incarnation,
+                    from_page,
+                }),
+            ) => self.resync_plan(member, incarnation, from_page),
             (Role::Client { .. }, MdsInbound::Client(req)) => {
                 return self.client_request(conn, id, req)
             }
@@ -396,119 +406,58 @@ impl Mds {
         })
     }
 
-    fn join_store(&mut self, conn: ConnId, d: orion_proto::DsHello) -> FsResult<ReplyBody> {
-        let ours = self.engine.superblock().cluster_uuid;
-        if d.cluster_uuid != [0; 16] && d.cluster_uuid != ours {
-            return Err(FsError::Io(format!(
-                "the data store's pool belongs to another cluster ({}) than this MDS's ({}): \
-                 point the store at its own cluster's MDS, or format a new pool for it",
-                hex(&d.cluster_uuid),
-                hex(&ours)
-            )));
-        }
-        if let Some(&Group {
-            store: Some(old),
-            pool_uuid,
-            ref addr,
-            ..
-        }) = self.groups.get(&d.group)
-        {
-            if pool_uuid != d.pool_uuid {
-                return Err(FsError::Io(format!(
-                    "group {} already has a connected data store ({addr}): each store needs its \
-                     own group until replication groups exist",
-                    d.group
-                )));
-            }
-            // The same pool again: its store restarted before this MDS saw the old
-            // connection close. The old connection is dead; the newcomer takes over.
-            self.drop_peer(old, "its store restarted and joined again");
-        }
-        if d.page_count > u32::MAX as u64 {
-            return Err(FsError::Io(format!(
-                "a data store of {} pages: at most 2^32 pages per store",
-                d.page_count
-            )));
-        }
-        let grace = Duration::from_millis(self.cfg.grace_ms);
-        if let Some(g) = self.groups.get(&d.group) {
-            if g.page_count != d.page_count {
-                return Err(FsError::Io(format!(
-                    "group {} had {} pages and its store now has {}: a store's pool keeps its \
-                     size",
-                    d.group, g.page_count, d.page_count
-                )));
-            }
-        } else {
-            let g = Group::new(d.group, d.page_count, d.addr.clone(), &self.engine, grace)?;
-            self.groups.insert(d.group, g);
-        }
-        let g = self.groups.get_mut(&d.group).expect("inserted");
-        assert!(g.store.is_none(), "one connected store per group");
-        g.store = Some(conn);
-        g.addr = d.addr.clone();
-        g.pool_uuid = d.pool_uuid;
-        g.incarnation = d.incarnation;
-        let peer = self.peers.get_mut(&conn).expect("caller holds it");
-        peer.role = Role::Store { group: d.group };
-        info!(
-            "data store of group {} joined from {} ({} pages, {} free)",
-            d.group,
-            d.addr,
-            d.page_count,
-            g.alloc.free()
-        );
-        Ok(ReplyBody::Joined { cluster_uuid: ours })
-    }
-
     fn client_request(&mut self, conn: ConnId, id: u64, req: MdsRequest) -> Option<Reply> {
         let peer = self.peers.get_mut(&conn)?;
-        let Role::Client {
-            internal_group,
-            strong,
-        } = peer.role
-        else {
+        let Role::Client { internal, strong } = peer.role else {
             return None;
         };
+        let internal_group = internal.map(|m| m.group);
         let r = match req {
             MdsRequest::AllocChunk { group, pages } => {
                 let want = group.or(internal_group);
-                chunks::grant(&mut self.groups, want, pages.min(self.cfg.max_chunk_pages)).map(
-                    |(start, n)| {
-                        peer.grants.add(start, n);
-                        // A notice about these pages from before they were free again
-                        // (a write never committed) must not vouch for new writes.
-                        self.strong.forget_pages(start, n as u64);
-                        ReplyBody::Chunk { start, pages: n }
-                    },
-                )
+                let map = &self.map;
+                let pages = pages.min(self.cfg.max_chunk_pages);
+                chunks::grant(&mut self.groups, |g| map.serves(g), want, pages).map(|(start, n)| {
+                    peer.grants.add(start, n);
+                    // A notice about these pages from before they were free again
+                    // (a write never committed) must not vouch for new writes.
+                    self.strong.forget_pages(start, n as u64);
+                    ReplyBody::Chunk { start, pages: n }
+                })
             }
             MdsRequest::Commit(c) => {
                 // Checked before it may wait: a bad commit is refused at once.
                 if let Err(e) = commit::check(&self.engine, &peer.grants, &c) {
                     return Some(errno_reply(e));
                 }
+                let pages = commit::data_pages(&c);
+                if let Err(e) = self.check_written(c.written_epoch, &pages) {
+                    return Some(errno_reply(e));
+                }
                 // Pages an internal client wrote into its own store's pool it has
-                // persisted itself; every other page waits for its store's notice.
-                let own = |g: &Gpa| c.persisted_locally && Some(g.group()) == internal_group;
-                let pages: Vec<Gpa> = if strong {
-                    commit::data_pages(&c)
-                        .into_iter()
-                        .filter(|g| !own(g))
-                        .collect()
-                } else {
-                    Vec::new()
-                };
-                return self.apply_or_park(conn, id, Waiting::Commit(c), pages);
+                // persisted itself: that is its replica's notice.
+                if let (true, Some(m)) = (c.persisted_locally, internal) {
+                    let own = pages.iter().filter(|g| g.group() == m.group).copied();
+                    self.strong.persisted(m.index, own);
+                }
+                let wait = if strong { pages } else { Vec::new() };
+                let written = c.written_epoch;
+                return self.apply_or_park(conn, id, Waiting::Commit(c), wait, written);
             }
             MdsRequest::Create(c) => {
-                if let Some((g, _)) = c.symlink {
+                if let Some((g, _, written)) = c.symlink {
                     if let Err(e) = peer.grants.check(g, 1) {
                         return Some(errno_reply(e));
                     }
-                    let wait = strong && Some(g.group()) != internal_group;
-                    let pages = if wait { vec![g] } else { Vec::new() };
-                    return self.apply_or_park(conn, id, Waiting::Create(c), pages);
+                    if let Err(e) = self.check_written(written, &[g]) {
+                        return Some(errno_reply(e));
+                    }
+                    // An internal client persisted its own replica's copy itself.
+                    if let Some(m) = internal.filter(|m| m.group == g.group()) {
+                        self.strong.persisted(m.index, [g]);
+                    }
+                    let wait = if strong { vec![g] } else { Vec::new() };
+                    return self.apply_or_park(conn, id, Waiting::Create(c), wait, written);
                 }
                 namespace::create(&mut self.engine, &c)
             }
@@ -571,22 +520,22 @@ impl Mds {
         id: u64,
         update: Waiting,
         pages: Vec<Gpa>,
+        written: Epoch,
     ) -> Option<Reply> {
-        if self.strong.ready(&pages) {
+        let map = &self.map;
+        if self.strong.ready(&pages, |g| writers(map, g)) {
             return Some(self.apply_ready(conn, update, &pages));
         }
-        let groups = &self.groups;
-        self.strong.park(conn, id, update, pages, |g| {
-            groups
-                .get(&g)
-                .filter(|x| x.store.is_some())
-                .map(|x| x.incarnation)
-        });
+        self.strong.park(conn, id, update, pages, written);
         None
     }
 
     fn apply_ready(&mut self, conn: ConnId, update: Waiting, pages: &[Gpa]) -> Reply {
         self.strong.consume(pages);
+        let groups: std::collections::BTreeSet<u16> = match &update {
+            Waiting::Commit(c) => commit::data_pages(c).iter().map(|g| g.group()).collect(),
+            Waiting::Create(c) => c.symlink.iter().map(|(g, ..)| g.group()).collect(),
+        };
         let Some(peer) = self.peers.get_mut(&conn) else {
             return errno_reply(FsError::Io("client gone".into()));
         };
@@ -596,17 +545,25 @@ impl Mds {
             Waiting::Create(c) => {
                 // Checked again: another parked create may have used the page meanwhile.
                 let page_ok = match c.symlink {
-                    Some((g, _)) => peer.grants.check(g, 1),
+                    Some((g, ..)) => peer.grants.check(g, 1),
                     None => Ok(()),
                 };
                 let r = page_ok.and_then(|_| namespace::create(&mut self.engine, &c));
-                if let (Ok(_), Some((g, _))) = (&r, c.symlink) {
+                if let (Ok(_), Some((g, ..))) = (&r, c.symlink) {
                     peer.grants.commit(g, 1);
                 }
                 r
             }
         };
         self.release_freed();
+        if r.is_ok() {
+            // Replicas that did not take these writes miss them now.
+            for g in groups {
+                if let Err(e) = self.map.committed_to(g) {
+                    warn!("recording that group {g}'s absent replicas are stale: {e:#}");
+                }
+            }
+        }
         match r {
             Ok(b) => Reply::Ok(b),
             Err(e) => errno_reply(e),
@@ -614,8 +571,12 @@ impl Mds {
     }
 
     /// Applies and answers the parked updates whose pages are now persisted.
-    fn apply_unparked(&mut self) {
-        while let Some(p) = self.strong.take_next_ready() {
+    pub(crate) fn apply_unparked(&mut self) {
+        loop {
+            let map = &self.map;
+            let Some(p) = self.strong.take_next_ready(|g| writers(map, g)) else {
+                break;
+            };
             let reply = self.apply_ready(p.conn, p.update, &p.pages);
             self.reply(p.conn, p.id, reply);
         }
@@ -624,32 +585,13 @@ impl Mds {
     /// Asks stores again for overdue notices (see [`StrongWaits`]), and fails the
     /// parked updates whose stores did not answer in time.
     fn expire_parked(&mut self) {
-        for ask in self.strong.take_overdue(Instant::now()) {
-            let Some(g) = self.groups.get(&ask.group) else {
-                continue;
-            };
-            // Another incarnation cannot vouch for writes it never received; a store
-            // that is not back yet is asked at the next turn.
-            let (Some(conn), true) = (g.store, g.incarnation == ask.incarnation) else {
-                continue;
-            };
-            let Some(peer) = self.peers.get_mut(&conn) else {
-                continue;
-            };
-            for pages in ask.pages.chunks(MAX_PERSISTED) {
-                let req = StoreRequest::Persist {
-                    pages: pages.to_vec(),
-                };
-                if let Err(e) = peer.ch.send_request(0, &req) {
-                    warn!(
-                        "asking the data store of group {} to persist pages: {e}",
-                        ask.group
-                    );
-                    break;
-                }
-            }
+        let map = &self.map;
+        let now = Instant::now();
+        for ask in self.strong.take_overdue(now, |g| writers(map, g)) {
+            self.ask_to_persist(ask);
         }
-        for (p, groups) in self.strong.take_expired(Instant::now()) {
+        let map = &self.map;
+        for (p, groups) in self.strong.take_expired(now, |g| writers(map, g)) {
             warn!("a commit waited too long for data stores of groups {groups:?}");
             let msg = format!(
                 "the data stores of groups {groups:?} did not report the written pages \
@@ -665,7 +607,7 @@ impl Mds {
     fn release_freed(&mut self) {
         for g in self.engine.take_freed() {
             if let Some(grp) = self.groups.get_mut(&g.group()) {
-                grp.alloc.free_later(g.page(), 1);
+                grp.free_later(g.page(), 1);
             }
         }
     }
@@ -673,4 +615,9 @@ impl Mds {
 
 pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The replicas of `group` that take writes, a bit per replica index.
+pub(crate) fn writers(map: &ClusterMap, group: u16) -> u64 {
+    map.writers(group).fold(0, |m, w| m | 1 << w.id.index)
 }

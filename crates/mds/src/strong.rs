@@ -1,19 +1,23 @@
 //! Strong data consistency (paper §5.3): a commit that names data pages applies only
-//! once every store of their groups has reported the pages persisted. Such a commit
-//! is parked here, not refused: stores' notices wake it, and a deadline fails it with
-//! a message naming the groups that did not answer. A notice can be lost (it was in
-//! flight when the store's connection to the MDS broke): an update whose notices are
-//! overdue asks its stores again, but only the store incarnations that were serving
-//! when it parked, since only they received its writes (a restarted store may have
-//! lost pages it never persisted, and must not vouch for them). This module owns the
-//! waiting state; the server applies what becomes ready and sends the requests.
+//! once every member of their groups that takes writes has reported the pages
+//! persisted. Such a commit is parked here, not refused: stores' notices wake it, and
+//! a deadline fails it with a message naming the groups that did not answer.
+//!
+//! A notice can be lost (it was in flight when the store's connection to the MDS
+//! broke): an update whose notices are overdue has its stores asked again. Only
+//! members of the cluster map's current epoch are asked, and every parked update was
+//! written under that epoch (a change of the map refuses every parked update, see
+//! [`StrongWaits::take_all`]), so the store asked is the incarnation that received
+//! the writes: a restarted store, which may have lost pages it never persisted, is a
+//! new epoch and never vouches for them. This module owns the waiting state; the
+//! server applies what becomes ready and sends the requests.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use orion_fabric::ConnId;
 use orion_format::Gpa;
-use orion_proto::{Commit, Create};
+use orion_proto::{Commit, Create, Epoch, MemberId};
 
 /// An update that may wait for its data pages.
 pub enum Waiting {
@@ -28,9 +32,9 @@ pub struct Parked {
     pub id: u64,
     pub update: Waiting,
     pub pages: Vec<Gpa>,
+    /// The cluster map epoch its pages were written under.
+    pub written: Epoch,
     deadline: Instant,
-    /// The incarnation of each group's store when the update parked.
-    incarnations: Vec<(u16, u64)>,
     /// When to ask the stores again for the pages still missing.
     ask_at: Instant,
     ask_every: Duration,
@@ -43,16 +47,17 @@ const FIRST_ASK: Duration = Duration::from_millis(50);
 /// Pages to ask a store to persist again, because an update waits for them.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Ask {
-    pub group: u16,
-    /// The store incarnation that received the writes.
-    pub incarnation: u64,
+    pub member: MemberId,
     pub pages: Vec<Gpa>,
 }
+
+/// Which replicas of its group (a bit per replica index) reported a page persisted.
+type Reporters = u64;
 
 /// What the stores reported persisted, and the updates waiting for it.
 pub struct StrongWaits {
     /// Pages reported persisted that no update has consumed yet.
-    persisted: HashSet<Gpa>,
+    persisted: HashMap<Gpa, Reporters>,
     parked: VecDeque<Parked>,
     timeout: Duration,
 }
@@ -60,7 +65,7 @@ pub struct StrongWaits {
 impl StrongWaits {
     pub fn new(timeout: Duration) -> StrongWaits {
         StrongWaits {
-            persisted: HashSet::new(),
+            persisted: HashMap::new(),
             parked: VecDeque::new(),
             timeout,
         }
@@ -70,14 +75,21 @@ impl StrongWaits {
         self.timeout
     }
 
-    /// A store's notice: these pages are durable on it.
-    pub fn persisted(&mut self, pages: impl IntoIterator<Item = Gpa>) {
-        self.persisted.extend(pages);
+    /// A notice of replica `index` of the pages' group: these pages are durable on it.
+    pub fn persisted(&mut self, index: u16, pages: impl IntoIterator<Item = Gpa>) {
+        assert!(index < 64, "at most 64 replicas per group");
+        for g in pages {
+            *self.persisted.entry(g).or_default() |= 1 << index;
+        }
     }
 
-    /// Whether every page is reported persisted.
-    pub fn ready(&self, pages: &[Gpa]) -> bool {
-        pages.iter().all(|g| self.persisted.contains(g))
+    /// Whether every page is reported persisted by every replica `writers(group)`
+    /// names (a bit per replica index; a group with none is never ready).
+    pub fn ready(&self, pages: &[Gpa], writers: impl Fn(u16) -> Reporters) -> bool {
+        pages.iter().all(|g| {
+            let want = writers(g.group());
+            want != 0 && self.persisted.get(g).is_some_and(|&got| got & want == want)
+        })
     }
 
     /// Consumes the notices of pages an update used (whether it applied or failed).
@@ -88,57 +100,47 @@ impl StrongWaits {
     }
 
     /// Parks an update until its pages are reported persisted or its deadline passes.
-    /// `incarnation` tells which store incarnation serves a group now.
     pub fn park(
         &mut self,
         conn: ConnId,
         id: u64,
         update: Waiting,
         pages: Vec<Gpa>,
-        incarnation: impl Fn(u16) -> Option<u64>,
+        written: Epoch,
     ) {
-        debug_assert!(!self.ready(&pages), "a ready update is applied, not parked");
         let now = Instant::now();
-        let mut incarnations: Vec<(u16, u64)> = pages
-            .iter()
-            .filter_map(|g| Some((g.group(), incarnation(g.group())?)))
-            .collect();
-        incarnations.sort_unstable();
-        incarnations.dedup();
         self.parked.push_back(Parked {
             conn,
             id,
             update,
             pages,
+            written,
             deadline: now + self.timeout,
-            incarnations,
             ask_at: now + FIRST_ASK,
             ask_every: FIRST_ASK,
         });
     }
 
     /// The pages still missing of the parked updates whose notices are overdue, by
-    /// group and the incarnation that received them; each such update is asked for
-    /// again after twice as long.
-    pub fn take_overdue(&mut self, now: Instant) -> Vec<Ask> {
+    /// the member (of `writers`) that has not reported them; each such update is
+    /// asked for again after twice as long.
+    pub fn take_overdue(&mut self, now: Instant, writers: impl Fn(u16) -> Reporters) -> Vec<Ask> {
         let mut asks: Vec<Ask> = Vec::new();
         for p in self.parked.iter_mut().filter(|p| p.ask_at <= now) {
             p.ask_every *= 2;
             p.ask_at = now + p.ask_every;
-            for g in p.pages.iter().filter(|g| !self.persisted.contains(g)) {
-                let Some(&(_, inc)) = p.incarnations.iter().find(|(gr, _)| *gr == g.group()) else {
-                    continue; // no store served the group when the update parked
-                };
-                match asks
-                    .iter_mut()
-                    .find(|a| a.group == g.group() && a.incarnation == inc)
-                {
-                    Some(a) => a.pages.push(*g),
-                    None => asks.push(Ask {
-                        group: g.group(),
-                        incarnation: inc,
-                        pages: vec![*g],
-                    }),
+            for g in &p.pages {
+                let got = self.persisted.get(g).copied().unwrap_or(0);
+                let missing = writers(g.group()) & !got;
+                for index in (0..64u16).filter(|i| missing & (1 << i) != 0) {
+                    let member = MemberId::new(g.group(), index);
+                    match asks.iter_mut().find(|a| a.member == member) {
+                        Some(a) => a.pages.push(*g),
+                        None => asks.push(Ask {
+                            member,
+                            pages: vec![*g],
+                        }),
+                    }
                 }
             }
         }
@@ -152,21 +154,28 @@ impl StrongWaits {
     /// The first parked update (in arrival order) whose pages are all persisted now.
     /// One at a time: applying it consumes its pages' notices, so a later update
     /// naming the same pages waits for notices of its own.
-    pub fn take_next_ready(&mut self) -> Option<Parked> {
-        let i = self.parked.iter().position(|p| self.ready(&p.pages))?;
+    pub fn take_next_ready(&mut self, writers: impl Fn(u16) -> Reporters) -> Option<Parked> {
+        let i = self
+            .parked
+            .iter()
+            .position(|p| self.ready(&p.pages, &writers))?;
         self.parked.remove(i)
     }
 
     /// The parked updates whose deadline passed, each with the groups that did not
     /// report all of its pages.
-    pub fn take_expired(&mut self, now: Instant) -> Vec<(Parked, Vec<u16>)> {
+    pub fn take_expired(
+        &mut self,
+        now: Instant,
+        writers: impl Fn(u16) -> Reporters,
+    ) -> Vec<(Parked, Vec<u16>)> {
         let mut out = Vec::new();
         while let Some(i) = self.parked.iter().position(|p| p.deadline <= now) {
             let p = self.parked.remove(i).expect("index in range");
             let mut groups: Vec<u16> = p
                 .pages
                 .iter()
-                .filter(|g| !self.persisted.contains(g))
+                .filter(|g| !self.ready(std::slice::from_ref(g), &writers))
                 .map(|g| g.group())
                 .collect::<HashSet<_>>()
                 .into_iter()
@@ -182,12 +191,27 @@ impl StrongWaits {
         out
     }
 
+    /// The parked updates `stale` picks (the cluster map changed: a store that takes
+    /// writes now did not take theirs; the server refuses them, their clients write
+    /// again). Their notices go with them.
+    pub fn take_stale(&mut self, stale: impl Fn(&Parked) -> bool) -> Vec<Parked> {
+        let (out, keep): (Vec<Parked>, Vec<Parked>) = self.parked.drain(..).partition(stale);
+        self.parked = keep.into();
+        for p in &out {
+            for g in &p.pages {
+                self.persisted.remove(g);
+            }
+        }
+        out
+    }
+
     /// A client left: its parked updates will never be answered.
     pub fn forget_client(&mut self, conn: ConnId) {
         self.parked.retain(|p| p.conn != conn);
     }
 
-    /// Pages that went back to their group (never committed): their notices are void.
+    /// Pages that went back to their group (never committed), or were granted anew:
+    /// their notices are void.
     pub fn forget_pages(&mut self, start: Gpa, n: u64) {
         for k in 0..n {
             self.persisted.remove(&start.offset_by(k));
@@ -199,8 +223,8 @@ impl StrongWaits {
 mod tests {
     use super::*;
 
-    fn parked(w: &mut StrongWaits, pages: Vec<Gpa>, serving: impl Fn(u16) -> Option<u64>) {
-        let c = Create {
+    fn create() -> Waiting {
+        Waiting::Create(Create {
             parent: 1,
             name: b"x".to_vec(),
             ftype: orion_format::FileType::Symlink,
@@ -209,36 +233,54 @@ mod tests {
             gid: 0,
             rdev: 0,
             symlink: None,
-        };
-        w.park(1, 7, Waiting::Create(c), pages, serving);
+        })
     }
 
     #[test]
-    fn overdue_pages_are_asked_of_the_incarnation_that_received_them() {
+    fn an_update_waits_for_every_writer_and_asks_the_silent_ones_again() {
         let mut w = StrongWaits::new(Duration::from_secs(5));
         let (a, b, c) = (Gpa::new(1, 10), Gpa::new(1, 11), Gpa::new(2, 5));
-        // Group 1 is served by incarnation 77; group 2 had no store when it parked.
-        parked(&mut w, vec![a, b, c], |g| (g == 1).then_some(77));
-        w.persisted([b]);
+        // Group 1 has replicas 0 and 1 taking writes; group 2 only replica 0.
+        let writers = |g: u16| if g == 1 { 0b11 } else { 0b01 };
+        w.park(1, 7, create(), vec![a, b, c], 1);
+        w.persisted(0, [a, b, c]);
+        w.persisted(1, [b]);
+        assert!(
+            w.take_next_ready(writers).is_none(),
+            "replica 1 owes page a"
+        );
         let now = Instant::now();
-        assert!(w.take_overdue(now).is_empty(), "not overdue yet");
-        let asks = w.take_overdue(now + FIRST_ASK);
+        assert!(w.take_overdue(now, writers).is_empty(), "not overdue yet");
+        let asks = w.take_overdue(now + FIRST_ASK, writers);
         assert_eq!(
             asks,
             vec![Ask {
-                group: 1,
-                incarnation: 77,
+                member: MemberId::new(1, 1),
                 pages: vec![a]
             }],
-            "only the missing page, of the group a store served"
+            "only the missing page, of the replica that owes it"
         );
         assert!(
-            w.take_overdue(now + FIRST_ASK * 2).is_empty(),
+            w.take_overdue(now + FIRST_ASK * 2, writers).is_empty(),
             "asked again only after twice as long"
         );
-        assert_eq!(w.take_overdue(now + FIRST_ASK * 3).len(), 1);
-        w.persisted([a, c]);
-        assert!(w.take_next_ready().is_some());
-        assert!(w.take_overdue(now + FIRST_ASK * 100).is_empty());
+        assert_eq!(w.take_overdue(now + FIRST_ASK * 3, writers).len(), 1);
+        // Replica 1 of group 1 goes down: group 1 needs replica 0 alone.
+        assert!(w.take_next_ready(|_| 0b01).is_some());
+        assert!(w.take_overdue(now + FIRST_ASK * 100, writers).is_empty());
+    }
+
+    #[test]
+    fn a_group_with_no_writer_is_never_ready_and_a_map_change_takes_stale_updates() {
+        let mut w = StrongWaits::new(Duration::from_secs(5));
+        let a = Gpa::new(3, 1);
+        w.persisted(0, [a]);
+        assert!(!w.ready(&[a], |_| 0));
+        assert!(w.ready(&[a], |_| 1));
+        w.park(1, 1, create(), vec![a], 4);
+        w.park(2, 2, create(), vec![a], 5);
+        assert_eq!(w.take_stale(|p| p.written < 5).len(), 1);
+        assert!(!w.ready(&[a], |_| 1), "its notices went with it");
+        assert_eq!(w.take_stale(|_| true).len(), 1);
     }
 }

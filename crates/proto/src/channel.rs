@@ -9,7 +9,7 @@ use orion_fabric::{
     MAX_MESSAGE,
 };
 
-use crate::msg::{decode_reply, encode_reply, Message, Reply};
+use crate::msg::{decode_reply, encode_reply, peek_epoch, stamp_epoch, Epoch, Message, Reply};
 
 /// Receive (and send) buffers per channel: how many messages may be in flight.
 pub const DEPTH: u64 = 8;
@@ -27,6 +27,10 @@ pub struct Channel {
     /// Buffers of [`Channel::call`], kept so a call allocates nothing.
     batch: Vec<Completion>,
     incoming: Vec<u8>,
+    /// The cluster map epoch stamped into every message sent.
+    pub epoch: Epoch,
+    /// The epoch of the last reply a [`Channel::call`] received.
+    pub peer_epoch: Epoch,
 }
 
 /// What a completion meant for a channel.
@@ -60,6 +64,8 @@ impl Channel {
             scratch: Vec::with_capacity(MAX_MESSAGE),
             batch: Vec::with_capacity(16),
             incoming: Vec::with_capacity(MAX_MESSAGE),
+            epoch: 0,
+            peer_epoch: 0,
         };
         Ok(ch)
     }
@@ -127,6 +133,7 @@ impl Channel {
         let mut b = std::mem::take(&mut self.scratch);
         b.clear();
         req.encode(&mut b, id);
+        stamp_epoch(&mut b, self.epoch);
         let r = self.send_bytes(&b);
         self.scratch = b;
         r
@@ -136,6 +143,7 @@ impl Channel {
         let mut b = std::mem::take(&mut self.scratch);
         b.clear();
         encode_reply(&mut b, id, reply);
+        stamp_epoch(&mut b, self.epoch);
         let r = self.send_bytes(&b);
         self.scratch = b;
         r
@@ -198,6 +206,7 @@ impl Channel {
                         self.repost(slot)?;
                         match decode_reply(msg) {
                             Ok((rid, reply)) if rid == id && answer.is_none() => {
+                                self.peer_epoch = peek_epoch(msg).unwrap_or(0);
                                 answer = Some(reply)
                             }
                             Ok(_) => {} // a late reply to an abandoned call

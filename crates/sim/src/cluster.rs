@@ -13,13 +13,16 @@ use orion_fabric::mock::{Faults, MockNet};
 use orion_fabric::{Backend, FabricConfig, Secret};
 use orion_mds::MdsConfig;
 use orion_pmem::{CrashDomain, CrashImage, Mode, ModeChoice, Pool};
+use orion_proto::MemberId;
 
 /// The shape of a simulated cluster.
 #[derive(Clone, Debug)]
 pub struct ClusterConfig {
     pub seed: u64,
-    /// Data stores, one per replication group.
+    /// Replication groups.
     pub stores: u16,
+    /// Data stores per group.
+    pub replicas: u16,
     pub mds_pool: u64,
     pub store_pool: u64,
     /// Faults of the mock fabric for the whole run.
@@ -31,6 +34,7 @@ impl Default for ClusterConfig {
         ClusterConfig {
             seed: 1,
             stores: 1,
+            replicas: 1,
             mds_pool: 16 << 20,
             store_pool: 32 << 20,
             faults: Faults::default(),
@@ -124,8 +128,12 @@ pub struct Cluster {
 /// Where the MDS listens on the mock network.
 pub const MDS_ADDR: &str = "mds:7410";
 
-fn store_addr(group: u16) -> String {
-    format!("ds{group}:7420")
+fn store_addr(m: MemberId) -> String {
+    format!("ds{}.{}:7420", m.group, m.index)
+}
+
+fn store_pool(m: MemberId) -> String {
+    format!("ds{}.{}.pool", m.group, m.index)
 }
 
 impl Cluster {
@@ -140,11 +148,13 @@ impl Cluster {
         let volatile = ModeChoice::Force(Mode::Volatile);
         orion_mds::format_pool(&dir.path().join("mds.pool"), cfg.mds_pool, volatile)?;
         for g in 0..cfg.stores {
-            let p = dir.path().join(format!("ds{g}.pool"));
-            orion_ds::format_pool(&p, cfg.store_pool, g, volatile)?;
+            for i in 0..cfg.replicas {
+                let p = dir.path().join(store_pool(MemberId::new(g, i)));
+                orion_ds::format_pool(&p, cfg.store_pool, g, volatile)?;
+            }
         }
         let mut c = Cluster {
-            stores: (0..cfg.stores).map(|_| None).collect(),
+            stores: (0..cfg.stores * cfg.replicas).map(|_| None).collect(),
             cfg,
             net,
             secret: Secret::generate(),
@@ -155,7 +165,9 @@ impl Cluster {
         };
         c.start_mds()?;
         for g in 0..c.cfg.stores {
-            c.start_store(g)?;
+            for i in 0..c.cfg.replicas {
+                c.start_store(MemberId::new(g, i))?;
+            }
         }
         Ok(c)
     }
@@ -180,6 +192,7 @@ impl Cluster {
             // Short waits keep restarts and page reuse inside one run.
             grace_ms: 20,
             persist_timeout_ms: 5_000,
+            replicas: self.cfg.replicas,
             ..Default::default()
         };
         let fabric = self.fabric();
@@ -262,23 +275,127 @@ impl Cluster {
         })
     }
 
-    fn start_store(&mut self, group: u16) -> Result<()> {
+    fn slot(&self, m: MemberId) -> usize {
+        assert!(m.group < self.cfg.stores && m.index < self.cfg.replicas);
+        (m.group * self.cfg.replicas + m.index) as usize
+    }
+
+    fn start_store(&mut self, m: MemberId) -> Result<()> {
         let cfg = DsConfig {
-            pool: self.dir.path().join(format!("ds{group}.pool")),
+            pool: self.dir.path().join(store_pool(m)),
             pool_mode: "volatile".into(),
-            group,
-            listen: store_addr(group),
+            group: m.group,
+            index: m.index,
+            listen: store_addr(m),
             mds: MDS_ADDR.into(),
             ..Default::default()
         };
         let fabric = self.fabric();
-        let node = Node::start(&format!("sim-ds{group}"), move |stop, ready| {
+        let name = format!("sim-ds{}.{}", m.group, m.index);
+        let node = Node::start(&name, move |stop, ready| {
             orion_ds::run(cfg, fabric, stop, |_| {
                 let _ = ready.send(());
             })
         })?;
-        self.stores[group as usize] = Some(node);
+        let slot = self.slot(m);
+        self.stores[slot] = Some(node);
         Ok(())
+    }
+
+    /// Whether the data store `m` runs.
+    pub fn store_running(&self, m: MemberId) -> bool {
+        self.stores[self.slot(m)].is_some()
+    }
+
+    /// Kills the data store `m` as a crashed process dies (cut off the network, its
+    /// pool file as it was), and leaves it down.
+    pub fn kill_store(&mut self, m: MemberId) -> Result<()> {
+        self.net.kill_listener(&store_addr(m));
+        let slot = self.slot(m);
+        if let Some(mut n) = self.stores[slot].take() {
+            n.reap().context("the crashed data store")?;
+        }
+        Ok(())
+    }
+
+    /// Starts the data store `m` again from its pool (it resyncs if it missed writes).
+    pub fn revive_store(&mut self, m: MemberId) -> Result<()> {
+        if !self.store_running(m) {
+            self.start_store(m)?;
+        }
+        Ok(())
+    }
+
+    /// Kills the data store `m` from another thread after `after`, while `op` runs
+    /// here: a store that dies inside an operation.
+    pub fn kill_store_during<R>(
+        &mut self,
+        m: MemberId,
+        after: Duration,
+        op: impl FnOnce() -> R,
+    ) -> Result<R> {
+        let slot = self.slot(m);
+        let Some(mut node) = self.stores[slot].take() else {
+            return Ok(op());
+        };
+        let net = self.net.clone();
+        let addr = store_addr(m);
+        let r = std::thread::scope(|s| {
+            let killer = s.spawn(move || {
+                std::thread::sleep(after);
+                net.kill_listener(&addr);
+                node.reap()
+            });
+            let r = op();
+            killer
+                .join()
+                .map_err(|_| anyhow!("the killer panicked"))?
+                .context("the crashed data store")?;
+            Ok::<R, anyhow::Error>(r)
+        })?;
+        Ok(r)
+    }
+
+    /// Compares, page by page, the replicas of every group over the pages that files
+    /// name (the cluster must be stopped); returns how many pages matched.
+    pub fn compare_replicas(&self) -> Result<u64> {
+        let pool = Pool::open(&self.mds_pool(), ModeChoice::Force(Mode::Volatile))?;
+        let (engine, _) = orion_meta::MetaEngine::open(
+            pool,
+            Arc::new(orion_meta::SystemClock),
+            Default::default(),
+        )
+        .map_err(|e| anyhow!("opening the MDS pool: {e}"))?;
+        let mut matched = 0;
+        for g in 0..self.cfg.stores {
+            let open = |i: u16| -> Result<(Pool, orion_format::Superblock)> {
+                let p = Pool::open(
+                    &self.dir.path().join(store_pool(MemberId::new(g, i))),
+                    ModeChoice::Force(Mode::Volatile),
+                )?;
+                let sb = orion_format::Superblock::decode(
+                    &p.read_vec(0, orion_format::SUPERBLOCK_SIZE)?,
+                )
+                .map_err(|e| anyhow!("{e}"))?;
+                Ok((p, sb))
+            };
+            let (first, sb) = open(0)?;
+            let pages = orion_mds::chunks::named_pages(&engine, g, sb.page_count)
+                .map_err(|e| anyhow!("{e}"))?;
+            for i in 1..self.cfg.replicas {
+                let (other, _) = open(i)?;
+                for &p in &pages {
+                    let off = sb.page_off(p);
+                    let a = first.read_vec(off, orion_format::PAGE_SIZE as usize)?;
+                    let b = other.read_vec(off, orion_format::PAGE_SIZE as usize)?;
+                    if a != b {
+                        bail!("group {g}: page {p} differs between replicas 0 and {i}");
+                    }
+                    matched += 1;
+                }
+            }
+        }
+        Ok(matched)
     }
 
     /// A new client of the given kind.
@@ -313,14 +430,11 @@ impl Cluster {
         self.start_mds()
     }
 
-    /// Kills the data store of `group` as a crashed process dies (cut off the
-    /// network, its pool file as it was) and starts it again from its pool.
-    pub fn restart_store(&mut self, group: u16) -> Result<()> {
-        self.net.kill_listener(&store_addr(group));
-        if let Some(mut n) = self.stores[group as usize].take() {
-            n.reap().context("the crashed data store")?;
-        }
-        self.start_store(group)
+    /// Kills the data store `m` as a crashed process dies (cut off the network, its
+    /// pool file as it was) and starts it again from its pool.
+    pub fn restart_store(&mut self, m: MemberId) -> Result<()> {
+        self.kill_store(m)?;
+        self.start_store(m)
     }
 
     /// Checks the MDS pool offline (the MDS must be stopped, or idle).

@@ -14,3 +14,4 @@
 mod cluster;
 
 pub use cluster::{ClientKind, Cluster, ClusterConfig, MDS_ADDR};
+pub use orion_proto::MemberId;

@@ -22,12 +22,13 @@ mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use client_ops::{client_snapshot, run_client};
 use orion_client::Client;
 use orion_fabric::mock::Faults;
-use orion_sim::{ClientKind, Cluster, ClusterConfig};
+use orion_proto::MemberState;
+use orion_sim::{ClientKind, Cluster, ClusterConfig, MemberId};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use support::oracle::{oracle_snapshot, run_oracle};
@@ -83,11 +84,13 @@ fn run_seed(seed: u64) -> Result<Tally, String> {
         break_conn: if rng.gen_bool(0.5) { 0.002 } else { 0.0 },
         ..Default::default()
     };
-    // One store, or two (chunks then come from either group, and either restarts).
+    // One group, or two (chunks then come from either), of one store or two.
     let stores = rng.gen_range(1..=2u16);
+    let replicas = rng.gen_range(1..=2u16);
     let mut cluster = Cluster::start(ClusterConfig {
         seed,
         stores,
+        replicas,
         faults,
         ..Default::default()
     })
@@ -114,6 +117,7 @@ fn run_seed(seed: u64) -> Result<Tally, String> {
         // A fault between operations: a restart or power failure of a server, or a
         // new client; or a power failure of the MDS inside this operation.
         let mut crash_inside = None;
+        let mut kill_inside = None;
         match rng.gen_range(0..100) {
             0..=1 => {
                 cluster
@@ -128,11 +132,11 @@ fn run_seed(seed: u64) -> Result<Tally, String> {
                 events.push(format!("{i}: MDS lost power"));
             }
             4..=7 => {
-                let g = rng.gen_range(0..stores);
+                let m = MemberId::new(rng.gen_range(0..stores), rng.gen_range(0..replicas));
                 cluster
-                    .restart_store(g)
-                    .map_err(|e| format!("step {i}: restarting data store {g}: {e:#}"))?;
-                events.push(format!("{i}: data store {g} killed and restarted"));
+                    .restart_store(m)
+                    .map_err(|e| format!("step {i}: restarting data store {m}: {e:#}"))?;
+                events.push(format!("{i}: data store {m} killed and restarted"));
             }
             8..=10 => {
                 let k = rng.gen_range(0..clients.len());
@@ -143,6 +147,32 @@ fn run_seed(seed: u64) -> Result<Tally, String> {
                 events.push(format!("{i}: client {k} replaced"));
             }
             11..=22 => crash_inside = Some(rng.gen_range(1..=MDS_STEPS_PER_OP)),
+            // With two replicas a group lives on while one store is down.
+            23..=26 => {
+                if let Some(m) = killable(&cluster, &clients[1], &mut rng) {
+                    cluster
+                        .kill_store(m)
+                        .map_err(|e| format!("step {i}: killing data store {m}: {e:#}"))?;
+                    events.push(format!("{i}: data store {m} killed"));
+                }
+            }
+            27..=32 => {
+                let down: Vec<MemberId> = members(&cluster)
+                    .filter(|m| !cluster.store_running(*m))
+                    .collect();
+                if !down.is_empty() {
+                    let m = down[rng.gen_range(0..down.len())];
+                    cluster
+                        .revive_store(m)
+                        .map_err(|e| format!("step {i}: reviving data store {m}: {e:#}"))?;
+                    events.push(format!("{i}: data store {m} back (it resyncs)"));
+                }
+            }
+            33..=38 => {
+                if let Some(m) = killable(&cluster, &clients[1], &mut rng) {
+                    kill_inside = Some((m, Duration::from_micros(rng.gen_range(0..3000))));
+                }
+            }
             _ => {}
         }
         let me = rng.gen_range(0..clients.len());
@@ -150,9 +180,16 @@ fn run_seed(seed: u64) -> Result<Tally, String> {
         let op = op.resolve(&oracle_snapshot(model.root()));
         let want = run_oracle(model.root(), &op);
         let reconnects = clients[me].stats().reconnects;
-        let (got, crashed) = match crash_inside {
-            None => (run_client(&clients[me], top, &op), false),
-            Some(after) => cluster
+        let (got, crashed) = match (crash_inside, kill_inside) {
+            (None, Some((m, after))) => {
+                events.push(format!("{i}: data store {m} killed inside {op:?}"));
+                let got = cluster
+                    .kill_store_during(m, after, || run_client(&clients[me], top, &op))
+                    .map_err(|e| format!("step {i}: killing {m}: {e:#}"))?;
+                (got, false)
+            }
+            (None, None) => (run_client(&clients[me], top, &op), false),
+            (Some(after), _) => cluster
                 .crash_mds_during(after, || run_client(&clients[me], top, &op))
                 .map_err(|e| format!("step {i}: {op:?} with the MDS crashing: {e:#}"))?,
         };
@@ -216,6 +253,17 @@ fn run_seed(seed: u64) -> Result<Tally, String> {
             ));
         }
     }
+    // Every store back, and resynced: then the replicas of each group must hold the
+    // same pages.
+    let down: Vec<MemberId> = members(&cluster)
+        .filter(|m| !cluster.store_running(*m))
+        .collect();
+    for m in down {
+        cluster
+            .revive_store(m)
+            .map_err(|e| format!("at the end, reviving {m}: {e:#}"))?;
+    }
+    wait_all_up(&clients[1]).map_err(|e| format!("at the end: {e} (events: {events:?})"))?;
     drop(clients);
     cluster
         .restart_mds()
@@ -226,8 +274,12 @@ fn run_seed(seed: u64) -> Result<Tally, String> {
     if let Some(d) = diff_ignoring_times(&oracle_snapshot(model.root()), &snapshot(&c, top)?) {
         return Err(format!("after the final restart: {d} (events: {events:?})"));
     }
+    wait_all_up(&c).map_err(|e| format!("after the final restart: {e}"))?;
     drop(c);
     cluster.stop().map_err(|e| format!("stopping: {e:#}"))?;
+    let compared = cluster
+        .compare_replicas()
+        .map_err(|e| format!("replicas differ: {e:#} (events: {events:?})"))?;
     let count = |what: &str| events.iter().filter(|e| e.contains(what)).count();
     Ok(Tally {
         crashes: count("lost power"),
@@ -235,6 +287,9 @@ fn run_seed(seed: u64) -> Result<Tally, String> {
         retry_failed: count("its retry failed"),
         undone: count("did not happen"),
         lost_connection: count("lost its MDS connection"),
+        store_kills: count("killed"),
+        resyncs: count("resyncs"),
+        pages_compared: compared,
     })
 }
 
@@ -251,6 +306,12 @@ struct Tally {
     undone: usize,
     /// Operations whose client's MDS connection broke (an injected fault) inside them.
     lost_connection: usize,
+    /// Data stores killed (between operations and inside them).
+    store_kills: usize,
+    /// Data stores that came back after missing writes.
+    resyncs: usize,
+    /// Pages found equal on every replica of their group at the end.
+    pages_compared: u64,
 }
 
 /// The reference model: a tmpfs directory, and the operations that happened to it.
@@ -289,6 +350,42 @@ impl Model {
         fresh.happened = std::mem::take(&mut self.happened);
         *self = fresh;
         Ok(())
+    }
+}
+
+/// Every data store of the cluster.
+fn members(c: &Cluster) -> impl Iterator<Item = MemberId> + '_ {
+    (0..c.cfg.stores).flat_map(move |g| (0..c.cfg.replicas).map(move |i| MemberId::new(g, i)))
+}
+
+/// A running store whose group keeps another store that serves (up, in sync, as
+/// `client` learns from the MDS) if it dies.
+fn killable(c: &Cluster, client: &Client, rng: &mut StdRng) -> Option<MemberId> {
+    let (_, map) = client.cluster_map().ok()?;
+    let serving: Vec<MemberId> = map
+        .iter()
+        .filter(|s| s.state == MemberState::Up)
+        .map(|s| s.member)
+        .collect();
+    let ok: Vec<MemberId> = members(c)
+        .filter(|m| c.store_running(*m))
+        .filter(|m| serving.iter().any(|o| o.group == m.group && o != m))
+        .collect();
+    (!ok.is_empty()).then(|| ok[rng.gen_range(0..ok.len())])
+}
+
+/// Waits until the MDS says every store is up (resyncs finished).
+fn wait_all_up(c: &Client) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, map) = c.cluster_map().map_err(|e| e.to_string())?;
+        if map.iter().all(|s| s.state == MemberState::Up) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("stores not up after 30 s: {map:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -355,6 +452,9 @@ fn seeded_runs_match_the_model_across_restarts() {
                     sum.retry_failed += t.retry_failed;
                     sum.undone += t.undone;
                     sum.lost_connection += t.lost_connection;
+                    sum.store_kills += t.store_kills;
+                    sum.resyncs += t.resyncs;
+                    sum.pages_compared += t.pages_compared;
                 }
                 if let Err(e) = r {
                     eprintln!(
@@ -372,7 +472,8 @@ fn seeded_runs_match_the_model_across_restarts() {
     println!(
         "sim seeds: {}, failures: {} ({:.1} s); MDS power failures: {} ({} inside an \
          operation: {} operations did not happen, {} happened but their retry failed); \
-         operations that lost their MDS connection: {}",
+         operations that lost their MDS connection: {}; data stores killed: {}, back \
+         and resynced: {}; replica pages compared equal: {}",
         seeds.len(),
         failures.len(),
         t0.elapsed().as_secs_f64(),
@@ -381,6 +482,9 @@ fn seeded_runs_match_the_model_across_restarts() {
         t.undone,
         t.retry_failed,
         t.lost_connection,
+        t.store_kills,
+        t.resyncs,
+        t.pages_compared,
     );
     assert!(
         failures.is_empty(),

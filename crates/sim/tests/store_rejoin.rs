@@ -14,6 +14,7 @@ fn join(domain: &Domain, cq: &CompletionQueue, pool_uuid: [u8; 16]) -> (Channel,
     let mut ch = Channel::new(domain, conn).expect("channel");
     let hello = StoreToMds::Join(DsHello {
         group: 5,
+        index: 0,
         page_count: 1024,
         pool_uuid,
         cluster_uuid: [0; 16],
@@ -57,7 +58,7 @@ fn a_restarted_store_takes_its_group_back_and_a_stranger_is_refused() {
     match r {
         Reply::Err { message, .. } => {
             assert!(
-                message.contains("already has a connected data store"),
+                message.contains("is served by a connected store"),
                 "{message}"
             )
         }

@@ -49,10 +49,7 @@ pub(crate) fn fetch(
             i += 1;
             continue;
         };
-        let local = remote
-            .stores
-            .get(&g.group())
-            .is_some_and(|s| s.local.is_some());
+        let local = remote.reads_locally(g.group());
         let ttl = remote.grace / 2;
         if !local {
             if let Some(p) = pages.get(&g, ttl) {

@@ -2,49 +2,92 @@
 //! commit per file (when due, at fsync and close, before any other call), and a
 //! failure to commit is kept for the file's next fsync or close to report.
 
+use orion_format::{Gpa, PAGE_SIZE};
 use orion_meta::FsError;
-use orion_proto::Commit;
+use orion_proto::{Commit, Epoch};
 
 use super::DataPath;
 use crate::commit::send_commit;
 use crate::remote::{Fail, Res};
+
+/// How often staged writes are copied again to a changed map before they fail.
+const MAP_CHANGES: usize = 8;
 
 impl DataPath<'_> {
     /// Commits the writes staged for `ino`, in one log commit. A refused commit gives
     /// its pages back; any failure is kept for the file's next fsync or close to
     /// report (the writes were acknowledged already).
     pub fn flush(&mut self, ino: u64) -> Res<()> {
-        let Some(f) = self.staging.take(ino) else {
+        let Some(mut f) = self.staging.take(ino) else {
             return Ok(());
         };
-        let commit = Commit {
-            ino,
-            generation: f.generation,
-            expect: None,
-            persisted_locally: f.persisted_locally,
-            entries: f.entries,
-        };
-        let (commit, sent) = send_commit(self.remote, commit);
-        match sent {
-            Ok((prev, tail)) => {
-                self.cache
-                    .committed(ino, f.generation, &commit.entries, prev, tail);
-                Ok(())
-            }
-            Err(Fail::Fs(e)) => {
-                if matches!(e, FsError::Errno(_)) {
-                    self.chunks.give_back(f.runs);
+        for _ in 0..MAP_CHANGES {
+            let commit = Commit {
+                ino,
+                generation: f.generation,
+                expect: None,
+                persisted_locally: f.persisted_locally,
+                written_epoch: f.written_epoch,
+                entries: std::mem::take(&mut f.entries),
+            };
+            let (commit, sent) = send_commit(self.remote, commit);
+            f.entries = commit.entries;
+            match sent {
+                Ok((prev, tail)) => {
+                    self.cache
+                        .committed(ino, f.generation, &f.entries, prev, tail);
+                    return Ok(());
                 }
-                self.staging.record_failure(ino, f.generation, e);
-                Ok(())
-            }
-            Err(Fail::Reconnected) => {
-                // Whether the commit landed is unknown: say the writes may be lost.
-                self.staging
-                    .record_failure(ino, f.generation, FsError::Errno(libc::EIO));
-                Err(Fail::Reconnected)
+                // A store took writes only after these pages went out: copy them to
+                // every store that takes writes now, and commit again.
+                Err(Fail::MapChanged) => match self.replicate_again(&f.runs) {
+                    Ok((epoch, local)) => {
+                        f.written_epoch = epoch;
+                        f.persisted_locally = local;
+                    }
+                    Err(Fail::Fs(e)) => {
+                        self.staging.record_failure(ino, f.generation, e);
+                        return Ok(());
+                    }
+                    Err(e) => return self.lost(ino, f.generation, e),
+                },
+                Err(Fail::Fs(e)) => {
+                    if matches!(e, FsError::Errno(_)) {
+                        self.chunks.give_back(f.runs);
+                    }
+                    self.staging.record_failure(ino, f.generation, e);
+                    return Ok(());
+                }
+                Err(e @ Fail::Reconnected) => return self.lost(ino, f.generation, e),
             }
         }
+        let e = FsError::Io("the cluster map keeps changing".into());
+        self.staging.record_failure(ino, f.generation, e);
+        Ok(())
+    }
+
+    /// Whether the commit landed is unknown: the writes may be lost, which the file's
+    /// next fsync or close says.
+    fn lost(&mut self, ino: u64, generation: u64, e: Fail) -> Res<()> {
+        self.staging
+            .record_failure(ino, generation, FsError::Errno(libc::EIO));
+        Err(e)
+    }
+
+    /// Copies staged pages (on the stores that took them) to every store that takes
+    /// writes now; returns the epoch they went out under, and whether this client's
+    /// own store holds them persisted.
+    fn replicate_again(&mut self, runs: &[(Gpa, u64)]) -> Res<(Epoch, bool)> {
+        let epoch = self.remote.epoch;
+        let own = self.remote.internal_group();
+        let mut local = true;
+        for &(g, n) in runs {
+            let mut buf = vec![0u8; (n * PAGE_SIZE) as usize];
+            self.remote.read_pages(g, n as usize, &mut buf)?;
+            let direct = self.remote.write_pages(g, &buf)?;
+            local &= direct || Some(g.group()) != own;
+        }
+        Ok((epoch, local))
     }
 
     /// After the MDS connection was re-established: the chunks were taken back, and

@@ -135,6 +135,8 @@ impl DataPath<'_> {
             };
             same_file(c.generation, gen)?;
             regular(c.state.attr.ftype)?;
+            // The map the pages go out under (a store that joins later did not get them).
+            let written_epoch = remote.epoch;
             // Decide.
             let plan = WritePlan::new(
                 c.state.attr.size,
@@ -184,7 +186,7 @@ impl DataPath<'_> {
                     let direct = remote.write_pages(g.offset_by(j - k), bytes)?;
                     // Only pages of the client's own store count (others are awaited
                     // from their stores in any case).
-                    local &= direct || Some(g.group()) != remote.internal_group;
+                    local &= direct || Some(g.group()) != remote.internal_group();
                 }
                 k += n;
             }
@@ -198,7 +200,7 @@ impl DataPath<'_> {
                 remote.stats.staged_writes += 1;
                 // The pages belong to the stage now, whatever its commit meets.
                 taken = None;
-                staging.stage(ino, gen, std::mem::take(&mut entries), local)
+                staging.stage(ino, gen, std::mem::take(&mut entries), local, written_epoch)
             } else {
                 staging.holds(ino)
             };
@@ -228,6 +230,7 @@ impl DataPath<'_> {
                 generation: gen,
                 expect: plan.conditional.then_some(tail),
                 persisted_locally: local,
+                written_epoch,
                 entries,
             };
             last = Some(Written {
@@ -253,7 +256,7 @@ impl DataPath<'_> {
                     let runs = taken.as_deref().expect("a committed write's pages");
                     let mut k = 0u64;
                     for &(g, n) in runs {
-                        if Some(g.group()) != self.remote.internal_group {
+                        if Some(g.group()) != self.remote.internal_group() {
                             for j in 0..n {
                                 self.pages.put(g.offset_by(j), src.page(k + j));
                             }
@@ -265,7 +268,7 @@ impl DataPath<'_> {
             // Refused, so never committed: the pages are still ours to reuse. After
             // any other failure the commit may have landed; the pages are not reused
             // (the MDS takes back what was not committed when this client leaves).
-            Err(Fail::Fs(FsError::Errno(_))) => {
+            Err(Fail::Fs(FsError::Errno(_)) | Fail::MapChanged) => {
                 if let Some(p) = taken.take() {
                     self.chunks.give_back(p);
                 }

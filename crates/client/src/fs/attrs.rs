@@ -148,6 +148,8 @@ impl Inner {
             };
             // Then do: the copy, and the commit.
             let mut entries = Vec::new();
+            let written_epoch = remote.epoch;
+            let mut local = false;
             if let Some((pg, old)) = cut_page {
                 let mut buf = vec![0u8; PAGE_SIZE as usize];
                 fetch(remote, pages, &[Some(old)], &mut buf)?;
@@ -156,7 +158,7 @@ impl Inner {
                     page = Some(chunks.take(remote, 1)?);
                 }
                 let g = page.as_ref().expect("taken")[0].0;
-                remote.write_pages(g, &buf)?;
+                local = remote.write_pages(g, &buf)?;
                 entries.push(Entry::Write(WriteRec {
                     pgoff: pg,
                     npages: 1,
@@ -170,7 +172,8 @@ impl Inner {
                 ino,
                 generation,
                 expect: Some(tail),
-                persisted_locally: remote.internal_group.is_some(),
+                persisted_locally: local,
+                written_epoch,
                 entries,
             };
             Ok(Step::Send(commit, None))

@@ -218,8 +218,8 @@ impl Inner {
     ) -> Res<Attr> {
         let mut page = None;
         if let Some(t) = symlink {
-            let (g, _) = self.value_page(t)?;
-            page = Some((g, t.len() as u32));
+            let (g, _, written) = self.value_page(t)?;
+            page = Some((g, t.len() as u32, written));
         }
         let r = self.rpc(MdsRequest::Create(Create {
             parent,
@@ -235,7 +235,8 @@ impl Inner {
             Ok(ReplyBody::Attr(a)) => Ok(a),
             Ok(other) => Err(io_err(format!("unexpected reply {other:?}")).into()),
             Err(e) => {
-                if let (Fail::Fs(FsError::Errno(_)), Some((g, _))) = (&e, page) {
+                if let (Fail::Fs(FsError::Errno(_)) | Fail::MapChanged, Some((g, ..))) = (&e, page)
+                {
                     self.chunks.give_back(vec![(g, 1)]);
                 }
                 Err(e)

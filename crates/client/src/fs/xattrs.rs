@@ -102,12 +102,12 @@ impl Inner {
             value.len(),
             mode,
         )?;
-        let (g, local) = self.value_page(value)?;
-        let r = self.commit_checked_with(ino, local, |state, now| {
+        let (g, local, written) = self.value_page(value)?;
+        let r = self.commit_checked_with(ino, local, written, |state, now| {
             xattr::check_set(state, name, value.len(), mode)?;
             Ok(vec![xattr::set_entry(name, g, value.len(), now)])
         });
-        if let Err(Fail::Fs(FsError::Errno(_))) = r {
+        if let Err(Fail::Fs(FsError::Errno(_)) | Fail::MapChanged) = r {
             self.chunks.give_back(vec![(g, 1)]);
         }
         r
@@ -116,13 +116,14 @@ impl Inner {
     /// Writes `bytes` (at most a page: a symlink target, an xattr value) to a page of
     /// this client's chunk; returns it and whether it is persisted already (own store).
     /// A caller whose request is then refused gives the page back.
-    pub(crate) fn value_page(&mut self, bytes: &[u8]) -> Res<(Gpa, bool)> {
+    pub(crate) fn value_page(&mut self, bytes: &[u8]) -> Res<(Gpa, bool, Epoch)> {
         let runs = self.chunks.take(&mut self.remote, 1)?;
         let g = runs[0].0;
         let mut buf = vec![0u8; PAGE_SIZE as usize];
         buf[..bytes.len()].copy_from_slice(bytes);
+        let epoch = self.remote.epoch;
         match self.remote.write_pages(g, &buf) {
-            Ok(local) => Ok((g, local)),
+            Ok(local) => Ok((g, local, epoch)),
             Err(e) => {
                 self.chunks.give_back(runs);
                 Err(e)

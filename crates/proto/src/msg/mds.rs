@@ -7,7 +7,7 @@ use orion_meta::RenameMode;
 
 use super::{
     entries, ftype, header, lock, name, pages, put_entries, put_lock, put_pages, read_header, text,
-    uuid, wire_kinds, Commit, Create, DsHello, Hello, LockReq, Message,
+    uuid, wire_kinds, Commit, Create, DsHello, Hello, LockReq, MemberId, Message,
 };
 use crate::codec::{ProtoError, Reader, Writer};
 
@@ -88,6 +88,16 @@ pub enum StoreToMds {
     Join(DsHello),
     /// The store persisted these pages (strong mode); no reply.
     Persisted { pages: Vec<Gpa> },
+    /// The store copied every page its resync plan named: it serves reads now.
+    Resynced,
+    /// Which pages a resyncing store copies, from `from_page` on, and from which peer
+    /// (answered with `ReplyBody::ResyncPlan`). Its resync thread asks on a connection
+    /// of its own, so the member and incarnation say who asks.
+    ResyncPlan {
+        member: MemberId,
+        incarnation: u64,
+        from_page: u64,
+    },
 }
 
 wire_kinds! {
@@ -95,6 +105,8 @@ wire_kinds! {
     pub enum StoreToMdsKind {
         Join = 32,
         Persisted = 33,
+        Resynced = 34,
+        ResyncPlan = 35,
     }
 }
 
@@ -128,7 +140,7 @@ impl MdsRequest {
     fn encode_body(&self, w: &mut Writer) {
         match self {
             MdsRequest::Hello(h) => {
-                w.opt_u32(h.internal_group.map(u32::from))
+                w.opt_u32(h.internal.map(MemberId::pack))
                     .bool(h.strong)
                     .bytes(h.name.as_bytes());
             }
@@ -140,7 +152,8 @@ impl MdsRequest {
                 w.u64(c.ino)
                     .u64(c.generation)
                     .opt_u64(c.expect.map(Tail::pack))
-                    .bool(c.persisted_locally);
+                    .bool(c.persisted_locally)
+                    .u32(c.written_epoch);
                 put_entries(w, &c.entries);
             }
             MdsRequest::Create(c) => {
@@ -152,7 +165,7 @@ impl MdsRequest {
                     .u32(c.gid)
                     .u32(c.rdev);
                 match c.symlink {
-                    Some((g, len)) => w.u8(1).u64(g.0).u32(len),
+                    Some((g, len, e)) => w.u8(1).u64(g.0).u32(len).u32(e),
                     None => w.u8(0),
                 };
             }
@@ -192,7 +205,7 @@ impl MdsRequest {
         };
         Ok(match kind {
             MdsKind::Hello => MdsRequest::Hello(Hello {
-                internal_group: group(r.opt_u32("group")?)?,
+                internal: r.opt_u32("member")?.map(MemberId::unpack),
                 strong: r.bool("strong")?,
                 name: text(r, "client name")?,
             }),
@@ -206,6 +219,7 @@ impl MdsRequest {
                 generation: r.u64("generation")?,
                 expect: r.opt_u64("expected tail")?.map(Tail::unpack),
                 persisted_locally: r.bool("persisted locally")?,
+                written_epoch: r.u32("written epoch")?,
                 entries: entries(r)?,
             }),
             MdsKind::Create => MdsRequest::Create(Create {
@@ -217,7 +231,11 @@ impl MdsRequest {
                 gid: r.u32("gid")?,
                 rdev: r.u32("rdev")?,
                 symlink: if r.bool("symlink")? {
-                    Some((Gpa(r.u64("gpa")?), r.u32("target length")?))
+                    Some((
+                        Gpa(r.u64("gpa")?),
+                        r.u32("target length")?,
+                        r.u32("written epoch")?,
+                    ))
                 } else {
                     None
                 },
@@ -302,6 +320,8 @@ impl StoreToMds {
         match self {
             StoreToMds::Join(_) => StoreToMdsKind::Join,
             StoreToMds::Persisted { .. } => StoreToMdsKind::Persisted,
+            StoreToMds::Resynced => StoreToMdsKind::Resynced,
+            StoreToMds::ResyncPlan { .. } => StoreToMdsKind::ResyncPlan,
         }
     }
 
@@ -309,6 +329,7 @@ impl StoreToMds {
         Ok(match kind {
             StoreToMdsKind::Join => StoreToMds::Join(DsHello {
                 group: r.u16("group")?,
+                index: r.u16("replica index")?,
                 page_count: r.u64("page count")?,
                 pool_uuid: uuid(r)?,
                 cluster_uuid: uuid(r)?,
@@ -316,6 +337,12 @@ impl StoreToMds {
                 incarnation: r.u64("incarnation")?,
             }),
             StoreToMdsKind::Persisted => StoreToMds::Persisted { pages: pages(r)? },
+            StoreToMdsKind::Resynced => StoreToMds::Resynced,
+            StoreToMdsKind::ResyncPlan => StoreToMds::ResyncPlan {
+                member: MemberId::unpack(r.u32("member")?),
+                incarnation: r.u64("incarnation")?,
+                from_page: r.u64("page")?,
+            },
         })
     }
 }
@@ -328,13 +355,21 @@ impl Message for StoreToMds {
         header(&mut w, self.kind() as u8, id);
         match self {
             StoreToMds::Join(d) => {
-                w.u16(d.group).u64(d.page_count);
+                w.u16(d.group).u16(d.index).u64(d.page_count);
                 w.buf.extend_from_slice(&d.pool_uuid);
                 w.buf.extend_from_slice(&d.cluster_uuid);
                 w.bytes(d.addr.as_bytes());
                 w.u64(d.incarnation);
             }
             StoreToMds::Persisted { pages } => put_pages(&mut w, pages),
+            StoreToMds::Resynced => {}
+            StoreToMds::ResyncPlan {
+                member,
+                incarnation,
+                from_page,
+            } => {
+                w.u32(member.pack()).u64(*incarnation).u64(*from_page);
+            }
         }
         *out = w.buf;
     }
@@ -351,6 +386,8 @@ impl Message for StoreToMds {
         match self.kind() {
             StoreToMdsKind::Join => "data store join",
             StoreToMdsKind::Persisted => "persisted notice",
+            StoreToMdsKind::Resynced => "resync done",
+            StoreToMdsKind::ResyncPlan => "resync plan",
         }
     }
 }

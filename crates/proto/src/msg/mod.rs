@@ -24,6 +24,8 @@ use crate::{HEADER, MAGIC, VERSION};
 pub const MAX_COMMIT_ENTRIES: usize = 256;
 /// Most pages one `Persisted` notice or `Persist` request may name.
 pub const MAX_PERSISTED: usize = 4096;
+/// Most 64-page words of a resync plan in one reply (2^18 pages, 1 GiB).
+pub const MAX_PLAN_WORDS: usize = 4096;
 /// Most data stores a cluster map may list.
 pub const MAX_STORES: usize = 1024;
 pub(crate) const MAX_TEXT: usize = 4096;
@@ -31,9 +33,9 @@ pub(crate) const MAX_TEXT: usize = 4096;
 /// What a client tells the MDS when it connects.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hello {
-    /// The replication group of the data store beside this client, if it maps that
-    /// store's pool (an internal client, paper §5.1).
-    pub internal_group: Option<u16>,
+    /// The data store beside this client, if it maps that store's pool (an internal
+    /// client, paper §5.1).
+    pub internal: Option<MemberId>,
     /// Strong data consistency (paper §5.3): commits wait until the data stores have
     /// persisted the pages. Weak commits at once.
     pub strong: bool,
@@ -56,6 +58,9 @@ pub struct Commit {
     /// internal client), so no data store acknowledgment is awaited for those; pages
     /// of other groups are awaited from their stores as for any client.
     pub persisted_locally: bool,
+    /// The cluster map epoch under which its data pages were written: the MDS refuses
+    /// the commit (`ESTALE`) if a store took writes only since.
+    pub written_epoch: Epoch,
     pub entries: Vec<Entry>,
 }
 
@@ -68,14 +73,17 @@ pub struct Create {
     pub uid: u32,
     pub gid: u32,
     pub rdev: u32,
-    /// A symlink's target: the page (from the client's chunk) and its length.
-    pub symlink: Option<(Gpa, u32)>,
+    /// A symlink's target: the page (from the client's chunk), its length, and the
+    /// cluster map epoch under which the page was written.
+    pub symlink: Option<(Gpa, u32, Epoch)>,
 }
 
 /// What a data store tells the MDS when it joins.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DsHello {
     pub group: u16,
+    /// Its index among the group's replicas.
+    pub index: u16,
     pub page_count: u64,
     pub pool_uuid: [u8; 16],
     /// All zeros for a pool that has never joined a cluster.
@@ -107,9 +115,71 @@ pub struct LockReq {
     pub kind: LockKind,
 }
 
+/// A data store's place in the cluster: its replication group, and its index among
+/// the group's replicas (`0..replicas`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MemberId {
+    pub group: u16,
+    pub index: u16,
+}
+
+impl MemberId {
+    pub fn new(group: u16, index: u16) -> MemberId {
+        MemberId { group, index }
+    }
+    pub(crate) fn pack(self) -> u32 {
+        (self.group as u32) << 16 | self.index as u32
+    }
+    pub(crate) fn unpack(v: u32) -> MemberId {
+        MemberId::new((v >> 16) as u16, v as u16)
+    }
+}
+
+impl std::fmt::Display for MemberId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "group {} replica {}", self.group, self.index)
+    }
+}
+
+/// What a member of a replication group does now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum MemberState {
+    /// Serves reads and takes writes.
+    Up = 0,
+    /// Takes writes, and copies what it missed from a peer; serves no reads yet.
+    Resyncing = 1,
+    /// Gone (or refused): neither.
+    Down = 2,
+}
+
+impl MemberState {
+    /// Whether writes go to it (and strong commits wait for it).
+    pub fn takes_writes(self) -> bool {
+        matches!(self, MemberState::Up | MemberState::Resyncing)
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            MemberState::Up => "up",
+            MemberState::Resyncing => "resyncing",
+            MemberState::Down => "down",
+        }
+    }
+    fn from_u8(v: u8) -> Result<MemberState, ProtoError> {
+        Ok(match v {
+            0 => MemberState::Up,
+            1 => MemberState::Resyncing,
+            2 => MemberState::Down,
+            _ => return Err(ProtoError::Invalid("member state")),
+        })
+    }
+}
+
+/// One data store in the cluster map a client gets.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoreInfo {
-    pub group: u16,
+    pub member: MemberId,
+    pub state: MemberState,
     pub addr: String,
 }
 
@@ -120,6 +190,9 @@ pub struct HelloReply {
     pub superblock: Vec<u8>,
     /// The MDS pool, readable one-sided.
     pub pool: RemoteRegion,
+    /// The cluster map's epoch (also in every message's header).
+    pub epoch: Epoch,
+    /// Every data store the MDS knows, with its state.
     pub stores: Vec<StoreInfo>,
     /// How long freed pages wait before reuse: a client trusts a cached data page
     /// for less than this (the page cannot have been reused meanwhile).
@@ -156,6 +229,15 @@ pub enum ReplyBody {
     Ino(u64),
     Joined {
         cluster_uuid: [u8; 16],
+        /// The store must copy what it missed from a peer before it serves reads.
+        resync: bool,
+    },
+    /// A piece of a resync plan: pages `first_page + i` whose bit `i` is set in
+    /// `bits` are copied from the store at `source`; an empty `bits` ends the plan.
+    ResyncPlan {
+        source: String,
+        first_page: u64,
+        bits: Vec<u64>,
     },
     DsInfo(DsInfoReply),
     /// A conflicting lock (its owner is the holder's, not meaningful to the asker), or
@@ -228,6 +310,7 @@ wire_kinds! {
         Joined = 8,
         DsInfo = 9,
         Lock = 10,
+        ResyncPlan = 11,
     }
 }
 
@@ -247,7 +330,7 @@ pub(crate) fn read_header(r: &mut Reader) -> Result<(u8, u64), ProtoError> {
         return Err(ProtoError::BadVersion(v));
     }
     let kind = r.u8("kind")?;
-    r.u32("pad")?;
+    r.u32("epoch")?;
     Ok((kind, r.u64("request id")?))
 }
 
@@ -385,9 +468,12 @@ pub fn encode_reply(out: &mut Vec<u8>, id: u64, reply: &Reply) {
                     .u64(h.client_id)
                     .bytes(&h.superblock);
                 w.buf.extend_from_slice(&h.pool.encode());
+                w.u32(h.epoch);
                 w.u32(h.stores.len() as u32);
                 for s in &h.stores {
-                    w.u16(s.group).bytes(s.addr.as_bytes());
+                    w.u32(s.member.pack())
+                        .u8(s.state as u8)
+                        .bytes(s.addr.as_bytes());
                 }
                 w.u64(h.grace_ms);
             }
@@ -415,9 +501,26 @@ pub fn encode_reply(out: &mut Vec<u8>, id: u64, reply: &Reply) {
             ReplyBody::Ino(i) => {
                 w.u8(ReplyKind::Ino as u8).u64(*i);
             }
-            ReplyBody::Joined { cluster_uuid } => {
+            ReplyBody::Joined {
+                cluster_uuid,
+                resync,
+            } => {
                 w.u8(ReplyKind::Joined as u8);
                 w.buf.extend_from_slice(cluster_uuid);
+                w.bool(*resync);
+            }
+            ReplyBody::ResyncPlan {
+                source,
+                first_page,
+                bits,
+            } => {
+                w.u8(ReplyKind::ResyncPlan as u8)
+                    .bytes(source.as_bytes())
+                    .u64(*first_page)
+                    .u32(bits.len() as u32);
+                for b in bits {
+                    w.u64(*b);
+                }
             }
             ReplyBody::DsInfo(d) => {
                 w.u8(ReplyKind::DsInfo as u8).u16(d.group);
@@ -483,6 +586,7 @@ pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
             let client_id = r.u64("client id")?;
             let superblock = r.bytes(SUPERBLOCK_SIZE, "superblock")?.to_vec();
             let pool = region(&mut r)?;
+            let epoch = r.u32("epoch")?;
             let n = r.u32("store count")? as usize;
             if n > MAX_STORES {
                 return Err(ProtoError::Invalid("store count"));
@@ -490,7 +594,8 @@ pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
             let mut stores = Vec::with_capacity(n);
             for _ in 0..n {
                 stores.push(StoreInfo {
-                    group: r.u16("group")?,
+                    member: MemberId::unpack(r.u32("member")?),
+                    state: MemberState::from_u8(r.u8("member state")?)?,
                     addr: text(&mut r, "address")?,
                 });
             }
@@ -498,6 +603,7 @@ pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
                 client_id,
                 superblock,
                 pool,
+                epoch,
                 stores,
                 grace_ms: r.u64("grace")?,
             }))
@@ -522,7 +628,25 @@ pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
         ReplyKind::Ino => Reply::Ok(ReplyBody::Ino(r.u64("ino")?)),
         ReplyKind::Joined => Reply::Ok(ReplyBody::Joined {
             cluster_uuid: uuid(&mut r)?,
+            resync: r.bool("resync")?,
         }),
+        ReplyKind::ResyncPlan => {
+            let source = text(&mut r, "source address")?;
+            let first_page = r.u64("first page")?;
+            let n = r.u32("plan words")? as usize;
+            if n > MAX_PLAN_WORDS {
+                return Err(ProtoError::Invalid("plan words"));
+            }
+            let mut bits = Vec::with_capacity(n);
+            for _ in 0..n {
+                bits.push(r.u64("plan word")?);
+            }
+            Reply::Ok(ReplyBody::ResyncPlan {
+                source,
+                first_page,
+                bits,
+            })
+        }
         ReplyKind::DsInfo => Reply::Ok(ReplyBody::DsInfo(DsInfoReply {
             group: r.u16("group")?,
             region: region(&mut r)?,
@@ -542,6 +666,30 @@ pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
 }
 
 /// The request id of a message, if it has a valid header (to answer garbage).
+/// The version of the cluster map (which data stores serve which group, and how):
+/// every change bumps it, every message carries its sender's in the header, and a
+/// commit written under another epoch than the MDS's is refused. 32 bits: at one
+/// change a second, 136 years.
+pub type Epoch = u32;
+
+/// Where the epoch sits in a header (after magic, version and kind).
+const EPOCH_AT: usize = 4;
+
+/// Writes `epoch` into an encoded message's header.
+pub fn stamp_epoch(msg: &mut [u8], epoch: Epoch) {
+    if msg.len() >= HEADER {
+        msg[EPOCH_AT..EPOCH_AT + 4].copy_from_slice(&epoch.to_le_bytes());
+    }
+}
+
+/// The sender's epoch in a message's header.
+pub fn peek_epoch(b: &[u8]) -> Option<Epoch> {
+    let mut r = Reader::new(b);
+    read_header(&mut r).ok()?;
+    let e = b.get(EPOCH_AT..EPOCH_AT + 4)?;
+    Some(u32::from_le_bytes(e.try_into().ok()?))
+}
+
 pub fn peek_id(b: &[u8]) -> Option<u64> {
     let mut r = Reader::new(b);
     read_header(&mut r).ok().map(|(_, id)| id)

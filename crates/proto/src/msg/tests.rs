@@ -9,7 +9,7 @@ use proptest::prelude::*;
 fn sample_requests() -> Vec<MdsRequest> {
     vec![
         MdsRequest::Hello(Hello {
-            internal_group: Some(3),
+            internal: Some(MemberId::new(3, 1)),
             strong: true,
             name: "host:42".into(),
         }),
@@ -26,6 +26,7 @@ fn sample_requests() -> Vec<MdsRequest> {
                 offset: 64 * 99,
             }),
             persisted_locally: false,
+            written_epoch: 12,
             entries: vec![
                 Entry::Write(WriteRec {
                     pgoff: 1,
@@ -49,7 +50,7 @@ fn sample_requests() -> Vec<MdsRequest> {
             uid: 1,
             gid: 2,
             rdev: 0,
-            symlink: Some((Gpa::new(0, 4), 10)),
+            symlink: Some((Gpa::new(0, 4), 10, 3)),
         }),
         MdsRequest::Rename {
             old_parent: 1,
@@ -71,6 +72,7 @@ fn sample_store_messages() -> Vec<StoreToMds> {
     vec![
         StoreToMds::Join(DsHello {
             group: 1,
+            index: 2,
             page_count: 100,
             pool_uuid: [1; 16],
             cluster_uuid: [0; 16],
@@ -79,6 +81,12 @@ fn sample_store_messages() -> Vec<StoreToMds> {
         }),
         StoreToMds::Persisted {
             pages: vec![Gpa::new(0, 1), Gpa::new(0, 2)],
+        },
+        StoreToMds::Resynced,
+        StoreToMds::ResyncPlan {
+            member: MemberId::new(4, 1),
+            incarnation: 99,
+            from_page: 4096,
         },
     ]
 }
@@ -136,6 +144,37 @@ fn requests_and_replies_round_trip() {
     .enumerate()
     {
         round_trip(m, i as u64);
+    }
+    for reply in [
+        ReplyBody::Joined {
+            cluster_uuid: [3; 16],
+            resync: true,
+        },
+        ReplyBody::ResyncPlan {
+            source: "ds1:7420".into(),
+            first_page: 128,
+            bits: vec![0b1011, 0, u64::MAX],
+        },
+        ReplyBody::Hello(HelloReply {
+            client_id: 4,
+            superblock: vec![1; 64],
+            pool: orion_fabric::RemoteRegion {
+                key: 1,
+                addr: 2,
+                len: 3,
+            },
+            epoch: 17,
+            stores: vec![StoreInfo {
+                member: MemberId::new(2, 1),
+                state: MemberState::Resyncing,
+                addr: "ds2:1".into(),
+            }],
+            grace_ms: 5,
+        }),
+    ] {
+        let mut b = Vec::new();
+        encode_reply(&mut b, 4, &Reply::Ok(reply.clone()));
+        assert_eq!(decode_reply(&b).unwrap(), (4, Reply::Ok(reply)));
     }
     let reply = Reply::Ok(ReplyBody::Committed {
         prev: Tail {
@@ -238,4 +277,15 @@ proptest! {
             let _ = decode_reply(&h);
         }
     }
+}
+
+#[test]
+fn the_epoch_rides_in_every_header() {
+    let mut b = Vec::new();
+    MdsRequest::Statfs.encode(&mut b, 5);
+    assert_eq!(peek_epoch(&b), Some(0));
+    stamp_epoch(&mut b, 0xdead_beef);
+    assert_eq!(peek_epoch(&b), Some(0xdead_beef));
+    assert_eq!(MdsRequest::decode(&b).unwrap(), (5, MdsRequest::Statfs));
+    assert_eq!(peek_epoch(&b[..3]), None, "a cut header has no epoch");
 }

@@ -1,0 +1,373 @@
+//! The data stores as this client reaches them (Orion §3.1, §5.4): the cluster map the
+//! MDS gave, a connection per member of a replication group, and the transfers of
+//! pages. A page is written to every member of its group that takes writes and read
+//! from one that serves (this host's own pool first, then the others in turn). A
+//! transfer that fails asks the MDS for the map again and runs again (it moves whole
+//! pages to fixed addresses, so twice is once), until the map no longer names the
+//! member that failed or it is back, for up to `reconnect_ms`: the application sees no
+//! error while one replica of the group lives.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use orion_fabric::RemoteRegion;
+use orion_format::{Gpa, PoolKind, Superblock, PAGE_SIZE, SUPERBLOCK_SIZE};
+use orion_meta::FsError;
+use orion_pmem::{ModeChoice, Pool};
+use orion_proto::channel::USER_WR_BASE;
+use orion_proto::{
+    Channel, DsInfoReply, Epoch, MemberId, MemberState, Reply, ReplyBody, StoreInfo, StoreRequest,
+};
+use tracing::warn;
+
+use crate::remote::{io_err, Fail, Remote, Res, IO_PAGES};
+
+/// A data store as this client reaches it.
+pub struct Store {
+    pub ch: Channel,
+    pub region: RemoteRegion,
+    pub page_count: u64,
+    /// The store's pool, mapped, when it is on this host (internal client).
+    pub local: Option<(Pool, u64)>,
+}
+
+impl Remote {
+    /// Takes the cluster map of a hello: keeps the connections to members that take
+    /// writes, opens the missing ones, and closes the rest. True when the member this
+    /// client is internal to changed (the MDS is told).
+    pub(crate) fn adopt_map(&mut self, epoch: Epoch, map: Vec<StoreInfo>) -> bool {
+        self.epoch = epoch;
+        let wanted: HashMap<MemberId, String> = map
+            .iter()
+            .filter(|s| s.state.takes_writes())
+            .map(|s| (s.member, s.addr.clone()))
+            .collect();
+        self.map = map;
+        self.stores
+            .retain(|m, s| s.ch.conn.is_alive() && wanted.contains_key(m));
+        let had = self.internal;
+        self.internal = self.internal.filter(|m| self.stores.contains_key(m));
+        let mut missing: Vec<(MemberId, String)> = wanted
+            .into_iter()
+            .filter(|(m, _)| !self.stores.contains_key(m))
+            .collect();
+        missing.sort();
+        for (m, addr) in missing {
+            match self.open_store(m, &addr) {
+                Ok(mut store) => {
+                    if store.local.is_some() && self.internal.is_none() {
+                        self.internal = Some(m);
+                    }
+                    // A client is internal to one store (the MDS counts on it): other
+                    // stores whose pools this host could map go through the fabric, so
+                    // that they see, and report, every write.
+                    if self.internal != Some(m) {
+                        store.local = None;
+                    }
+                    self.stores.insert(m, store);
+                }
+                Err(e) => warn!("data store {m} at {addr}: {e}"),
+            }
+        }
+        had != self.internal
+    }
+
+    fn open_store(&mut self, member: MemberId, addr: &str) -> Result<Store, FsError> {
+        let conn = self
+            .domain
+            .connect(addr, &self.cq)
+            .map_err(|e| io_err(format!("connecting to data store {addr}: {e}")))?;
+        let mut ch = Channel::new(&self.domain, conn).map_err(io_err)?;
+        let id = self.fresh_id();
+        let mut other = Vec::new();
+        let reply = ch
+            .call(&self.cq, id, &StoreRequest::Info, self.timeout, &mut other)
+            .map_err(|e| io_err(format!("data store {addr}: {e}")));
+        self.absorb(other);
+        let info = match reply? {
+            Reply::Ok(ReplyBody::DsInfo(d)) => d,
+            Reply::Err { message, .. } => return Err(io_err(message)),
+            Reply::Ok(other) => return Err(io_err(format!("data store {addr}: {other:?}"))),
+        };
+        if info.group != member.group {
+            return Err(io_err(format!(
+                "the data store at {addr} serves group {}, and the MDS says {member}",
+                info.group
+            )));
+        }
+        let local = if self.cfg.internal {
+            map_local_pool(&info)
+        } else {
+            None
+        };
+        Ok(Store {
+            ch,
+            region: info.region,
+            page_count: info.page_count,
+            local,
+        })
+    }
+
+    /// The group this client's own store serves, if any.
+    pub fn internal_group(&self) -> Option<u16> {
+        self.internal.map(|m| m.group)
+    }
+
+    /// Whether reads of `group` come from this host's own pool.
+    pub fn reads_locally(&self, group: u16) -> bool {
+        self.readers(group)
+            .first()
+            .is_some_and(|m| Some(*m) == self.internal)
+    }
+
+    /// The members of `group` that take writes, in the map this client has.
+    fn writers(&self, group: u16) -> Vec<MemberId> {
+        self.map
+            .iter()
+            .filter(|s| s.member.group == group && s.state.takes_writes())
+            .map(|s| s.member)
+            .collect()
+    }
+
+    /// The members of `group` that serve reads, this host's own first.
+    fn readers(&self, group: u16) -> Vec<MemberId> {
+        let mut r: Vec<MemberId> = self
+            .map
+            .iter()
+            .filter(|s| s.member.group == group && s.state == MemberState::Up)
+            .map(|s| s.member)
+            .collect();
+        r.sort_by_key(|m| Some(*m) != self.internal);
+        r
+    }
+
+    /// Runs `transfer` (pages to or from `group`) again after a failure: the map is
+    /// asked for again (the MDS drops a store that died), for up to `reconnect_ms`.
+    fn with_group<T>(
+        &mut self,
+        group: u16,
+        mut transfer: impl FnMut(&mut Remote) -> Res<T>,
+    ) -> Res<T> {
+        let deadline = Instant::now() + Duration::from_millis(self.cfg.reconnect_ms);
+        let mut pause = Duration::from_millis(5);
+        loop {
+            match transfer(self) {
+                Err(Fail::Fs(FsError::Io(e))) if Instant::now() < deadline => {
+                    if self.stats.store_retries.is_power_of_two() {
+                        warn!("group {group}: {e}; asking the MDS for the stores again");
+                    }
+                    self.stats.store_retries += 1;
+                    self.refresh_stores()?;
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                }
+                Err(Fail::Fs(FsError::Io(e))) => {
+                    return Err(Fail::Fs(io_err(format!(
+                        "group {group}: {e} (for {} ms; is any of its data stores up?)",
+                        self.cfg.reconnect_ms
+                    ))))
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Reads `n` contiguous pages from `gpa` into `out` (n * 4 KiB bytes).
+    pub fn read_pages(&mut self, gpa: Gpa, n: usize, out: &mut [u8]) -> Res<()> {
+        assert_eq!(out.len(), n * PAGE_SIZE as usize, "pages are read whole");
+        self.with_group(gpa.group(), |r| r.read_pages_once(gpa, n, out))
+    }
+
+    /// One pass over the members that serve `gpa`'s group, until one answers.
+    fn read_pages_once(&mut self, gpa: Gpa, n: usize, out: &mut [u8]) -> Res<()> {
+        let readers = self.readers(gpa.group());
+        let mut last = io_err(format!(
+            "no data store of group {} serves reads",
+            gpa.group()
+        ));
+        for m in readers {
+            match self.read_from(m, gpa, n, out) {
+                Ok(()) => return Ok(()),
+                Err(Fail::Fs(FsError::Io(e))) => last = FsError::Io(format!("{m}: {e}")),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Fail::Fs(last))
+    }
+
+    fn read_from(&mut self, m: MemberId, gpa: Gpa, n: usize, out: &mut [u8]) -> Res<()> {
+        let Some(store) = self.stores.get(&m) else {
+            return Err(Fail::Fs(io_err("no connection")));
+        };
+        if gpa.page() + n as u64 > store.page_count {
+            return Err(Fail::Fs(FsError::Corrupt(format!(
+                "page {gpa:?} is outside its store"
+            ))));
+        }
+        if let Some((pool, base)) = &store.local {
+            pool.read(base + gpa.page() * PAGE_SIZE, out)
+                .map_err(FsError::from)?;
+            return Ok(());
+        }
+        let (conn, region) = (store.ch.conn.clone(), store.region);
+        let mut at = 0;
+        while at < n {
+            let k = (n - at).min(IO_PAGES);
+            let roff = (gpa.page() + at as u64) * PAGE_SIZE;
+            let len = k * PAGE_SIZE as usize;
+            self.one_sided(
+                &conn,
+                |io, wr| conn.post_read(wr, io, 0, &region, roff, len),
+                1,
+            )?;
+            let bytes = &mut out[at * PAGE_SIZE as usize..(at + k) * PAGE_SIZE as usize];
+            self.io.read(0, bytes).map_err(io_err)?;
+            self.stats.remote_reads += 1;
+            at += k;
+        }
+        Ok(())
+    }
+
+    /// Faults in `pages` pages at `gpa` when this host maps a store of their group, so
+    /// that the writes that fill a new chunk do not each pay a first-touch page fault.
+    pub fn prefault(&mut self, gpa: Gpa, pages: u64) {
+        let Some(store) = self.internal.and_then(|m| self.stores.get(&m)) else {
+            return;
+        };
+        if let (Some((pool, base)), true) =
+            (&store.local, self.internal_group() == Some(gpa.group()))
+        {
+            if gpa.page() + pages <= store.page_count {
+                let _ = pool.prefault(base + gpa.page() * PAGE_SIZE, (pages * PAGE_SIZE) as usize);
+            }
+        }
+    }
+
+    /// Writes whole pages from `gpa` to every member of its group that takes writes,
+    /// durable per the mode: this host's own pool is written and persisted here; a
+    /// remote store gets a write with an immediate per page (strong: the store
+    /// persists and tells the MDS) or one plain write (weak). Returns true when the
+    /// copy of this client's own store was persisted here.
+    pub fn write_pages(&mut self, gpa: Gpa, data: &[u8]) -> Res<bool> {
+        assert!(
+            !data.is_empty() && data.len().is_multiple_of(PAGE_SIZE as usize),
+            "pages are written whole"
+        );
+        self.with_group(gpa.group(), |r| r.write_pages_once(gpa, data))
+    }
+
+    fn write_pages_once(&mut self, gpa: Gpa, data: &[u8]) -> Res<bool> {
+        let writers = self.writers(gpa.group());
+        if writers.is_empty() {
+            return Err(Fail::Fs(io_err(format!(
+                "every data store of group {} is down",
+                gpa.group()
+            ))));
+        }
+        let mut local = false;
+        for m in writers {
+            local |= self.write_to(m, gpa, data).map_err(|e| match e {
+                Fail::Fs(FsError::Io(e)) => Fail::Fs(FsError::Io(format!("{m}: {e}"))),
+                e => e,
+            })?;
+        }
+        Ok(local)
+    }
+
+    fn write_to(&mut self, m: MemberId, gpa: Gpa, data: &[u8]) -> Res<bool> {
+        let n = data.len() / PAGE_SIZE as usize;
+        let strong = self.strong;
+        let Some(store) = self.stores.get(&m) else {
+            return Err(Fail::Fs(io_err("no connection")));
+        };
+        if gpa.page() + n as u64 > store.page_count {
+            return Err(Fail::Fs(io_err(format!(
+                "page {gpa:?} is outside its store"
+            ))));
+        }
+        if let Some((pool, base)) = &store.local {
+            let off = base + gpa.page() * PAGE_SIZE;
+            pool.write_data(off, data).map_err(FsError::from)?;
+            pool.persist(off, data.len()).map_err(FsError::from)?;
+            return Ok(true);
+        }
+        let (conn, region) = (store.ch.conn.clone(), store.region);
+        if !strong {
+            self.unflushed.insert(m);
+        }
+        let mut at = 0;
+        while at < n {
+            let k = (n - at).min(IO_PAGES);
+            let bytes = &data[at * PAGE_SIZE as usize..(at + k) * PAGE_SIZE as usize];
+            self.io.write(0, bytes).map_err(io_err)?;
+            let first = gpa.page() + at as u64;
+            if strong {
+                self.one_sided(
+                    &conn,
+                    |io, wr| {
+                        let i = wr - USER_WR_BASE;
+                        let page = first + i;
+                        conn.post_write_imm(
+                            wr,
+                            io,
+                            i * PAGE_SIZE,
+                            &region,
+                            page * PAGE_SIZE,
+                            PAGE_SIZE as usize,
+                            page as u32,
+                        )
+                    },
+                    k,
+                )?;
+            } else {
+                let len = bytes.len();
+                self.one_sided(
+                    &conn,
+                    |io, wr| conn.post_write(wr, io, 0, &region, first * PAGE_SIZE, len),
+                    1,
+                )?;
+            }
+            at += k;
+        }
+        Ok(false)
+    }
+
+    /// Makes pages written in weak mode durable on their stores. A member stays to be
+    /// flushed across a broken connection (the store may still hold the pages in
+    /// volatile caches); one that left the group no longer matters.
+    pub fn flush_stores(&mut self) -> Res<()> {
+        let members: Vec<MemberId> = self.unflushed.iter().copied().collect();
+        for m in members {
+            if self.writers(m.group).contains(&m) {
+                self.with_group(m.group, |r| r.flush_once(m))?;
+            }
+            self.unflushed.remove(&m);
+        }
+        Ok(())
+    }
+
+    fn flush_once(&mut self, m: MemberId) -> Res<()> {
+        let id = self.fresh_id();
+        let mut other = Vec::new();
+        let Some(store) = self.stores.get_mut(&m) else {
+            return Err(Fail::Fs(io_err(format!("no connection to {m}"))));
+        };
+        let r = store
+            .ch
+            .call(&self.cq, id, &StoreRequest::Flush, self.timeout, &mut other);
+        self.absorb(other);
+        match r.map_err(io_err)? {
+            Reply::Ok(_) => Ok(()),
+            Reply::Err { message, .. } => Err(Fail::Fs(io_err(message))),
+        }
+    }
+}
+
+/// Maps a store's pool when it is a file on this host with the store's identity.
+fn map_local_pool(info: &DsInfoReply) -> Option<(Pool, u64)> {
+    let path = std::path::Path::new(&info.pool_path);
+    let pool = Pool::open(path, ModeChoice::Auto).ok()?;
+    let sb = Superblock::decode(&pool.read_vec(0, SUPERBLOCK_SIZE).ok()?).ok()?;
+    (sb.kind == PoolKind::Data && sb.pool_uuid == info.pool_uuid && sb.group == info.group)
+        .then_some((pool, sb.page_area_off))
+}

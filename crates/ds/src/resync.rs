@@ -1,0 +1,205 @@
+//! A store's resync (Orion §5.4): a replica that joined without every committed page
+//! of its group copies them from an in-sync peer before it serves reads. It takes
+//! client writes meanwhile (the store's loop goes on serving), so this runs on a
+//! thread of its own, with a fabric domain of its own: it asks the MDS for the plan
+//! piece by piece (which pages, and from which peer: the MDS picks another when the
+//! source dies), reads each run of pages one-sided from the peer, and writes and
+//! persists them into the pool at the same place. The pages of the plan were in use
+//! when the store joined, so nobody writes them during the copy (data is
+//! copy-on-write, and the MDS holds freed pages until the resync ends).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use orion_fabric::{Access, CompletionQueue, Domain, FabricConfig, RemoteRegion};
+use orion_format::PAGE_SIZE;
+use orion_pmem::Pool;
+use orion_proto::{Channel, MemberId, Reply, ReplyBody, StoreRequest, StoreToMds};
+use tracing::info;
+
+/// Pages read per one-sided read (1 MiB).
+const RUN_PAGES: u64 = 256;
+
+/// What a resync needs: who it is, where the MDS is, and the pool to fill.
+pub struct Job {
+    pub member: MemberId,
+    pub incarnation: u64,
+    pub mds: String,
+    pub fabric: FabricConfig,
+    pub pool: Arc<Pool>,
+    pub page_area_off: u64,
+    pub page_count: u64,
+    /// Set when the store gives this resync up (it lost the MDS, or stops).
+    pub cancel: Arc<AtomicBool>,
+}
+
+/// What a finished resync did.
+#[derive(Debug)]
+pub struct Copied {
+    pub pages: u64,
+    pub secs: f64,
+}
+
+impl Copied {
+    pub fn mib_per_s(&self) -> f64 {
+        (self.pages * PAGE_SIZE) as f64 / (1 << 20) as f64 / self.secs.max(1e-9)
+    }
+}
+
+struct Peer {
+    addr: String,
+    ch: Channel,
+    region: RemoteRegion,
+}
+
+/// Copies every page of the plan; returns what it copied.
+pub fn run(job: &Job) -> Result<Copied> {
+    let t0 = Instant::now();
+    let domain = Domain::open(job.fabric.clone()).context("opening the fabric")?;
+    let cq = domain.completion_queue()?;
+    let timeout = Duration::from_secs(10);
+    let mut mds = Channel::new(&domain, domain.connect(&job.mds, &cq)?)?;
+    let buf = domain.alloc_region((RUN_PAGES * PAGE_SIZE) as usize, Access::LOCAL)?;
+    let mut peer: Option<Peer> = None;
+    let mut next_page = 0u64;
+    let mut copied = 0u64;
+    let mut reported = 0u64;
+    let mut waiting_said = false;
+    let mut other = Vec::new();
+    loop {
+        if job.cancel.load(Ordering::Relaxed) {
+            bail!("given up (the store lost the MDS, or stops)");
+        }
+        let ask = StoreToMds::ResyncPlan {
+            member: job.member,
+            incarnation: job.incarnation,
+            from_page: next_page,
+        };
+        let (source, first_page, bits) = match mds.call(&cq, 1, &ask, timeout, &mut other)? {
+            Reply::Ok(ReplyBody::ResyncPlan {
+                source,
+                first_page,
+                bits,
+            }) => (source, first_page, bits),
+            Reply::Err { errno, .. } if errno == libc::EAGAIN => {
+                if !waiting_said {
+                    info!(
+                        "{}: no in-sync peer is up to copy from; waiting",
+                        job.member
+                    );
+                    waiting_said = true;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+                continue;
+            }
+            Reply::Err { message, .. } => bail!("the MDS: {message}"),
+            Reply::Ok(other) => bail!("unexpected reply to a resync plan: {other:?}"),
+        };
+        if bits.is_empty() {
+            break;
+        }
+        if peer
+            .as_ref()
+            .is_none_or(|p| p.addr != source || !p.ch.conn.is_alive())
+        {
+            peer = Some(open_peer(&domain, &cq, &source, timeout)?);
+        }
+        let p = peer.as_mut().expect("opened");
+        let mut runs = Vec::new();
+        let mut i = 0u64;
+        let n = bits.len() as u64 * 64;
+        while i < n {
+            if bits[(i / 64) as usize] & (1 << (i % 64)) == 0 {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            while i < n && i - start < RUN_PAGES && bits[(i / 64) as usize] & (1 << (i % 64)) != 0 {
+                i += 1;
+            }
+            runs.push((first_page + start, i - start));
+        }
+        for (page, count) in runs {
+            if page + count > job.page_count {
+                bail!(
+                    "the plan names page {page}, beyond this store's {} pages",
+                    job.page_count
+                );
+            }
+            let len = (count * PAGE_SIZE) as usize;
+            read_from(p, &cq, &buf, page * PAGE_SIZE, len, timeout)
+                .with_context(|| format!("reading pages from {}", p.addr))?;
+            let mut bytes = vec![0u8; len];
+            buf.read(0, &mut bytes)?;
+            let off = job.page_area_off + page * PAGE_SIZE;
+            job.pool.write_data(off, &bytes)?;
+            job.pool.persist(off, len)?;
+            copied += count;
+        }
+        next_page = first_page + n;
+        // One line per tenth of the pool passed.
+        let tenth = next_page.min(job.page_count) * 10 / job.page_count.max(1);
+        if tenth > reported {
+            reported = tenth;
+            info!(
+                "{}: resync {}0 % of the pool scanned, {} pages copied ({:.0} MiB/s)",
+                job.member,
+                tenth,
+                copied,
+                (copied * PAGE_SIZE) as f64 / (1 << 20) as f64 / t0.elapsed().as_secs_f64()
+            );
+        }
+    }
+    Ok(Copied {
+        pages: copied,
+        secs: t0.elapsed().as_secs_f64(),
+    })
+}
+
+fn open_peer(domain: &Domain, cq: &CompletionQueue, addr: &str, timeout: Duration) -> Result<Peer> {
+    let conn = domain
+        .connect(addr, cq)
+        .with_context(|| format!("connecting to the resync source {addr}"))?;
+    let mut ch = Channel::new(domain, conn)?;
+    let mut other = Vec::new();
+    let region = match ch.call(cq, 1, &StoreRequest::Info, timeout, &mut other)? {
+        Reply::Ok(ReplyBody::DsInfo(d)) => d.region,
+        Reply::Err { message, .. } => bail!("the resync source {addr}: {message}"),
+        Reply::Ok(other) => bail!("unexpected reply from {addr}: {other:?}"),
+    };
+    Ok(Peer {
+        addr: addr.to_string(),
+        ch,
+        region,
+    })
+}
+
+/// One one-sided read of `len` bytes at `roff` of the peer's page area into `buf`.
+fn read_from(
+    p: &Peer,
+    cq: &CompletionQueue,
+    buf: &orion_fabric::Region,
+    roff: u64,
+    len: usize,
+    timeout: Duration,
+) -> Result<()> {
+    const WR: u64 = orion_proto::channel::USER_WR_BASE;
+    p.ch.conn.post_read(WR, buf, 0, &p.region, roff, len)?;
+    let deadline = Instant::now() + timeout;
+    let mut batch = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(anyhow!("no completion within {timeout:?}"));
+        }
+        batch.clear();
+        cq.wait(&mut batch, 16, left)?;
+        for c in batch.drain(..) {
+            if c.conn == p.ch.conn.id() && c.wr_id == WR {
+                return c.status.map_err(|e| anyhow!("{e}"));
+            }
+        }
+    }
+}

@@ -1,0 +1,445 @@
+//! The cluster map (Orion §3.1): which data stores serve each replication group, in
+//! which state, under which epoch. Every change (a store joins, leaves, or finishes a
+//! resync) bumps the epoch; clients write each page to every member that takes writes
+//! in their epoch, and a commit written under another epoch is refused, so a commit
+//! the MDS applies names pages that every member taking writes now holds.
+//!
+//! A member is *in sync* when it holds every page committed in its group. One that
+//! did not take writes while a commit named its group's pages is not, and must copy
+//! what it missed from an in-sync peer before it serves reads. That flag, the members'
+//! pools and the epoch are kept in a small file beside the MDS pool (written whole,
+//! then renamed), so an MDS that restarts does not take a stale replica for a good
+//! one. The fail-over issue moves this to the cluster manager.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use orion_fabric::ConnId;
+use orion_proto::{DsHello, Epoch, MemberId, MemberState, StoreInfo};
+
+/// One data store of a replication group.
+#[derive(Clone, Debug)]
+pub struct Member {
+    pub id: MemberId,
+    pub pool_uuid: [u8; 16],
+    /// Drawn at each start of the store (see `DsHello::incarnation`).
+    pub incarnation: u64,
+    pub addr: String,
+    pub state: MemberState,
+    /// Its connection to the MDS while it is up.
+    pub conn: Option<ConnId>,
+    /// Holds every page committed in its group.
+    pub in_sync: bool,
+    /// The epoch since which it takes writes (pages written before miss it).
+    pub writes_since: Epoch,
+}
+
+/// A store cannot join yet: it needs an in-sync peer to copy from, and none is up.
+/// It may try again later.
+#[derive(Debug)]
+pub struct WaitForPeer(pub String);
+
+impl std::fmt::Display for WaitForPeer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for WaitForPeer {}
+
+/// What a store that joins becomes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Up at once: it holds every committed page of its group.
+    Up,
+    /// It must copy what it missed from this in-sync peer first.
+    Resync { from: MemberId },
+}
+
+pub struct ClusterMap {
+    epoch: Epoch,
+    replicas: u16,
+    members: BTreeMap<MemberId, Member>,
+    /// Where the durable part lives (none: kept in memory only).
+    file: Option<PathBuf>,
+}
+
+impl ClusterMap {
+    /// The map of a cluster with `replicas` stores per group, loaded from `file` if it
+    /// exists (every member starts down: stores join again).
+    pub fn load(file: Option<PathBuf>, replicas: u16) -> Result<ClusterMap> {
+        assert!(replicas >= 1, "a group has at least one replica");
+        let mut map = ClusterMap {
+            epoch: 1,
+            replicas,
+            members: BTreeMap::new(),
+            file,
+        };
+        let Some(path) = map.file.clone() else {
+            return Ok(map);
+        };
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(map),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        map.parse(&text)
+            .with_context(|| format!("{} is damaged", path.display()))?;
+        // A restart is a change: no message of the last run matches the new epoch.
+        map.epoch += 1;
+        Ok(map)
+    }
+
+    fn parse(&mut self, text: &str) -> Result<()> {
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            match f.as_slice() {
+                ["epoch", e] => self.epoch = e.parse()?,
+                ["member", g, i, uuid, sync] => {
+                    let id = MemberId::new(g.parse()?, i.parse()?);
+                    let in_sync = match *sync {
+                        "in-sync" => true,
+                        "stale" => false,
+                        other => bail!("member state {other:?}"),
+                    };
+                    self.members.insert(
+                        id,
+                        Member {
+                            id,
+                            pool_uuid: parse_uuid(uuid)?,
+                            incarnation: 0,
+                            addr: String::new(),
+                            state: MemberState::Down,
+                            conn: None,
+                            in_sync,
+                            writes_since: 0,
+                        },
+                    );
+                }
+                _ => bail!("unexpected line {line:?}"),
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the durable part: whole to a temporary file, synced, then renamed.
+    fn save(&self) -> Result<()> {
+        let Some(path) = &self.file else {
+            return Ok(());
+        };
+        let mut text = format!("epoch {}\n", self.epoch);
+        for m in self.members.values() {
+            let sync = if m.in_sync { "in-sync" } else { "stale" };
+            text += &format!(
+                "member {} {} {} {sync}\n",
+                m.id.group,
+                m.id.index,
+                crate::server::hex(&m.pool_uuid)
+            );
+        }
+        write_durably(path, text.as_bytes())
+    }
+
+    pub fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    pub fn replicas(&self) -> u16 {
+        self.replicas
+    }
+
+    fn bump(&mut self) -> Result<()> {
+        self.epoch += 1;
+        self.save()
+    }
+
+    pub fn get(&self, id: MemberId) -> Option<&Member> {
+        self.members.get(&id)
+    }
+
+    /// The member a store connection belongs to.
+    pub fn by_conn(&self, conn: ConnId) -> Option<&Member> {
+        self.members.values().find(|m| m.conn == Some(conn))
+    }
+
+    /// The members of `group` that take writes (and that strong commits wait for).
+    pub fn writers(&self, group: u16) -> impl Iterator<Item = &Member> {
+        self.group(group).filter(|m| m.state.takes_writes())
+    }
+
+    /// Whether pages of `group` written under epoch `written` reached every member
+    /// that takes writes now: none of them joined since (members that left do not
+    /// matter), and there is one.
+    pub fn written_to_all(&self, group: u16, written: Epoch) -> bool {
+        let mut writers = self.writers(group).peekable();
+        writers.peek().is_some() && writers.all(|m| m.writes_since <= written)
+    }
+
+    /// Whether some member of `group` serves reads.
+    pub fn serves(&self, group: u16) -> bool {
+        self.group(group).any(|m| m.state == MemberState::Up)
+    }
+
+    fn group(&self, group: u16) -> impl Iterator<Item = &Member> {
+        self.members
+            .range(MemberId::new(group, 0)..=MemberId::new(group, u16::MAX))
+            .map(|(_, m)| m)
+    }
+
+    /// Every member, as clients see the map.
+    pub fn stores(&self) -> Vec<StoreInfo> {
+        self.members
+            .values()
+            .map(|m| StoreInfo {
+                member: m.id,
+                state: m.state,
+                addr: m.addr.clone(),
+            })
+            .collect()
+    }
+
+    /// Decides whether the store `d` may join (`fresh`: its pool never joined a
+    /// cluster) and as what; on success it is recorded with connection `conn`. A
+    /// member already connected must have been dropped first.
+    pub fn join(&mut self, d: &DsHello, fresh: bool, conn: ConnId) -> Result<Admission> {
+        let id = MemberId::new(d.group, d.index);
+        if d.index >= self.replicas {
+            bail!(
+                "this store is replica {} of group {}, but the cluster keeps {} replicas per \
+                 group (replicas in the MDS's config)",
+                d.index,
+                d.group,
+                self.replicas
+            );
+        }
+        if let Some(other) = self
+            .members
+            .values()
+            .find(|m| m.pool_uuid == d.pool_uuid && m.id != id)
+        {
+            bail!(
+                "this store's pool is already {} (a pool serves one place; check the \
+                 store's group and index)",
+                other.id
+            );
+        }
+        if let Some(m) = self.members.get(&id).filter(|m| m.conn.is_some()) {
+            bail!(
+                "{id} is served by a connected store ({}) with another pool: check this \
+                 store's group and index",
+                m.addr
+            );
+        }
+        let peer = self
+            .group(d.group)
+            .find(|m| m.id != id && m.state == MemberState::Up && m.in_sync)
+            .map(|m| m.id);
+        let in_sync = match self.members.get(&id) {
+            Some(m) if m.pool_uuid == d.pool_uuid => m.in_sync,
+            Some(m) if fresh => {
+                let _ = m; // a new, empty pool replaces a lost one: rebuilt from a peer
+                false
+            }
+            Some(m) => bail!(
+                "{id} is pool {}, and this store's pool ({}) belongs to the cluster already: \
+                 point the store at its own pool",
+                crate::server::hex(&m.pool_uuid),
+                crate::server::hex(&d.pool_uuid)
+            ),
+            // A new place in a group that holds data already starts empty.
+            None => self.group(d.group).next().is_none(),
+        };
+        assert!(
+            self.members.get(&id).is_none_or(|m| m.conn.is_none()),
+            "a connected member leaves before it joins again"
+        );
+        let admission = match (in_sync, peer) {
+            (true, _) => Admission::Up,
+            (false, Some(from)) => Admission::Resync { from },
+            (false, None) => {
+                return Err(WaitForPeer(format!(
+                    "{id} does not hold every page committed in its group, and no in-sync \
+                     replica of the group is up to copy them from: start an in-sync replica \
+                     of group {} first",
+                    d.group
+                ))
+                .into())
+            }
+        };
+        self.members.insert(
+            id,
+            Member {
+                id,
+                pool_uuid: d.pool_uuid,
+                incarnation: d.incarnation,
+                addr: d.addr.clone(),
+                state: match admission {
+                    Admission::Up => MemberState::Up,
+                    Admission::Resync { .. } => MemberState::Resyncing,
+                },
+                conn: Some(conn),
+                in_sync,
+                writes_since: self.epoch + 1,
+            },
+        );
+        self.bump()?;
+        Ok(admission)
+    }
+
+    /// A store's connection closed: its member is down. Returns it.
+    pub fn leave(&mut self, conn: ConnId) -> Result<Option<MemberId>> {
+        let Some(m) = self.members.values_mut().find(|m| m.conn == Some(conn)) else {
+            return Ok(None);
+        };
+        m.conn = None;
+        m.state = MemberState::Down;
+        let id = m.id;
+        self.bump()?;
+        Ok(Some(id))
+    }
+
+    /// A resyncing member holds every committed page now: it serves.
+    pub fn resynced(&mut self, id: MemberId) -> Result<()> {
+        let m = self
+            .members
+            .get_mut(&id)
+            .expect("a resyncing member exists");
+        assert_eq!(m.state, MemberState::Resyncing, "only a resync ends");
+        m.state = MemberState::Up;
+        m.in_sync = true;
+        self.bump()
+    }
+
+    /// A commit naming pages of `group` was applied: members that did not take it
+    /// miss it (and must copy it before they serve again).
+    pub fn committed_to(&mut self, group: u16) -> Result<()> {
+        let mut changed = false;
+        for m in self.members.values_mut() {
+            if m.id.group == group && !m.state.takes_writes() && m.in_sync {
+                m.in_sync = false;
+                changed = true;
+            }
+        }
+        if changed {
+            self.save()?;
+        }
+        Ok(())
+    }
+}
+
+fn parse_uuid(s: &str) -> Result<[u8; 16]> {
+    if s.len() != 32 {
+        bail!("a pool id of {} characters", s.len());
+    }
+    let mut out = [0u8; 16];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16)?;
+    }
+    Ok(out)
+}
+
+/// Replaces `path` with `bytes` so that a crash leaves the old or the new contents.
+fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).with_context(|| format!("{}", tmp.display()))?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path).with_context(|| format!("{}", path.display()))?;
+    if let Some(dir) = path.parent() {
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello(group: u16, index: u16, pool: u8) -> DsHello {
+        DsHello {
+            group,
+            index,
+            page_count: 100,
+            pool_uuid: [pool; 16],
+            cluster_uuid: [9; 16],
+            addr: format!("ds{group}.{index}:1"),
+            incarnation: pool as u64,
+        }
+    }
+
+    #[test]
+    fn a_replica_that_missed_a_commit_resyncs_from_an_in_sync_peer_even_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("mds.pool.members");
+        let mut map = ClusterMap::load(Some(file.clone()), 2).unwrap();
+        let e0 = map.epoch();
+        assert_eq!(map.join(&hello(0, 0, 1), false, 10).unwrap(), Admission::Up);
+        // The second place of a group that may hold data starts empty.
+        assert_eq!(
+            map.join(&hello(0, 1, 2), true, 11).unwrap(),
+            Admission::Resync {
+                from: MemberId::new(0, 0)
+            }
+        );
+        map.resynced(MemberId::new(0, 1)).unwrap();
+        assert!(map.epoch() > e0);
+        assert_eq!(map.writers(0).count(), 2);
+        let e1 = map.epoch();
+        assert!(map.written_to_all(0, e1));
+        assert!(!map.written_to_all(0, e0), "replica 1 joined after e0");
+        // Replica 1 dies; a commit lands on replica 0 alone.
+        assert_eq!(map.leave(11).unwrap(), Some(MemberId::new(0, 1)));
+        assert_eq!(map.writers(0).count(), 1);
+        assert!(map.written_to_all(0, e1), "a member leaving loses no write");
+        assert!(
+            !map.written_to_all(1, e1),
+            "a group without members takes none"
+        );
+        map.committed_to(0).unwrap();
+        // The MDS restarts: the map comes back with replica 1 stale.
+        let before = map.epoch();
+        let mut map = ClusterMap::load(Some(file), 2).unwrap();
+        assert!(map.epoch() > before, "a restart moves the epoch on");
+        assert!(!map.serves(0), "nobody serves until stores join again");
+        let err = map.join(&hello(0, 1, 2), false, 20).unwrap_err();
+        assert!(
+            err.to_string().contains("no in-sync replica"),
+            "a stale replica alone must not serve: {err}"
+        );
+        assert_eq!(map.join(&hello(0, 0, 1), false, 21).unwrap(), Admission::Up);
+        assert_eq!(
+            map.join(&hello(0, 1, 2), false, 22).unwrap(),
+            Admission::Resync {
+                from: MemberId::new(0, 0)
+            }
+        );
+    }
+
+    #[test]
+    fn a_pool_serves_one_place_and_indexes_stay_below_replicas() {
+        let mut map = ClusterMap::load(None, 2).unwrap();
+        map.join(&hello(0, 0, 1), false, 1).unwrap();
+        let e = map.join(&hello(1, 0, 1), false, 2).unwrap_err();
+        assert!(e.to_string().contains("already group 0 replica 0"), "{e}");
+        let e = map.join(&hello(0, 2, 3), false, 3).unwrap_err();
+        assert!(e.to_string().contains("keeps 2 replicas"), "{e}");
+        // Another cluster member's pool at a known place is refused; a fresh one
+        // replaces it (and resyncs).
+        map.join(&hello(0, 1, 4), true, 4).unwrap();
+        map.resynced(MemberId::new(0, 1)).unwrap();
+        map.leave(4).unwrap();
+        let e = map.join(&hello(0, 1, 5), false, 5).unwrap_err();
+        assert!(
+            e.to_string().contains("belongs to the cluster already"),
+            "{e}"
+        );
+        assert!(matches!(
+            map.join(&hello(0, 1, 6), true, 6).unwrap(),
+            Admission::Resync { .. }
+        ));
+    }
+}
