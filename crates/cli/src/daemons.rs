@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 
 use crate::config::{ensure_secret, Config};
@@ -155,6 +155,9 @@ pub struct MdsArgs {
     pub common: Common,
     #[command(flatten)]
     pub serve: Serve,
+    /// Data stores per replication group (every page is written to each).
+    #[arg(long)]
+    pub replicas: Option<u16>,
 }
 
 #[derive(Args, Debug)]
@@ -166,6 +169,9 @@ pub struct DsArgs {
     /// The replication group this store serves.
     #[arg(long)]
     pub group: Option<u16>,
+    /// Its index among the group's replicas (0 to replicas - 1).
+    #[arg(long)]
+    pub index: Option<u16>,
     /// The MDS to join (host:port).
     #[arg(long)]
     pub mds: Option<String>,
@@ -183,6 +189,12 @@ pub fn announce(line: String) {
 pub fn mds(a: MdsArgs) -> Result<()> {
     let mut c = a.common.load()?;
     let m = &mut c.mds;
+    if let Some(r) = a.replicas {
+        m.replicas = r;
+    }
+    if m.replicas == 0 {
+        bail!("replicas must be at least 1");
+    }
     a.serve.apply(
         &mut m.pool,
         &mut m.pool_size,
@@ -218,6 +230,9 @@ pub fn ds(a: DsArgs) -> Result<()> {
     );
     if let Some(g) = a.group {
         d.group = g;
+    }
+    if let Some(i) = a.index {
+        d.index = i;
     }
     if let Some(m) = a.mds {
         d.mds = m;

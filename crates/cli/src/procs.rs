@@ -21,8 +21,12 @@ impl Daemon {
     /// children in order; it is also told to stop if this process dies.
     pub fn spawn(name: &str, args: &[String], log: &Path) -> Result<(Daemon, String)> {
         let exe = std::env::current_exe().context("locating the orion binary")?;
-        let err = std::fs::File::create(log)
-            .with_context(|| format!("creating the log {}", log.display()))?;
+        // Appended to: a daemon restarted by `orion up` keeps its earlier log.
+        let err = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .with_context(|| format!("opening the log {}", log.display()))?;
         let mut cmd = Command::new(exe);
         cmd.args(args)
             .env(

@@ -1,7 +1,10 @@
-//! `orion up`: a whole cluster on this machine in one command: an MDS, two data
-//! stores and a mount, as child processes of this one, in the foreground. Ctrl-C (or
-//! SIGTERM) unmounts and stops them in order: the mount first (so no request is left
-//! without a server), then the stores, then the MDS.
+//! `orion up`: a whole cluster on this machine in one command: an MDS, two
+//! replication groups of `--replicas` data stores each, and a mount, as child
+//! processes of this one, in the foreground. Ctrl-C (or SIGTERM) unmounts and stops
+//! them in order: the mount first (so no request is left without a server), then the
+//! stores, then the MDS. A data store that dies is said, and started again after a
+//! short pause (it copies what it missed from its group's other replica); the rest go
+//! on serving.
 //!
 //! The state directory keeps what identifies the cluster (its secret) and the logs;
 //! the pools live in /dev/shm by default (volatile, the way the Orion paper emulates
@@ -18,8 +21,11 @@ use clap::Args;
 use crate::procs::{listen_addr, Daemon};
 use crate::signals::stop_flag;
 
-/// Data stores `orion up` starts (one replication group each).
-const STORES: u16 = 2;
+/// Replication groups `orion up` starts.
+const GROUPS: u16 = 2;
+
+/// How long a data store that died rests before it starts again.
+const RESTART_PAUSE: Duration = Duration::from_secs(1);
 
 #[derive(Args, Debug)]
 pub struct UpArgs {
@@ -40,6 +46,10 @@ pub struct UpArgs {
     /// Size of each data store's pool.
     #[arg(long, default_value = "1G")]
     pub ds_size: String,
+    /// Data stores per replication group: every page is written to each, and the file
+    /// system serves while one of each group lives.
+    #[arg(long, default_value_t = 1)]
+    pub replicas: u16,
     /// Fabric backend between the processes: local (shared memory, the fastest on one
     /// machine) or libfabric.
     #[arg(long, default_value = "local")]
@@ -101,11 +111,15 @@ pub fn up(a: UpArgs) -> Result<()> {
         .with_context(|| format!("creating the mount point {}", mnt.display()))?;
     let secret = state.join("secret");
     crate::config::ensure_secret(&secret)?;
+    if a.replicas == 0 {
+        bail!("--replicas must be at least 1");
+    }
     let mds_pool = pools.join("mds.pool");
-    let ds_pools: Vec<PathBuf> = (0..STORES)
-        .map(|g| pools.join(format!("ds{g}.pool")))
+    let stores: Vec<(u16, u16, PathBuf)> = (0..GROUPS)
+        .flat_map(|g| (0..a.replicas).map(move |i| (g, i)))
+        .map(|(g, i)| (g, i, pools.join(store_pool_name(g, i))))
         .collect();
-    let existing = ds_pools.iter().filter(|p| p.exists()).count();
+    let existing = stores.iter().filter(|s| s.2.exists()).count();
     let fresh = !mds_pool.exists();
     if fresh && existing > 0 {
         bail!(
@@ -116,10 +130,14 @@ pub fn up(a: UpArgs) -> Result<()> {
             pools.display()
         );
     }
-    if !fresh && existing < ds_pools.len() {
+    // A group with no pool left has lost its data; a lost replica is rebuilt from
+    // its group's others (a fresh pool resyncs whole).
+    if let Some(g) =
+        (0..GROUPS).find(|g| !fresh && !stores.iter().any(|s| s.0 == *g && s.2.exists()))
+    {
         bail!(
-            "a data store pool in {} is missing: its data is gone. Remove {} to start a \
-             new file system.",
+            "every pool of data store group {g} in {} is missing: its data is gone. Remove \
+             {} to start a new file system.",
             pools.display(),
             pools.display()
         );
@@ -158,11 +176,9 @@ pub fn up(a: UpArgs) -> Result<()> {
     } else {
         "recovering the MDS pool and starting the MDS".to_string()
     });
-    let (mds, line) = Daemon::spawn(
-        "the MDS",
-        &serve("mds", &mds_pool, &a.mds_size),
-        &logs.join("mds.log"),
-    )?;
+    let mut mds_args = serve("mds", &mds_pool, &a.mds_size);
+    mds_args.extend(["--replicas".into(), a.replicas.to_string()]);
+    let (mds, line) = Daemon::spawn("the MDS", &mds_args, &logs.join("mds.log"))?;
     let mds_addr = listen_addr(&line).context("the MDS's ready line has no address")?;
     done(t, "");
     rows.push(format!(
@@ -172,34 +188,37 @@ pub fn up(a: UpArgs) -> Result<()> {
         mds_pool.display()
     ));
     children.push(mds);
-    for (g, pool) in ds_pools.iter().enumerate() {
-        let t = step(&if fresh {
-            format!(
-                "formatting data store {g}'s pool ({}) and starting it",
-                a.ds_size
-            )
+    // How each data store starts (and starts again after it died).
+    let mut restarts: Vec<StoreStart> = Vec::new();
+    for (g, i, pool) in &stores {
+        let name = store_name(*g, *i, a.replicas);
+        let t = step(&if pool.exists() {
+            format!("starting {name}")
         } else {
-            format!("starting data store {g}")
+            format!("formatting {name}'s pool ({}) and starting it", a.ds_size)
         });
         let mut args = serve("ds", pool, &a.ds_size);
         args.extend([
             "--group".into(),
             g.to_string(),
+            "--index".into(),
+            i.to_string(),
             "--mds".into(),
             mds_addr.clone(),
         ]);
-        let (ds, line) = Daemon::spawn(
-            &format!("data store {g}"),
-            &args,
-            &logs.join(format!("ds{g}.log")),
-        )?;
+        let log = logs.join(format!(
+            "{}.log",
+            store_pool_name(*g, *i).trim_end_matches(".pool")
+        ));
+        let (ds, line) = Daemon::spawn(&name, &args, &log)?;
         done(t, "");
         rows.push(format!(
-            "  ds {g}   pid {:<7} {:<21} pool {}",
+            "  {name:<7}pid {:<7} {:<21} pool {}",
             ds.pid(),
             listen_addr(&line).unwrap_or_default(),
             pool.display()
         ));
+        restarts.push(StoreStart { name, args, log });
         children.push(ds);
     }
     if a.check {
@@ -229,15 +248,55 @@ pub fn up(a: UpArgs) -> Result<()> {
     );
     use std::io::Write;
     let _ = std::io::stdout().flush();
-    // Serve until asked to stop, or until a child ends on its own.
+    // Serve until asked to stop, or until the MDS or the mount ends on its own; a
+    // data store that ends starts again after a pause.
     let mut failed = None;
+    let mut pending: Vec<(Instant, usize)> = Vec::new();
     while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-        if let Some((name, status)) = children
+        if let Some((k, status)) = children
             .iter_mut()
-            .find_map(|c| c.exited().map(|s| (c.name.clone(), s)))
+            .enumerate()
+            .find_map(|(k, c)| c.exited().map(|s| (k, s)))
         {
-            failed = Some(format!("{name} exited ({status}); see {}", logs.display()));
-            break;
+            let c = children.remove(k);
+            match restarts.iter().position(|r| r.name == c.name) {
+                Some(r) => {
+                    eprintln!(
+                        "orion up: {} exited ({status}); the others go on serving, and it \
+                         starts again in {} s (log: {})",
+                        c.name,
+                        RESTART_PAUSE.as_secs(),
+                        restarts[r].log.display()
+                    );
+                    pending.push((Instant::now() + RESTART_PAUSE, r));
+                }
+                None => {
+                    failed = Some(format!(
+                        "{} exited ({status}); see {}",
+                        c.name,
+                        logs.display()
+                    ));
+                    break;
+                }
+            }
+        }
+        if let Some(p) = pending.iter().position(|(t, _)| Instant::now() >= *t) {
+            let (_, r) = pending.remove(p);
+            let s = &restarts[r];
+            match Daemon::spawn(&s.name, &s.args, &s.log) {
+                Ok((d, _)) => {
+                    eprintln!("orion up: {} started again (pid {})", s.name, d.pid());
+                    // Before the mount, so that stopping takes it down before the MDS.
+                    children.insert(1, d);
+                }
+                Err(e) => {
+                    eprintln!(
+                        "orion up: starting {} again failed: {e:#}; trying later",
+                        s.name
+                    );
+                    pending.push((Instant::now() + RESTART_PAUSE, r));
+                }
+            }
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -252,6 +311,29 @@ pub fn up(a: UpArgs) -> Result<()> {
             eprintln!("orion up: stopped; run it again to serve the same file system");
             Ok(())
         }
+    }
+}
+
+/// How `orion up` starts one data store.
+struct StoreStart {
+    name: String,
+    args: Vec<String>,
+    log: PathBuf,
+}
+
+/// The pool file of replica `index` of group `group` (replica 0 keeps the name of a
+/// cluster without replication).
+fn store_pool_name(group: u16, index: u16) -> String {
+    match index {
+        0 => format!("ds{group}.pool"),
+        i => format!("ds{group}.r{i}.pool"),
+    }
+}
+
+fn store_name(group: u16, index: u16, replicas: u16) -> String {
+    match replicas {
+        1 => format!("ds {group}"),
+        _ => format!("ds {group}.{index}"),
     }
 }
 

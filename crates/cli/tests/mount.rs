@@ -9,6 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use cluster::{is_mounted, Cluster, Mount, ORION};
 use proptest::prelude::*;
@@ -567,13 +568,20 @@ fn a_killed_mount_is_cleaned_up_and_mounts_again() {
 struct Up {
     child: std::process::Child,
     mnt: PathBuf,
+    /// What it printed before it was ready (a row per process, with its pid).
+    rows: Vec<String>,
 }
 
 impl Up {
     fn start(state: &Path, pools: &Path) -> Up {
+        Up::start_with(state, pools, &[])
+    }
+
+    fn start_with(state: &Path, pools: &Path, extra: &[&str]) -> Up {
         let mnt = state.join("mnt");
         let mut child = Command::new(ORION)
             .args(["up", "--mds-size", "64M", "--ds-size", "64M"])
+            .args(extra)
             .arg("--dir")
             .arg(state)
             .arg("--pools")
@@ -590,7 +598,11 @@ impl Up {
             let ready = line.starts_with("orion up ready");
             seen.push(line);
             if ready {
-                return Up { child, mnt };
+                return Up {
+                    child,
+                    mnt,
+                    rows: seen,
+                };
             }
         }
         let _ = child.kill();
@@ -599,6 +611,17 @@ impl Up {
             "orion up did not become ready: {seen:?}\n{}",
             String::from_utf8_lossy(&o.stderr)
         );
+    }
+
+    /// The pid of the process whose row starts with `name` (e.g. "ds 0.1").
+    fn pid(&self, name: &str) -> i32 {
+        let row = self
+            .rows
+            .iter()
+            .find(|r| r.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("no row for {name}: {:?}", self.rows));
+        let after = row.split("pid").nth(1).expect("a pid");
+        after.split_whitespace().next().unwrap().parse().unwrap()
     }
 
     fn stop(mut self) -> String {
@@ -647,6 +670,67 @@ fn orion_up_serves_the_same_file_system_again() {
     assert!(mnt.join("dir").is_dir());
     let err = up.stop();
     assert!(err.contains("existing file system"), "{err}");
+    assert!(!is_mounted(&mnt));
+}
+
+/// Waits until `log` (a daemon's log under the state directory) has a line with
+/// `what`, for up to 60 s.
+fn wait_for_log(log: &Path, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        if std::fs::read_to_string(log).is_ok_and(|t| t.contains(what)) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{} never said {what:?}", log.display());
+}
+
+#[test]
+fn a_replicated_cluster_loses_a_store_and_the_application_sees_nothing() {
+    let state = tempfile::tempdir().unwrap();
+    let pools = tempfile::tempdir_in("/dev/shm").unwrap();
+    let up = Up::start_with(state.path(), pools.path(), &["--replicas", "2"]);
+    let mnt = up.mnt.clone();
+    let content =
+        |i: usize| -> Vec<u8> { (0..5000 + i * 37).map(|k| (k * 31 + i * 7) as u8).collect() };
+    // A program writing files while one store of group 0 dies (kill -9).
+    let writer = {
+        let mnt = mnt.clone();
+        std::thread::spawn(move || -> Result<usize, String> {
+            for i in 0..300 {
+                let p = mnt.join(format!("f{i}"));
+                std::fs::write(&p, content(i)).map_err(|e| format!("writing {i}: {e}"))?;
+                let back = std::fs::read(&p).map_err(|e| format!("reading {i}: {e}"))?;
+                if back != content(i) {
+                    return Err(format!("file {i} read back wrong"));
+                }
+            }
+            Ok(300)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill(2) on a pid this test's child started.
+    unsafe { libc::kill(up.pid("ds 0.1"), libc::SIGKILL) };
+    assert_eq!(writer.join().unwrap(), Ok(300), "the program saw an error");
+    // `orion up` starts the store again; it copies what it missed, then serves.
+    wait_for_log(&state.path().join("logs/ds0.r1.log"), "serves reads again");
+    // Now the other store of group 0 dies: every file reads back from the one that
+    // resynced (past the client's page cache and the kernel's).
+    // SAFETY: as above.
+    unsafe { libc::kill(up.pid("ds 0.0"), libc::SIGKILL) };
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
+    for i in 0..300 {
+        let back = std::fs::read(mnt.join(format!("f{i}"))).expect("reading a file back");
+        assert!(back == content(i), "file {i} differs after the failures");
+    }
+    let err = up.stop();
+    assert!(
+        err.contains("ds 0.1 exited"),
+        "orion up said a store died: {err}"
+    );
+    assert!(err.contains("started again"), "{err}");
     assert!(!is_mounted(&mnt));
 }
 

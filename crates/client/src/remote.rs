@@ -61,6 +61,9 @@ pub struct Remote {
     /// The cluster map as the MDS last described it, and its epoch.
     pub map: Vec<StoreInfo>,
     pub epoch: Epoch,
+    /// When the map was asked for, and how long reads may go by it.
+    pub map_at: Instant,
+    pub map_lease: Duration,
     /// Connections to the data stores that take writes, by member.
     pub stores: HashMap<MemberId, Store>,
     /// Members written with plain one-sided writes since their last flush (weak mode).
@@ -99,6 +102,8 @@ impl Remote {
             sb: Superblock::new_metadata(1 << 20, [0; 16], [0; 16], 0).map_err(io_err)?,
             map: Vec::new(),
             epoch: 0,
+            map_at: Instant::now(),
+            map_lease: Duration::ZERO,
             stores: HashMap::new(),
             unflushed: BTreeSet::new(),
             internal: None,
@@ -133,6 +138,7 @@ impl Remote {
             strong: self.strong,
             name,
         };
+        let asked = Instant::now();
         let reply = self.call_once(&MdsRequest::Hello(hello.clone()))?;
         let ReplyBody::Hello(h) = reply else {
             return Err(io_err("unexpected reply to hello"));
@@ -145,6 +151,8 @@ impl Remote {
         self.mds_pool = h.pool;
         self.grace = Duration::from_millis(h.grace_ms);
         let internal_changed = self.adopt_map(h.epoch, h.stores);
+        self.map_at = asked;
+        self.map_lease = Duration::from_millis(h.map_lease_ms);
         self.mds.epoch = self.epoch;
         if internal_changed {
             hello.internal = self.internal;

@@ -175,6 +175,11 @@ impl Remote {
     /// Reads `n` contiguous pages from `gpa` into `out` (n * 4 KiB bytes).
     pub fn read_pages(&mut self, gpa: Gpa, n: usize, out: &mut [u8]) -> Res<()> {
         assert_eq!(out.len(), n * PAGE_SIZE as usize, "pages are read whole");
+        // A store that left the map may lack pages committed since: reads go by a
+        // map younger than its lease (the MDS holds such commits back that long).
+        if self.map_at.elapsed() >= self.map_lease {
+            self.refresh_stores()?;
+        }
         self.with_group(gpa.group(), |r| r.read_pages_once(gpa, n, out))
     }
 

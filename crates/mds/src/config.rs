@@ -26,6 +26,10 @@ pub struct MdsConfig {
     /// Data stores per replication group: every page is written to each (1: no
     /// replication).
     pub replicas: u16,
+    /// How long a client reads data pages by the cluster map it has before it asks
+    /// again, in milliseconds. A store that leaves the map takes no commit of its
+    /// group's pages for that long, so no client reads from it a page it lacks.
+    pub map_lease_ms: u64,
 }
 
 impl Default for MdsConfig {
@@ -39,6 +43,7 @@ impl Default for MdsConfig {
             grace_ms: 1000,
             persist_timeout_ms: 10_000,
             replicas: 1,
+            map_lease_ms: 1000,
         }
     }
 }

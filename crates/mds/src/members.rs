@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use orion_fabric::ConnId;
@@ -33,6 +34,9 @@ pub struct Member {
     pub in_sync: bool,
     /// The epoch since which it takes writes (pages written before miss it).
     pub writes_since: Epoch,
+    /// When it last stopped taking writes (clients may still read by a map that
+    /// names it until their map lease runs out).
+    pub left_at: Option<Instant>,
 }
 
 /// A store cannot join yet: it needs an in-sync peer to copy from, and none is up.
@@ -114,6 +118,8 @@ impl ClusterMap {
                             conn: None,
                             in_sync,
                             writes_since: 0,
+                            // Clients of the last run may still hold maps naming it.
+                            left_at: Some(Instant::now()),
                         },
                     );
                 }
@@ -174,6 +180,14 @@ impl ClusterMap {
     pub fn written_to_all(&self, group: u16, written: Epoch) -> bool {
         let mut writers = self.writers(group).peekable();
         writers.peek().is_some() && writers.all(|m| m.writes_since <= written)
+    }
+
+    /// Whether no member of `group` stopped taking writes within `lease`: until then a
+    /// client may read by a map that still names it, so no commit of the group's
+    /// pages (which it would lack) applies.
+    pub fn settled(&self, group: u16, lease: Duration) -> bool {
+        self.group(group)
+            .all(|m| m.state.takes_writes() || m.left_at.is_none_or(|t| t.elapsed() >= lease))
     }
 
     /// Whether some member of `group` serves reads.
@@ -281,6 +295,7 @@ impl ClusterMap {
                 conn: Some(conn),
                 in_sync,
                 writes_since: self.epoch + 1,
+                left_at: self.members.get(&id).and_then(|m| m.left_at),
             },
         );
         self.bump()?;
@@ -294,6 +309,7 @@ impl ClusterMap {
         };
         m.conn = None;
         m.state = MemberState::Down;
+        m.left_at = Some(Instant::now());
         let id = m.id;
         self.bump()?;
         Ok(Some(id))

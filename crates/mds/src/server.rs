@@ -26,7 +26,7 @@ use crate::chunks::{self, ChunkGrants, Group};
 use crate::locks::Locks;
 use crate::members::ClusterMap;
 use crate::stores::Resync;
-use crate::strong::{StrongWaits, Waiting};
+use crate::strong::{Gates, StrongWaits, Waiting};
 use crate::{commit, namespace, MdsConfig};
 
 /// What a started MDS tells its caller.
@@ -372,6 +372,7 @@ impl Mds {
                     pool: self.pool_region.remote(),
                     epoch: self.map.epoch(),
                     stores: self.map.stores(),
+                    map_lease_ms: self.cfg.map_lease_ms,
                     grace_ms: self.cfg.grace_ms,
                 }))
             }
@@ -440,9 +441,11 @@ impl Mds {
                     let own = pages.iter().filter(|g| g.group() == m.group).copied();
                     self.strong.persisted(m.index, own);
                 }
+                let groups = groups_of(&pages);
                 let wait = if strong { pages } else { Vec::new() };
                 let written = c.written_epoch;
-                return self.apply_or_park(conn, id, Waiting::Commit(c), wait, written);
+                let update = Waiting::Commit(c);
+                return self.apply_or_park(conn, id, update, wait, groups, written);
             }
             MdsRequest::Create(c) => {
                 if let Some((g, _, written)) = c.symlink {
@@ -457,7 +460,9 @@ impl Mds {
                         self.strong.persisted(m.index, [g]);
                     }
                     let wait = if strong { vec![g] } else { Vec::new() };
-                    return self.apply_or_park(conn, id, Waiting::Create(c), wait, written);
+                    let groups = vec![g.group()];
+                    let update = Waiting::Create(c);
+                    return self.apply_or_park(conn, id, update, wait, groups, written);
                 }
                 namespace::create(&mut self.engine, &c)
             }
@@ -520,14 +525,20 @@ impl Mds {
         id: u64,
         update: Waiting,
         pages: Vec<Gpa>,
+        groups: Vec<u16>,
         written: Epoch,
     ) -> Option<Reply> {
-        let map = &self.map;
-        if self.strong.ready(&pages, |g| writers(map, g)) {
+        let (map, lease) = (&self.map, self.map_lease());
+        let settled = groups.iter().all(|&g| map.settled(g, lease));
+        if settled && self.strong.ready(&pages, |g| writers(map, g)) {
             return Some(self.apply_ready(conn, update, &pages));
         }
-        self.strong.park(conn, id, update, pages, written);
+        self.strong.park(conn, id, update, pages, groups, written);
         None
+    }
+
+    fn map_lease(&self) -> Duration {
+        Duration::from_millis(self.cfg.map_lease_ms)
     }
 
     fn apply_ready(&mut self, conn: ConnId, update: Waiting, pages: &[Gpa]) -> Reply {
@@ -573,8 +584,12 @@ impl Mds {
     /// Applies and answers the parked updates whose pages are now persisted.
     pub(crate) fn apply_unparked(&mut self) {
         loop {
-            let map = &self.map;
-            let Some(p) = self.strong.take_next_ready(|g| writers(map, g)) else {
+            let (map, lease) = (&self.map, self.map_lease());
+            let gates = Gates {
+                writers: &|g| writers(map, g),
+                settled: &|g| map.settled(g, lease),
+            };
+            let Some(p) = self.strong.take_next_ready(&gates) else {
                 break;
             };
             let reply = self.apply_ready(p.conn, p.update, &p.pages);
@@ -585,13 +600,19 @@ impl Mds {
     /// Asks stores again for overdue notices (see [`StrongWaits`]), and fails the
     /// parked updates whose stores did not answer in time.
     fn expire_parked(&mut self) {
+        // Groups settle with time (a departed store's map lease runs out).
+        self.apply_unparked();
         let map = &self.map;
         let now = Instant::now();
         for ask in self.strong.take_overdue(now, |g| writers(map, g)) {
             self.ask_to_persist(ask);
         }
-        let map = &self.map;
-        for (p, groups) in self.strong.take_expired(now, |g| writers(map, g)) {
+        let (map, lease) = (&self.map, self.map_lease());
+        let gates = Gates {
+            writers: &|g| writers(map, g),
+            settled: &|g| map.settled(g, lease),
+        };
+        for (p, groups) in self.strong.take_expired(now, &gates) {
             warn!("a commit waited too long for data stores of groups {groups:?}");
             let msg = format!(
                 "the data stores of groups {groups:?} did not report the written pages \
@@ -615,6 +636,14 @@ impl Mds {
 
 pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The groups of data pages, each once.
+fn groups_of(pages: &[Gpa]) -> Vec<u16> {
+    let mut g: Vec<u16> = pages.iter().map(|p| p.group()).collect();
+    g.sort_unstable();
+    g.dedup();
+    g
 }
 
 /// The replicas of `group` that take writes, a bit per replica index.

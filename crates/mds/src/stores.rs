@@ -168,21 +168,17 @@ impl Mds {
     }
 
     /// An update that names data `pages` written under epoch `written` must have
-    /// reached every store that takes writes now ([`MAP_CHANGED`] otherwise: the client
-    /// writes them again), and each of their groups must have one.
+    /// reached every store that takes writes now, and each of their groups must have
+    /// one ([`MAP_CHANGED`] otherwise: the client writes them again, to the stores of
+    /// the new map, waiting for one if none is up).
     pub(crate) fn check_written(&self, written: Epoch, pages: &[Gpa]) -> FsResult<()> {
-        for g in pages {
-            if self.map.writers(g.group()).next().is_none() {
-                return Err(FsError::Io(format!(
-                    "every replica of group {} is down: its pages cannot be written",
-                    g.group()
-                )));
-            }
-            if !self.map.written_to_all(g.group(), written) {
-                return Err(MAP_CHANGED);
-            }
+        match pages
+            .iter()
+            .all(|g| self.map.written_to_all(g.group(), written))
+        {
+            true => Ok(()),
+            false => Err(MAP_CHANGED),
         }
-        Ok(())
     }
 
     pub(crate) fn persisted_notice(&mut self, member: MemberId, pages: Vec<Gpa>) {

@@ -32,6 +32,9 @@ pub struct Parked {
     pub id: u64,
     pub update: Waiting,
     pub pages: Vec<Gpa>,
+    /// The groups of all its data pages (awaited or not): none may apply while one
+    /// is unsettled (a store left it within the map lease).
+    pub groups: Vec<u16>,
     /// The cluster map epoch its pages were written under.
     pub written: Epoch,
     deadline: Instant,
@@ -53,6 +56,14 @@ pub struct Ask {
 
 /// Which replicas of its group (a bit per replica index) reported a page persisted.
 type Reporters = u64;
+
+/// What decides whether a parked update applies, from the cluster map.
+pub struct Gates<'a> {
+    /// The replicas of a group whose notices a page needs (a bit per replica index).
+    pub writers: &'a dyn Fn(u16) -> Reporters,
+    /// Whether a group is settled: no store left it within the map lease.
+    pub settled: &'a dyn Fn(u16) -> bool,
+}
 
 /// What the stores reported persisted, and the updates waiting for it.
 pub struct StrongWaits {
@@ -92,6 +103,10 @@ impl StrongWaits {
         })
     }
 
+    fn applies(&self, p: &Parked, writers: &Gates<'_>) -> bool {
+        p.groups.iter().all(|&g| (writers.settled)(g)) && self.ready(&p.pages, writers.writers)
+    }
+
     /// Consumes the notices of pages an update used (whether it applied or failed).
     pub fn consume(&mut self, pages: &[Gpa]) {
         for g in pages {
@@ -106,6 +121,7 @@ impl StrongWaits {
         id: u64,
         update: Waiting,
         pages: Vec<Gpa>,
+        groups: Vec<u16>,
         written: Epoch,
     ) {
         let now = Instant::now();
@@ -114,6 +130,7 @@ impl StrongWaits {
             id,
             update,
             pages,
+            groups,
             written,
             deadline: now + self.timeout,
             ask_at: now + FIRST_ASK,
@@ -154,29 +171,24 @@ impl StrongWaits {
     /// The first parked update (in arrival order) whose pages are all persisted now.
     /// One at a time: applying it consumes its pages' notices, so a later update
     /// naming the same pages waits for notices of its own.
-    pub fn take_next_ready(&mut self, writers: impl Fn(u16) -> Reporters) -> Option<Parked> {
-        let i = self
-            .parked
-            .iter()
-            .position(|p| self.ready(&p.pages, &writers))?;
+    pub fn take_next_ready(&mut self, gates: &Gates<'_>) -> Option<Parked> {
+        let i = self.parked.iter().position(|p| self.applies(p, gates))?;
         self.parked.remove(i)
     }
 
     /// The parked updates whose deadline passed, each with the groups that did not
     /// report all of its pages.
-    pub fn take_expired(
-        &mut self,
-        now: Instant,
-        writers: impl Fn(u16) -> Reporters,
-    ) -> Vec<(Parked, Vec<u16>)> {
+    pub fn take_expired(&mut self, now: Instant, gates: &Gates<'_>) -> Vec<(Parked, Vec<u16>)> {
         let mut out = Vec::new();
         while let Some(i) = self.parked.iter().position(|p| p.deadline <= now) {
             let p = self.parked.remove(i).expect("index in range");
+            let unsettled = p.groups.iter().copied().filter(|&g| !(gates.settled)(g));
             let mut groups: Vec<u16> = p
                 .pages
                 .iter()
-                .filter(|g| !self.ready(std::slice::from_ref(g), &writers))
+                .filter(|g| !self.ready(std::slice::from_ref(g), gates.writers))
                 .map(|g| g.group())
+                .chain(unsettled)
                 .collect::<HashSet<_>>()
                 .into_iter()
                 .collect();
@@ -242,13 +254,15 @@ mod tests {
         let (a, b, c) = (Gpa::new(1, 10), Gpa::new(1, 11), Gpa::new(2, 5));
         // Group 1 has replicas 0 and 1 taking writes; group 2 only replica 0.
         let writers = |g: u16| if g == 1 { 0b11 } else { 0b01 };
-        w.park(1, 7, create(), vec![a, b, c], 1);
+        let settled = |_: u16| true;
+        let gates = Gates {
+            writers: &writers,
+            settled: &settled,
+        };
+        w.park(1, 7, create(), vec![a, b, c], vec![1, 2], 1);
         w.persisted(0, [a, b, c]);
         w.persisted(1, [b]);
-        assert!(
-            w.take_next_ready(writers).is_none(),
-            "replica 1 owes page a"
-        );
+        assert!(w.take_next_ready(&gates).is_none(), "replica 1 owes page a");
         let now = Instant::now();
         assert!(w.take_overdue(now, writers).is_empty(), "not overdue yet");
         let asks = w.take_overdue(now + FIRST_ASK, writers);
@@ -265,8 +279,23 @@ mod tests {
             "asked again only after twice as long"
         );
         assert_eq!(w.take_overdue(now + FIRST_ASK * 3, writers).len(), 1);
-        // Replica 1 of group 1 goes down: group 1 needs replica 0 alone.
-        assert!(w.take_next_ready(|_| 0b01).is_some());
+        // Replica 1 of group 1 goes down: group 1 needs replica 0 alone, once the
+        // group has settled (no client reads by a map naming replica 1 any more).
+        let one = |_: u16| 0b01;
+        let unsettled = |g: u16| g != 1;
+        let gated = Gates {
+            writers: &one,
+            settled: &unsettled,
+        };
+        assert!(
+            w.take_next_ready(&gated).is_none(),
+            "group 1 is not settled"
+        );
+        let open = Gates {
+            writers: &one,
+            settled: &settled,
+        };
+        assert!(w.take_next_ready(&open).is_some());
         assert!(w.take_overdue(now + FIRST_ASK * 100, writers).is_empty());
     }
 
@@ -277,8 +306,8 @@ mod tests {
         w.persisted(0, [a]);
         assert!(!w.ready(&[a], |_| 0));
         assert!(w.ready(&[a], |_| 1));
-        w.park(1, 1, create(), vec![a], 4);
-        w.park(2, 2, create(), vec![a], 5);
+        w.park(1, 1, create(), vec![a], vec![3], 4);
+        w.park(2, 2, create(), vec![a], vec![3], 5);
         assert_eq!(w.take_stale(|p| p.written < 5).len(), 1);
         assert!(!w.ready(&[a], |_| 1), "its notices went with it");
         assert_eq!(w.take_stale(|_| true).len(), 1);

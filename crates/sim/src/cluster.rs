@@ -193,6 +193,8 @@ impl Cluster {
             grace_ms: 20,
             persist_timeout_ms: 5_000,
             replicas: self.cfg.replicas,
+            // Short, as grace_ms: a departed store holds commits back this long.
+            map_lease_ms: 100,
             ..Default::default()
         };
         let fabric = self.fabric();

@@ -197,6 +197,9 @@ pub struct HelloReply {
     /// How long freed pages wait before reuse: a client trusts a cached data page
     /// for less than this (the page cannot have been reused meanwhile).
     pub grace_ms: u64,
+    /// How long a client may read data pages by this map before it asks again: a
+    /// store that leaves the map takes no commit of its group's pages for that long.
+    pub map_lease_ms: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -475,7 +478,7 @@ pub fn encode_reply(out: &mut Vec<u8>, id: u64, reply: &Reply) {
                         .u8(s.state as u8)
                         .bytes(s.addr.as_bytes());
                 }
-                w.u64(h.grace_ms);
+                w.u64(h.grace_ms).u64(h.map_lease_ms);
             }
             ReplyBody::Chunk { start, pages } => {
                 w.u8(ReplyKind::Chunk as u8).u64(start.0).u32(*pages);
@@ -606,6 +609,7 @@ pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
                 epoch,
                 stores,
                 grace_ms: r.u64("grace")?,
+                map_lease_ms: r.u64("map lease")?,
             }))
         }
         ReplyKind::Chunk => Reply::Ok(ReplyBody::Chunk {

@@ -170,6 +170,7 @@ fn requests_and_replies_round_trip() {
                 addr: "ds2:1".into(),
             }],
             grace_ms: 5,
+            map_lease_ms: 250,
         }),
     ] {
         let mut b = Vec::new();
