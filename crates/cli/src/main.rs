@@ -21,6 +21,7 @@ mod fs_cmd;
 mod mount_cmd;
 mod procs;
 mod signals;
+mod status;
 mod up;
 
 #[derive(Parser)]
@@ -65,6 +66,9 @@ enum Cmd {
     /// Start a whole cluster on this machine (an MDS, two data stores) and mount it;
     /// Ctrl-C unmounts and stops everything.
     Up(up::UpArgs),
+    /// What a cluster is doing: its epoch, the MDS, every data store with its state
+    /// and resync progress (from `--dir` of an `orion up`, or `--config`).
+    Status(status::StatusArgs),
     /// Mount the file system at a directory (FUSE; foreground: SIGTERM/SIGINT unmount).
     Mount(mount_cmd::MountArgs),
     /// Unmount a mount point, or clean up one left by a crashed `orion mount`.
@@ -242,6 +246,10 @@ fn run() -> Result<ExitCode> {
         }
         Cmd::Up(a) => {
             up::up(a)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Status(a) => {
+            status::status(a)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Mount(a) => {

@@ -20,6 +20,7 @@ use clap::Args;
 
 use crate::procs::{listen_addr, Daemon};
 use crate::signals::stop_flag;
+use crate::status::{Proc, StoreProc, UpState};
 
 /// Replication groups `orion up` starts.
 const GROUPS: u16 = 2;
@@ -187,6 +188,19 @@ pub fn up(a: UpArgs) -> Result<()> {
         mds_addr,
         mds_pool.display()
     ));
+    let mut up_state = UpState {
+        fabric: crate::config::FabricSection {
+            backend: a.backend.clone(),
+            provider: a.provider.clone(),
+            secret_file: secret.clone(),
+            ..Default::default()
+        },
+        mds: Proc {
+            addr: mds_addr.clone(),
+            pid: mds.pid(),
+        },
+        stores: Vec::new(),
+    };
     children.push(mds);
     // How each data store starts (and starts again after it died).
     let mut restarts: Vec<StoreStart> = Vec::new();
@@ -212,15 +226,23 @@ pub fn up(a: UpArgs) -> Result<()> {
         ));
         let (ds, line) = Daemon::spawn(&name, &args, &log)?;
         done(t, "");
+        let addr = listen_addr(&line).unwrap_or_default();
         rows.push(format!(
             "  {name:<7}pid {:<7} {:<21} pool {}",
             ds.pid(),
-            listen_addr(&line).unwrap_or_default(),
+            addr,
             pool.display()
         ));
+        up_state.stores.push(StoreProc {
+            group: *g,
+            index: *i,
+            addr,
+            pid: ds.pid(),
+        });
         restarts.push(StoreStart { name, args, log });
         children.push(ds);
     }
+    up_state.save(&state)?;
     if a.check {
         for r in &rows {
             println!("{r}");
@@ -284,8 +306,14 @@ pub fn up(a: UpArgs) -> Result<()> {
             let (_, r) = pending.remove(p);
             let s = &restarts[r];
             match Daemon::spawn(&s.name, &s.args, &s.log) {
-                Ok((d, _)) => {
+                Ok((d, line)) => {
                     eprintln!("orion up: {} started again (pid {})", s.name, d.pid());
+                    let entry = &mut up_state.stores[r];
+                    entry.pid = d.pid();
+                    entry.addr = listen_addr(&line).unwrap_or_default();
+                    if let Err(e) = up_state.save(&state) {
+                        eprintln!("orion up: recording the new pid: {e:#}");
+                    }
                     // Before the mount, so that stopping takes it down before the MDS.
                     children.insert(1, d);
                 }

@@ -71,7 +71,12 @@ struct Store {
     resync: Option<(Arc<AtomicBool>, mpsc::Receiver<Result<Copied>>)>,
     /// When to start a resync again that failed.
     resync_again: Option<Instant>,
+    /// When the last heartbeat went to the MDS.
+    beat: Instant,
 }
+
+/// How often a store tells the MDS it is alive.
+const HEARTBEAT: Duration = Duration::from_millis(100);
 
 pub fn run(
     cfg: DsConfig,
@@ -169,6 +174,7 @@ pub fn run(
         fabric,
         resync: None,
         resync_again: None,
+        beat: Instant::now(),
         incarnation: u64::from_le_bytes(
             orion_format::random_uuid()[..8]
                 .try_into()
@@ -203,6 +209,7 @@ pub fn run(
             st.on_completion(c);
         }
         st.notify_mds();
+        st.heartbeat();
         st.poll_resync();
         while let Ok(ch) = rx.try_recv() {
             match ch.post_receives() {
@@ -363,6 +370,20 @@ impl Store {
                     ch.conn.close();
                 }
                 self.msg = msg;
+            }
+        }
+    }
+
+    /// Tells the MDS this store is alive, every 100 ms (it takes a store that stays
+    /// silent for its heartbeat timeout for dead).
+    fn heartbeat(&mut self) {
+        if self.beat.elapsed() < HEARTBEAT {
+            return;
+        }
+        self.beat = Instant::now();
+        if let Some(mds) = &mut self.mds {
+            if let Err(e) = mds.send_request(0, &StoreToMds::Heartbeat) {
+                warn!("sending a heartbeat to the MDS: {e}");
             }
         }
     }

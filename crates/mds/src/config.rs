@@ -30,6 +30,9 @@ pub struct MdsConfig {
     /// again, in milliseconds. A store that leaves the map takes no commit of its
     /// group's pages for that long, so no client reads from it a page it lacks.
     pub map_lease_ms: u64,
+    /// A data store that sends nothing for this long (it sends a heartbeat every 100
+    /// ms) is taken for dead, in milliseconds.
+    pub heartbeat_timeout_ms: u64,
 }
 
 impl Default for MdsConfig {
@@ -44,6 +47,7 @@ impl Default for MdsConfig {
             persist_timeout_ms: 10_000,
             replicas: 1,
             map_lease_ms: 1000,
+            heartbeat_timeout_ms: 1000,
         }
     }
 }

@@ -209,6 +209,7 @@ impl ClusterMap {
                 member: m.id,
                 state: m.state,
                 addr: m.addr.clone(),
+                resync_pct: 100,
             })
             .collect()
     }

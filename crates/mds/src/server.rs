@@ -51,6 +51,8 @@ pub(crate) struct Peer {
     pub role: Role,
     pub grants: ChunkGrants,
     pub name: String,
+    /// When it last sent anything (a data store sends a heartbeat every 100 ms).
+    pub heard: Instant,
 }
 
 pub(crate) struct Mds {
@@ -132,6 +134,19 @@ pub fn serve(
         cfg.pool.as_path(),
         "the pool served is the file the fabric registers"
     );
+    if cfg.replicas == 0 || cfg.replicas > 64 {
+        bail!(
+            "replicas = {}: a group has 1 to 64 data stores",
+            cfg.replicas
+        );
+    }
+    if cfg.heartbeat_timeout_ms < 300 {
+        bail!(
+            "heartbeat_timeout_ms = {}: stores send a heartbeat every 100 ms, so the \
+             timeout is at least 300 ms",
+            cfg.heartbeat_timeout_ms
+        );
+    }
     let superblock = pool.read_vec(0, SUPERBLOCK_SIZE)?;
     match Superblock::decode(&superblock) {
         Ok(sb) if sb.kind == PoolKind::Metadata => {}
@@ -221,6 +236,7 @@ pub fn serve(
         }
         mds.adopt(&rx);
         mds.expire_parked();
+        mds.check_heartbeats();
     }
     info!("stopping: {} connections", mds.peers.len());
     for p in mds.peers.values() {
@@ -254,6 +270,7 @@ impl Mds {
                     role: Role::New,
                     grants: ChunkGrants::default(),
                     name,
+                    heard: Instant::now(),
                 },
             );
         }
@@ -267,6 +284,7 @@ impl Mds {
             Event::Done => {}
             Event::Broken(e) => self.drop_peer(c.conn, &e.to_string()),
             Event::Message { slot, len } => {
+                peer.heard = Instant::now();
                 let mut msg = std::mem::take(&mut self.msg);
                 let read = peer.ch.read_message(slot, len, &mut msg);
                 let repost = peer.ch.repost(slot);
@@ -371,7 +389,7 @@ impl Mds {
                     superblock: self.superblock.clone(),
                     pool: self.pool_region.remote(),
                     epoch: self.map.epoch(),
-                    stores: self.map.stores(),
+                    stores: self.stores_with_progress(),
                     map_lease_ms: self.cfg.map_lease_ms,
                     grace_ms: self.cfg.grace_ms,
                 }))
@@ -381,6 +399,7 @@ impl Mds {
                 self.persisted_notice(member, pages);
                 return None;
             }
+            (Role::Store { .. }, MdsInbound::Store(StoreToMds::Heartbeat)) => return None,
             (&Role::Store { member }, MdsInbound::Store(StoreToMds::Resynced)) => {
                 self.resync_done(member)
             }

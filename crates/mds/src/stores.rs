@@ -32,6 +32,14 @@ pub struct Resync {
     /// The pages the engine named when the member joined, ascending.
     pub pages: Vec<u64>,
     pub source: MemberId,
+    /// How many of `pages` lie before the plan piece asked for last.
+    pub passed: usize,
+}
+
+impl Resync {
+    pub fn percent(&self) -> u8 {
+        (self.passed * 100 / self.pages.len().max(1)).min(100) as u8
+    }
 }
 
 impl Mds {
@@ -103,6 +111,7 @@ impl Mds {
                     Resync {
                         pages,
                         source: from,
+                        passed: 0,
                     },
                 );
                 true
@@ -149,6 +158,34 @@ impl Mds {
             );
         }
         self.epoch_changed();
+    }
+
+    /// The cluster map as clients get it, with each resync's progress.
+    pub(crate) fn stores_with_progress(&self) -> Vec<orion_proto::StoreInfo> {
+        let mut stores = self.map.stores();
+        for s in &mut stores {
+            if let Some(r) = self.resyncs.get(&s.member) {
+                s.resync_pct = r.percent();
+            }
+        }
+        stores
+    }
+
+    /// A data store that sent nothing (not even its heartbeat) for the configured
+    /// time is taken for dead, as if its connection had closed: it may hang rather
+    /// than crash, or be cut off.
+    pub(crate) fn check_heartbeats(&mut self) {
+        let timeout = std::time::Duration::from_millis(self.cfg.heartbeat_timeout_ms);
+        let silent: Vec<ConnId> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| matches!(p.role, Role::Store { .. }) && p.heard.elapsed() > timeout)
+            .map(|(c, _)| *c)
+            .collect();
+        for conn in silent {
+            let why = format!("no heartbeat for {} ms", timeout.as_millis());
+            self.drop_peer(conn, &why);
+        }
     }
 
     /// The cluster map changed: parked updates whose pages a store that takes writes
@@ -250,6 +287,7 @@ impl Mds {
         let end = first_page + (MAX_PLAN_WORDS as u64) * 64;
         let mut bits = Vec::new();
         let start = r.pages.partition_point(|&p| p < first_page);
+        r.passed = start;
         for &p in r.pages[start..].iter().take_while(|&&p| p < end) {
             let w = ((p - first_page) / 64) as usize;
             if bits.len() <= w {

@@ -65,3 +65,28 @@ fn a_restarted_store_takes_its_group_back_and_a_stranger_is_refused() {
         other => panic!("a second pool for group 5 was let in: {other:?}"),
     }
 }
+
+#[test]
+fn a_store_that_falls_silent_is_taken_for_dead_after_its_heartbeat_timeout() {
+    let cluster = Cluster::start(ClusterConfig {
+        stores: 0,
+        ..Default::default()
+    })
+    .unwrap();
+    let domain = Domain::open(cluster.fabric()).unwrap();
+    let cq = domain.completion_queue().unwrap();
+    // A store that joins and then says nothing more (hung, or cut off one way).
+    let t0 = std::time::Instant::now();
+    let (silent, r) = join(&domain, &cq, [9; 16]);
+    assert!(matches!(r, Reply::Ok(ReplyBody::Joined { .. })), "{r:?}");
+    while silent.conn.is_alive() && t0.elapsed() < Duration::from_secs(10) {
+        let _ = cq.poll(&mut Vec::new(), 16);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let waited = t0.elapsed();
+    assert!(!silent.conn.is_alive(), "the MDS kept a silent store");
+    assert!(
+        waited >= Duration::from_millis(900),
+        "taken for dead after {waited:?}, before the 1 s timeout"
+    );
+}

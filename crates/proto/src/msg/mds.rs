@@ -90,6 +90,8 @@ pub enum StoreToMds {
     Persisted { pages: Vec<Gpa> },
     /// The store copied every page its resync plan named: it serves reads now.
     Resynced,
+    /// The store is alive (sent every 100 ms); no reply.
+    Heartbeat,
     /// Which pages a resyncing store copies, from `from_page` on, and from which peer
     /// (answered with `ReplyBody::ResyncPlan`). Its resync thread asks on a connection
     /// of its own, so the member and incarnation say who asks.
@@ -107,6 +109,7 @@ wire_kinds! {
         Persisted = 33,
         Resynced = 34,
         ResyncPlan = 35,
+        Heartbeat = 36,
     }
 }
 
@@ -321,6 +324,7 @@ impl StoreToMds {
             StoreToMds::Join(_) => StoreToMdsKind::Join,
             StoreToMds::Persisted { .. } => StoreToMdsKind::Persisted,
             StoreToMds::Resynced => StoreToMdsKind::Resynced,
+            StoreToMds::Heartbeat => StoreToMdsKind::Heartbeat,
             StoreToMds::ResyncPlan { .. } => StoreToMdsKind::ResyncPlan,
         }
     }
@@ -338,6 +342,7 @@ impl StoreToMds {
             }),
             StoreToMdsKind::Persisted => StoreToMds::Persisted { pages: pages(r)? },
             StoreToMdsKind::Resynced => StoreToMds::Resynced,
+            StoreToMdsKind::Heartbeat => StoreToMds::Heartbeat,
             StoreToMdsKind::ResyncPlan => StoreToMds::ResyncPlan {
                 member: MemberId::unpack(r.u32("member")?),
                 incarnation: r.u64("incarnation")?,
@@ -362,7 +367,7 @@ impl Message for StoreToMds {
                 w.u64(d.incarnation);
             }
             StoreToMds::Persisted { pages } => put_pages(&mut w, pages),
-            StoreToMds::Resynced => {}
+            StoreToMds::Resynced | StoreToMds::Heartbeat => {}
             StoreToMds::ResyncPlan {
                 member,
                 incarnation,
@@ -387,6 +392,7 @@ impl Message for StoreToMds {
             StoreToMdsKind::Join => "data store join",
             StoreToMdsKind::Persisted => "persisted notice",
             StoreToMdsKind::Resynced => "resync done",
+            StoreToMdsKind::Heartbeat => "heartbeat",
             StoreToMdsKind::ResyncPlan => "resync plan",
         }
     }

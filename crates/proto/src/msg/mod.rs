@@ -181,6 +181,8 @@ pub struct StoreInfo {
     pub member: MemberId,
     pub state: MemberState,
     pub addr: String,
+    /// How far its resync has come, in percent (100 when it is not resyncing).
+    pub resync_pct: u8,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -476,7 +478,8 @@ pub fn encode_reply(out: &mut Vec<u8>, id: u64, reply: &Reply) {
                 for s in &h.stores {
                     w.u32(s.member.pack())
                         .u8(s.state as u8)
-                        .bytes(s.addr.as_bytes());
+                        .bytes(s.addr.as_bytes())
+                        .u8(s.resync_pct);
                 }
                 w.u64(h.grace_ms).u64(h.map_lease_ms);
             }
@@ -600,6 +603,7 @@ pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
                     member: MemberId::unpack(r.u32("member")?),
                     state: MemberState::from_u8(r.u8("member state")?)?,
                     addr: text(&mut r, "address")?,
+                    resync_pct: r.u8("resync progress")?,
                 });
             }
             Reply::Ok(ReplyBody::Hello(HelloReply {

@@ -83,6 +83,7 @@ fn sample_store_messages() -> Vec<StoreToMds> {
             pages: vec![Gpa::new(0, 1), Gpa::new(0, 2)],
         },
         StoreToMds::Resynced,
+        StoreToMds::Heartbeat,
         StoreToMds::ResyncPlan {
             member: MemberId::new(4, 1),
             incarnation: 99,
@@ -168,6 +169,7 @@ fn requests_and_replies_round_trip() {
                 member: MemberId::new(2, 1),
                 state: MemberState::Resyncing,
                 addr: "ds2:1".into(),
+                resync_pct: 40,
             }],
             grace_ms: 5,
             map_lease_ms: 250,
