@@ -150,18 +150,26 @@ fn bench_one(c: &Client, tag: &str, iters: usize) -> Result<Rows> {
     Ok(Rows(rows))
 }
 
-/// An MDS and one data store started for a benchmark, stopped (by PID) when dropped.
+/// An MDS and one replication group of data stores started for a benchmark, stopped
+/// (by PID) when dropped: the stores first, then the MDS.
 pub struct BenchCluster {
     pub mds_addr: String,
     pub fabric: FabricConfig,
     /// `--backend`, `--provider` and `--secret-file` for further `orion` processes.
     pub common_args: Vec<String>,
-    _daemons: Vec<Daemon>,
+    /// Each store's arguments, log, and process while it runs.
+    stores: Vec<(Vec<String>, std::path::PathBuf, Option<Daemon>)>,
+    _mds: Daemon,
     _dir: tempfile::TempDir,
 }
 
 impl BenchCluster {
     pub fn start(backend: &str, provider: &str) -> Result<BenchCluster> {
+        Self::start_replicated(backend, provider, 1)
+    }
+
+    /// With `replicas` data stores in the group.
+    pub fn start_replicated(backend: &str, provider: &str, replicas: u16) -> Result<BenchCluster> {
         let fabric_backend = match backend {
             "local" => Backend::Local,
             "tcp" | "libfabric" => Backend::Libfabric,
@@ -198,23 +206,53 @@ impl BenchCluster {
             v.extend(common_args.iter().cloned());
             v
         };
-        let (mds, mds_addr) = spawn(
-            &serve("mds", "256M", "mds.pool"),
-            &dir.path().join("mds.log"),
-        )?;
-        let mut ds_args = serve("ds", "1G", "ds0.pool");
-        ds_args.extend(["--mds".into(), mds_addr.clone()]);
-        let (ds, _) = spawn(&ds_args, &dir.path().join("ds0.log"))?;
+        let mut mds_args = serve("mds", "256M", "mds.pool");
+        mds_args.extend(["--replicas".into(), replicas.to_string()]);
+        let (mds, mds_addr) = spawn(&mds_args, &dir.path().join("mds.log"))?;
+        let mut stores = Vec::new();
+        for i in 0..replicas {
+            let mut ds_args = serve("ds", "1G", &format!("ds0.{i}.pool"));
+            ds_args.extend([
+                "--mds".into(),
+                mds_addr.clone(),
+                "--index".into(),
+                i.to_string(),
+            ]);
+            let log = dir.path().join(format!("ds0.{i}.log"));
+            let (ds, _) = spawn(&ds_args, &log)?;
+            stores.push((ds_args, log, Some(ds)));
+        }
         let mut fabric = FabricConfig::new(fabric_backend, secret);
         fabric.provider = provider.to_string();
         Ok(BenchCluster {
             mds_addr,
             fabric,
             common_args,
-            // The data store stops first, then the MDS.
-            _daemons: vec![ds, mds],
+            stores,
+            _mds: mds,
             _dir: dir,
         })
+    }
+
+    /// Kills data store `index` with SIGKILL (a crash), leaving it down.
+    pub fn kill_store(&mut self, index: usize) {
+        if let Some(mut d) = self.stores[index].2.take() {
+            d.kill();
+        }
+    }
+
+    /// Starts data store `index` again from its pool.
+    pub fn restart_store(&mut self, index: usize) -> Result<()> {
+        let (args, log, running) = &mut self.stores[index];
+        if running.is_none() {
+            *running = Some(spawn(args, log)?.0);
+        }
+        Ok(())
+    }
+
+    /// The log of data store `index`.
+    pub fn store_log(&self, index: usize) -> String {
+        std::fs::read_to_string(&self.stores[index].1).unwrap_or_default()
     }
 
     pub fn client(&self, strong: bool, internal: bool) -> Result<Client> {
@@ -238,8 +276,8 @@ impl BenchCluster {
     }
 }
 
-pub fn run(backend: &str, provider: &str, iters: usize, json: bool) -> Result<()> {
-    let cluster = BenchCluster::start(backend, provider)?;
+pub fn run(backend: &str, provider: &str, iters: usize, replicas: u16, json: bool) -> Result<()> {
+    let cluster = BenchCluster::start_replicated(backend, provider, replicas)?;
     let client = |strong: bool, internal: bool| cluster.client(strong, internal);
     let progress = |what: &str| {
         if !json {
@@ -257,7 +295,7 @@ pub fn run(backend: &str, provider: &str, iters: usize, json: bool) -> Result<()
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     if json {
         println!(
-            "{{\"backend\":\"{backend}\",\"provider\":\"{provider}\",\"iters\":{iters},\
+            "{{\"backend\":\"{backend}\",\"provider\":\"{provider}\",\"iters\":{iters},\"replicas\":{replicas},\
              \"pools\":\"/dev/shm (volatile: tmpfs emulates NVMM)\",\"kernel\":\"{}\",\
              {},\"external\":{{{}}},\"weak\":{{{}}},\"optimistic\":{{{}}}}}",
             kernel.trim(),
@@ -269,8 +307,9 @@ pub fn run(backend: &str, provider: &str, iters: usize, json: bool) -> Result<()
         return Ok(());
     }
     println!(
-        "orion bench client: backend {backend}{}, {iters} ops per row, pools on /dev/shm \
-         (volatile: tmpfs emulates NVMM, as in the paper), latencies in µs",
+        "orion bench client: backend {backend}{}, {replicas} data store(s) per group, {iters} \
+         ops per row, pools on /dev/shm (volatile: tmpfs emulates NVMM, as in the paper), \
+         latencies in µs",
         if backend == "local" {
             String::new()
         } else {

@@ -14,6 +14,7 @@ mod bench_fabric;
 mod bench_local;
 mod bench_mds;
 mod bench_mount;
+mod bench_replicas;
 mod bench_workloads;
 mod config;
 mod daemons;
@@ -123,6 +124,23 @@ enum BenchCmd {
         /// Operations per measured row.
         #[arg(long, default_value_t = 5000)]
         iters: usize,
+        /// Data stores in the group (every page is written to each).
+        #[arg(long, default_value_t = 1)]
+        replicas: u16,
+        #[arg(long)]
+        json: bool,
+    },
+    /// What a store failure costs a replicated group: the write stall around a kill -9,
+    /// degraded latency, and the resync when the store comes back.
+    Replicas {
+        /// local (same-host shared memory) or tcp (libfabric with --provider).
+        #[arg(long, default_value = "local")]
+        backend: String,
+        #[arg(long, default_value = "tcp;ofi_rxm")]
+        provider: String,
+        /// MiB written before the kill (what the store copies back).
+        #[arg(long, default_value_t = 256)]
+        data_mib: u64,
         #[arg(long)]
         json: bool,
     },
@@ -248,6 +266,18 @@ fn run() -> Result<ExitCode> {
             up::up(a)?;
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Bench {
+            which:
+                BenchCmd::Replicas {
+                    backend,
+                    provider,
+                    data_mib,
+                    json,
+                },
+        } => {
+            bench_replicas::run(&backend, &provider, data_mib, json)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Status(a) => {
             status::status(a)?;
             Ok(ExitCode::SUCCESS)
@@ -312,10 +342,11 @@ fn run() -> Result<ExitCode> {
                     backend,
                     provider,
                     iters,
+                    replicas,
                     json,
                 },
         } => {
-            bench_client::run(&backend, &provider, iters, json)?;
+            bench_client::run(&backend, &provider, iters, replicas, json)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Bench {

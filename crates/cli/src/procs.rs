@@ -66,6 +66,12 @@ impl Daemon {
         self.child.try_wait().ok().flatten()
     }
 
+    /// SIGKILL at once (a crash, for tests and benchmarks), and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// SIGTERM, then SIGKILL if it is still running after `grace`.
     pub fn stop(&mut self, grace: Duration) {
         if self.exited().is_some() {
