@@ -119,10 +119,19 @@ pub fn run(job: &Job) -> Result<Copied> {
             while i < n && i - start < RUN_PAGES && bits[(i / 64) as usize] & (1 << (i % 64)) != 0 {
                 i += 1;
             }
-            runs.push((first_page + start, i - start));
+            let Some(at) = first_page.checked_add(start) else {
+                bail!("a resync plan past the last page");
+            };
+            runs.push((at, i - start));
         }
         for (page, count) in runs {
-            if page + count > job.page_count {
+            if job.cancel.load(Ordering::Relaxed) {
+                bail!("given up (the store lost the MDS, or stops)");
+            }
+            if page
+                .checked_add(count)
+                .is_none_or(|end| end > job.page_count)
+            {
                 bail!(
                     "the plan names page {page}, beyond this store's {} pages",
                     job.page_count
@@ -138,7 +147,7 @@ pub fn run(job: &Job) -> Result<Copied> {
             job.pool.persist(off, len)?;
             copied += count;
         }
-        next_page = first_page + n;
+        next_page = first_page.saturating_add(n);
         // One line per tenth of the pool passed.
         let tenth = next_page.min(job.page_count) * 10 / job.page_count.max(1);
         if tenth > reported {

@@ -69,6 +69,9 @@ struct Store {
     fabric: FabricConfig,
     /// A resync under way: its cancel flag and where its result comes.
     resync: Option<(Arc<AtomicBool>, mpsc::Receiver<Result<Copied>>)>,
+    /// The resync thread, joined before another starts (two must never write pages
+    /// at once: the older one's copies would land over the newer's).
+    resync_thread: Option<std::thread::JoinHandle<()>>,
     /// When to start a resync again that failed.
     resync_again: Option<Instant>,
     /// When the last heartbeat went to the MDS.
@@ -173,6 +176,7 @@ pub fn run(
         msg: Vec::new(),
         fabric,
         resync: None,
+        resync_thread: None,
         resync_again: None,
         beat: Instant::now(),
         incarnation: u64::from_le_bytes(
@@ -390,6 +394,11 @@ impl Store {
 
     /// Starts copying what this store missed from a peer, on a thread of its own.
     fn start_resync(&mut self) {
+        self.cancel_resync();
+        if let Some(t) = self.resync_thread.take() {
+            // It stops at its next run of pages (at most 1 MiB).
+            let _ = t.join();
+        }
         let cancel = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel();
         let job = resync::Job {
@@ -408,7 +417,10 @@ impl Store {
                 let _ = tx.send(resync::run(&job));
             });
         match spawned {
-            Ok(_) => self.resync = Some((cancel, rx)),
+            Ok(t) => {
+                self.resync = Some((cancel, rx));
+                self.resync_thread = Some(t);
+            }
             Err(e) => {
                 warn!("starting the resync: {e}");
                 self.resync_again = Some(Instant::now() + Duration::from_millis(500));

@@ -182,12 +182,16 @@ impl ClusterMap {
         writers.peek().is_some() && writers.all(|m| m.writes_since <= written)
     }
 
-    /// Whether no member of `group` stopped taking writes within `lease`: until then a
-    /// client may read by a map that still names it, so no commit of the group's
-    /// pages (which it would lack) applies.
+    /// Whether a commit of `group`'s pages may apply now: a member that is up and in
+    /// sync takes it (else a resync could lose its only source: the commit waits for
+    /// one to return), and no member stopped taking writes within `lease` (until then
+    /// a client may read by a map that still names it, and it would lack the commit).
     pub fn settled(&self, group: u16, lease: Duration) -> bool {
         self.group(group)
-            .all(|m| m.state.takes_writes() || m.left_at.is_none_or(|t| t.elapsed() >= lease))
+            .any(|m| m.state == MemberState::Up && m.in_sync)
+            && self
+                .group(group)
+                .all(|m| m.state.takes_writes() || m.left_at.is_none_or(|t| t.elapsed() >= lease))
     }
 
     /// Whether some member of `group` serves reads.
@@ -252,10 +256,8 @@ impl ClusterMap {
             .map(|m| m.id);
         let in_sync = match self.members.get(&id) {
             Some(m) if m.pool_uuid == d.pool_uuid => m.in_sync,
-            Some(m) if fresh => {
-                let _ = m; // a new, empty pool replaces a lost one: rebuilt from a peer
-                false
-            }
+            // A new, empty pool replaces a lost one: rebuilt from a peer.
+            Some(_) if fresh => false,
             Some(m) => bail!(
                 "{id} is pool {}, and this store's pool ({}) belongs to the cluster already: \
                  point the store at its own pool",
@@ -303,6 +305,11 @@ impl ClusterMap {
         Ok(admission)
     }
 
+    /// Whether `id` is a place of this cluster (a client may say it is beside it).
+    pub fn knows(&self, id: MemberId) -> bool {
+        id.index < self.replicas && self.members.contains_key(&id)
+    }
+
     /// A store's connection closed: its member is down. Returns it.
     pub fn leave(&mut self, conn: ConnId) -> Result<Option<MemberId>> {
         let Some(m) = self.members.values_mut().find(|m| m.conn == Some(conn)) else {
@@ -346,7 +353,7 @@ impl ClusterMap {
 }
 
 fn parse_uuid(s: &str) -> Result<[u8; 16]> {
-    if s.len() != 32 {
+    if s.len() != 32 || !s.is_ascii() {
         bail!("a pool id of {} characters", s.len());
     }
     let mut out = [0u8; 16];
@@ -413,6 +420,14 @@ mod tests {
         assert_eq!(map.writers(0).count(), 1);
         assert!(map.written_to_all(0, e1), "a member leaving loses no write");
         assert!(
+            !map.settled(0, Duration::from_secs(60)),
+            "within the map lease"
+        );
+        assert!(
+            map.settled(0, Duration::ZERO),
+            "replica 0 is up and in sync"
+        );
+        assert!(
             !map.written_to_all(1, e1),
             "a group without members takes none"
         );
@@ -458,5 +473,20 @@ mod tests {
             map.join(&hello(0, 1, 6), true, 6).unwrap(),
             Admission::Resync { .. }
         ));
+    }
+
+    #[test]
+    fn no_commit_while_a_resync_has_lost_its_source() {
+        let mut map = ClusterMap::load(None, 2).unwrap();
+        map.join(&hello(0, 0, 1), false, 1).unwrap();
+        map.join(&hello(0, 1, 2), true, 2).unwrap(); // resyncing from replica 0
+        assert!(map.settled(0, Duration::ZERO));
+        map.leave(1).unwrap();
+        assert!(
+            !map.settled(0, Duration::ZERO),
+            "replica 1 takes writes but holds no whole copy: commits wait"
+        );
+        map.join(&hello(0, 0, 1), false, 3).unwrap();
+        assert!(map.settled(0, Duration::ZERO), "replica 0 is back, in sync");
     }
 }

@@ -17,7 +17,7 @@ use orion_meta::engine::EngineConfig;
 use orion_meta::{FsError, MetaEngine, SystemClock};
 use orion_pmem::{ModeChoice, Pool};
 use orion_proto::{
-    peek_id, Channel, Epoch, Event, HelloReply, MdsInbound, MdsRequest, MemberId, Message, Reply,
+    peek_id, Channel, Event, HelloReply, MdsInbound, MdsRequest, MemberId, Message, Reply,
     ReplyBody, StoreToMds,
 };
 use tracing::{debug, info, warn};
@@ -26,7 +26,7 @@ use crate::chunks::{self, ChunkGrants, Group};
 use crate::locks::Locks;
 use crate::members::ClusterMap;
 use crate::stores::Resync;
-use crate::strong::{Gates, StrongWaits, Waiting};
+use crate::strong::{Gates, Pending, StrongWaits, Waiting};
 use crate::{commit, namespace, MdsConfig};
 
 /// What a started MDS tells its caller.
@@ -138,6 +138,14 @@ pub fn serve(
         bail!(
             "replicas = {}: a group has 1 to 64 data stores",
             cfg.replicas
+        );
+    }
+    if cfg.persist_timeout_ms <= cfg.map_lease_ms {
+        bail!(
+            "persist_timeout_ms = {} must exceed map_lease_ms = {}: a commit waits out the \
+             map lease after a data store leaves",
+            cfg.persist_timeout_ms,
+            cfg.map_lease_ms
         );
     }
     if cfg.heartbeat_timeout_ms < 300 {
@@ -378,8 +386,13 @@ impl Mds {
                         h.name
                     );
                 }
+                // Only a store this MDS knows: the client's own persists stand for
+                // that store's notices (an unknown one's pages are asked of the
+                // stores themselves).
+                let internal = h.internal.filter(|m| self.map.knows(*m));
+                let peer = self.peers.get_mut(&conn)?;
                 peer.role = Role::Client {
-                    internal: h.internal,
+                    internal,
                     strong: h.strong,
                 };
                 peer.name = format!("{} ({})", h.name, peer.ch.conn.peer());
@@ -404,7 +417,7 @@ impl Mds {
                 self.resync_done(member)
             }
             (
-                _,
+                Role::New | Role::Store { .. },
                 MdsInbound::Store(StoreToMds::ResyncPlan {
                     member,
                     incarnation,
@@ -451,7 +464,8 @@ impl Mds {
                     return Some(errno_reply(e));
                 }
                 let pages = commit::data_pages(&c);
-                if let Err(e) = self.check_written(c.written_epoch, &pages) {
+                if let Err(e) = self.check_written(c.written_epoch, &groups_of(&pages)) {
+                    self.strong.consume(&pages);
                     return Some(errno_reply(e));
                 }
                 // Pages an internal client wrote into its own store's pool it has
@@ -460,28 +474,34 @@ impl Mds {
                     let own = pages.iter().filter(|g| g.group() == m.group).copied();
                     self.strong.persisted(m.index, own);
                 }
-                let groups = groups_of(&pages);
-                let wait = if strong { pages } else { Vec::new() };
-                let written = c.written_epoch;
-                let update = Waiting::Commit(c);
-                return self.apply_or_park(conn, id, update, wait, groups, written);
+                let p = Pending {
+                    groups: groups_of(&pages),
+                    pages: if strong { pages } else { Vec::new() },
+                    written: c.written_epoch,
+                    update: Waiting::Commit(c),
+                };
+                return self.apply_or_park(conn, id, p);
             }
             MdsRequest::Create(c) => {
                 if let Some((g, _, written)) = c.symlink {
                     if let Err(e) = peer.grants.check(g, 1) {
                         return Some(errno_reply(e));
                     }
-                    if let Err(e) = self.check_written(written, &[g]) {
+                    if let Err(e) = self.check_written(written, &[g.group()]) {
+                        self.strong.consume(&[g]);
                         return Some(errno_reply(e));
                     }
                     // An internal client persisted its own replica's copy itself.
                     if let Some(m) = internal.filter(|m| m.group == g.group()) {
                         self.strong.persisted(m.index, [g]);
                     }
-                    let wait = if strong { vec![g] } else { Vec::new() };
-                    let groups = vec![g.group()];
-                    let update = Waiting::Create(c);
-                    return self.apply_or_park(conn, id, update, wait, groups, written);
+                    let p = Pending {
+                        pages: if strong { vec![g] } else { Vec::new() },
+                        groups: vec![g.group()],
+                        written,
+                        update: Waiting::Create(c),
+                    };
+                    return self.apply_or_park(conn, id, p);
                 }
                 namespace::create(&mut self.engine, &c)
             }
@@ -538,21 +558,13 @@ impl Mds {
 
     /// Applies an update whose data pages are persisted, or parks it until they are
     /// ([`StrongWaits`]).
-    fn apply_or_park(
-        &mut self,
-        conn: ConnId,
-        id: u64,
-        update: Waiting,
-        pages: Vec<Gpa>,
-        groups: Vec<u16>,
-        written: Epoch,
-    ) -> Option<Reply> {
+    fn apply_or_park(&mut self, conn: ConnId, id: u64, p: Pending) -> Option<Reply> {
         let (map, lease) = (&self.map, self.map_lease());
-        let settled = groups.iter().all(|&g| map.settled(g, lease));
-        if settled && self.strong.ready(&pages, |g| writers(map, g)) {
-            return Some(self.apply_ready(conn, update, &pages));
+        let settled = p.groups.iter().all(|&g| map.settled(g, lease));
+        if settled && self.strong.ready(&p.pages, |g| writers(map, g)) {
+            return Some(self.apply_ready(conn, p));
         }
-        self.strong.park(conn, id, update, pages, groups, written);
+        self.strong.park(conn, id, p);
         None
     }
 
@@ -560,16 +572,27 @@ impl Mds {
         Duration::from_millis(self.cfg.map_lease_ms)
     }
 
-    fn apply_ready(&mut self, conn: ConnId, update: Waiting, pages: &[Gpa]) -> Reply {
-        self.strong.consume(pages);
-        let groups: std::collections::BTreeSet<u16> = match &update {
-            Waiting::Commit(c) => commit::data_pages(c).iter().map(|g| g.group()).collect(),
-            Waiting::Create(c) => c.symlink.iter().map(|(g, ..)| g.group()).collect(),
-        };
+    fn apply_ready(&mut self, conn: ConnId, p: Pending) -> Reply {
+        self.strong.consume(&p.pages);
+        // The map may have changed since the update parked: every store that takes
+        // writes now must have taken its pages.
+        if let Err(e) = self.check_written(p.written, &p.groups) {
+            return errno_reply(e);
+        }
+        // Replicas that do not take these writes miss them: recorded (durably) before
+        // the commit, since a crash between the two must not leave one taken for in
+        // sync that lacks it (a needless mark costs a resync, no more).
+        for &g in &p.groups {
+            if let Err(e) = self.map.committed_to(g) {
+                return errno_reply(FsError::Io(format!(
+                    "recording that group {g}'s absent replicas miss this commit: {e:#}"
+                )));
+            }
+        }
         let Some(peer) = self.peers.get_mut(&conn) else {
             return errno_reply(FsError::Io("client gone".into()));
         };
-        let r = match update {
+        let r = match p.update {
             Waiting::Commit(c) => commit::apply(&mut self.engine, &mut peer.grants, c)
                 .map(|(prev, tail)| ReplyBody::Committed { prev, tail }),
             Waiting::Create(c) => {
@@ -586,14 +609,6 @@ impl Mds {
             }
         };
         self.release_freed();
-        if r.is_ok() {
-            // Replicas that did not take these writes miss them now.
-            for g in groups {
-                if let Err(e) = self.map.committed_to(g) {
-                    warn!("recording that group {g}'s absent replicas are stale: {e:#}");
-                }
-            }
-        }
         match r {
             Ok(b) => Reply::Ok(b),
             Err(e) => errno_reply(e),
@@ -611,7 +626,13 @@ impl Mds {
             let Some(p) = self.strong.take_next_ready(&gates) else {
                 break;
             };
-            let reply = self.apply_ready(p.conn, p.update, &p.pages);
+            let pending = Pending {
+                update: p.update,
+                pages: p.pages,
+                groups: p.groups,
+                written: p.written,
+            };
+            let reply = self.apply_ready(p.conn, pending);
             self.reply(p.conn, p.id, reply);
         }
     }

@@ -141,6 +141,7 @@ impl Mds {
         if self.resyncs.remove(&member).is_some() {
             self.release_held(member.group);
         }
+        self.strong.forget_member(member);
         let left = self.map.writers(member.group).count();
         if left == 0 {
             warn!(
@@ -193,26 +194,21 @@ impl Mds {
     /// lost a store only wait for fewer notices.
     fn epoch_changed(&mut self) {
         let map = &self.map;
-        let stale = self.strong.take_stale(|p| {
-            p.pages
-                .iter()
-                .any(|g| !map.written_to_all(g.group(), p.written))
-        });
+        let stale = self
+            .strong
+            .take_stale(|p| p.groups.iter().any(|&g| !map.written_to_all(g, p.written)));
         for p in stale {
             self.reply(p.conn, p.id, errno_reply(MAP_CHANGED));
         }
         self.apply_unparked();
     }
 
-    /// An update that names data `pages` written under epoch `written` must have
-    /// reached every store that takes writes now, and each of their groups must have
-    /// one ([`MAP_CHANGED`] otherwise: the client writes them again, to the stores of
-    /// the new map, waiting for one if none is up).
-    pub(crate) fn check_written(&self, written: Epoch, pages: &[Gpa]) -> FsResult<()> {
-        match pages
-            .iter()
-            .all(|g| self.map.written_to_all(g.group(), written))
-        {
+    /// An update that names data pages of `groups` written under epoch `written`
+    /// must have reached every store that takes writes now, and each of its groups
+    /// must have one ([`MAP_CHANGED`] otherwise: the client writes them again, to the
+    /// stores of the new map, waiting for one if none is up).
+    pub(crate) fn check_written(&self, written: Epoch, groups: &[u16]) -> FsResult<()> {
+        match groups.iter().all(|&g| self.map.written_to_all(g, written)) {
             true => Ok(()),
             false => Err(MAP_CHANGED),
         }
@@ -284,7 +280,7 @@ impl Mds {
         }
         let source = self.map.get(r.source).expect("up").addr.clone();
         let first_page = from_page / 64 * 64;
-        let end = first_page + (MAX_PLAN_WORDS as u64) * 64;
+        let end = first_page.saturating_add(MAX_PLAN_WORDS as u64 * 64);
         let mut bits = Vec::new();
         let start = r.pages.partition_point(|&p| p < first_page);
         r.passed = start;

@@ -5,11 +5,11 @@
 //!
 //! A notice can be lost (it was in flight when the store's connection to the MDS
 //! broke): an update whose notices are overdue has its stores asked again. Only
-//! members of the cluster map's current epoch are asked, and every parked update was
-//! written under that epoch (a change of the map refuses every parked update, see
-//! [`StrongWaits::take_all`]), so the store asked is the incarnation that received
-//! the writes: a restarted store, which may have lost pages it never persisted, is a
-//! new epoch and never vouches for them. This module owns the waiting state; the
+//! members of the cluster map's current epoch are asked, and a change of the map
+//! refuses every parked update that a member taking writes now did not take (see
+//! [`StrongWaits::take_stale`]), so the store asked is the incarnation that received
+//! the writes: a restarted store, which may have lost pages it never persisted, joins
+//! anew, and never vouches for them. This module owns the waiting state; the
 //! server applies what becomes ready and sends the requests.
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -24,6 +24,17 @@ pub enum Waiting {
     Commit(Commit),
     /// A symlink's create (its target page).
     Create(Create),
+}
+
+/// An update that names data pages, on its way to being applied.
+pub struct Pending {
+    pub update: Waiting,
+    /// The pages whose notices it waits for (strong mode; none in weak mode).
+    pub pages: Vec<Gpa>,
+    /// The groups of all its data pages.
+    pub groups: Vec<u16>,
+    /// The cluster map epoch its pages were written under.
+    pub written: Epoch,
 }
 
 /// An update waiting for data stores to report its pages persisted.
@@ -88,7 +99,9 @@ impl StrongWaits {
 
     /// A notice of replica `index` of the pages' group: these pages are durable on it.
     pub fn persisted(&mut self, index: u16, pages: impl IntoIterator<Item = Gpa>) {
-        assert!(index < 64, "at most 64 replicas per group");
+        if index >= 64 {
+            return; // the MDS refuses more than 64 replicas per group
+        }
         for g in pages {
             *self.persisted.entry(g).or_default() |= 1 << index;
         }
@@ -115,15 +128,13 @@ impl StrongWaits {
     }
 
     /// Parks an update until its pages are reported persisted or its deadline passes.
-    pub fn park(
-        &mut self,
-        conn: ConnId,
-        id: u64,
-        update: Waiting,
-        pages: Vec<Gpa>,
-        groups: Vec<u16>,
-        written: Epoch,
-    ) {
+    pub fn park(&mut self, conn: ConnId, id: u64, pending: Pending) {
+        let Pending {
+            update,
+            pages,
+            groups,
+            written,
+        } = pending;
         let now = Instant::now();
         self.parked.push_back(Parked {
             conn,
@@ -193,10 +204,6 @@ impl StrongWaits {
                 .into_iter()
                 .collect();
             groups.sort_unstable();
-            assert!(
-                !groups.is_empty(),
-                "an expired update was missing some page"
-            );
             self.consume(&p.pages);
             out.push((p, groups));
         }
@@ -222,6 +229,18 @@ impl StrongWaits {
         self.parked.retain(|p| p.conn != conn);
     }
 
+    /// A member left: its notices are void (a replacement at its place, or a page
+    /// written again later, must report anew).
+    pub fn forget_member(&mut self, member: MemberId) {
+        let bit = 1u64 << member.index.min(63);
+        self.persisted.retain(|g, got| {
+            if g.group() == member.group {
+                *got &= !bit;
+            }
+            *got != 0
+        });
+    }
+
     /// Pages that went back to their group (never committed), or were granted anew:
     /// their notices are void.
     pub fn forget_pages(&mut self, start: Gpa, n: u64) {
@@ -234,6 +253,15 @@ impl StrongWaits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pending(pages: Vec<Gpa>, groups: Vec<u16>, written: Epoch) -> Pending {
+        Pending {
+            update: create(),
+            pages,
+            groups,
+            written,
+        }
+    }
 
     fn create() -> Waiting {
         Waiting::Create(Create {
@@ -259,7 +287,7 @@ mod tests {
             writers: &writers,
             settled: &settled,
         };
-        w.park(1, 7, create(), vec![a, b, c], vec![1, 2], 1);
+        w.park(1, 7, pending(vec![a, b, c], vec![1, 2], 1));
         w.persisted(0, [a, b, c]);
         w.persisted(1, [b]);
         assert!(w.take_next_ready(&gates).is_none(), "replica 1 owes page a");
@@ -306,8 +334,8 @@ mod tests {
         w.persisted(0, [a]);
         assert!(!w.ready(&[a], |_| 0));
         assert!(w.ready(&[a], |_| 1));
-        w.park(1, 1, create(), vec![a], vec![3], 4);
-        w.park(2, 2, create(), vec![a], vec![3], 5);
+        w.park(1, 1, pending(vec![a], vec![3], 4));
+        w.park(2, 2, pending(vec![a], vec![3], 5));
         assert_eq!(w.take_stale(|p| p.written < 5).len(), 1);
         assert!(!w.ready(&[a], |_| 1), "its notices went with it");
         assert_eq!(w.take_stale(|_| true).len(), 1);

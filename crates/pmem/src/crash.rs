@@ -60,6 +60,9 @@ impl SimPool {
             },
             // SAFETY: the mapping stays valid until its Pool detaches it (Pool::drop
             // calls `detach` before munmap), and detaching replaces this variant.
+            // Other mappings of the file (the fabric's) may write it meanwhile, as
+            // shared memory is written by DMA: the bytes seen may be torn by such a
+            // write, which a power failure could leave too. Test pools only.
             Contents::Mapped { base, len } => unsafe { std::slice::from_raw_parts(*base, *len) },
             Contents::Detached(v) => v,
         }

@@ -9,7 +9,7 @@ use orion_fabric::{
     MAX_MESSAGE,
 };
 
-use crate::msg::{decode_reply, encode_reply, peek_epoch, stamp_epoch, Epoch, Message, Reply};
+use crate::msg::{decode_reply, encode_reply, stamp_epoch, Epoch, Message, Reply};
 
 /// Receive (and send) buffers per channel: how many messages may be in flight.
 pub const DEPTH: u64 = 8;
@@ -27,10 +27,9 @@ pub struct Channel {
     /// Buffers of [`Channel::call`], kept so a call allocates nothing.
     batch: Vec<Completion>,
     incoming: Vec<u8>,
-    /// The cluster map epoch stamped into every message sent.
+    /// The cluster map epoch stamped into every message sent (the MDS's; others
+    /// send what they last learned, or 0).
     pub epoch: Epoch,
-    /// The epoch of the last reply a [`Channel::call`] received.
-    pub peer_epoch: Epoch,
 }
 
 /// What a completion meant for a channel.
@@ -65,7 +64,6 @@ impl Channel {
             batch: Vec::with_capacity(16),
             incoming: Vec::with_capacity(MAX_MESSAGE),
             epoch: 0,
-            peer_epoch: 0,
         };
         Ok(ch)
     }
@@ -206,7 +204,6 @@ impl Channel {
                         self.repost(slot)?;
                         match decode_reply(msg) {
                             Ok((rid, reply)) if rid == id && answer.is_none() => {
-                                self.peer_epoch = peek_epoch(msg).unwrap_or(0);
                                 answer = Some(reply)
                             }
                             Ok(_) => {} // a late reply to an abandoned call

@@ -28,8 +28,8 @@ fn join(domain: &Domain, cq: &CompletionQueue, pool_uuid: [u8; 16]) -> (Channel,
     (ch, reply)
 }
 
-#[test]
-fn a_restarted_store_takes_its_group_back_and_a_stranger_is_refused() {
+/// An MDS with no data store yet, and a fabric domain to play stores from.
+fn without_stores() -> (Cluster, Domain, CompletionQueue) {
     let cluster = Cluster::start(ClusterConfig {
         stores: 0,
         ..Default::default()
@@ -37,6 +37,12 @@ fn a_restarted_store_takes_its_group_back_and_a_stranger_is_refused() {
     .unwrap();
     let domain = Domain::open(cluster.fabric()).unwrap();
     let cq = domain.completion_queue().unwrap();
+    (cluster, domain, cq)
+}
+
+#[test]
+fn a_restarted_store_takes_its_group_back_and_a_stranger_is_refused() {
+    let (_cluster, domain, cq) = without_stores();
     let (first, r) = join(&domain, &cq, [7; 16]);
     assert!(matches!(r, Reply::Ok(ReplyBody::Joined { .. })), "{r:?}");
     // The same pool joins again while the first connection still looks alive.
@@ -68,13 +74,7 @@ fn a_restarted_store_takes_its_group_back_and_a_stranger_is_refused() {
 
 #[test]
 fn a_store_that_falls_silent_is_taken_for_dead_after_its_heartbeat_timeout() {
-    let cluster = Cluster::start(ClusterConfig {
-        stores: 0,
-        ..Default::default()
-    })
-    .unwrap();
-    let domain = Domain::open(cluster.fabric()).unwrap();
-    let cq = domain.completion_queue().unwrap();
+    let (_cluster, domain, cq) = without_stores();
     // A store that joins and then says nothing more (hung, or cut off one way).
     let t0 = std::time::Instant::now();
     let (silent, r) = join(&domain, &cq, [9; 16]);

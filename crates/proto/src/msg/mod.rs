@@ -59,7 +59,7 @@ pub struct Commit {
     /// of other groups are awaited from their stores as for any client.
     pub persisted_locally: bool,
     /// The cluster map epoch under which its data pages were written: the MDS refuses
-    /// the commit (`ESTALE`) if a store took writes only since.
+    /// the commit (`EREMCHG`: write them again) if a store took writes only since.
     pub written_epoch: Epoch,
     pub entries: Vec<Entry>,
 }
@@ -673,11 +673,10 @@ pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
     Ok((id, reply))
 }
 
-/// The request id of a message, if it has a valid header (to answer garbage).
 /// The version of the cluster map (which data stores serve which group, and how):
-/// every change bumps it, every message carries its sender's in the header, and a
-/// commit written under another epoch than the MDS's is refused. 32 bits: at one
-/// change a second, 136 years.
+/// every change bumps it; the MDS's replies carry it in the header, a hello's reply in
+/// its body; a commit whose pages were written under an epoch before a store that
+/// takes writes now joined is refused. 32 bits: at one change a second, 136 years.
 pub type Epoch = u32;
 
 /// Where the epoch sits in a header (after magic, version and kind).
@@ -698,6 +697,7 @@ pub fn peek_epoch(b: &[u8]) -> Option<Epoch> {
     Some(u32::from_le_bytes(e.try_into().ok()?))
 }
 
+/// The request id of a message, if it has a valid header (to answer garbage).
 pub fn peek_id(b: &[u8]) -> Option<u64> {
     let mut r = Reader::new(b);
     read_header(&mut r).ok().map(|(_, id)| id)
