@@ -1,6 +1,6 @@
 //! `orion`: the one command of OrionFS.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
@@ -59,6 +59,10 @@ enum Cmd {
         /// The data pool (default: POOL.data if it exists).
         #[arg(long)]
         data_pool: Option<PathBuf>,
+        /// The data pools of a cluster's stores (POOL is its MDS pool): the replicas of
+        /// each group must hold the same bytes in every page a file names.
+        #[arg(long, num_args = 1.., conflicts_with = "data_pool")]
+        replicas: Vec<PathBuf>,
     },
     /// Run the metadata server (foreground; SIGTERM stops it cleanly).
     Mds(daemons::MdsArgs),
@@ -290,8 +294,15 @@ fn run() -> Result<ExitCode> {
             mount_cmd::umount(a)?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Fsck { pool, data_pool } => {
+        Cmd::Fsck {
+            pool,
+            data_pool,
+            replicas,
+        } => {
             let meta = Pool::open(&pool, ModeChoice::Auto)?;
+            if !replicas.is_empty() {
+                return fsck_replicas(&pool, &meta, &replicas);
+            }
             let data_path =
                 data_pool.or_else(|| Some(data_pool_path(&pool)).filter(|p| p.exists()));
             let data = data_path
@@ -473,4 +484,37 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `orion fsck --pool MDS --replicas POOL...`: the MDS pool's check, then the replicas
+/// of each group compared page by page over the pages files name.
+fn fsck_replicas(pool: &Path, meta: &Pool, replicas: &[PathBuf]) -> anyhow::Result<ExitCode> {
+    let report = orion_meta::fsck::check(meta, None);
+    for p in &report.problems {
+        println!("problem: {p}");
+    }
+    let pools = replicas
+        .iter()
+        .map(|p| Pool::open(p, ModeChoice::Auto).with_context(|| format!("{}", p.display())))
+        .collect::<anyhow::Result<Vec<Pool>>>()?;
+    let refs: Vec<&Pool> = pools.iter().collect();
+    let r = orion_meta::fsck::compare_replicas(&report.named, &refs);
+    for (i, p) in replicas.iter().enumerate() {
+        println!("pool {i}: {}", p.display());
+    }
+    for p in &r.problems {
+        println!("problem: {p}");
+    }
+    println!(
+        "orion fsck {}: {}; replicas: {} pages equal, {} differences",
+        pool.display(),
+        report.summary(),
+        r.equal,
+        r.problems.len()
+    );
+    Ok(if report.is_clean() && r.problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

@@ -752,6 +752,31 @@ fn a_replicated_cluster_loses_a_store_and_the_application_sees_nothing() {
     );
     assert!(err.contains("started again"), "{err}");
     assert!(!is_mounted(&mnt));
+    // The replicas of each group hold the same bytes in every page a file names.
+    let p = |name: &str| pools.path().join(name);
+    let o = Command::new(ORION)
+        .args(["fsck", "--pool"])
+        .arg(p("mds.pool"))
+        .arg("--replicas")
+        .args([
+            p("ds0.pool"),
+            p("ds0.r1.pool"),
+            p("ds1.pool"),
+            p("ds1.r1.pool"),
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains(" 0 differences"), "{out}");
+    assert!(
+        !out.contains(" 0 pages equal"),
+        "the files' pages were compared: {out}"
+    );
 }
 
 /// A helper that takes fcntl locks: `lk PATH r|w START LEN try|try-then-exit|hold|get`

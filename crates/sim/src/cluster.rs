@@ -359,45 +359,24 @@ impl Cluster {
     }
 
     /// Compares, page by page, the replicas of every group over the pages that files
-    /// name (the cluster must be stopped); returns how many pages matched.
+    /// name (`orion fsck --replicas`; the cluster must be stopped); returns how many
+    /// pages matched.
     pub fn compare_replicas(&self) -> Result<u64> {
-        let pool = Pool::open(&self.mds_pool(), ModeChoice::Force(Mode::Volatile))?;
-        let (engine, _) = orion_meta::MetaEngine::open(
-            pool,
-            Arc::new(orion_meta::SystemClock),
-            Default::default(),
-        )
-        .map_err(|e| anyhow!("opening the MDS pool: {e}"))?;
-        let mut matched = 0;
-        for g in 0..self.cfg.stores {
-            let open = |i: u16| -> Result<(Pool, orion_format::Superblock)> {
-                let p = Pool::open(
-                    &self.dir.path().join(store_pool(MemberId::new(g, i))),
-                    ModeChoice::Force(Mode::Volatile),
-                )?;
-                let sb = orion_format::Superblock::decode(
-                    &p.read_vec(0, orion_format::SUPERBLOCK_SIZE)?,
-                )
-                .map_err(|e| anyhow!("{e}"))?;
-                Ok((p, sb))
-            };
-            let (first, sb) = open(0)?;
-            let pages = orion_mds::chunks::named_pages(&engine, g, sb.page_count)
-                .map_err(|e| anyhow!("{e}"))?;
-            for i in 1..self.cfg.replicas {
-                let (other, _) = open(i)?;
-                for &p in &pages {
-                    let off = sb.page_off(p);
-                    let a = first.read_vec(off, orion_format::PAGE_SIZE as usize)?;
-                    let b = other.read_vec(off, orion_format::PAGE_SIZE as usize)?;
-                    if a != b {
-                        bail!("group {g}: page {p} differs between replicas 0 and {i}");
-                    }
-                    matched += 1;
-                }
-            }
+        let meta = Pool::open(&self.mds_pool(), ModeChoice::Force(Mode::Volatile))?;
+        let report = orion_meta::fsck::check(&meta, None);
+        let pools = (0..self.cfg.stores)
+            .flat_map(|g| (0..self.cfg.replicas).map(move |i| MemberId::new(g, i)))
+            .map(|m| {
+                let path = self.dir.path().join(store_pool(m));
+                Pool::open(&path, ModeChoice::Force(Mode::Volatile)).map_err(anyhow::Error::from)
+            })
+            .collect::<Result<Vec<Pool>>>()?;
+        let refs: Vec<&Pool> = pools.iter().collect();
+        let r = orion_meta::fsck::compare_replicas(&report.named, &refs);
+        if !r.problems.is_empty() {
+            bail!("{:?}", r.problems);
         }
-        Ok(matched)
+        Ok(r.equal)
     }
 
     /// A new client of the given kind.
