@@ -32,7 +32,7 @@ ROWS = [
     ("webserver", "webserver", ["ops_s"], "ops/s", True),
     ("SQLite, synchronous", "sqlite", ["tx_s"], "tx/s", True),
 ]
-ORDER = ["tmpfs", "null-fuse", "orion-mount", "orion-api", "orion-api-opt",
+ORDER = ["tmpfs", "null-fuse", "orion-mount", "orion-mount-r2", "orion-api", "orion-api-opt",
          "glusterfs", "cephfs", "moosefs"]
 PEERS = ["glusterfs", "cephfs", "moosefs"]
 
@@ -128,7 +128,9 @@ def markdown(table, systems, machine, meta, rounds):
         f"{m.get('scale')} (thread counts, sizes and append sizes as in the table), "
         "each workload running twice as long as a 4 KiB row. "
         f"Every system stores in RAM (tmpfs); there is no RDMA "
-        "(Orion's fabric runs over shared memory here). orion-api is the client "
+        "(Orion's fabric runs over shared memory here). orion-mount-r2 is the mount "
+        "with every data page on two data stores (`orion up --replicas 2`). "
+        "orion-api is the client "
         "library in the benchmark's process, each write committed before it returns; "
         "orion-api-opt the same with optimistic persistence (small writes committed "
         "in batches, at fsync or close, or within 10 ms). Ratios: how many times better "
