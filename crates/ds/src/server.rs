@@ -395,10 +395,9 @@ impl Store {
     /// Starts copying what this store missed from a peer, on a thread of its own.
     fn start_resync(&mut self) {
         self.cancel_resync();
-        if let Some(t) = self.resync_thread.take() {
-            // It stops at its next run of pages (at most 1 MiB).
-            let _ = t.join();
-        }
+        // The new thread waits for the old one (cancelled: it stops at its next run of
+        // pages or wait), so this loop goes on serving and sending heartbeats.
+        let previous = self.resync_thread.take();
         let cancel = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel();
         let job = resync::Job {
@@ -414,6 +413,9 @@ impl Store {
         let spawned = std::thread::Builder::new()
             .name("ds-resync".into())
             .spawn(move || {
+                if let Some(p) = previous {
+                    let _ = p.join();
+                }
                 let _ = tx.send(resync::run(&job));
             });
         match spawned {
