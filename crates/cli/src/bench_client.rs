@@ -41,6 +41,17 @@ fn fs<T>(r: orion_meta::FsResult<T>) -> Result<T> {
     r.map_err(|e| anyhow!("{e}"))
 }
 
+/// A fast, fixed sequence of pseudo-random numbers (xorshift64) for offsets.
+pub fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+    let mut x = seed.max(1);
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
+
 /// The rows for one client.
 fn bench_one(c: &Client, tag: &str, iters: usize) -> Result<Rows> {
     let top = format!("/bench-{tag}");
@@ -63,13 +74,7 @@ fn bench_one(c: &Client, tag: &str, iters: usize) -> Result<Rows> {
     for i in 0..PAGES / 256 {
         fs(c.pwrite(fd, i << 20, &chunk))?;
     }
-    let mut rng = 0x2545_F491_4F6C_DD1Du64;
-    let mut next = move || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng
-    };
+    let mut next = xorshift(0x2545_F491_4F6C_DD1D);
     let page = vec![0x5Au8; 4096];
     let mut rows = Vec::new();
     rows.push(("rpc_us", measure(iters, |_| fs(c.ping()))?));

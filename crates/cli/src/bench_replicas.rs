@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Result};
 use orion_client::{MemberState, OpenFlags};
 
-use crate::bench_client::BenchCluster;
+use crate::bench_client::{xorshift, BenchCluster};
 
 fn fs<T>(r: orion_client::FsResult<T>) -> Result<T> {
     r.map_err(|e| anyhow!("{e}"))
@@ -47,13 +47,7 @@ pub fn run(backend: &str, provider: &str, data_mib: u64, json: bool) -> Result<(
         fs(client.pwrite(fd, i << 20, &chunk))?;
     }
     let pages = data_mib * 256;
-    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
-    let mut next = move || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng
-    };
+    let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
     let page = vec![0xA5u8; 4096];
     // 4 KiB writes for a second, a kill, then three seconds more.
     say("4 KiB writes; store 1 is killed after a second");
