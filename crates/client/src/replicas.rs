@@ -183,9 +183,37 @@ impl Remote {
         self.with_group(gpa.group(), |r| r.read_pages_once(gpa, n, out))
     }
 
+    /// Reads pages this client wrote under epoch `written` and has not committed,
+    /// from a member that took them: one that takes writes since then or before (a
+    /// store that joined later may never have had them). If none is left (the only
+    /// store of the group restarted since, with its pool), from any that serves.
+    pub fn read_written(&mut self, gpa: Gpa, n: usize, out: &mut [u8], written: Epoch) -> Res<()> {
+        assert_eq!(out.len(), n * PAGE_SIZE as usize, "pages are read whole");
+        self.with_group(gpa.group(), |r| {
+            r.read_pages_from(gpa, n, out, Some(written))
+        })
+    }
+
     /// One pass over the members that serve `gpa`'s group, until one answers.
     fn read_pages_once(&mut self, gpa: Gpa, n: usize, out: &mut [u8]) -> Res<()> {
-        let readers = self.readers(gpa.group());
+        self.read_pages_from(gpa, n, out, None)
+    }
+
+    fn read_pages_from(
+        &mut self,
+        gpa: Gpa,
+        n: usize,
+        out: &mut [u8],
+        written: Option<Epoch>,
+    ) -> Res<()> {
+        let took = |s: &StoreInfo| written.is_none_or(|e| s.since <= e);
+        let all = self.readers(gpa.group());
+        let took_them: Vec<MemberId> = all
+            .iter()
+            .copied()
+            .filter(|m| self.map.iter().any(|s| s.member == *m && took(s)))
+            .collect();
+        let readers = if took_them.is_empty() { all } else { took_them };
         let mut last = io_err(format!(
             "no data store of group {} serves reads",
             gpa.group()

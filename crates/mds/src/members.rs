@@ -214,6 +214,7 @@ impl ClusterMap {
                 state: m.state,
                 addr: m.addr.clone(),
                 resync_pct: 100,
+                since: m.writes_since,
             })
             .collect()
     }

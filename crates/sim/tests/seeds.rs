@@ -40,6 +40,12 @@ const REGRESSIONS: &[u64] = &[
     // rejoined, and failed with EIO ("no connection to the data store"): clients now
     // wait for a store as long as for a restarting MDS.
     3,
+    // An optimistic client's staged write went to the one store of its group then up;
+    // the other came back, the commit was refused (EREMCHG), and the client copied the
+    // staged pages to both, reading them from the store that had come back and never
+    // had them: zeros, committed. Staged pages are now read from a store that took
+    // writes since the epoch they were written under (`StoreInfo::since`).
+    681,
 ];
 
 /// Operations per seed.
@@ -374,16 +380,18 @@ fn killable(c: &Cluster, client: &Client, rng: &mut StdRng) -> Option<MemberId> 
     (!ok.is_empty()).then(|| ok[rng.gen_range(0..ok.len())])
 }
 
-/// Waits until the MDS says every store is up (resyncs finished).
+/// Waits until the MDS says every store is up (resyncs finished). Generous: with six
+/// seeds side by side on two cores a rejoin can take long (seeds 50 and 135 once
+/// waited past 30 s under load, and passed alone; not understood yet).
 fn wait_all_up(c: &Client) -> Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let (_, map) = c.cluster_map().map_err(|e| e.to_string())?;
         if map.iter().all(|s| s.state == MemberState::Up) {
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(format!("stores not up after 30 s: {map:?}"));
+            return Err(format!("stores not up after 90 s: {map:?}"));
         }
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -40,7 +40,7 @@ impl DataPath<'_> {
                 }
                 // A store took writes only after these pages went out: copy them to
                 // every store that takes writes now, and commit again.
-                Err(Fail::MapChanged) => match self.replicate_again(&f.runs) {
+                Err(Fail::MapChanged) => match self.replicate_again(&f.runs, f.written_epoch) {
                     Ok((epoch, local)) => {
                         f.written_epoch = epoch;
                         f.persisted_locally = local;
@@ -77,13 +77,14 @@ impl DataPath<'_> {
     /// Copies staged pages (on the stores that took them) to every store that takes
     /// writes now; returns the epoch they went out under, and whether this client's
     /// own store holds them persisted.
-    fn replicate_again(&mut self, runs: &[(Gpa, u64)]) -> Res<(Epoch, bool)> {
+    fn replicate_again(&mut self, runs: &[(Gpa, u64)], written: Epoch) -> Res<(Epoch, bool)> {
         let epoch = self.remote.epoch;
         let own = self.remote.internal_group();
         let mut local = true;
         for &(g, n) in runs {
             let mut buf = vec![0u8; (n * PAGE_SIZE) as usize];
-            self.remote.read_pages(g, n as usize, &mut buf)?;
+            // From a store that took them: one that joined since lacks them.
+            self.remote.read_written(g, n as usize, &mut buf, written)?;
             let direct = self.remote.write_pages(g, &buf)?;
             local &= direct || Some(g.group()) != own;
         }

@@ -183,6 +183,9 @@ pub struct StoreInfo {
     pub addr: String,
     /// How far its resync has come, in percent (100 when it is not resyncing).
     pub resync_pct: u8,
+    /// The epoch since which it takes writes: it holds every page written under
+    /// this epoch or a later one.
+    pub since: Epoch,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -479,7 +482,8 @@ pub fn encode_reply(out: &mut Vec<u8>, id: u64, reply: &Reply) {
                     w.u32(s.member.pack())
                         .u8(s.state as u8)
                         .bytes(s.addr.as_bytes())
-                        .u8(s.resync_pct);
+                        .u8(s.resync_pct)
+                        .u32(s.since);
                 }
                 w.u64(h.grace_ms).u64(h.map_lease_ms);
             }
@@ -604,6 +608,7 @@ pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
                     state: MemberState::from_u8(r.u8("member state")?)?,
                     addr: text(&mut r, "address")?,
                     resync_pct: r.u8("resync progress")?,
+                    since: r.u32("writes since")?,
                 });
             }
             Reply::Ok(ReplyBody::Hello(HelloReply {

@@ -170,6 +170,7 @@ fn requests_and_replies_round_trip() {
                 state: MemberState::Resyncing,
                 addr: "ds2:1".into(),
                 resync_pct: 40,
+                since: 9,
             }],
             grace_ms: 5,
             map_lease_ms: 250,
