@@ -153,7 +153,6 @@ impl Remote {
         let internal_changed = self.adopt_map(h.epoch, h.stores);
         self.map_at = asked;
         self.map_lease = Duration::from_millis(h.map_lease_ms);
-        self.mds.epoch = self.epoch;
         if internal_changed {
             hello.internal = self.internal;
             self.call_once(&MdsRequest::Hello(hello))?;

@@ -115,30 +115,27 @@ impl Remote {
 
     /// Whether reads of `group` come from this host's own pool.
     pub fn reads_locally(&self, group: u16) -> bool {
-        self.readers(group)
-            .first()
-            .is_some_and(|m| Some(*m) == self.internal)
+        self.internal
+            .filter(|m| m.group == group)
+            .and_then(|m| self.info(m))
+            .is_some_and(|s| s.state == MemberState::Up)
     }
 
-    /// The members of `group` that take writes, in the map this client has.
-    fn writers(&self, group: u16) -> Vec<MemberId> {
-        self.map
-            .iter()
-            .filter(|s| s.member.group == group && s.state.takes_writes())
-            .map(|s| s.member)
-            .collect()
+    fn info(&self, m: MemberId) -> Option<&StoreInfo> {
+        self.map.iter().find(|s| s.member == m)
     }
 
-    /// The members of `group` that serve reads, this host's own first.
-    fn readers(&self, group: u16) -> Vec<MemberId> {
-        let mut r: Vec<MemberId> = self
+    /// The `k`-th member of `group` that `pick` accepts, in the map this client has,
+    /// this host's own store first. Callers walk `k` up from 0 (they need `&mut self`
+    /// between members): the data path allocates nothing to choose its stores.
+    fn member(&self, group: u16, k: usize, pick: impl Fn(&StoreInfo) -> bool) -> Option<MemberId> {
+        let own = self.internal.filter(|m| m.group == group);
+        let own = own.and_then(|m| self.info(m)).filter(|s| pick(s));
+        let rest = self
             .map
             .iter()
-            .filter(|s| s.member.group == group && s.state == MemberState::Up)
-            .map(|s| s.member)
-            .collect();
-        r.sort_by_key(|m| Some(*m) != self.internal);
-        r
+            .filter(|s| s.member.group == group && Some(s.member) != self.internal && pick(s));
+        own.into_iter().chain(rest).nth(k).map(|s| s.member)
     }
 
     /// Runs `transfer` (pages to or from `group`) again after a failure: the map is
@@ -148,27 +145,28 @@ impl Remote {
         group: u16,
         mut transfer: impl FnMut(&mut Remote) -> Res<T>,
     ) -> Res<T> {
-        let deadline = Instant::now() + Duration::from_millis(self.cfg.reconnect_ms);
+        // The clock is read only once a transfer failed: the data path pays nothing.
+        let mut deadline = None;
         let mut pause = Duration::from_millis(5);
         loop {
-            match transfer(self) {
-                Err(Fail::Fs(FsError::Io(e))) if Instant::now() < deadline => {
-                    if self.stats.store_retries.is_power_of_two() {
-                        warn!("group {group}: {e}; asking the MDS for the stores again");
-                    }
-                    self.stats.store_retries += 1;
-                    self.refresh_stores()?;
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(100));
-                }
-                Err(Fail::Fs(FsError::Io(e))) => {
-                    return Err(Fail::Fs(io_err(format!(
-                        "group {group}: {e} (for {} ms; is any of its data stores up?)",
-                        self.cfg.reconnect_ms
-                    ))))
-                }
+            let e = match transfer(self) {
+                Err(Fail::Fs(FsError::Io(e))) => e,
                 r => return r,
+            };
+            let wait = Duration::from_millis(self.cfg.reconnect_ms);
+            if Instant::now() >= *deadline.get_or_insert_with(|| Instant::now() + wait) {
+                return Err(Fail::Fs(io_err(format!(
+                    "group {group}: {e} (for {} ms; is any of its data stores up?)",
+                    self.cfg.reconnect_ms
+                ))));
             }
+            if self.stats.store_retries.is_power_of_two() {
+                warn!("group {group}: {e}; asking the MDS for the stores again");
+            }
+            self.stats.store_retries += 1;
+            self.refresh_stores()?;
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(100));
         }
     }
 
@@ -206,26 +204,24 @@ impl Remote {
         out: &mut [u8],
         written: Option<Epoch>,
     ) -> Res<()> {
-        let took = |s: &StoreInfo| written.is_none_or(|e| s.since <= e);
-        let all = self.readers(gpa.group());
-        let took_them: Vec<MemberId> = all
-            .iter()
-            .copied()
-            .filter(|m| self.map.iter().any(|s| s.member == *m && took(s)))
-            .collect();
-        let readers = if took_them.is_empty() { all } else { took_them };
-        let mut last = io_err(format!(
-            "no data store of group {} serves reads",
-            gpa.group()
-        ));
-        for m in readers {
+        let group = gpa.group();
+        let up = |s: &StoreInfo| s.state == MemberState::Up;
+        let took = |s: &StoreInfo| up(s) && written.is_some_and(|e| s.since <= e);
+        // Pages not committed yet come from a store that took them, if one is left.
+        let only_took = self.member(group, 0, took).is_some();
+        let pick = |s: &StoreInfo| if only_took { took(s) } else { up(s) };
+        let mut last = None;
+        let mut k = 0;
+        while let Some(m) = self.member(group, k, pick) {
+            k += 1;
             match self.read_from(m, gpa, n, out) {
                 Ok(()) => return Ok(()),
-                Err(Fail::Fs(FsError::Io(e))) => last = FsError::Io(format!("{m}: {e}")),
+                Err(Fail::Fs(FsError::Io(e))) => last = Some(format!("{m}: {e}")),
                 Err(e) => return Err(e),
             }
         }
-        Err(Fail::Fs(last))
+        let why = last.unwrap_or_else(|| format!("no data store of group {group} serves reads"));
+        Err(Fail::Fs(FsError::Io(why)))
     }
 
     fn read_from(&mut self, m: MemberId, gpa: Gpa, n: usize, out: &mut [u8]) -> Res<()> {
@@ -290,19 +286,21 @@ impl Remote {
     }
 
     fn write_pages_once(&mut self, gpa: Gpa, data: &[u8]) -> Res<bool> {
-        let writers = self.writers(gpa.group());
-        if writers.is_empty() {
-            return Err(Fail::Fs(io_err(format!(
-                "every data store of group {} is down",
-                gpa.group()
-            ))));
-        }
+        let group = gpa.group();
+        let writes = |s: &StoreInfo| s.state.takes_writes();
         let mut local = false;
-        for m in writers {
+        let mut k = 0;
+        while let Some(m) = self.member(group, k, writes) {
+            k += 1;
             local |= self.write_to(m, gpa, data).map_err(|e| match e {
                 Fail::Fs(FsError::Io(e)) => Fail::Fs(FsError::Io(format!("{m}: {e}"))),
                 e => e,
             })?;
+        }
+        if k == 0 {
+            return Err(Fail::Fs(io_err(format!(
+                "every data store of group {group} is down"
+            ))));
         }
         Ok(local)
     }
@@ -371,7 +369,7 @@ impl Remote {
     pub fn flush_stores(&mut self) -> Res<()> {
         let members: Vec<MemberId> = self.unflushed.iter().copied().collect();
         for m in members {
-            if self.writers(m.group).contains(&m) {
+            if self.info(m).is_some_and(|s| s.state.takes_writes()) {
                 self.with_group(m.group, |r| r.flush_once(m))?;
             }
             self.unflushed.remove(&m);

@@ -63,6 +63,8 @@ pub fn run(job: &Job) -> Result<Copied> {
     let mut mds = Channel::new(&domain, domain.connect(&job.mds, &cq)?)?;
     let buf = domain.alloc_region((RUN_PAGES * PAGE_SIZE) as usize, Access::LOCAL)?;
     let mut peer: Option<Peer> = None;
+    // One copy buffer for every run (the fabric's region is read into it).
+    let mut bytes = Vec::with_capacity((RUN_PAGES * PAGE_SIZE) as usize);
     let mut next_page = 0u64;
     let mut copied = 0u64;
     let mut reported = 0u64;
@@ -140,7 +142,7 @@ pub fn run(job: &Job) -> Result<Copied> {
             let len = (count * PAGE_SIZE) as usize;
             read_from(p, &cq, &buf, page * PAGE_SIZE, len, timeout)
                 .with_context(|| format!("reading pages from {}", p.addr))?;
-            let mut bytes = vec![0u8; len];
+            bytes.resize(len, 0);
             buf.read(0, &mut bytes)?;
             let off = job.page_area_off + page * PAGE_SIZE;
             job.pool.write_data(off, &bytes)?;

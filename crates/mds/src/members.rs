@@ -151,10 +151,6 @@ impl ClusterMap {
         self.epoch
     }
 
-    pub fn replicas(&self) -> u16 {
-        self.replicas
-    }
-
     fn bump(&mut self) -> Result<()> {
         self.epoch += 1;
         self.save()
@@ -162,11 +158,6 @@ impl ClusterMap {
 
     pub fn get(&self, id: MemberId) -> Option<&Member> {
         self.members.get(&id)
-    }
-
-    /// The member a store connection belongs to.
-    pub fn by_conn(&self, conn: ConnId) -> Option<&Member> {
-        self.members.values().find(|m| m.conn == Some(conn))
     }
 
     /// The members of `group` that take writes (and that strong commits wait for).

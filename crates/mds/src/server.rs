@@ -51,7 +51,8 @@ pub(crate) struct Peer {
     pub role: Role,
     pub grants: ChunkGrants,
     pub name: String,
-    /// When it last sent anything (a data store sends a heartbeat every 100 ms).
+    /// When it last sent anything (data stores only: one sends a heartbeat every
+    /// 100 ms).
     pub heard: Instant,
 }
 
@@ -71,6 +72,8 @@ pub(crate) struct Mds {
     /// Strong mode's waits for data stores.
     pub strong: StrongWaits,
     locks: Locks,
+    /// When to look for silent data stores next.
+    pub heartbeats_due: Instant,
     next_client: u64,
     msg: Vec<u8>,
 }
@@ -228,6 +231,7 @@ pub fn serve(
         peers: HashMap::new(),
         strong,
         locks: Locks::default(),
+        heartbeats_due: Instant::now(),
         next_client: 1,
         msg: Vec::with_capacity(MAX_MESSAGE),
     };
@@ -243,8 +247,9 @@ pub fn serve(
             mds.on_completion(c);
         }
         mds.adopt(&rx);
-        mds.expire_parked();
-        mds.check_heartbeats();
+        let now = Instant::now();
+        mds.expire_parked(now);
+        mds.check_heartbeats(now);
     }
     info!("stopping: {} connections", mds.peers.len());
     for p in mds.peers.values() {
@@ -292,7 +297,10 @@ impl Mds {
             Event::Done => {}
             Event::Broken(e) => self.drop_peer(c.conn, &e.to_string()),
             Event::Message { slot, len } => {
-                peer.heard = Instant::now();
+                // Only a store's silence matters (clients are not timed).
+                if matches!(peer.role, Role::Store { .. }) {
+                    peer.heard = Instant::now();
+                }
                 let mut msg = std::mem::take(&mut self.msg);
                 let read = peer.ch.read_message(slot, len, &mut msg);
                 let repost = peer.ch.repost(slot);
@@ -331,7 +339,6 @@ impl Mds {
         let Some(peer) = self.peers.get_mut(&conn) else {
             return;
         };
-        peer.ch.epoch = self.map.epoch();
         if let Err(e) = peer.ch.send_reply(id, &reply) {
             self.drop_peer(conn, &format!("cannot reply: {e}"));
         }
@@ -639,11 +646,10 @@ impl Mds {
 
     /// Asks stores again for overdue notices (see [`StrongWaits`]), and fails the
     /// parked updates whose stores did not answer in time.
-    fn expire_parked(&mut self) {
+    fn expire_parked(&mut self, now: Instant) {
         // Groups settle with time (a departed store's map lease runs out).
         self.apply_unparked();
         let map = &self.map;
-        let now = Instant::now();
         for ask in self.strong.take_overdue(now, |g| writers(map, g)) {
             self.ask_to_persist(ask);
         }

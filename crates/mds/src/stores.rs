@@ -9,6 +9,8 @@
 //! during the copy (data is copy-on-write, and pages freed meanwhile are held, not
 //! reused, see [`Group::hold`]); pages written later reach it from the clients.
 
+use std::time::{Duration, Instant};
+
 use orion_fabric::ConnId;
 use orion_format::Gpa;
 use orion_meta::{FsError, FsResult};
@@ -90,7 +92,7 @@ impl Mds {
             }
         })?;
         if !self.groups.contains_key(&d.group) {
-            let grace = std::time::Duration::from_millis(self.cfg.grace_ms);
+            let grace = Duration::from_millis(self.cfg.grace_ms);
             let g = Group::new(d.group, d.page_count, &self.engine, grace)?;
             self.groups.insert(d.group, g);
         }
@@ -175,12 +177,18 @@ impl Mds {
     /// A data store that sent nothing (not even its heartbeat) for the configured
     /// time is taken for dead, as if its connection had closed: it may hang rather
     /// than crash, or be cut off.
-    pub(crate) fn check_heartbeats(&mut self) {
-        let timeout = std::time::Duration::from_millis(self.cfg.heartbeat_timeout_ms);
+    pub(crate) fn check_heartbeats(&mut self, now: Instant) {
+        // A look every 100 ms is enough for a timeout of 300 ms or more.
+        if now < self.heartbeats_due {
+            return;
+        }
+        self.heartbeats_due = now + Duration::from_millis(100);
+        let timeout = Duration::from_millis(self.cfg.heartbeat_timeout_ms);
         let silent: Vec<ConnId> = self
             .peers
             .iter()
-            .filter(|(_, p)| matches!(p.role, Role::Store { .. }) && p.heard.elapsed() > timeout)
+            .filter(|(_, p)| matches!(p.role, Role::Store { .. }))
+            .filter(|(_, p)| now.saturating_duration_since(p.heard) > timeout)
             .map(|(c, _)| *c)
             .collect();
         for conn in silent {

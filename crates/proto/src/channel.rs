@@ -9,7 +9,7 @@ use orion_fabric::{
     MAX_MESSAGE,
 };
 
-use crate::msg::{decode_reply, encode_reply, stamp_epoch, Epoch, Message, Reply};
+use crate::msg::{decode_reply, encode_reply, Message, Reply};
 
 /// Receive (and send) buffers per channel: how many messages may be in flight.
 pub const DEPTH: u64 = 8;
@@ -27,9 +27,6 @@ pub struct Channel {
     /// Buffers of [`Channel::call`], kept so a call allocates nothing.
     batch: Vec<Completion>,
     incoming: Vec<u8>,
-    /// The cluster map epoch stamped into every message sent (the MDS's; others
-    /// send what they last learned, or 0).
-    pub epoch: Epoch,
 }
 
 /// What a completion meant for a channel.
@@ -63,7 +60,6 @@ impl Channel {
             scratch: Vec::with_capacity(MAX_MESSAGE),
             batch: Vec::with_capacity(16),
             incoming: Vec::with_capacity(MAX_MESSAGE),
-            epoch: 0,
         };
         Ok(ch)
     }
@@ -131,7 +127,6 @@ impl Channel {
         let mut b = std::mem::take(&mut self.scratch);
         b.clear();
         req.encode(&mut b, id);
-        stamp_epoch(&mut b, self.epoch);
         let r = self.send_bytes(&b);
         self.scratch = b;
         r
@@ -141,7 +136,6 @@ impl Channel {
         let mut b = std::mem::take(&mut self.scratch);
         b.clear();
         encode_reply(&mut b, id, reply);
-        stamp_epoch(&mut b, self.epoch);
         let r = self.send_bytes(&b);
         self.scratch = b;
         r

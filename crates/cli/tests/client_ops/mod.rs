@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use orion_client::xattr::SetMode;
-use orion_client::{Client, FileType, FsError, OpenFlags, RenameMode, SetAttrReq, TimeSet};
+use orion_client::{Client, FsError, OpenFlags, RenameMode, SetAttrReq, TimeSet};
 
 use crate::support::*;
 
@@ -106,35 +106,25 @@ pub fn run_client(c: &Client, top: &str, op: &Op) -> Outcome {
 
 pub fn node(c: &Client, path: &str) -> Node {
     let a = c.lstat(path).unwrap();
-    let (kind, content) = match a.ftype {
-        FileType::Directory => ('d', vec![]),
-        FileType::Symlink => ('l', c.readlink(path).unwrap()),
-        FileType::Regular => {
+    let kind = kind_of(a.ftype);
+    let content = match kind {
+        'l' => c.readlink(path).unwrap(),
+        'f' => {
             let fd = c.open(path, OpenFlags::read(), 0).unwrap();
             let b = c.pread(fd, 0, a.size as usize).unwrap();
             c.close(fd).unwrap();
-            ('f', b)
+            b
         }
-        _ => ('o', vec![]),
+        _ => vec![],
     };
-    Node {
-        kind,
-        perm: a.mode,
-        uid: a.uid,
-        gid: a.gid,
-        nlink: a.nlink,
-        size: if kind == 'd' { 0 } else { a.size },
-        xattrs: if kind == 'f' || kind == 'd' {
-            xattr_pairs(&c.listxattr(path).unwrap(), |n| {
-                c.getxattr(path, n).unwrap()
-            })
-        } else {
-            Vec::new()
-        },
-        content,
-        mtime: a.mtime,
-        ctime: a.ctime,
-    }
+    let xattrs = if kind == 'f' || kind == 'd' {
+        xattr_pairs(&c.listxattr(path).unwrap(), |n| {
+            c.getxattr(path, n).unwrap()
+        })
+    } else {
+        Vec::new()
+    };
+    Node::from_attr(&a, content, xattrs)
 }
 
 pub fn client_snapshot(c: &Client, top: &str) -> Snapshot {

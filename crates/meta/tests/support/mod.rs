@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use orion_format::FileType;
 use orion_meta::xattr::{self, SetMode};
-use orion_meta::{FsError, LocalFs, RenameMode, SetAttrReq, TimeSet, ROOT_INO};
+use orion_meta::{Attr, FsError, LocalFs, RenameMode, SetAttrReq, TimeSet, ROOT_INO};
 use proptest::prelude::*;
 use rand::Rng;
 
@@ -455,6 +455,7 @@ pub fn run_core(fs: &LocalFs, op: &Op) -> Outcome {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Node {
+    /// 'd', 'f', 'l', or 'o' for other types ([`kind_of`]).
     pub kind: char,
     pub perm: u32,
     pub uid: u32,
@@ -468,6 +469,36 @@ pub struct Node {
     pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
     pub mtime: i64,
     pub ctime: i64,
+}
+
+/// The one-letter kind snapshots use for a file type.
+pub fn kind_of(t: FileType) -> char {
+    match t {
+        FileType::Directory => 'd',
+        FileType::Symlink => 'l',
+        FileType::Regular => 'f',
+        _ => 'o',
+    }
+}
+
+impl Node {
+    /// The node of attributes `a`, with the content and extended attributes read
+    /// from the tree (directories' sizes differ by design and count as 0).
+    pub fn from_attr(a: &Attr, content: Vec<u8>, xattrs: Vec<(Vec<u8>, Vec<u8>)>) -> Node {
+        let kind = kind_of(a.ftype);
+        Node {
+            kind,
+            perm: a.mode,
+            uid: a.uid,
+            gid: a.gid,
+            nlink: a.nlink,
+            size: if kind == 'd' { 0 } else { a.size },
+            content,
+            xattrs,
+            mtime: a.mtime,
+            ctime: a.ctime,
+        }
+    }
 }
 
 pub type Snapshot = BTreeMap<String, Node>;
@@ -594,27 +625,14 @@ pub fn core_snapshot(fs: &LocalFs) -> Snapshot {
                 format!("{prefix}/{name}")
             };
             let a = fs.getattr(e.ino).unwrap();
-            let (kind, content) = match a.ftype {
-                FileType::Directory => ('d', vec![]),
-                FileType::Symlink => ('l', fs.readlink(e.ino).unwrap()),
-                FileType::Regular => ('f', fs.read(e.ino, 0, a.size as usize).unwrap()),
-                _ => ('o', vec![]),
+            let kind = kind_of(a.ftype);
+            let content = match kind {
+                'l' => fs.readlink(e.ino).unwrap(),
+                'f' => fs.read(e.ino, 0, a.size as usize).unwrap(),
+                _ => vec![],
             };
-            out.insert(
-                path.clone(),
-                Node {
-                    kind,
-                    perm: a.mode,
-                    uid: a.uid,
-                    gid: a.gid,
-                    nlink: a.nlink,
-                    size: if kind == 'd' { 0 } else { a.size },
-                    content,
-                    xattrs: core_xattrs(fs, e.ino, kind),
-                    mtime: a.mtime,
-                    ctime: a.ctime,
-                },
-            );
+            let xattrs = core_xattrs(fs, e.ino, kind);
+            out.insert(path.clone(), Node::from_attr(&a, content, xattrs));
             if kind == 'd' {
                 walk(fs, e.ino, &path, out);
             }

@@ -338,7 +338,7 @@ pub(crate) fn read_header(r: &mut Reader) -> Result<(u8, u64), ProtoError> {
         return Err(ProtoError::BadVersion(v));
     }
     let kind = r.u8("kind")?;
-    r.u32("epoch")?;
+    r.u32("pad")?;
     Ok((kind, r.u64("request id")?))
 }
 
@@ -679,28 +679,10 @@ pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
 }
 
 /// The version of the cluster map (which data stores serve which group, and how):
-/// every change bumps it; the MDS's replies carry it in the header, a hello's reply in
-/// its body; a commit whose pages were written under an epoch before a store that
-/// takes writes now joined is refused. 32 bits: at one change a second, 136 years.
+/// every change bumps it; a client gets it with the map (hello); a commit names the
+/// epoch its data pages were written under, and is refused if a store that takes
+/// writes now joined after it. 32 bits: at one change a second, 136 years.
 pub type Epoch = u32;
-
-/// Where the epoch sits in a header (after magic, version and kind).
-const EPOCH_AT: usize = 4;
-
-/// Writes `epoch` into an encoded message's header.
-pub fn stamp_epoch(msg: &mut [u8], epoch: Epoch) {
-    if msg.len() >= HEADER {
-        msg[EPOCH_AT..EPOCH_AT + 4].copy_from_slice(&epoch.to_le_bytes());
-    }
-}
-
-/// The sender's epoch in a message's header.
-pub fn peek_epoch(b: &[u8]) -> Option<Epoch> {
-    let mut r = Reader::new(b);
-    read_header(&mut r).ok()?;
-    let e = b.get(EPOCH_AT..EPOCH_AT + 4)?;
-    Some(u32::from_le_bytes(e.try_into().ok()?))
-}
 
 /// The request id of a message, if it has a valid header (to answer garbage).
 pub fn peek_id(b: &[u8]) -> Option<u64> {

@@ -282,14 +282,3 @@ proptest! {
         }
     }
 }
-
-#[test]
-fn the_epoch_rides_in_every_header() {
-    let mut b = Vec::new();
-    MdsRequest::Statfs.encode(&mut b, 5);
-    assert_eq!(peek_epoch(&b), Some(0));
-    stamp_epoch(&mut b, 0xdead_beef);
-    assert_eq!(peek_epoch(&b), Some(0xdead_beef));
-    assert_eq!(MdsRequest::decode(&b).unwrap(), (5, MdsRequest::Statfs));
-    assert_eq!(peek_epoch(&b[..3]), None, "a cut header has no epoch");
-}
