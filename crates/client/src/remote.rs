@@ -289,7 +289,17 @@ impl Remote {
         let mut first_err = None;
         let mut batch = Vec::new();
         let mut other = Vec::new();
-        let deadline = Instant::now() + self.timeout;
+        // A data store cut off from the network answers nothing, and the MDS takes it
+        // out of the map after `heartbeat_timeout_ms`: a transfer that makes no
+        // progress for two map leases gives up on the connection, and the caller asks
+        // for the map again and writes to the stores that remain, rather than stall
+        // for the whole operation timeout. The MDS itself gets that timeout.
+        let stall = if conn.id() == self.mds.conn.id() {
+            self.timeout
+        } else {
+            (self.map_lease * 2).max(Duration::from_secs(1)).min(self.timeout)
+        };
+        let mut deadline = Instant::now() + stall;
         while done < count {
             while posted < count && posted - done < WINDOW && first_err.is_none() {
                 match post(&self.io, USER_WR_BASE + posted as u64) {
@@ -315,6 +325,7 @@ impl Remote {
                     && matches!(c.kind, OpKind::Read | OpKind::Write | OpKind::WriteImm);
                 if mine {
                     done += 1;
+                    deadline = Instant::now() + stall;
                     if let Err(e) = c.status {
                         first_err.get_or_insert(e);
                     }

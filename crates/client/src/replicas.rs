@@ -275,8 +275,9 @@ impl Remote {
     /// Writes whole pages from `gpa` to every member of its group that takes writes,
     /// durable per the mode: this host's own pool is written and persisted here; a
     /// remote store gets a write with an immediate per page (strong: the store
-    /// persists and tells the MDS) or one plain write (weak). Returns true when the
-    /// copy of this client's own store was persisted here.
+    /// persists and tells the MDS) or one plain write (weak, or a store durable on
+    /// delivery). Returns true when the copy of this client's own store was persisted
+    /// here.
     pub fn write_pages(&mut self, gpa: Gpa, data: &[u8]) -> Res<bool> {
         assert!(
             !data.is_empty() && data.len().is_multiple_of(PAGE_SIZE as usize),
@@ -307,7 +308,10 @@ impl Remote {
 
     fn write_to(&mut self, m: MemberId, gpa: Gpa, data: &[u8]) -> Res<bool> {
         let n = data.len() / PAGE_SIZE as usize;
-        let strong = self.strong;
+        // A store whose pool holds what a write delivered owes no notice (strong) and
+        // needs no flush (weak): one plain write, complete when delivered, is enough.
+        let durable = self.info(m).is_some_and(|s| s.durable_on_delivery);
+        let notify = self.strong && !durable;
         let Some(store) = self.stores.get(&m) else {
             return Err(Fail::Fs(io_err("no connection")));
         };
@@ -323,7 +327,7 @@ impl Remote {
             return Ok(true);
         }
         let (conn, region) = (store.ch.conn.clone(), store.region);
-        if !strong {
+        if !self.strong && !durable {
             self.unflushed.insert(m);
         }
         let mut at = 0;
@@ -332,7 +336,7 @@ impl Remote {
             let bytes = &data[at * PAGE_SIZE as usize..(at + k) * PAGE_SIZE as usize];
             self.io.write(0, bytes).map_err(io_err)?;
             let first = gpa.page() + at as u64;
-            if strong {
+            if notify {
                 self.one_sided(
                     &conn,
                     |io, wr| {

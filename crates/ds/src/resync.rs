@@ -17,10 +17,15 @@ use orion_fabric::{Access, CompletionQueue, Domain, FabricConfig, RemoteRegion};
 use orion_format::PAGE_SIZE;
 use orion_pmem::Pool;
 use orion_proto::{Channel, MemberId, Reply, ReplyBody, StoreRequest, StoreToMds};
-use tracing::info;
+use tracing::{info, warn};
 
 /// Pages read per one-sided read (1 MiB).
 const RUN_PAGES: u64 = 256;
+
+/// Failed reads from sources in a row before the resync gives up (and starts over
+/// after a pause); in between it asks the MDS for a source again every 200 ms, which
+/// names another once it has seen the source die (`heartbeat_timeout_ms` at most).
+const SOURCE_RETRIES: u32 = 50;
 
 /// What a resync needs: who it is, where the MDS is, and the pool to fill.
 pub struct Job {
@@ -67,8 +72,9 @@ pub fn run(job: &Job) -> Result<Copied> {
     let mut bytes = Vec::with_capacity((RUN_PAGES * PAGE_SIZE) as usize);
     let mut next_page = 0u64;
     let mut copied = 0u64;
-    let mut reported = 0u64;
+    let mut progress = Progress::new(job.member, job.page_count);
     let mut waiting_said = false;
+    let mut failures = 0u32;
     let mut other = Vec::new();
     loop {
         if job.cancel.load(Ordering::Relaxed) {
@@ -106,7 +112,18 @@ pub fn run(job: &Job) -> Result<Copied> {
             .as_ref()
             .is_none_or(|p| p.addr != source || !p.ch.conn.is_alive())
         {
-            peer = Some(open_peer(&domain, &cq, &source, timeout)?);
+            match open_peer(&domain, &cq, &source, timeout) {
+                Ok(p) => peer = Some(p),
+                Err(e) => {
+                    failures += 1;
+                    if failures > SOURCE_RETRIES {
+                        return Err(e);
+                    }
+                    warn!("{}: {e:#}; asking the MDS for a source again", job.member);
+                    std::thread::sleep(Duration::from_millis(200));
+                    continue;
+                }
+            }
         }
         let p = peer.as_mut().expect("opened");
         let mut runs = Vec::new();
@@ -140,29 +157,37 @@ pub fn run(job: &Job) -> Result<Copied> {
                 );
             }
             let len = (count * PAGE_SIZE) as usize;
-            read_from(p, &cq, &buf, page * PAGE_SIZE, len, timeout)
-                .with_context(|| format!("reading pages from {}", p.addr))?;
+            if let Err(e) = read_from(p, &cq, &buf, page * PAGE_SIZE, len, timeout) {
+                failures += 1;
+                if failures > SOURCE_RETRIES {
+                    return Err(e.context(format!("reading pages from {}", p.addr)));
+                }
+                warn!(
+                    "{}: the resync source {} failed ({e:#}); going on from page {page} \
+                     with the source the MDS names",
+                    job.member, p.addr
+                );
+                break;
+            }
+            failures = 0;
             bytes.resize(len, 0);
             buf.read(0, &mut bytes)?;
             let off = job.page_area_off + page * PAGE_SIZE;
             job.pool.write_data(off, &bytes)?;
             job.pool.persist(off, len)?;
             copied += count;
+            next_page = page + count;
+        }
+        if failures > 0 {
+            // Asked again from the first page not copied: the MDS names the source.
+            peer = None;
+            std::thread::sleep(Duration::from_millis(200));
+            continue;
         }
         next_page = first_page.saturating_add(n);
-        // One line per tenth of the pool passed.
-        let tenth = next_page.min(job.page_count) * 10 / job.page_count.max(1);
-        if tenth > reported {
-            reported = tenth;
-            info!(
-                "{}: resync {}0 % of the pool scanned, {} pages copied ({:.0} MiB/s)",
-                job.member,
-                tenth,
-                copied,
-                (copied * PAGE_SIZE) as f64 / (1 << 20) as f64 / t0.elapsed().as_secs_f64()
-            );
-        }
+        progress.at(next_page, copied, t0.elapsed());
     }
+    progress.done();
     Ok(Copied {
         pages: copied,
         secs: t0.elapsed().as_secs_f64(),
@@ -211,6 +236,63 @@ fn read_from(
             if c.conn == p.ch.conn.id() && c.wr_id == WR {
                 return c.status.map_err(|e| anyhow!("{e}"));
             }
+        }
+    }
+}
+
+/// How far a resync has come: a bar on a terminal, one log line per tenth of the pool
+/// otherwise (a daemon's log).
+struct Progress {
+    member: MemberId,
+    pages: u64,
+    bar: Option<indicatif::ProgressBar>,
+    reported: u64,
+}
+
+impl Progress {
+    fn new(member: MemberId, pages: u64) -> Progress {
+        let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
+            let bar = indicatif::ProgressBar::new(pages);
+            let style = indicatif::ProgressStyle::with_template(
+                "{prefix} [{bar:30}] {percent:>3} % of the pool scanned, {msg}",
+            )
+            .expect("a valid template")
+            .progress_chars("=> ");
+            bar.set_style(style);
+            bar.set_prefix(format!("{member}: resync"));
+            bar
+        });
+        Progress {
+            member,
+            pages: pages.max(1),
+            bar,
+            reported: 0,
+        }
+    }
+
+    /// `scanned` pages of the pool passed, `copied` of them copied, in `spent`.
+    fn at(&mut self, scanned: u64, copied: u64, spent: Duration) {
+        let scanned = scanned.min(self.pages);
+        let mib = (copied * PAGE_SIZE) as f64 / (1 << 20) as f64;
+        let rate = mib / spent.as_secs_f64().max(1e-9);
+        if let Some(bar) = &self.bar {
+            bar.set_position(scanned);
+            bar.set_message(format!("{mib:.0} MiB copied, {rate:.0} MiB/s"));
+            return;
+        }
+        let tenth = scanned * 10 / self.pages;
+        if tenth > self.reported {
+            self.reported = tenth;
+            info!(
+                "{}: resync {}0 % of the pool scanned, {mib:.0} MiB copied ({rate:.0} MiB/s)",
+                self.member, tenth
+            );
+        }
+    }
+
+    fn done(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish();
         }
     }
 }

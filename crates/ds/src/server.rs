@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use orion_fabric::{Access, CompletionQueue, ConnId, Domain, FabricConfig, OpKind, Region};
 use orion_format::{Gpa, PoolKind, Superblock, PAGE_SIZE, SUPERBLOCK_SIZE};
-use orion_pmem::{ModeChoice, Pool};
+use orion_pmem::{Mode, ModeChoice, Pool};
 use orion_proto::{
     peek_id, Channel, DsHello, DsInfoReply, Event, MemberId, Message, Reply, ReplyBody,
     StoreRequest, StoreToMds, MAX_PERSISTED,
@@ -265,6 +265,9 @@ impl Store {
             cluster_uuid: self.sb.cluster_uuid,
             addr: self.addr.clone(),
             incarnation: self.incarnation,
+            // A volatile pool holds what a write delivered as durably as it holds
+            // anything (until the host reboots), with no work of this store.
+            durable_on_delivery: self.pool.mode() == Mode::Volatile,
         });
         let mut other = Vec::new();
         let reply = ch.call(&self.cq, 1, &hello, Duration::from_secs(10), &mut other);

@@ -37,6 +37,9 @@ pub struct Member {
     /// When it last stopped taking writes (clients may still read by a map that
     /// names it until their map lease runs out).
     pub left_at: Option<Instant>,
+    /// A write delivered into its pool is durable there (`DsHello::durable_on_delivery`):
+    /// strong commits do not wait for its notices.
+    pub durable_on_delivery: bool,
 }
 
 /// A store cannot join yet: it needs an in-sync peer to copy from, and none is up.
@@ -120,6 +123,7 @@ impl ClusterMap {
                             writes_since: 0,
                             // Clients of the last run may still hold maps naming it.
                             left_at: Some(Instant::now()),
+                            durable_on_delivery: false,
                         },
                     );
                 }
@@ -160,7 +164,8 @@ impl ClusterMap {
         self.members.get(&id)
     }
 
-    /// The members of `group` that take writes (and that strong commits wait for).
+    /// The members of `group` that take writes (strong commits wait for the notices
+    /// of those not durable on delivery).
     pub fn writers(&self, group: u16) -> impl Iterator<Item = &Member> {
         self.group(group).filter(|m| m.state.takes_writes())
     }
@@ -206,6 +211,7 @@ impl ClusterMap {
                 addr: m.addr.clone(),
                 resync_pct: 100,
                 since: m.writes_since,
+                durable_on_delivery: m.durable_on_delivery,
             })
             .collect()
     }
@@ -291,6 +297,7 @@ impl ClusterMap {
                 in_sync,
                 writes_since: self.epoch + 1,
                 left_at: self.members.get(&id).and_then(|m| m.left_at),
+                durable_on_delivery: d.durable_on_delivery,
             },
         );
         self.bump()?;
@@ -384,6 +391,7 @@ mod tests {
             cluster_uuid: [9; 16],
             addr: format!("ds{group}.{index}:1"),
             incarnation: pool as u64,
+            durable_on_delivery: false,
         }
     }
 

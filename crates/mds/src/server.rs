@@ -568,7 +568,7 @@ impl Mds {
     fn apply_or_park(&mut self, conn: ConnId, id: u64, p: Pending) -> Option<Reply> {
         let (map, lease) = (&self.map, self.map_lease());
         let settled = p.groups.iter().all(|&g| map.settled(g, lease));
-        if settled && self.strong.ready(&p.pages, |g| writers(map, g)) {
+        if settled && self.strong.ready(&p.pages, |g| notices_needed(map, g)) {
             return Some(self.apply_ready(conn, p));
         }
         self.strong.park(conn, id, p);
@@ -627,7 +627,7 @@ impl Mds {
         loop {
             let (map, lease) = (&self.map, self.map_lease());
             let gates = Gates {
-                writers: &|g| writers(map, g),
+                needs: &|g| notices_needed(map, g),
                 settled: &|g| map.settled(g, lease),
             };
             let Some(p) = self.strong.take_next_ready(&gates) else {
@@ -650,12 +650,12 @@ impl Mds {
         // Groups settle with time (a departed store's map lease runs out).
         self.apply_unparked();
         let map = &self.map;
-        for ask in self.strong.take_overdue(now, |g| writers(map, g)) {
+        for ask in self.strong.take_overdue(now, |g| notices_needed(map, g)) {
             self.ask_to_persist(ask);
         }
         let (map, lease) = (&self.map, self.map_lease());
         let gates = Gates {
-            writers: &|g| writers(map, g),
+            needs: &|g| notices_needed(map, g),
             settled: &|g| map.settled(g, lease),
         };
         for (p, groups) in self.strong.take_expired(now, &gates) {
@@ -692,7 +692,18 @@ fn groups_of(pages: &[Gpa]) -> Vec<u16> {
     g
 }
 
-/// The replicas of `group` that take writes, a bit per replica index.
-pub(crate) fn writers(map: &ClusterMap, group: u16) -> u64 {
-    map.writers(group).fold(0, |m, w| m | 1 << w.id.index)
+/// The replicas of `group` whose notices a strong commit of its pages needs, a bit per
+/// replica index: those that take writes and are not durable on delivery (a write
+/// the client saw complete is durable on those). None when no replica takes writes.
+pub(crate) fn notices_needed(map: &ClusterMap, group: u16) -> Option<u64> {
+    let mut any = false;
+    let need = map.writers(group).fold(0, |mask, w| {
+        any = true;
+        if w.durable_on_delivery {
+            mask
+        } else {
+            mask | 1 << w.id.index
+        }
+    });
+    any.then_some(need)
 }

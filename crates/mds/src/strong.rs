@@ -70,8 +70,10 @@ type Reporters = u64;
 
 /// What decides whether a parked update applies, from the cluster map.
 pub struct Gates<'a> {
-    /// The replicas of a group whose notices a page needs (a bit per replica index).
-    pub writers: &'a dyn Fn(u16) -> Reporters,
+    /// The replicas of a group whose notices a page needs (a bit per replica index;
+    /// none at all when the group's replicas are durable on delivery), or `None`
+    /// when no replica of the group takes writes.
+    pub needs: &'a dyn Fn(u16) -> Option<Reporters>,
     /// Whether a group is settled: no store left it within the map lease.
     pub settled: &'a dyn Fn(u16) -> bool,
 }
@@ -107,17 +109,18 @@ impl StrongWaits {
         }
     }
 
-    /// Whether every page is reported persisted by every replica `writers(group)`
-    /// names (a bit per replica index; a group with none is never ready).
-    pub fn ready(&self, pages: &[Gpa], writers: impl Fn(u16) -> Reporters) -> bool {
-        pages.iter().all(|g| {
-            let want = writers(g.group());
-            want != 0 && self.persisted.get(g).is_some_and(|&got| got & want == want)
+    /// Whether every page is reported persisted by every replica `needs(group)`
+    /// names (a bit per replica index; a group with no writer is never ready).
+    pub fn ready(&self, pages: &[Gpa], needs: impl Fn(u16) -> Option<Reporters>) -> bool {
+        pages.iter().all(|g| match needs(g.group()) {
+            None => false,
+            Some(0) => true,
+            Some(want) => self.persisted.get(g).is_some_and(|&got| got & want == want),
         })
     }
 
-    fn applies(&self, p: &Parked, writers: &Gates<'_>) -> bool {
-        p.groups.iter().all(|&g| (writers.settled)(g)) && self.ready(&p.pages, writers.writers)
+    fn applies(&self, p: &Parked, gates: &Gates<'_>) -> bool {
+        p.groups.iter().all(|&g| (gates.settled)(g)) && self.ready(&p.pages, gates.needs)
     }
 
     /// Consumes the notices of pages an update used (whether it applied or failed).
@@ -150,16 +153,20 @@ impl StrongWaits {
     }
 
     /// The pages still missing of the parked updates whose notices are overdue, by
-    /// the member (of `writers`) that has not reported them; each such update is
+    /// the member (of `needs`) that has not reported them; each such update is
     /// asked for again after twice as long.
-    pub fn take_overdue(&mut self, now: Instant, writers: impl Fn(u16) -> Reporters) -> Vec<Ask> {
+    pub fn take_overdue(
+        &mut self,
+        now: Instant,
+        needs: impl Fn(u16) -> Option<Reporters>,
+    ) -> Vec<Ask> {
         let mut asks: Vec<Ask> = Vec::new();
         for p in self.parked.iter_mut().filter(|p| p.ask_at <= now) {
             p.ask_every *= 2;
             p.ask_at = now + p.ask_every;
             for g in &p.pages {
                 let got = self.persisted.get(g).copied().unwrap_or(0);
-                let missing = writers(g.group()) & !got;
+                let missing = needs(g.group()).unwrap_or(0) & !got;
                 for index in (0..64u16).filter(|i| missing & (1 << i) != 0) {
                     let member = MemberId::new(g.group(), index);
                     match asks.iter_mut().find(|a| a.member == member) {
@@ -197,7 +204,7 @@ impl StrongWaits {
             let mut groups: Vec<u16> = p
                 .pages
                 .iter()
-                .filter(|g| !self.ready(std::slice::from_ref(g), gates.writers))
+                .filter(|g| !self.ready(std::slice::from_ref(g), gates.needs))
                 .map(|g| g.group())
                 .chain(unsettled)
                 .collect::<HashSet<_>>()
@@ -281,10 +288,10 @@ mod tests {
         let mut w = StrongWaits::new(Duration::from_secs(5));
         let (a, b, c) = (Gpa::new(1, 10), Gpa::new(1, 11), Gpa::new(2, 5));
         // Group 1 has replicas 0 and 1 taking writes; group 2 only replica 0.
-        let writers = |g: u16| if g == 1 { 0b11 } else { 0b01 };
+        let writers = |g: u16| Some(if g == 1 { 0b11 } else { 0b01 });
         let settled = |_: u16| true;
         let gates = Gates {
-            writers: &writers,
+            needs: &writers,
             settled: &settled,
         };
         w.park(1, 7, pending(vec![a, b, c], vec![1, 2], 1));
@@ -309,10 +316,10 @@ mod tests {
         assert_eq!(w.take_overdue(now + FIRST_ASK * 3, writers).len(), 1);
         // Replica 1 of group 1 goes down: group 1 needs replica 0 alone, once the
         // group has settled (no client reads by a map naming replica 1 any more).
-        let one = |_: u16| 0b01;
+        let one = |_: u16| Some(0b01);
         let unsettled = |g: u16| g != 1;
         let gated = Gates {
-            writers: &one,
+            needs: &one,
             settled: &unsettled,
         };
         assert!(
@@ -320,7 +327,7 @@ mod tests {
             "group 1 is not settled"
         );
         let open = Gates {
-            writers: &one,
+            needs: &one,
             settled: &settled,
         };
         assert!(w.take_next_ready(&open).is_some());
@@ -332,12 +339,17 @@ mod tests {
         let mut w = StrongWaits::new(Duration::from_secs(5));
         let a = Gpa::new(3, 1);
         w.persisted(0, [a]);
-        assert!(!w.ready(&[a], |_| 0));
-        assert!(w.ready(&[a], |_| 1));
+        assert!(!w.ready(&[a], |_| None));
+        assert!(w.ready(&[a], |_| Some(1)));
+        assert!(!w.ready(&[a], |_| Some(0b11)), "replica 1 did not report it");
+        assert!(
+            w.ready(&[a, Gpa::new(3, 2)], |_| Some(0)),
+            "replicas durable on delivery owe no notice"
+        );
         w.park(1, 1, pending(vec![a], vec![3], 4));
         w.park(2, 2, pending(vec![a], vec![3], 5));
         assert_eq!(w.take_stale(|p| p.written < 5).len(), 1);
-        assert!(!w.ready(&[a], |_| 1), "its notices went with it");
+        assert!(!w.ready(&[a], |_| Some(1)), "its notices went with it");
         assert_eq!(w.take_stale(|_| true).len(), 1);
     }
 }

@@ -20,7 +20,7 @@ pub use msg::*;
 
 /// Magic of every message ("OR") and the protocol version both ends must speak.
 pub const MAGIC: u16 = 0x524F;
-/// Version 2: messages by service, with disjoint kind numbers.
-pub const VERSION: u8 = 3;
+/// Version 4: stores say whether a write delivered into their pool is durable.
+pub const VERSION: u8 = 4;
 /// Bytes of the header: magic, version, kind, pad, request id.
 pub const HEADER: usize = 16;

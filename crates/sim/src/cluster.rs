@@ -25,6 +25,9 @@ pub struct ClusterConfig {
     pub replicas: u16,
     pub mds_pool: u64,
     pub store_pool: u64,
+    /// The data stores' pool mode: `Volatile` stores are durable on delivery (strong
+    /// writes owe no notice), `Msync` ones persist each page and tell the MDS.
+    pub store_mode: Mode,
     /// Faults of the mock fabric for the whole run.
     pub faults: Faults,
 }
@@ -37,6 +40,7 @@ impl Default for ClusterConfig {
             replicas: 1,
             mds_pool: 16 << 20,
             store_pool: 32 << 20,
+            store_mode: Mode::Volatile,
             faults: Faults::default(),
         }
     }
@@ -150,7 +154,7 @@ impl Cluster {
         for g in 0..cfg.stores {
             for i in 0..cfg.replicas {
                 let p = dir.path().join(store_pool(MemberId::new(g, i)));
-                orion_ds::format_pool(&p, cfg.store_pool, g, volatile)?;
+                orion_ds::format_pool(&p, cfg.store_pool, g, ModeChoice::Force(cfg.store_mode))?;
             }
         }
         let mut c = Cluster {
@@ -285,7 +289,7 @@ impl Cluster {
     fn start_store(&mut self, m: MemberId) -> Result<()> {
         let cfg = DsConfig {
             pool: self.dir.path().join(store_pool(m)),
-            pool_mode: "volatile".into(),
+            pool_mode: self.cfg.store_mode.name().into(),
             group: m.group,
             index: m.index,
             listen: store_addr(m),

@@ -20,6 +20,7 @@ fn join(domain: &Domain, cq: &CompletionQueue, pool_uuid: [u8; 16]) -> (Channel,
         cluster_uuid: [0; 16],
         addr: "store-5:1".into(),
         incarnation: 1,
+        durable_on_delivery: false,
     });
     let mut other = Vec::new();
     let reply = ch

@@ -339,6 +339,7 @@ impl StoreToMds {
                 cluster_uuid: uuid(r)?,
                 addr: text(r, "address")?,
                 incarnation: r.u64("incarnation")?,
+                durable_on_delivery: r.bool("durable on delivery")?,
             }),
             StoreToMdsKind::Persisted => StoreToMds::Persisted { pages: pages(r)? },
             StoreToMdsKind::Resynced => StoreToMds::Resynced,
@@ -364,7 +365,7 @@ impl Message for StoreToMds {
                 w.buf.extend_from_slice(&d.pool_uuid);
                 w.buf.extend_from_slice(&d.cluster_uuid);
                 w.bytes(d.addr.as_bytes());
-                w.u64(d.incarnation);
+                w.u64(d.incarnation).bool(d.durable_on_delivery);
             }
             StoreToMds::Persisted { pages } => put_pages(&mut w, pages),
             StoreToMds::Resynced | StoreToMds::Heartbeat => {}

@@ -93,6 +93,11 @@ pub struct DsHello {
     /// Drawn at each start of the store: a store that restarted is another
     /// incarnation, and only the one that received a write can vouch for its pages.
     pub incarnation: u64,
+    /// Whether a page a one-sided write delivered into its pool is durable (under the
+    /// pool's mode) with no work of the store: true for a volatile pool, whose pages
+    /// survive the store's crash once they are in the file. Writes to such a store
+    /// need no persist notice in strong mode and no flush in weak mode.
+    pub durable_on_delivery: bool,
 }
 
 /// What an advisory lock does.
@@ -186,6 +191,8 @@ pub struct StoreInfo {
     /// The epoch since which it takes writes: it holds every page written under
     /// this epoch or a later one.
     pub since: Epoch,
+    /// See [`DsHello::durable_on_delivery`].
+    pub durable_on_delivery: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -483,7 +490,8 @@ pub fn encode_reply(out: &mut Vec<u8>, id: u64, reply: &Reply) {
                         .u8(s.state as u8)
                         .bytes(s.addr.as_bytes())
                         .u8(s.resync_pct)
-                        .u32(s.since);
+                        .u32(s.since)
+                        .bool(s.durable_on_delivery);
                 }
                 w.u64(h.grace_ms).u64(h.map_lease_ms);
             }
@@ -609,6 +617,7 @@ pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
                     addr: text(&mut r, "address")?,
                     resync_pct: r.u8("resync progress")?,
                     since: r.u32("writes since")?,
+                    durable_on_delivery: r.bool("durable on delivery")?,
                 });
             }
             Reply::Ok(ReplyBody::Hello(HelloReply {

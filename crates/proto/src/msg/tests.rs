@@ -78,6 +78,7 @@ fn sample_store_messages() -> Vec<StoreToMds> {
             cluster_uuid: [0; 16],
             addr: "127.0.0.1:5".into(),
             incarnation: 0x1234_5678_9abc,
+            durable_on_delivery: true,
         }),
         StoreToMds::Persisted {
             pages: vec![Gpa::new(0, 1), Gpa::new(0, 2)],
@@ -171,6 +172,7 @@ fn requests_and_replies_round_trip() {
                 addr: "ds2:1".into(),
                 resync_pct: 40,
                 since: 9,
+                durable_on_delivery: true,
             }],
             grace_ms: 5,
             map_lease_ms: 250,
