@@ -527,6 +527,47 @@ fn daemons_explain_missing_foreign_and_misplaced_pools() {
     ]);
     assert_eq!(code, Some(2));
     assert!(err.contains("MDS pool, not a data pool"), "{err}");
+    // A data pool whose superblock is damaged, or whose file lost its end, is refused
+    // before it joins, with what is wrong (a copy: c1's store still serves its own).
+    let copy = |name: &str| {
+        let p = dir.path().join(name);
+        std::fs::copy(c1.dir.path().join("ds0.pool"), &p).unwrap();
+        p
+    };
+    let damaged = copy("damaged.pool");
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&damaged)
+            .unwrap();
+        f.seek(SeekFrom::Start(100)).unwrap();
+        f.write_all(b"garbage!").unwrap();
+    }
+    let truncated = copy("truncated.pool");
+    let len = std::fs::metadata(&truncated).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&truncated)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    for (pool, why) in [
+        (&damaged, "is damaged: checksum mismatch"),
+        (&truncated, "the pool was truncated"),
+    ] {
+        let (code, err) = run(&[
+            "ds",
+            "--pool",
+            pool.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--mds",
+            &c1.mds.addr,
+        ]);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(err.contains(why), "{err}");
+    }
     // SIGTERM stops a daemon cleanly.
     let mut c1 = c1;
     let status = c1.stores[0].terminate().expect("stopped within 10 s");

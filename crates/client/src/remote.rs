@@ -253,6 +253,15 @@ impl Remote {
         }
     }
 
+    /// How long a data store may leave this client without an answer before it gives
+    /// up on the connection (see [`Remote::one_sided`]): two map leases, by when the
+    /// MDS has taken a silent store out of the map, and at least a second.
+    pub(crate) fn store_patience(&self) -> Duration {
+        (self.map_lease * 2)
+            .max(Duration::from_secs(1))
+            .min(self.timeout)
+    }
+
     /// Reads `buf.len()` bytes of the MDS pool at `off`, one-sided.
     pub fn read_mds(&mut self, off: u64, buf: &mut [u8]) -> Res<()> {
         let conn = self.mds.conn.clone();
@@ -297,7 +306,7 @@ impl Remote {
         let stall = if conn.id() == self.mds.conn.id() {
             self.timeout
         } else {
-            (self.map_lease * 2).max(Duration::from_secs(1)).min(self.timeout)
+            self.store_patience()
         };
         let mut deadline = Instant::now() + stall;
         while done < count {

@@ -73,9 +73,10 @@ impl Remote {
     }
 
     fn open_store(&mut self, member: MemberId, addr: &str) -> Result<Store, FsError> {
+        // A store the map still names may be cut off: the MDS drops it from the map soon.
         let conn = self
             .domain
-            .connect(addr, &self.cq)
+            .connect_within(addr, &self.cq, self.store_patience())
             .map_err(|e| io_err(format!("connecting to data store {addr}: {e}")))?;
         let mut ch = Channel::new(&self.domain, conn).map_err(io_err)?;
         let id = self.fresh_id();

@@ -212,8 +212,20 @@ impl Domain {
 
     /// Connects to a listener, authenticating both ways; the connection's completions go to `cq`.
     pub fn connect(&self, addr: &str, cq: &CompletionQueue) -> Result<Connection> {
+        self.connect_within(addr, cq, self.cfg.connect_timeout)
+    }
+
+    /// [`Domain::connect`], giving up on a peer that does not answer within `timeout`
+    /// (at most the configured connect timeout).
+    pub fn connect_within(
+        &self,
+        addr: &str,
+        cq: &CompletionQueue,
+        timeout: Duration,
+    ) -> Result<Connection> {
         self.check_cq(cq)?;
-        self.imp.connect(addr, cq, self.cfg.connect_timeout)
+        self.imp
+            .connect(addr, cq, timeout.min(self.cfg.connect_timeout))
     }
 
     fn check_cq(&self, cq: &CompletionQueue) -> Result<()> {

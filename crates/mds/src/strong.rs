@@ -341,7 +341,10 @@ mod tests {
         w.persisted(0, [a]);
         assert!(!w.ready(&[a], |_| None));
         assert!(w.ready(&[a], |_| Some(1)));
-        assert!(!w.ready(&[a], |_| Some(0b11)), "replica 1 did not report it");
+        assert!(
+            !w.ready(&[a], |_| Some(0b11)),
+            "replica 1 did not report it"
+        );
         assert!(
             w.ready(&[a, Gpa::new(3, 2)], |_| Some(0)),
             "replicas durable on delivery owe no notice"

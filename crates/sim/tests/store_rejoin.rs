@@ -2,6 +2,7 @@
 //! connection close takes its group back (same pool), while another pool claiming a
 //! served group is refused. The simulator found the first case: under load, a
 //! restarted store was refused for good ("group already has a connected data store").
+//! Stores that do not fit the cluster are refused with the reason.
 
 use std::time::Duration;
 
@@ -10,9 +11,12 @@ use orion_proto::{Channel, DsHello, Reply, ReplyBody, StoreToMds};
 use orion_sim::{Cluster, ClusterConfig, MDS_ADDR};
 
 fn join(domain: &Domain, cq: &CompletionQueue, pool_uuid: [u8; 16]) -> (Channel, Reply) {
-    let conn = domain.connect(MDS_ADDR, cq).expect("connect to the MDS");
-    let mut ch = Channel::new(domain, conn).expect("channel");
-    let hello = StoreToMds::Join(DsHello {
+    join_as(domain, cq, hello(pool_uuid))
+}
+
+/// Replica 0 of group 5, 1024 pages, a pool that never joined a cluster.
+fn hello(pool_uuid: [u8; 16]) -> DsHello {
+    DsHello {
         group: 5,
         index: 0,
         page_count: 1024,
@@ -21,7 +25,13 @@ fn join(domain: &Domain, cq: &CompletionQueue, pool_uuid: [u8; 16]) -> (Channel,
         addr: "store-5:1".into(),
         incarnation: 1,
         durable_on_delivery: false,
-    });
+    }
+}
+
+fn join_as(domain: &Domain, cq: &CompletionQueue, hello: DsHello) -> (Channel, Reply) {
+    let conn = domain.connect(MDS_ADDR, cq).expect("connect to the MDS");
+    let mut ch = Channel::new(domain, conn).expect("channel");
+    let hello = StoreToMds::Join(hello);
     let mut other = Vec::new();
     let reply = ch
         .call(cq, 1, &hello, Duration::from_secs(10), &mut other)
@@ -31,8 +41,13 @@ fn join(domain: &Domain, cq: &CompletionQueue, pool_uuid: [u8; 16]) -> (Channel,
 
 /// An MDS with no data store yet, and a fabric domain to play stores from.
 fn without_stores() -> (Cluster, Domain, CompletionQueue) {
+    with_replicas(1)
+}
+
+fn with_replicas(replicas: u16) -> (Cluster, Domain, CompletionQueue) {
     let cluster = Cluster::start(ClusterConfig {
         stores: 0,
+        replicas,
         ..Default::default()
     })
     .unwrap();
@@ -90,4 +105,55 @@ fn a_store_that_falls_silent_is_taken_for_dead_after_its_heartbeat_timeout() {
         waited >= Duration::from_millis(900),
         "taken for dead after {waited:?}, before the 1 s timeout"
     );
+}
+
+#[test]
+fn stores_that_do_not_fit_the_cluster_are_refused_with_the_reason() {
+    let (_cluster, domain, cq) = with_replicas(2);
+    let refused = |h: DsHello, why: &str| {
+        let (_ch, r) = join_as(&domain, &cq, h.clone());
+        match r {
+            Reply::Err { message, .. } => assert!(message.contains(why), "{h:?}: {message}"),
+            other => panic!("{h:?} was let in: {other:?}"),
+        }
+    };
+    let (_first, r) = join(&domain, &cq, [7; 16]);
+    assert!(matches!(r, Reply::Ok(ReplyBody::Joined { .. })), "{r:?}");
+    let peer = |pool: u8| DsHello {
+        index: 1,
+        addr: "store-5:2".into(),
+        ..hello([pool; 16])
+    };
+    refused(
+        DsHello {
+            cluster_uuid: [3; 16],
+            ..peer(8)
+        },
+        "another cluster",
+    );
+    refused(
+        DsHello {
+            page_count: 512,
+            ..peer(8)
+        },
+        "the same layout",
+    );
+    refused(
+        DsHello {
+            page_count: 1 << 33,
+            ..peer(8)
+        },
+        "at most 2^32 pages",
+    );
+    refused(
+        DsHello {
+            index: 2,
+            ..peer(8)
+        },
+        "2 replicas per group",
+    );
+    refused(peer(7), "already");
+    // None of them changed the group: its right second replica still joins.
+    let (_second, r) = join_as(&domain, &cq, peer(8));
+    assert!(matches!(r, Reply::Ok(ReplyBody::Joined { .. })), "{r:?}");
 }

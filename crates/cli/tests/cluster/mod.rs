@@ -83,8 +83,7 @@ pub fn spawn(args: &[String], log: &Path) -> Result<Daemon, String> {
 
 /// [`spawn`] as user and group `uid` (no supplementary groups), through setpriv.
 pub fn spawn_as(uid: Option<u32>, args: &[String], log: &Path) -> Result<Daemon, String> {
-    let err = std::fs::File::create(log).unwrap();
-    let mut cmd = match uid {
+    let cmd = match uid {
         None => Command::new(ORION),
         Some(u) => {
             let mut c = Command::new("setpriv");
@@ -95,6 +94,19 @@ pub fn spawn_as(uid: Option<u32>, args: &[String], log: &Path) -> Result<Daemon,
             c
         }
     };
+    spawn_command(cmd, args, log)
+}
+
+/// [`spawn`] inside network namespace `netns` (`ip netns exec` execs the program, so
+/// the PID is the daemon's).
+pub fn spawn_in(netns: &str, args: &[String], log: &Path) -> Result<Daemon, String> {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", netns, ORION]);
+    spawn_command(cmd, args, log)
+}
+
+fn spawn_command(mut cmd: Command, args: &[String], log: &Path) -> Result<Daemon, String> {
+    let err = std::fs::File::create(log).unwrap();
     let mut child = cmd
         .args(args)
         .env("RUST_LOG", "info")
