@@ -175,6 +175,16 @@ impl BenchCluster {
 
     /// With `replicas` data stores in the group.
     pub fn start_replicated(backend: &str, provider: &str, replicas: u16) -> Result<BenchCluster> {
+        Self::start_with(backend, provider, replicas, "volatile")
+    }
+
+    /// With `replicas` data stores in the group, on pools of `store_mode`.
+    pub fn start_with(
+        backend: &str,
+        provider: &str,
+        replicas: u16,
+        store_mode: &str,
+    ) -> Result<BenchCluster> {
         let fabric_backend = match backend {
             "local" => Backend::Local,
             "tcp" | "libfabric" => Backend::Libfabric,
@@ -222,6 +232,8 @@ impl BenchCluster {
                 mds_addr.clone(),
                 "--index".into(),
                 i.to_string(),
+                "--pool-mode".into(),
+                store_mode.into(),
             ]);
             let log = dir.path().join(format!("ds0.{i}.log"));
             let (ds, _) = spawn(&ds_args, &log)?;
@@ -281,8 +293,15 @@ impl BenchCluster {
     }
 }
 
-pub fn run(backend: &str, provider: &str, iters: usize, replicas: u16, json: bool) -> Result<()> {
-    let cluster = BenchCluster::start_replicated(backend, provider, replicas)?;
+pub fn run(
+    backend: &str,
+    provider: &str,
+    iters: usize,
+    replicas: u16,
+    store_mode: &str,
+    json: bool,
+) -> Result<()> {
+    let cluster = BenchCluster::start_with(backend, provider, replicas, store_mode)?;
     let client = |strong: bool, internal: bool| cluster.client(strong, internal);
     let progress = |what: &str| {
         if !json {
@@ -300,7 +319,7 @@ pub fn run(backend: &str, provider: &str, iters: usize, replicas: u16, json: boo
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     if json {
         println!(
-            "{{\"backend\":\"{backend}\",\"provider\":\"{provider}\",\"iters\":{iters},\"replicas\":{replicas},\
+            "{{\"backend\":\"{backend}\",\"provider\":\"{provider}\",\"iters\":{iters},\"replicas\":{replicas},\"store_mode\":\"{store_mode}\",\
              \"pools\":\"/dev/shm (volatile: tmpfs emulates NVMM)\",\"kernel\":\"{}\",\
              {},\"external\":{{{}}},\"weak\":{{{}}},\"optimistic\":{{{}}}}}",
             kernel.trim(),
@@ -313,8 +332,8 @@ pub fn run(backend: &str, provider: &str, iters: usize, replicas: u16, json: boo
     }
     println!(
         "orion bench client: backend {backend}{}, {replicas} data store(s) per group, {iters} \
-         ops per row, pools on /dev/shm (volatile: tmpfs emulates NVMM, as in the paper), \
-         latencies in µs",
+         ops per row, pools on /dev/shm (tmpfs emulates NVMM, as in the paper; the stores' \
+         pool mode: {store_mode}), latencies in µs",
         if backend == "local" {
             String::new()
         } else {

@@ -131,6 +131,10 @@ enum BenchCmd {
         /// Data stores in the group (every page is written to each).
         #[arg(long, default_value_t = 1)]
         replicas: u16,
+        /// The stores' pool mode: volatile (durable on delivery: strong writes owe no
+        /// notice) or msync (each store persists and notifies the MDS).
+        #[arg(long, default_value = "volatile")]
+        store_mode: String,
         #[arg(long)]
         json: bool,
     },
@@ -354,10 +358,11 @@ fn run() -> Result<ExitCode> {
                     provider,
                     iters,
                     replicas,
+                    store_mode,
                     json,
                 },
         } => {
-            bench_client::run(&backend, &provider, iters, replicas, json)?;
+            bench_client::run(&backend, &provider, iters, replicas, &store_mode, json)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Bench {

@@ -22,6 +22,29 @@ use tracing::warn;
 
 use crate::remote::{io_err, Fail, Remote, Res, IO_PAGES};
 
+/// Where a write of pages went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Delivered {
+    /// The copy of this client's own store was persisted here.
+    pub local: bool,
+    /// The members of the group that took the pages, a bit per replica index.
+    pub takers: u64,
+    /// The map epoch they were written under.
+    pub epoch: Epoch,
+}
+
+impl Delivered {
+    /// Where both writes went: the pages of a run written in several pieces are
+    /// wherever every piece is, under the older epoch.
+    pub fn and(self, other: Delivered) -> Delivered {
+        Delivered {
+            local: self.local && other.local,
+            takers: self.takers & other.takers,
+            epoch: self.epoch.min(other.epoch),
+        }
+    }
+}
+
 /// A data store as this client reaches it.
 pub struct Store {
     pub ch: Channel,
@@ -184,12 +207,20 @@ impl Remote {
 
     /// Reads pages this client wrote under epoch `written` and has not committed,
     /// from a member that took them: one that takes writes since then or before (a
-    /// store that joined later may never have had them). If none is left (the only
-    /// store of the group restarted since, with its pool), from any that serves.
-    pub fn read_written(&mut self, gpa: Gpa, n: usize, out: &mut [u8], written: Epoch) -> Res<()> {
+    /// store that joined later may never have had them), else one of those they went
+    /// to (`to`) that is back with the same pool since (it left and restarted). With
+    /// neither, the pages are gone, and nothing else is read in their place.
+    pub fn read_written(
+        &mut self,
+        gpa: Gpa,
+        n: usize,
+        out: &mut [u8],
+        written: Epoch,
+        to: Delivered,
+    ) -> Res<()> {
         assert_eq!(out.len(), n * PAGE_SIZE as usize, "pages are read whole");
         self.with_group(gpa.group(), |r| {
-            r.read_pages_from(gpa, n, out, Some(written))
+            r.read_pages_from(gpa, n, out, Some((written, to)))
         })
     }
 
@@ -203,14 +234,34 @@ impl Remote {
         gpa: Gpa,
         n: usize,
         out: &mut [u8],
-        written: Option<Epoch>,
+        written: Option<(Epoch, Delivered)>,
     ) -> Res<()> {
         let group = gpa.group();
         let up = |s: &StoreInfo| s.state == MemberState::Up;
-        let took = |s: &StoreInfo| up(s) && written.is_some_and(|e| s.since <= e);
-        // Pages not committed yet come from a store that took them, if one is left.
-        let only_took = self.member(group, 0, took).is_some();
-        let pick = |s: &StoreInfo| if only_took { took(s) } else { up(s) };
+        let took = |s: &StoreInfo| up(s) && written.is_some_and(|(e, _)| s.since <= e);
+        let kept = |s: &StoreInfo| {
+            let bit = 1u64.checked_shl(s.member.index.into()).unwrap_or(0);
+            up(s) && written.is_some_and(|(_, to)| to.takers & bit != 0 && s.pool_since <= to.epoch)
+        };
+        // Pages not committed yet come from a store that took them, if one is left,
+        // else from one that took them and came back with its pool.
+        let rule = if written.is_none() {
+            0
+        } else if self.member(group, 0, took).is_some() {
+            1
+        } else if self.member(group, 0, kept).is_some() {
+            2
+        } else {
+            return Err(Fail::Fs(FsError::Io(format!(
+                "every data store of group {group} that took pages {gpa:?} (+{n}) before \
+                 they were committed is gone"
+            ))));
+        };
+        let pick = |s: &StoreInfo| match rule {
+            0 => up(s),
+            1 => took(s),
+            _ => kept(s),
+        };
         let mut last = None;
         let mut k = 0;
         while let Some(m) = self.member(group, k, pick) {
@@ -280,6 +331,11 @@ impl Remote {
     /// delivery). Returns true when the copy of this client's own store was persisted
     /// here.
     pub fn write_pages(&mut self, gpa: Gpa, data: &[u8]) -> Res<bool> {
+        self.deliver_pages(gpa, data).map(|d| d.local)
+    }
+
+    /// [`Remote::write_pages`], saying where the pages went.
+    pub fn deliver_pages(&mut self, gpa: Gpa, data: &[u8]) -> Res<Delivered> {
         assert!(
             !data.is_empty() && data.len().is_multiple_of(PAGE_SIZE as usize),
             "pages are written whole"
@@ -287,10 +343,11 @@ impl Remote {
         self.with_group(gpa.group(), |r| r.write_pages_once(gpa, data))
     }
 
-    fn write_pages_once(&mut self, gpa: Gpa, data: &[u8]) -> Res<bool> {
+    fn write_pages_once(&mut self, gpa: Gpa, data: &[u8]) -> Res<Delivered> {
         let group = gpa.group();
         let writes = |s: &StoreInfo| s.state.takes_writes();
         let mut local = false;
+        let mut takers = 0u64;
         let mut k = 0;
         while let Some(m) = self.member(group, k, writes) {
             k += 1;
@@ -298,13 +355,18 @@ impl Remote {
                 Fail::Fs(FsError::Io(e)) => Fail::Fs(FsError::Io(format!("{m}: {e}"))),
                 e => e,
             })?;
+            takers |= 1u64.checked_shl(m.index.into()).unwrap_or(0);
         }
         if k == 0 {
             return Err(Fail::Fs(io_err(format!(
                 "every data store of group {group} is down"
             ))));
         }
-        Ok(local)
+        Ok(Delivered {
+            local,
+            takers,
+            epoch: self.epoch,
+        })
     }
 
     fn write_to(&mut self, m: MemberId, gpa: Gpa, data: &[u8]) -> Res<bool> {

@@ -19,6 +19,8 @@ use orion_format::{Entry, Gpa};
 use orion_meta::FsError;
 use orion_proto::Epoch;
 
+use crate::replicas::Delivered;
+
 /// Entries staged for one file before they are committed (a log commit holds at
 /// most `orion_proto::MAX_COMMIT_ENTRIES`; one staged write adds at most
 /// [`MAX_STAGED_WRITE_PAGES`]).
@@ -30,13 +32,23 @@ const _: () = assert!(
     MAX_STAGED_ENTRIES + MAX_STAGED_WRITE_PAGES as usize <= orion_proto::MAX_COMMIT_ENTRIES
 );
 
+/// Pages of a staged write, and where they went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StagedRun {
+    pub gpa: Gpa,
+    pub pages: u64,
+    /// Where they went: where they can be read again if the map changes before
+    /// their commit.
+    pub to: Delivered,
+}
+
 /// The writes staged for one file.
 pub struct StagedFile {
     /// The file's generation (inode numbers are reused).
     pub generation: u64,
     pub entries: Vec<Entry>,
     /// The pages the entries name, to give back if the commit is refused.
-    pub runs: Vec<(Gpa, u64)>,
+    pub runs: Vec<StagedRun>,
     /// Whether every page is durable already (written to the client's own store).
     pub persisted_locally: bool,
     /// The oldest cluster map epoch its pages were written under.
@@ -102,6 +114,7 @@ impl Staging {
         entries: Vec<Entry>,
         persisted_locally: bool,
         written_epoch: Epoch,
+        to: impl Fn(Gpa) -> Delivered,
     ) -> bool {
         if self.since.is_none() {
             self.since = Some(Instant::now());
@@ -131,7 +144,11 @@ impl Staging {
             for k in 0..w.npages as u64 {
                 f.pages.insert(w.pgoff + k, w.gpa.offset_by(k));
             }
-            f.runs.push((w.gpa, w.npages as u64));
+            f.runs.push(StagedRun {
+                gpa: w.gpa,
+                pages: w.npages as u64,
+                to: to(w.gpa),
+            });
             f.end = f.end.max(w.size);
         }
         f.entries.extend(entries);
@@ -217,13 +234,21 @@ mod tests {
         })
     }
 
+    fn to(takers: u64) -> Delivered {
+        Delivered {
+            local: false,
+            takers,
+            epoch: 1,
+        }
+    }
+
     #[test]
     fn newer_staged_pages_hide_older_ones_and_the_end_only_grows() {
         let mut s = Staging::new(true, Duration::from_secs(60));
         let a = Gpa::new(0, 100);
         let b = Gpa::new(0, 200);
-        assert!(!s.stage(7, 1, vec![write(3, a, 2)], true, 5));
-        assert!(!s.stage(7, 1, vec![write(4, b, 1)], false, 4));
+        assert!(!s.stage(7, 1, vec![write(3, a, 2)], true, 5, |_| to(0b11)));
+        assert!(!s.stage(7, 1, vec![write(4, b, 1)], false, 4, |_| to(0b01)));
         assert_eq!(s.page(7, 1, 3), Some(a));
         assert_eq!(s.page(7, 1, 4), Some(b));
         assert_eq!(s.page(7, 1, 5), None);
@@ -236,6 +261,9 @@ mod tests {
         let f = s.take(7).expect("staged");
         assert_eq!(f.entries.len(), 2);
         assert!(!f.persisted_locally);
+        assert_eq!(f.written_epoch, 4, "the oldest epoch of its writes");
+        let takers: Vec<u64> = f.runs.iter().map(|r| r.to.takers).collect();
+        assert_eq!(takers, [0b11, 0b01], "each run knows where it went");
         assert!(s.is_empty() && s.due_in().is_none());
     }
 
@@ -244,7 +272,7 @@ mod tests {
         let mut s = Staging::new(true, Duration::from_secs(60));
         for i in 0..MAX_STAGED_ENTRIES as u64 {
             let g = Gpa::new(1, i);
-            let full = s.stage(9, 1, vec![write(i, g, 1)], true, 1);
+            let full = s.stage(9, 1, vec![write(i, g, 1)], true, 1, |_| to(1));
             assert_eq!(full, i + 1 == MAX_STAGED_ENTRIES as u64);
         }
     }

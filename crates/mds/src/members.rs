@@ -34,6 +34,10 @@ pub struct Member {
     pub in_sync: bool,
     /// The epoch since which it takes writes (pages written before miss it).
     pub writes_since: Epoch,
+    /// The epoch since which its pool has been this member's: a store that restarted
+    /// with its pool keeps what was delivered to it before (a client copying pages it
+    /// wrote and did not commit may read them there); a new pool does not.
+    pub pool_since: Epoch,
     /// When it last stopped taking writes (clients may still read by a map that
     /// names it until their map lease runs out).
     pub left_at: Option<Instant>,
@@ -103,8 +107,13 @@ impl ClusterMap {
             let f: Vec<&str> = line.split_whitespace().collect();
             match f.as_slice() {
                 ["epoch", e] => self.epoch = e.parse()?,
-                ["member", g, i, uuid, sync] => {
+                ["member", g, i, uuid, sync, rest @ ..] if rest.len() <= 1 => {
                     let id = MemberId::new(g.parse()?, i.parse()?);
+                    // Files of the first release lack it: their pools date from then.
+                    let pool_since = match rest {
+                        [p] => p.parse()?,
+                        _ => 0,
+                    };
                     let in_sync = match *sync {
                         "in-sync" => true,
                         "stale" => false,
@@ -121,6 +130,7 @@ impl ClusterMap {
                             conn: None,
                             in_sync,
                             writes_since: 0,
+                            pool_since,
                             // Clients of the last run may still hold maps naming it.
                             left_at: Some(Instant::now()),
                             durable_on_delivery: false,
@@ -142,10 +152,11 @@ impl ClusterMap {
         for m in self.members.values() {
             let sync = if m.in_sync { "in-sync" } else { "stale" };
             text += &format!(
-                "member {} {} {} {sync}\n",
+                "member {} {} {} {sync} {}\n",
                 m.id.group,
                 m.id.index,
-                crate::server::hex(&m.pool_uuid)
+                crate::server::hex(&m.pool_uuid),
+                m.pool_since
             );
         }
         write_durably(path, text.as_bytes())
@@ -211,6 +222,7 @@ impl ClusterMap {
                 addr: m.addr.clone(),
                 resync_pct: 100,
                 since: m.writes_since,
+                pool_since: m.pool_since,
                 durable_on_delivery: m.durable_on_delivery,
             })
             .collect()
@@ -296,6 +308,10 @@ impl ClusterMap {
                 conn: Some(conn),
                 in_sync,
                 writes_since: self.epoch + 1,
+                pool_since: match self.members.get(&id) {
+                    Some(m) if m.pool_uuid == d.pool_uuid => m.pool_since,
+                    _ => self.epoch + 1,
+                },
                 left_at: self.members.get(&id).and_then(|m| m.left_at),
                 durable_on_delivery: d.durable_on_delivery,
             },
@@ -449,6 +465,24 @@ mod tests {
                 from: MemberId::new(0, 0)
             }
         );
+        // Each member keeps the epoch its pool came in, across the MDS restart: what
+        // was delivered to it since then is still there.
+        let info = |m: &ClusterMap, i: u16| {
+            m.stores()
+                .into_iter()
+                .find(|s| s.member == MemberId::new(0, i))
+                .unwrap()
+        };
+        assert!(
+            info(&map, 0).pool_since <= e0 + 1,
+            "its pool since the start"
+        );
+        assert!(info(&map, 1).pool_since < before, "kept across the restart");
+        assert!(info(&map, 1).since > before, "though it takes writes anew");
+        // A new pool in place 1 starts over.
+        map.leave(22).unwrap();
+        map.join(&hello(0, 1, 3), true, 23).unwrap();
+        assert_eq!(info(&map, 1).pool_since, map.epoch());
     }
 
     #[test]

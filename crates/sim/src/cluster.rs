@@ -385,7 +385,16 @@ impl Cluster {
 
     /// A new client of the given kind.
     pub fn client(&self, kind: ClientKind) -> Result<Client> {
-        let cfg = ClientConfig {
+        self.client_with(kind, |_| {})
+    }
+
+    /// [`Cluster::client`] with settings of the test's own.
+    pub fn client_with(
+        &self,
+        kind: ClientKind,
+        tweak: impl FnOnce(&mut ClientConfig),
+    ) -> Result<Client> {
+        let mut cfg = ClientConfig {
             mds: MDS_ADDR.into(),
             internal: kind.internal,
             persistence: if kind.optimistic {
@@ -402,6 +411,7 @@ impl Cluster {
             name: format!("sim client ({kind:?})"),
             ..Default::default()
         };
+        tweak(&mut cfg);
         Client::connect(cfg, self.fabric()).map_err(|e| anyhow!("client: {e}"))
     }
 

@@ -47,6 +47,11 @@ const REGRESSIONS: &[u64] = &[
     // had them: zeros, committed. Staged pages are now read from a store that took
     // writes since the epoch they were written under (`StoreInfo::since`).
     681,
+    // A staged write's store restarted during the write; the client wrote again to
+    // it and staged the page, but judged where the page went by the epoch from before
+    // the write, so no store counted as holding it and the commit failed with EIO.
+    // A write now says which stores took it, under which epoch (`Delivered`).
+    132,
 ];
 
 /// Operations per seed.

@@ -2,13 +2,14 @@
 //! commit per file (when due, at fsync and close, before any other call), and a
 //! failure to commit is kept for the file's next fsync or close to report.
 
-use orion_format::{Gpa, PAGE_SIZE};
+use orion_format::PAGE_SIZE;
 use orion_meta::FsError;
 use orion_proto::{Commit, Epoch};
 
 use super::DataPath;
 use crate::commit::send_commit;
 use crate::remote::{Fail, Res};
+use crate::staging::StagedRun;
 
 /// How often staged writes are copied again to a changed map before they fail.
 const MAP_CHANGES: usize = 8;
@@ -40,7 +41,7 @@ impl DataPath<'_> {
                 }
                 // A store took writes only after these pages went out: copy them to
                 // every store that takes writes now, and commit again.
-                Err(Fail::MapChanged) => match self.replicate_again(&f.runs, f.written_epoch) {
+                Err(Fail::MapChanged) => match self.replicate_again(&mut f.runs, f.written_epoch) {
                     Ok((epoch, local)) => {
                         f.written_epoch = epoch;
                         f.persisted_locally = local;
@@ -53,7 +54,8 @@ impl DataPath<'_> {
                 },
                 Err(Fail::Fs(e)) => {
                     if matches!(e, FsError::Errno(_)) {
-                        self.chunks.give_back(f.runs);
+                        self.chunks
+                            .give_back(f.runs.iter().map(|r| (r.gpa, r.pages)).collect());
                     }
                     self.staging.record_failure(ino, f.generation, e);
                     return Ok(());
@@ -74,19 +76,21 @@ impl DataPath<'_> {
         Err(e)
     }
 
-    /// Copies staged pages (on the stores that took them) to every store that takes
+    /// Copies staged pages (from the stores that took them) to every store that takes
     /// writes now; returns the epoch they went out under, and whether this client's
     /// own store holds them persisted.
-    fn replicate_again(&mut self, runs: &[(Gpa, u64)], written: Epoch) -> Res<(Epoch, bool)> {
+    fn replicate_again(&mut self, runs: &mut [StagedRun], written: Epoch) -> Res<(Epoch, bool)> {
         let epoch = self.remote.epoch;
         let own = self.remote.internal_group();
         let mut local = true;
-        for &(g, n) in runs {
+        for run in runs.iter_mut() {
+            let (g, n) = (run.gpa, run.pages);
             let mut buf = vec![0u8; (n * PAGE_SIZE) as usize];
             // From a store that took them: one that joined since lacks them.
-            self.remote.read_written(g, n as usize, &mut buf, written)?;
-            let direct = self.remote.write_pages(g, &buf)?;
-            local &= direct || Some(g.group()) != own;
+            self.remote
+                .read_written(g, n as usize, &mut buf, written, run.to)?;
+            run.to = self.remote.deliver_pages(g, &buf)?;
+            local &= run.to.local || Some(g.group()) != own;
         }
         Ok((epoch, local))
     }

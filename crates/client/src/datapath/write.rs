@@ -14,6 +14,7 @@ use super::pieces::{PageSources, PartialEnds};
 use super::{fetch, regular, same_file, DataPath, MAX_PIECE, PS};
 use crate::commit::{commit_loop, Step};
 use crate::remote::{Fail, Res};
+use crate::replicas::Delivered;
 
 /// What one write is, decided from the inode's state before any I/O.
 #[derive(Debug, PartialEq, Eq)]
@@ -179,20 +180,28 @@ impl DataPath<'_> {
                 first: plan.first,
                 assembled: &assembled,
             };
+            let staged = fast && staging.accepts(ino, gen, plan.npages);
             let mut local = true;
+            // Where each run of a staged write went (its pages may have to be read
+            // again); nothing is allocated for other writes.
+            let mut delivered = Vec::new();
             let mut k = 0u64;
             for &(g, n) in runs {
+                let mut to: Option<Delivered> = None;
                 for (j, bytes) in src.segments(k, n) {
-                    let direct = remote.write_pages(g.offset_by(j - k), bytes)?;
+                    let d = remote.deliver_pages(g.offset_by(j - k), bytes)?;
                     // Only pages of the client's own store count (others are awaited
                     // from their stores in any case).
-                    local &= direct || Some(g.group()) != remote.internal_group();
+                    local &= d.local || Some(g.group()) != remote.internal_group();
+                    to = Some(to.map_or(d, |t| t.and(d)));
+                }
+                if staged {
+                    delivered.push((g, to.expect("a run has pages")));
                 }
                 k += n;
             }
             let mut entries = plan.entries(runs, SystemClock.now());
             let landed = plan.off;
-            let staged = fast && staging.accepts(ino, gen, plan.npages);
             // What is staged for the file commits now when the stage is full, or when
             // this write commits (what was staged goes first, and moves the tail a
             // conditional commit expects: build again).
@@ -200,7 +209,18 @@ impl DataPath<'_> {
                 remote.stats.staged_writes += 1;
                 // The pages belong to the stage now, whatever its commit meets.
                 taken = None;
-                staging.stage(ino, gen, std::mem::take(&mut entries), local, written_epoch)
+                let to = |gpa: Gpa| {
+                    let run = delivered.iter().find(|(g, _)| *g == gpa);
+                    run.expect("each entry is one run").1
+                };
+                staging.stage(
+                    ino,
+                    gen,
+                    std::mem::take(&mut entries),
+                    local,
+                    written_epoch,
+                    to,
+                )
             } else {
                 staging.holds(ino)
             };

@@ -191,6 +191,10 @@ pub struct StoreInfo {
     /// The epoch since which it takes writes: it holds every page written under
     /// this epoch or a later one.
     pub since: Epoch,
+    /// The epoch since which its pool has been this member's (a restart with the same
+    /// pool keeps it; a new pool starts it again): it holds what was delivered to it
+    /// under this epoch or a later one, even if it stopped taking writes meanwhile.
+    pub pool_since: Epoch,
     /// See [`DsHello::durable_on_delivery`].
     pub durable_on_delivery: bool,
 }
@@ -491,6 +495,7 @@ pub fn encode_reply(out: &mut Vec<u8>, id: u64, reply: &Reply) {
                         .bytes(s.addr.as_bytes())
                         .u8(s.resync_pct)
                         .u32(s.since)
+                        .u32(s.pool_since)
                         .bool(s.durable_on_delivery);
                 }
                 w.u64(h.grace_ms).u64(h.map_lease_ms);
@@ -617,6 +622,7 @@ pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
                     addr: text(&mut r, "address")?,
                     resync_pct: r.u8("resync progress")?,
                     since: r.u32("writes since")?,
+                    pool_since: r.u32("pool since")?,
                     durable_on_delivery: r.bool("durable on delivery")?,
                 });
             }

@@ -172,6 +172,7 @@ fn requests_and_replies_round_trip() {
                 addr: "ds2:1".into(),
                 resync_pct: 40,
                 since: 9,
+                pool_since: 3,
                 durable_on_delivery: true,
             }],
             grace_ms: 5,
