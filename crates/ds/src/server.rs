@@ -314,12 +314,7 @@ impl Store {
         if let Some(mds) = &mut self.mds {
             if mds.conn.id() == c.conn {
                 match mds.on_completion(&c) {
-                    Event::Broken(e) => {
-                        warn!("lost the MDS at {}: {e}; rejoining", self.cfg.mds);
-                        self.mds = None;
-                        self.persisted.clear();
-                        self.cancel_resync();
-                    }
+                    Event::Broken(e) => self.lose_mds(&e.to_string()),
                     Event::Message { slot, len } => {
                         let mut msg = std::mem::take(&mut self.msg);
                         let read = mds.read_message(slot, len, &mut msg);
@@ -390,9 +385,31 @@ impl Store {
         self.beat = Instant::now();
         if let Some(mds) = &mut self.mds {
             if let Err(e) = mds.send_request(0, &StoreToMds::Heartbeat) {
-                warn!("sending a heartbeat to the MDS: {e}");
+                self.send_failed(&format!("sending a heartbeat: {e}"));
             }
         }
+    }
+
+    /// A message to the MDS could not be sent: the connection is lost if it is dead
+    /// (a fabric may refuse to post on a connection whose peer died, and then no
+    /// completion ever says so); else the MDS is slow to take its messages, and the
+    /// heartbeat timeout decides.
+    fn send_failed(&mut self, why: &str) {
+        if self.mds.as_ref().is_some_and(|m| !m.conn.is_alive()) {
+            self.lose_mds(why);
+        } else {
+            warn!("the MDS at {}: {why}", self.cfg.mds);
+        }
+    }
+
+    /// The connection to the MDS is gone: the store joins again.
+    fn lose_mds(&mut self, why: &str) {
+        warn!("lost the MDS at {}: {why}; rejoining", self.cfg.mds);
+        if let Some(mds) = self.mds.take() {
+            mds.conn.close();
+        }
+        self.persisted.clear();
+        self.cancel_resync();
     }
 
     /// Starts copying what this store missed from a peer, on a thread of its own.
@@ -546,16 +563,20 @@ impl Store {
                 .all(|g| g.group() == self.cfg.group && g.page() < self.sb.page_count),
             "a persisted notice names a page of this store"
         );
+        let mut failed = None;
         for pages in self.persisted.chunks(MAX_PERSISTED) {
             let req = StoreToMds::Persisted {
                 pages: pages.to_vec(),
             };
             if let Err(e) = mds.send_request(0, &req) {
-                warn!("telling the MDS about persisted pages: {e}");
+                failed = Some(format!("telling it about persisted pages: {e}"));
                 break;
             }
         }
         self.persisted.clear();
+        if let Some(why) = failed {
+            self.send_failed(&why);
+        }
     }
 
     fn serve(&mut self, msg: &[u8]) -> Reply {
