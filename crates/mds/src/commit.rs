@@ -142,14 +142,13 @@ pub fn apply(
 }
 
 /// The pages a commit needs persisted by the data stores before it may apply.
-pub fn data_pages(c: &Commit) -> Vec<Gpa> {
-    let mut out = Vec::new();
-    for e in &c.entries {
-        match e {
-            Entry::Write(w) => out.extend((0..w.npages as u64).map(|k| w.gpa.offset_by(k))),
-            Entry::XattrSet(x) => out.push(x.gpa),
-            _ => {}
-        }
-    }
-    out
+pub fn data_pages(c: &Commit) -> impl Iterator<Item = Gpa> + Clone + '_ {
+    c.entries.iter().flat_map(|e| {
+        let (first, n) = match e {
+            Entry::Write(w) => (w.gpa, w.npages as u64),
+            Entry::XattrSet(x) => (x.gpa, 1),
+            _ => (Gpa(0), 0),
+        };
+        (0..n).map(move |k| first.offset_by(k))
+    })
 }

@@ -11,7 +11,7 @@
 //! then renamed), so an MDS that restarts does not take a stale replica for a good
 //! one. The fail-over issue moves this to the cluster manager.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,11 @@ pub struct Member {
     pub conn: Option<ConnId>,
     /// Holds every page committed in its group.
     pub in_sync: bool,
+    /// The pages of its group committed while it did not take writes, as far as this
+    /// MDS has seen them (an in-sync member has missed none); `None` when that is not
+    /// known (it left in the middle of a resync, the MDS restarted while it was stale,
+    /// or it missed more than [`MAX_MISSED`] pages): then it copies every page.
+    pub missed: Option<BTreeSet<u64>>,
     /// The epoch since which it takes writes (pages written before miss it).
     pub writes_since: Epoch,
     /// The epoch since which its pool has been this member's: a store that restarted
@@ -45,6 +50,10 @@ pub struct Member {
     /// strong commits do not wait for its notices.
     pub durable_on_delivery: bool,
 }
+
+/// Missed pages recorded per member before its resync copies every page instead
+/// (8 MiB of set at most).
+pub const MAX_MISSED: usize = 1 << 18;
 
 /// A store cannot join yet: it needs an in-sync peer to copy from, and none is up.
 /// It may try again later.
@@ -129,6 +138,9 @@ impl ClusterMap {
                             state: MemberState::Down,
                             conn: None,
                             in_sync,
+                            // What an in-sync member misses from now on, this MDS
+                            // sees; what a stale one missed before, nobody knows.
+                            missed: in_sync.then(BTreeSet::new),
                             writes_since: 0,
                             pool_since,
                             // Clients of the last run may still hold maps naming it.
@@ -264,10 +276,10 @@ impl ClusterMap {
             .group(d.group)
             .find(|m| m.id != id && m.state == MemberState::Up && m.in_sync)
             .map(|m| m.id);
-        let in_sync = match self.members.get(&id) {
-            Some(m) if m.pool_uuid == d.pool_uuid => m.in_sync,
+        let (in_sync, missed) = match self.members.get(&id) {
+            Some(m) if m.pool_uuid == d.pool_uuid => (m.in_sync, m.missed.clone()),
             // A new, empty pool replaces a lost one: rebuilt from a peer.
-            Some(_) if fresh => false,
+            Some(_) if fresh => (false, None),
             Some(m) => bail!(
                 "{id} is pool {}, and this store's pool ({}) belongs to the cluster already: \
                  point the store at its own pool",
@@ -275,7 +287,10 @@ impl ClusterMap {
                 crate::server::hex(&d.pool_uuid)
             ),
             // A new place in a group that holds data already starts empty.
-            None => self.group(d.group).next().is_none(),
+            None => {
+                let first = self.group(d.group).next().is_none();
+                (first, first.then(BTreeSet::new))
+            }
         };
         assert!(
             self.members.get(&id).is_none_or(|m| m.conn.is_none()),
@@ -307,6 +322,7 @@ impl ClusterMap {
                 },
                 conn: Some(conn),
                 in_sync,
+                missed,
                 writes_since: self.epoch + 1,
                 pool_since: match self.members.get(&id) {
                     Some(m) if m.pool_uuid == d.pool_uuid => m.pool_since,
@@ -333,6 +349,10 @@ impl ClusterMap {
         m.conn = None;
         m.state = MemberState::Down;
         m.left_at = Some(Instant::now());
+        if !m.in_sync {
+            // Mid-resync: which of its pages it has copied is not recorded.
+            m.missed = None;
+        }
         let id = m.id;
         self.bump()?;
         Ok(Some(id))
@@ -347,17 +367,31 @@ impl ClusterMap {
         assert_eq!(m.state, MemberState::Resyncing, "only a resync ends");
         m.state = MemberState::Up;
         m.in_sync = true;
+        m.missed = Some(BTreeSet::new());
         self.bump()
     }
 
-    /// A commit naming pages of `group` was applied: members that did not take it
-    /// miss it (and must copy it before they serve again).
-    pub fn committed_to(&mut self, group: u16) -> Result<()> {
+    /// A commit naming `pages` of `group` is about to apply: members that do not
+    /// take it miss it (and must copy those pages before they serve again).
+    pub fn committed_to(
+        &mut self,
+        group: u16,
+        pages: impl Iterator<Item = u64> + Clone,
+    ) -> Result<()> {
         let mut changed = false;
         for m in self.members.values_mut() {
-            if m.id.group == group && !m.state.takes_writes() && m.in_sync {
+            if m.id.group != group || m.state.takes_writes() {
+                continue;
+            }
+            if m.in_sync {
                 m.in_sync = false;
                 changed = true;
+            }
+            if let Some(set) = &mut m.missed {
+                set.extend(pages.clone());
+                if set.len() > MAX_MISSED {
+                    m.missed = None;
+                }
             }
         }
         if changed {
@@ -412,6 +446,47 @@ mod tests {
     }
 
     #[test]
+    fn a_replica_away_misses_exactly_the_pages_committed_meanwhile() {
+        let mut map = ClusterMap::load(None, 2).unwrap();
+        let (a, b) = (MemberId::new(0, 0), MemberId::new(0, 1));
+        map.join(&hello(0, 0, 1), false, 10).unwrap();
+        map.join(&hello(0, 1, 2), true, 11).unwrap();
+        map.resynced(b).unwrap();
+        map.committed_to(0, [1u64, 2].into_iter()).unwrap();
+        assert_eq!(
+            map.get(b).unwrap().missed,
+            Some(BTreeSet::new()),
+            "it took them"
+        );
+        map.leave(11).unwrap();
+        map.committed_to(0, [5u64, 6].into_iter()).unwrap();
+        map.committed_to(1, [8u64].into_iter()).unwrap();
+        map.committed_to(0, [6u64, 7].into_iter()).unwrap();
+        let missed = map.get(b).unwrap().missed.clone().unwrap();
+        assert_eq!(missed.into_iter().collect::<Vec<_>>(), [5, 6, 7]);
+        assert!(!map.get(b).unwrap().in_sync);
+        assert_eq!(map.get(a).unwrap().missed, Some(BTreeSet::new()));
+        // It comes back with its pool, and leaves again in the middle of its resync:
+        // what it copied is not recorded, so next time it copies everything.
+        assert_eq!(
+            map.join(&hello(0, 1, 2), false, 12).unwrap(),
+            Admission::Resync { from: a }
+        );
+        assert!(
+            map.get(b).unwrap().missed.is_some(),
+            "kept for its resync plan"
+        );
+        map.leave(12).unwrap();
+        assert!(map.get(b).unwrap().missed.is_none());
+        // Too many missed pages are not recorded either.
+        map.join(&hello(0, 1, 2), false, 13).unwrap();
+        map.resynced(b).unwrap();
+        map.leave(13).unwrap();
+        map.committed_to(0, 0..MAX_MISSED as u64 + 1).unwrap();
+        assert!(map.get(b).unwrap().missed.is_none());
+    }
+
+    #[test]
     fn a_replica_that_missed_a_commit_resyncs_from_an_in_sync_peer_even_after_a_restart() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("mds.pool.members");
@@ -447,7 +522,7 @@ mod tests {
             !map.written_to_all(1, e1),
             "a group without members takes none"
         );
-        map.committed_to(0).unwrap();
+        map.committed_to(0, [7u64, 9].into_iter()).unwrap();
         // The MDS restarts: the map comes back with replica 1 stale.
         let before = map.epoch();
         let mut map = ClusterMap::load(Some(file), 2).unwrap();
@@ -479,6 +554,8 @@ mod tests {
         );
         assert!(info(&map, 1).pool_since < before, "kept across the restart");
         assert!(info(&map, 1).since > before, "though it takes writes anew");
+        // Replica 1 (stale at the MDS restart) has missed no one knows what.
+        assert!(map.get(MemberId::new(0, 1)).unwrap().missed.is_none());
         // A new pool in place 1 starts over.
         map.leave(22).unwrap();
         map.join(&hello(0, 1, 3), true, 23).unwrap();

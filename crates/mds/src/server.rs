@@ -470,7 +470,7 @@ impl Mds {
                 if let Err(e) = commit::check(&self.engine, &peer.grants, &c) {
                     return Some(errno_reply(e));
                 }
-                let pages = commit::data_pages(&c);
+                let pages: Vec<Gpa> = commit::data_pages(&c).collect();
                 if let Err(e) = self.check_written(c.written_epoch, &groups_of(&pages)) {
                     self.strong.consume(&pages);
                     return Some(errno_reply(e));
@@ -590,7 +590,18 @@ impl Mds {
         // the commit, since a crash between the two must not leave one taken for in
         // sync that lacks it (a needless mark costs a resync, no more).
         for &g in &p.groups {
-            if let Err(e) = self.map.committed_to(g) {
+            let of_g = move |x: &Gpa| x.group() == g;
+            let r = match &p.update {
+                Waiting::Commit(c) => self
+                    .map
+                    .committed_to(g, commit::data_pages(c).filter(of_g).map(|x| x.page())),
+                Waiting::Create(c) => {
+                    let page = c.symlink.iter().map(|s| s.0);
+                    self.map
+                        .committed_to(g, page.filter(of_g).map(|x| x.page()))
+                }
+            };
+            if let Err(e) = r {
                 return errno_reply(FsError::Io(format!(
                     "recording that group {g}'s absent replicas miss this commit: {e:#}"
                 )));

@@ -101,11 +101,24 @@ impl Mds {
         let resync = match admission {
             Admission::Up => false,
             Admission::Resync { from } => {
-                let pages = chunks::named_pages(&self.engine, d.group, d.page_count)?;
+                let mut pages = chunks::named_pages(&self.engine, d.group, d.page_count)?;
+                // A store that holds whatever was delivered to it, back with the pool it
+                // left with, needs only the pages committed while it was away (pages
+                // of weak commits to other pools may not have reached its media).
+                let missed = self.map.get(id).and_then(|m| m.missed.as_ref());
+                let only = missed.filter(|_| d.durable_on_delivery);
+                if let Some(set) = only {
+                    pages.retain(|p| set.contains(p));
+                }
                 info!(
-                    "{id} resyncs {} pages ({} MiB) from {from}",
+                    "{id} resyncs {} pages ({} MiB) from {from}{}",
                     pages.len(),
-                    (pages.len() * 4096) >> 20
+                    (pages.len() * 4096) >> 20,
+                    if only.is_some() {
+                        ": those committed while it was away"
+                    } else {
+                        ": every page in use"
+                    }
                 );
                 self.groups.get_mut(&d.group).expect("inserted").hold();
                 self.resyncs.insert(

@@ -199,6 +199,7 @@ fn run_seed(seed: u64) -> Result<Tally, String> {
         let op = op.resolve(&oracle_snapshot(model.root()));
         let want = run_oracle(model.root(), &op);
         let reconnects = clients[me].stats().reconnects;
+        client_ops::LAST_EIO.with(|m| m.borrow_mut().clear());
         let (got, crashed) = match (crash_inside, kill_inside) {
             (None, Some((m, after))) => {
                 events.push(format!("{i}: data store {m} killed inside {op:?}"));
@@ -227,7 +228,8 @@ fn run_seed(seed: u64) -> Result<Tally, String> {
         }
         if got != want && !(interrupted && matches!(got, Outcome::Err(_))) {
             return Err(format!(
-                "step {i}: {op:?} by client {me}: orion {got:?}, model {want:?} (events: {events:?})"
+                "step {i}: {op:?} by client {me}: orion {got:?}, model {want:?} (last EIO: {:?}; events: {events:?})",
+                client_ops::LAST_EIO.with(|m| m.borrow().clone())
             ));
         }
         // Another client's view: what this one did is visible to it at once (its

@@ -9,8 +9,18 @@ use orion_client::{Client, FsError, OpenFlags, RenameMode, SetAttrReq, TimeSet};
 
 use crate::support::*;
 
+thread_local! {
+    /// The message of the last EIO this thread's operations got: the simulator prints
+    /// it with a failure (an errno alone does not say which path failed).
+    pub static LAST_EIO: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
 pub fn errno(e: FsError) -> i32 {
-    e.errno()
+    let n = e.errno();
+    if n == libc::EIO {
+        LAST_EIO.with(|m| *m.borrow_mut() = e.to_string());
+    }
+    n
 }
 
 pub fn ok<T>(r: Result<T, FsError>) -> Result<Outcome, i32> {
