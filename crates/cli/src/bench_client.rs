@@ -267,6 +267,16 @@ impl BenchCluster {
         Ok(())
     }
 
+    /// The pool file of data store `index`.
+    pub fn store_pool(&self, index: usize) -> std::path::PathBuf {
+        let args = &self.stores[index].0;
+        let at = args
+            .iter()
+            .position(|a| a == "--pool")
+            .expect("stores have a pool");
+        std::path::PathBuf::from(&args[at + 1])
+    }
+
     /// The log of data store `index`.
     pub fn store_log(&self, index: usize) -> String {
         std::fs::read_to_string(&self.stores[index].1).unwrap_or_default()

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
 use orion_client::{MemberState, OpenFlags};
 
 use crate::bench_client::{xorshift, BenchCluster};
@@ -75,46 +75,25 @@ pub fn run(backend: &str, provider: &str, data_mib: u64, json: bool) -> Result<(
         .map(|l| l.1 / 1e3)
         .fold(0.0f64, f64::max);
     let (p50_before, p50_after) = (percentile(&mut before, 0.5), percentile(&mut after, 0.5));
-    // The store starts again and resyncs.
+    // The store starts again with its pool and copies what it missed; then it is
+    // killed again, loses its pool, and is rebuilt whole from its peer.
     say("store 1 starts again and copies what it missed");
-    let r0 = Instant::now();
     cluster.restart_store(1)?;
-    loop {
-        let (_, map) = fs(client.cluster_map())?;
-        if map.len() == 2 && map.iter().all(|s| s.state == MemberState::Up) {
-            break;
-        }
-        if r0.elapsed() > Duration::from_secs(600) {
-            return Err(anyhow!("store 1 did not come back within 10 minutes"));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let back_s = r0.elapsed().as_secs_f64();
-    // The store's own account: "resynced N pages (M MiB) in S s, R MiB/s".
-    let log = cluster.store_log(1);
-    let line = log
-        .lines()
-        .rev()
-        .find(|l| l.contains("resynced"))
-        .unwrap_or("");
-    let copied_pages: u64 = line
-        .split("resynced ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    let rate: f64 = line
-        .rsplit(", ")
-        .next()
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0.0);
+    let back = wait_resynced(&cluster, &client)?;
+    say("store 1 is killed again and rebuilt from an empty pool");
+    cluster.kill_store(1);
+    let pool = cluster.store_pool(1);
+    std::fs::remove_file(&pool).with_context(|| format!("removing {}", pool.display()))?;
+    cluster.restart_store(1)?;
+    let rebuilt = wait_resynced(&cluster, &client)?;
     fs(client.close(fd))?;
     if json {
         println!(
             "{{\"backend\":\"{backend}\",\"data_mib\":{data_mib},\"write_4k_p50_us_before\":{p50_before:.1},\
              \"write_4k_p50_us_degraded\":{p50_after:.1},\"stall_ms\":{stall_ms:.1},\
-             \"resync_pages\":{copied_pages},\"resync_mib_s\":{rate:.0},\"back_s\":{back_s:.2}}}"
+             \"resync_pages\":{},\"resync_mib_s\":{:.0},\"back_s\":{:.2},\
+             \"rebuild_pages\":{},\"rebuild_mib_s\":{:.0},\"rebuild_s\":{:.2}}}",
+            back.pages, back.mib_s, back.secs, rebuilt.pages, rebuilt.mib_s, rebuilt.secs
         );
         return Ok(());
     }
@@ -126,7 +105,56 @@ pub fn run(backend: &str, provider: &str, data_mib: u64, json: bool) -> Result<(
     println!("slowest write around the kill -9        {stall_ms:>9.1} ms");
     println!("4 KiB write p50, one store (2 s later)  {p50_after:>9.1} µs");
     println!(
-        "store back and serving after           {back_s:>9.2} s ({copied_pages} pages copied, {rate:.0} MiB/s)"
+        "store back and serving after           {:>9.2} s ({} pages copied, {:.0} MiB/s)",
+        back.secs, back.pages, back.mib_s
+    );
+    println!(
+        "rebuilt from an empty pool after       {:>9.2} s ({} pages copied, {:.0} MiB/s)",
+        rebuilt.secs, rebuilt.pages, rebuilt.mib_s
     );
     Ok(())
+}
+
+/// How a store came back: seconds until the map said every store is up, and the
+/// store's own account of its copy.
+struct Back {
+    secs: f64,
+    pages: u64,
+    mib_s: f64,
+}
+
+/// Waits until both stores are up, and reads store 1's last "resynced N pages (M MiB)
+/// in S s, R MiB/s" line.
+fn wait_resynced(cluster: &BenchCluster, client: &orion_client::Client) -> Result<Back> {
+    let r0 = Instant::now();
+    loop {
+        let (_, map) = fs(client.cluster_map())?;
+        if map.len() == 2 && map.iter().all(|s| s.state == MemberState::Up) {
+            break;
+        }
+        if r0.elapsed() > Duration::from_secs(600) {
+            return Err(anyhow!("store 1 did not come back within 10 minutes"));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let secs = r0.elapsed().as_secs_f64();
+    let log = cluster.store_log(1);
+    let line = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("resynced"))
+        .unwrap_or("");
+    let pages = line
+        .split("resynced ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let mib_s = line
+        .rsplit(", ")
+        .next()
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0.0);
+    Ok(Back { secs, pages, mib_s })
 }
