@@ -82,6 +82,19 @@ pub fn run(backend: &str, provider: &str, data_mib: u64, json: bool) -> Result<(
     let back = wait_resynced(&cluster, &client)?;
     say("store 1 is killed again and rebuilt from an empty pool");
     cluster.kill_store(1);
+    // The map says so before the store starts again (else the wait below could see the
+    // map of before the kill).
+    let t = Instant::now();
+    while fs(client.cluster_map())?
+        .1
+        .iter()
+        .any(|s| s.member.index == 1 && s.state == MemberState::Up)
+    {
+        if t.elapsed() > Duration::from_secs(60) {
+            return Err(anyhow!("the MDS did not see store 1 die within a minute"));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let pool = cluster.store_pool(1);
     std::fs::remove_file(&pool).with_context(|| format!("removing {}", pool.display()))?;
     cluster.restart_store(1)?;

@@ -32,8 +32,13 @@ struct Network {
 
 impl Network {
     fn create() -> Network {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        assert!(root, "this test creates network namespaces: run it as root");
         let tag = format!("{}", std::process::id() % 100_000);
         let n = Network { tag };
+        // A run killed before it could clean up may have left these names behind.
+        n.remove();
         let hub = n.ns("hub");
         ip(&["netns", "add", &hub]);
         ip(&["-n", &hub, "link", "add", "br0", "type", "bridge"]);
@@ -80,13 +85,23 @@ impl Network {
     }
 }
 
+impl Network {
+    /// Deletes the namespaces (with the links in them), and links left in this one by
+    /// a setup that stopped halfway.
+    fn remove(&self) {
+        let quiet = |args: &[&str]| {
+            let _ = Command::new("ip").args(args).stderr(Stdio::null()).status();
+        };
+        for host in ["hub", MDS.0, STORES[0].0, STORES[1].0, CLIENT.0] {
+            quiet(&["netns", "del", &self.ns(host)]);
+            quiet(&["link", "del", &self.link(host)]);
+        }
+    }
+}
+
 impl Drop for Network {
     fn drop(&mut self) {
-        for host in ["hub", MDS.0, STORES[0].0, STORES[1].0, CLIENT.0] {
-            let _ = Command::new("ip")
-                .args(["netns", "del", &self.ns(host)])
-                .status();
-        }
+        self.remove();
     }
 }
 
@@ -177,13 +192,7 @@ impl Hosts {
             args.push("--format".into());
         }
         let log = self.path(&format!("ds0.{i}.log"));
-        // Appended across restarts: the test prints it when it fails.
-        let old = std::fs::read_to_string(&log).unwrap_or_default();
         let d = spawn_in(&self.net.ns(host), &args, &log).unwrap_or_else(|e| panic!("{e}"));
-        if !old.is_empty() {
-            let new = std::fs::read_to_string(&log).unwrap_or_default();
-            std::fs::write(&log, old + &new).unwrap();
-        }
         self.stores[i] = Some(d);
     }
 
@@ -210,7 +219,21 @@ impl Hosts {
             .spawn()
             .expect("running orion on the client host");
         child.stdin.take().unwrap().write_all(stdin).unwrap();
-        child.wait_with_output().unwrap()
+        // A client that hangs is killed (its command then fails, with the logs).
+        let pid = child.id();
+        let (done, watch) = std::sync::mpsc::channel::<()>();
+        let watchdog = std::thread::spawn(move || {
+            if watch.recv_timeout(Duration::from_secs(120)).is_err() {
+                // SAFETY: kill(2) takes any PID; this one is our child's, which has run
+                // for 120 s without being reaped (were it reaped an instant ago, its
+                // PID would not have been reused yet).
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+        });
+        let out = child.wait_with_output().unwrap();
+        let _ = done.send(());
+        let _ = watchdog.join();
+        out
     }
 
     fn logs(&self) -> String {

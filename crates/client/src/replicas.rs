@@ -22,6 +22,17 @@ use tracing::warn;
 
 use crate::remote::{io_err, Fail, Remote, Res, IO_PAGES};
 
+/// Which members a read may come from.
+#[derive(Clone, Copy)]
+enum Source {
+    /// Any that serves (committed pages).
+    AnyUp,
+    /// One that has taken writes since the pages' epoch or before.
+    Took,
+    /// One the pages went to, back with the same pool since.
+    Kept,
+}
+
 /// Where a write of pages went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Delivered {
@@ -245,22 +256,21 @@ impl Remote {
         };
         // Pages not committed yet come from a store that took them, if one is left,
         // else from one that took them and came back with its pool.
-        let rule = if written.is_none() {
-            0
-        } else if self.member(group, 0, took).is_some() {
-            1
-        } else if self.member(group, 0, kept).is_some() {
-            2
-        } else {
-            return Err(Fail::Fs(FsError::Io(format!(
-                "every data store of group {group} that took pages {gpa:?} (+{n}) before \
-                 they were committed is gone"
-            ))));
+        let from = match written {
+            None => Source::AnyUp,
+            Some(_) if self.member(group, 0, took).is_some() => Source::Took,
+            Some(_) if self.member(group, 0, kept).is_some() => Source::Kept,
+            Some(_) => {
+                return Err(Fail::Fs(FsError::Io(format!(
+                    "every data store of group {group} that took pages {gpa:?} (+{n}) before \
+                     they were committed is gone"
+                ))))
+            }
         };
-        let pick = |s: &StoreInfo| match rule {
-            0 => up(s),
-            1 => took(s),
-            _ => kept(s),
+        let pick = |s: &StoreInfo| match from {
+            Source::AnyUp => up(s),
+            Source::Took => took(s),
+            Source::Kept => kept(s),
         };
         let mut last = None;
         let mut k = 0;

@@ -9,6 +9,7 @@
 //! first ([`resync`], paper §5.4).
 
 mod config;
+mod host;
 mod resync;
 mod server;
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use orion_fabric::{Access, CompletionQueue, ConnId, Domain, FabricConfig, OpKind, Region};
 use orion_format::{Gpa, PoolKind, Superblock, PAGE_SIZE, SUPERBLOCK_SIZE};
-use orion_pmem::{Mode, ModeChoice, Pool};
+use orion_pmem::{ModeChoice, Pool};
 use orion_proto::{
     peek_id, Channel, DsHello, DsInfoReply, Event, MemberId, Message, Reply, ReplyBody,
     StoreRequest, StoreToMds, MAX_PERSISTED,
@@ -65,6 +65,9 @@ struct Store {
     msg: Vec<u8>,
     /// Drawn at start (see `DsHello::incarnation`).
     incarnation: u64,
+    /// The host restarted since the pool last served, and the pool needs flushes: it
+    /// may lack pages it was given (see `host`). Said in every join of this run.
+    restarted_host: bool,
     /// For the resync thread's own domain.
     fabric: FabricConfig,
     /// A resync under way: its cancel flag and where its result comes.
@@ -131,6 +134,15 @@ pub fn run(
     if sb.page_count > u32::MAX as u64 {
         bail!("{}: more than 2^32 pages (16 TiB) per store is not supported: the write immediate names a page in 32 bits", cfg.pool.display());
     }
+    let restarted_host =
+        crate::host::restarted_since_last_run(&cfg.pool)? && !pool.durable_on_delivery();
+    if restarted_host {
+        warn!(
+            "{}: the host restarted since this pool last served, and pages delivered but \
+             never flushed may be gone: it copies every page from an in-sync replica",
+            cfg.pool.display()
+        );
+    }
     let domain = Domain::open(fabric.clone()).context("opening the fabric")?;
     let region = domain
         .register_file(
@@ -184,6 +196,7 @@ pub fn run(
                 .try_into()
                 .expect("8 bytes"),
         ),
+        restarted_host,
     };
     // Serve only once the MDS has accepted this store (a pool of another cluster is
     // refused there, with the reason).
@@ -265,9 +278,8 @@ impl Store {
             cluster_uuid: self.sb.cluster_uuid,
             addr: self.addr.clone(),
             incarnation: self.incarnation,
-            // A volatile pool holds what a write delivered as durably as it holds
-            // anything (until the host reboots), with no work of this store.
-            durable_on_delivery: self.pool.mode() == Mode::Volatile,
+            durable_on_delivery: self.pool.durable_on_delivery(),
+            restarted_host: self.restarted_host,
         });
         let mut other = Vec::new();
         let reply = ch.call(&self.cq, 1, &hello, Duration::from_secs(10), &mut other);

@@ -276,7 +276,16 @@ impl ClusterMap {
             .group(d.group)
             .find(|m| m.id != id && m.state == MemberState::Up && m.in_sync)
             .map(|m| m.id);
+        // Its host restarted: the pool may lack pages it was given before (see
+        // `DsHello::restarted_host`). It copies every page from an in-sync peer, or,
+        // with none up, serves what it has if it was in sync (after a power loss of
+        // the whole group the first such replica back is the best there is).
+        let same_pool = self.members.get(&id).filter(|m| m.pool_uuid == d.pool_uuid);
+        let best_left = d.restarted_host && peer.is_none() && same_pool.is_some_and(|m| m.in_sync);
         let (in_sync, missed) = match self.members.get(&id) {
+            Some(m) if m.pool_uuid == d.pool_uuid && d.restarted_host => {
+                (best_left, best_left.then(BTreeSet::new))
+            }
             Some(m) if m.pool_uuid == d.pool_uuid => (m.in_sync, m.missed.clone()),
             // A new, empty pool replaces a lost one: rebuilt from a peer.
             Some(_) if fresh => (false, None),
@@ -324,8 +333,10 @@ impl ClusterMap {
                 in_sync,
                 missed,
                 writes_since: self.epoch + 1,
+                // Since when it holds whatever reached it: a restarted host starts
+                // it again, as a new pool does.
                 pool_since: match self.members.get(&id) {
-                    Some(m) if m.pool_uuid == d.pool_uuid => m.pool_since,
+                    Some(m) if m.pool_uuid == d.pool_uuid && !d.restarted_host => m.pool_since,
                     _ => self.epoch + 1,
                 },
                 left_at: self.members.get(&id).and_then(|m| m.left_at),
@@ -442,7 +453,45 @@ mod tests {
             addr: format!("ds{group}.{index}:1"),
             incarnation: pool as u64,
             durable_on_delivery: false,
+            restarted_host: false,
         }
+    }
+
+    #[test]
+    fn a_replica_whose_host_restarted_copies_everything_unless_it_is_the_best_left() {
+        let mut map = ClusterMap::load(None, 2).unwrap();
+        let (a, b) = (MemberId::new(0, 0), MemberId::new(0, 1));
+        map.join(&hello(0, 0, 1), false, 10).unwrap();
+        map.join(&hello(0, 1, 2), true, 11).unwrap();
+        map.resynced(b).unwrap();
+        let since = map.stores()[1].pool_since;
+        map.leave(11).unwrap();
+        let rebooted = |pool| DsHello {
+            restarted_host: true,
+            ..hello(0, 1, pool)
+        };
+        // B's host restarted while A served: B copies every page from A.
+        assert_eq!(
+            map.join(&rebooted(2), false, 12).unwrap(),
+            Admission::Resync { from: a }
+        );
+        let m = map.get(b).unwrap();
+        assert!(!m.in_sync && m.missed.is_none(), "a full copy");
+        assert!(m.pool_since > since, "what reached it before may be gone");
+        map.resynced(b).unwrap();
+        // The whole group loses power: the first in-sync replica back serves what it
+        // has, the other copies from it.
+        map.leave(10).unwrap();
+        map.leave(12).unwrap();
+        let a_rebooted = DsHello {
+            restarted_host: true,
+            ..hello(0, 0, 1)
+        };
+        assert_eq!(map.join(&a_rebooted, false, 13).unwrap(), Admission::Up);
+        assert_eq!(
+            map.join(&rebooted(2), false, 14).unwrap(),
+            Admission::Resync { from: a }
+        );
     }
 
     #[test]

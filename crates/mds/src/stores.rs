@@ -5,7 +5,8 @@
 //!
 //! A member that joins without every committed page of its group resyncs: it takes
 //! writes at once (clients write to it from the new epoch on), and copies from an
-//! in-sync peer the pages the engine named when it joined. Those pages cannot change
+//! in-sync peer the pages the engine named when it joined (only those it missed, when
+//! the map knows them: `Member::missed`). Those pages cannot change
 //! during the copy (data is copy-on-write, and pages freed meanwhile are held, not
 //! reused, see [`Group::hold`]); pages written later reach it from the clients.
 
@@ -31,7 +32,8 @@ pub const MAP_CHANGED: FsError = FsError::Errno(libc::EREMCHG);
 
 /// A resync under way: what the member copies, and from whom.
 pub struct Resync {
-    /// The pages the engine named when the member joined, ascending.
+    /// The pages the engine named when the member joined (those it missed, when
+    /// known), ascending.
     pub pages: Vec<u64>,
     pub source: MemberId,
     /// How many of `pages` lie before the plan piece asked for last.
@@ -91,6 +93,16 @@ impl Mds {
                 _ => FsError::Io(format!("{e:#}")),
             }
         })?;
+        if d.restarted_host {
+            warn!(
+                "data store {id}'s host restarted since its pool last served: pages it was \
+                 given and never flushed may be gone ({})",
+                match admission {
+                    Admission::Up => "no in-sync replica is up: it serves what it has",
+                    Admission::Resync { .. } => "it copies every page from an in-sync replica",
+                }
+            );
+        }
         if !self.groups.contains_key(&d.group) {
             let grace = Duration::from_millis(self.cfg.grace_ms);
             let g = Group::new(d.group, d.page_count, &self.engine, grace)?;

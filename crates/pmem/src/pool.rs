@@ -102,6 +102,8 @@ pub struct Pool {
     flush: FlushInsn,
     path: PathBuf,
     backing: Backing,
+    /// The file is on tmpfs: a reboot takes it whole.
+    on_tmpfs: bool,
 }
 
 // SAFETY: the mapping lives as long as the Pool; accessors copy through raw pointers
@@ -225,6 +227,7 @@ impl Pool {
             flush: FlushInsn::detect(),
             path: path.to_owned(),
             backing: Backing::Mapped { _file: file },
+            on_tmpfs,
         })
     }
 
@@ -236,6 +239,7 @@ impl Pool {
             flush: FlushInsn::Clflush,
             path: PathBuf::from(format!("<crash-sim pool {id}>")),
             backing: Backing::Sim { domain, id },
+            on_tmpfs: false,
         }
     }
 
@@ -271,6 +275,14 @@ impl Pool {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Whether a page that reaches the mapping (from this process or any other) is as
+    /// durable as it will ever be here, with no flush: a volatile pool on tmpfs, whose
+    /// pages survive the crash of any process, and which a reboot takes whole (so a
+    /// pool found again after a crash lost nothing that reached it).
+    pub fn durable_on_delivery(&self) -> bool {
+        self.mode == Mode::Volatile && self.on_tmpfs
     }
 
     pub fn mode(&self) -> Mode {
@@ -521,6 +533,26 @@ mod tests {
         let pool = Pool::open(&path, ModeChoice::Auto).unwrap();
         assert_eq!(pool.read_vec(100, 5).unwrap(), b"hello");
         assert_eq!(pool.load_u64(4096).unwrap(), 0xdead_beef);
+        assert!(pool.durable_on_delivery());
+        let msync = Pool::open(&path, ModeChoice::Force(Mode::Msync)).unwrap();
+        assert!(!msync.durable_on_delivery(), "its pages wait for a flush");
+    }
+
+    #[test]
+    fn a_volatile_pool_on_a_disk_is_not_durable_on_delivery() {
+        // A reboot keeps the file and loses the pages never written back: a pool found
+        // again there may lack what reached it.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p");
+        let pool = Pool::create(&path, 1 << 20, ModeChoice::Force(Mode::Volatile)).unwrap();
+        assert_eq!(pool.mode(), Mode::Volatile);
+        let on_tmpfs = std::process::Command::new("stat")
+            .args(["-f", "-c", "%T"])
+            .arg(dir.path())
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "tmpfs")
+            .unwrap_or(false);
+        assert_eq!(pool.durable_on_delivery(), on_tmpfs);
     }
 
     #[test]

@@ -73,6 +73,8 @@ fn staged_pages_come_only_from_a_store_that_took_them() {
     c.pwrite(fd, 0, &page(1)).unwrap();
     cluster.kill_store(A).unwrap();
     cluster.kill_store(B).unwrap();
+    // The client learns the map without committing what it staged (not due yet).
+    wait_states(&c, &[MemberState::Down, MemberState::Down]);
     cluster.revive_store(A).unwrap();
     cluster.revive_store(B).unwrap();
     wait_states(&c, &[MemberState::Up, MemberState::Up]);
@@ -86,7 +88,9 @@ fn staged_pages_come_only_from_a_store_that_took_them() {
     wait_states(&c, &[MemberState::Up, MemberState::Down]);
     c.pwrite(fd, 0, &page(2)).unwrap();
     cluster.kill_store(A).unwrap();
+    wait_states(&c, &[MemberState::Down, MemberState::Down]);
     cluster.revive_store(B).unwrap();
+    wait_states(&c, &[MemberState::Down, MemberState::Up]);
     let err = c.fsync(fd).expect_err("the staged page is lost with A");
     assert_eq!(err.errno(), libc::EIO, "{err}");
     assert!(

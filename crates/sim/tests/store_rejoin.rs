@@ -25,6 +25,7 @@ fn hello(pool_uuid: [u8; 16]) -> DsHello {
         addr: "store-5:1".into(),
         incarnation: 1,
         durable_on_delivery: false,
+        restarted_host: false,
     }
 }
 

@@ -106,7 +106,12 @@ pub fn spawn_in(netns: &str, args: &[String], log: &Path) -> Result<Daemon, Stri
 }
 
 fn spawn_command(mut cmd: Command, args: &[String], log: &Path) -> Result<Daemon, String> {
-    let err = std::fs::File::create(log).unwrap();
+    // Appended to: a daemon started again on the same log keeps the first one's lines.
+    let err = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
     let mut child = cmd
         .args(args)
         .env("RUST_LOG", "info")

@@ -340,6 +340,7 @@ impl StoreToMds {
                 addr: text(r, "address")?,
                 incarnation: r.u64("incarnation")?,
                 durable_on_delivery: r.bool("durable on delivery")?,
+                restarted_host: r.bool("restarted host")?,
             }),
             StoreToMdsKind::Persisted => StoreToMds::Persisted { pages: pages(r)? },
             StoreToMdsKind::Resynced => StoreToMds::Resynced,
@@ -365,7 +366,9 @@ impl Message for StoreToMds {
                 w.buf.extend_from_slice(&d.pool_uuid);
                 w.buf.extend_from_slice(&d.cluster_uuid);
                 w.bytes(d.addr.as_bytes());
-                w.u64(d.incarnation).bool(d.durable_on_delivery);
+                w.u64(d.incarnation)
+                    .bool(d.durable_on_delivery)
+                    .bool(d.restarted_host);
             }
             StoreToMds::Persisted { pages } => put_pages(&mut w, pages),
             StoreToMds::Resynced | StoreToMds::Heartbeat => {}

@@ -98,6 +98,11 @@ pub struct DsHello {
     /// survive the store's crash once they are in the file. Writes to such a store
     /// need no persist notice in strong mode and no flush in weak mode.
     pub durable_on_delivery: bool,
+    /// The store's host restarted since its pool last served, and the pool needs
+    /// flushes: pages delivered and never flushed may be gone, so the pool is not
+    /// taken for one that holds what it was given (it copies every page from an
+    /// in-sync peer, and staged pages are not read back from it).
+    pub restarted_host: bool,
 }
 
 /// What an advisory lock does.

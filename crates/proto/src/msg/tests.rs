@@ -79,6 +79,7 @@ fn sample_store_messages() -> Vec<StoreToMds> {
             addr: "127.0.0.1:5".into(),
             incarnation: 0x1234_5678_9abc,
             durable_on_delivery: true,
+            restarted_host: true,
         }),
         StoreToMds::Persisted {
             pages: vec![Gpa::new(0, 1), Gpa::new(0, 2)],
