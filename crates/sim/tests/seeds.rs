@@ -390,7 +390,14 @@ fn killable(c: &Cluster, client: &Client, rng: &mut StdRng) -> Option<MemberId> 
         .collect();
     let ok: Vec<MemberId> = members(c)
         .filter(|m| c.store_running(*m))
-        .filter(|m| serving.iter().any(|o| o.group == m.group && o != m))
+        // Up in the map and running: the MDS takes a killed store out of the map only
+        // when it notices (at worst a heartbeat timeout later), and until then its map
+        // names a store that is gone (seed 189 killed both stores of a group so).
+        .filter(|m| {
+            serving
+                .iter()
+                .any(|o| o.group == m.group && o != m && c.store_running(*o))
+        })
         .collect();
     (!ok.is_empty()).then(|| ok[rng.gen_range(0..ok.len())])
 }
