@@ -1,0 +1,241 @@
+//! The cluster manager of real clusters: etcd (Debian's `etcd-server`, 3.4).
+//!
+//! Keys, under `/orion/<cluster>/`: `primary` holds "epoch name addr" and is attached
+//! to the holder's lease, so etcd deletes it when the lease lapses; `epoch` holds the
+//! last epoch handed out. Taking the role is one transaction: if `primary` does not
+//! exist and `epoch` is still the value read, write both. The client is async (tonic);
+//! this type owns a small runtime and blocks on it, since the MDS is threads, not
+//! tasks, and every call has a deadline.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn,
+    TxnOp,
+};
+
+use crate::{Manager, Primary, Term};
+
+pub struct EtcdManager {
+    rt: tokio::runtime::Runtime,
+    client: Client,
+    endpoints: String,
+    primary_key: String,
+    epoch_key: String,
+    timeout: Duration,
+    /// The keep-alive stream of the lease held, if any.
+    keeper: Option<(i64, LeaseKeeper, LeaseKeepAliveStream)>,
+}
+
+impl EtcdManager {
+    /// Connects to etcd at `endpoints` ("host:port", comma-separated) for the cluster
+    /// named `cluster`; each call gives up after `timeout`.
+    pub fn connect(endpoints: &str, cluster: &str, timeout: Duration) -> Result<EtcdManager> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the etcd client's runtime")?;
+        let urls: Vec<String> = endpoints
+            .split(',')
+            .map(|e| e.trim())
+            .filter(|e| !e.is_empty())
+            .map(|e| {
+                if e.contains("://") {
+                    e.to_string()
+                } else {
+                    format!("http://{e}")
+                }
+            })
+            .collect();
+        if urls.is_empty() {
+            bail!("no etcd endpoint given");
+        }
+        let opts = ConnectOptions::new()
+            .with_connect_timeout(timeout)
+            .with_timeout(timeout);
+        let client = rt
+            .block_on(async {
+                let mut c = Client::connect(urls, Some(opts)).await?;
+                // The connection is lazy: ask something, so that a missing etcd is said now.
+                c.status().await?;
+                Ok::<_, etcd_client::Error>(c)
+            })
+            .map_err(|e| anyhow!("etcd at {endpoints} does not answer: {e}"))?;
+        Ok(EtcdManager {
+            rt,
+            client,
+            endpoints: endpoints.to_string(),
+            primary_key: format!("/orion/{cluster}/primary"),
+            epoch_key: format!("/orion/{cluster}/epoch"),
+            timeout,
+            keeper: None,
+        })
+    }
+
+    /// Runs one etcd call with this manager's deadline.
+    fn call<T>(
+        &self,
+        what: &str,
+        f: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T> {
+        self.rt
+            .block_on(async { tokio::time::timeout(self.timeout, f).await })
+            .map_err(|_| {
+                anyhow!(
+                    "etcd at {}: {what}: no answer within {:?}",
+                    self.endpoints,
+                    self.timeout
+                )
+            })?
+            .map_err(|e| anyhow!("etcd at {}: {what}: {e}", self.endpoints))
+    }
+}
+
+/// etcd counts leases in whole seconds.
+fn ttl_secs(ttl: Duration) -> i64 {
+    (ttl.as_millis().div_ceil(1000) as i64).max(1)
+}
+
+fn parse_primary(v: &[u8]) -> Result<Primary> {
+    let text = std::str::from_utf8(v).context("the primary record is not text")?;
+    let mut f = text.split_whitespace();
+    match (f.next(), f.next(), f.next(), f.next()) {
+        (Some(e), Some(name), Some(addr), None) => Ok(Primary {
+            epoch: e.parse().context("the primary record's epoch")?,
+            name: name.to_string(),
+            addr: addr.to_string(),
+        }),
+        _ => bail!("the primary record {text:?} is not \"epoch name addr\""),
+    }
+}
+
+impl Manager for EtcdManager {
+    fn kind(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn try_acquire(&mut self, name: &str, addr: &str, ttl: Duration) -> Result<Option<Term>> {
+        if name.is_empty() || addr.is_empty() || name.contains(char::is_whitespace) {
+            bail!("an MDS name {name:?} and address {addr:?} without spaces are needed");
+        }
+        let mut client = self.client.clone();
+        let epoch_key = self.epoch_key.clone();
+        let got = self.call("reading the epoch", client.get(epoch_key.clone(), None))?;
+        let (last, version) = match got.kvs().first() {
+            Some(kv) => {
+                let text = std::str::from_utf8(kv.value()).unwrap_or("");
+                let e: u64 = text
+                    .trim()
+                    .parse()
+                    .map_err(|_| anyhow!("the epoch record {text:?} is not a number"))?;
+                (e, kv.version())
+            }
+            None => (0, 0),
+        };
+        if self.primary()?.is_some() {
+            return Ok(None);
+        }
+        let asked = Instant::now();
+        let lease = self.call("granting a lease", client.lease_grant(ttl_secs(ttl), None))?;
+        let epoch = last + 1;
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(self.primary_key.clone(), CompareOp::Equal, 0),
+                Compare::version(epoch_key.clone(), CompareOp::Equal, version),
+            ])
+            .and_then([
+                TxnOp::put(
+                    self.primary_key.clone(),
+                    format!("{epoch} {name} {addr}"),
+                    Some(PutOptions::new().with_lease(lease.id())),
+                ),
+                TxnOp::put(epoch_key, epoch.to_string(), None),
+            ]);
+        let won = self
+            .call("taking the primary role", client.txn(txn))?
+            .succeeded();
+        if !won {
+            // Another took it (or the epoch moved) meanwhile.
+            let _ = self.call("revoking an unused lease", client.lease_revoke(lease.id()));
+            return Ok(None);
+        }
+        let (keeper, stream) = self.call(
+            "keeping the lease alive",
+            client.lease_keep_alive(lease.id()),
+        )?;
+        self.keeper = Some((lease.id(), keeper, stream));
+        let ttl = Duration::from_secs(lease.ttl().max(1) as u64);
+        Ok(Some(Term {
+            epoch,
+            expires: asked + ttl,
+            lease: lease.id(),
+            ttl,
+        }))
+    }
+
+    fn renew(&mut self, term: &mut Term) -> Result<bool> {
+        let Some((id, mut keeper, mut stream)) = self.keeper.take() else {
+            return Ok(false);
+        };
+        if id != term.lease {
+            return Ok(false);
+        }
+        let asked = Instant::now();
+        let answer = self.call("renewing the lease", async {
+            keeper.keep_alive().await?;
+            stream.message().await
+        });
+        let ttl = match answer {
+            Ok(Some(r)) => r.ttl(),
+            Ok(None) => 0,
+            Err(e) => {
+                // Still ours to retry until the term expires.
+                self.keeper = Some((id, keeper, stream));
+                return Err(e);
+            }
+        };
+        if ttl <= 0 {
+            return Ok(false); // lapsed: etcd deleted the primary key with it
+        }
+        term.expires = asked + term.ttl;
+        self.keeper = Some((id, keeper, stream));
+        Ok(true)
+    }
+
+    fn primary(&mut self) -> Result<Option<Primary>> {
+        let mut client = self.client.clone();
+        let got = self.call(
+            "reading the primary",
+            client.get(self.primary_key.clone(), None),
+        )?;
+        got.kvs()
+            .first()
+            .map(|kv| parse_primary(kv.value()))
+            .transpose()
+    }
+
+    fn resign(&mut self, term: Term) -> Result<()> {
+        self.keeper = None;
+        let mut client = self.client.clone();
+        self.call("revoking the lease", client.lease_revoke(term.lease))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_are_whole_seconds_and_records_parse_or_say_why() {
+        assert_eq!(ttl_secs(Duration::from_millis(1)), 1);
+        assert_eq!(ttl_secs(Duration::from_millis(1500)), 2);
+        let p = parse_primary(b"7 mds-a 10.0.0.1:7410").unwrap();
+        assert_eq!(p.epoch, 7);
+        assert_eq!(p.addr, "10.0.0.1:7410");
+        assert!(parse_primary(b"x mds-a addr").is_err());
+        assert!(parse_primary(b"7 mds-a").is_err());
+        assert!(parse_primary(&[0xff, 0xfe]).is_err());
+    }
+}
