@@ -6,8 +6,11 @@
 //! the lease lapses the mirror may take the role, with a higher epoch, and nothing the
 //! old primary says afterwards is believed. The manager never runs a consensus protocol
 //! of its own: [`etcd::EtcdManager`] keeps the role in etcd (a key under a lease,
-//! taken by a transaction that also bumps the epoch).
+//! taken by a transaction that also bumps the epoch); on one host,
+//! [`embedded::EmbeddedManager`] asks a lease service in a process that outlives the
+//! MDSs ([`embedded::EmbeddedServer`]).
 
+pub mod embedded;
 pub mod etcd;
 pub mod etcd_server;
 

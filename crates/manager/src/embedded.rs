@@ -1,0 +1,364 @@
+//! The cluster manager of one host: a lease service inside a process that outlives the
+//! MDSs (`orion up`'s supervisor), reached over loopback TCP with one line per request.
+//! It is one process, so it needs no consensus: it is as available as the host, which
+//! is what a single-host cluster has anyway. The last epoch handed out is kept in a
+//! file, written before the answer, so a restarted service never hands one out twice.
+//!
+//! Requests and answers (text, one line each, at most [`MAX_LINE`] bytes):
+//! `acquire NAME ADDR TTL_MS` → `ok EPOCH` | `held`; `renew EPOCH TTL_MS` → `ok` |
+//! `lost`;
+//! `primary` → `primary EPOCH NAME ADDR` | `none`; `resign EPOCH` → `ok`; anything else
+//! → `error WHY`. Leases run by the service's clock from when it read the request; the
+//! holder's [`Term::expires`] runs from before it sent it, so it ends first.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use tracing::{info, warn};
+
+use crate::{Manager, Primary, Term};
+
+/// The longest request or answer line.
+pub const MAX_LINE: usize = 512;
+
+struct Held {
+    primary: Primary,
+    until: Instant,
+}
+
+struct State {
+    epoch: u64,
+    held: Option<Held>,
+    file: PathBuf,
+}
+
+impl State {
+    fn current(&mut self, now: Instant) -> Option<&Held> {
+        if self.held.as_ref().is_some_and(|h| h.until <= now) {
+            let h = self.held.take().expect("checked");
+            info!(
+                "the primary role of {} (epoch {}) lapsed",
+                h.primary.name, h.primary.epoch
+            );
+        }
+        self.held.as_ref()
+    }
+
+    fn answer(&mut self, line: &str, now: Instant) -> String {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        match f.as_slice() {
+            ["acquire", name, addr, ttl_ms] => {
+                let Ok(ttl) = ttl_ms.parse::<u64>() else {
+                    return "error the TTL is not a number of milliseconds".into();
+                };
+                if !(1..=3_600_000).contains(&ttl) {
+                    return "error the TTL must be 1 ms to 1 hour".into();
+                }
+                if self.current(now).is_some() {
+                    return "held".into();
+                }
+                let epoch = self.epoch + 1;
+                if let Err(e) = write_durably(&self.file, format!("{epoch}\n").as_bytes()) {
+                    return format!("error recording epoch {epoch}: {e:#}");
+                }
+                self.epoch = epoch;
+                let primary = Primary {
+                    name: name.to_string(),
+                    addr: addr.to_string(),
+                    epoch,
+                };
+                info!("{name} at {addr} is the primary, epoch {epoch}");
+                self.held = Some(Held {
+                    primary,
+                    until: now + Duration::from_millis(ttl),
+                });
+                format!("ok {epoch}")
+            }
+            ["renew", epoch, ttl_ms] => {
+                let (Ok(epoch), Ok(ttl)) = (epoch.parse::<u64>(), ttl_ms.parse::<u64>()) else {
+                    return "error the epoch and TTL are numbers".into();
+                };
+                if !(1..=3_600_000).contains(&ttl) {
+                    return "error the TTL must be 1 ms to 1 hour".into();
+                }
+                match self.current(now) {
+                    Some(h) if h.primary.epoch == epoch => {}
+                    _ => return "lost".into(),
+                }
+                let h = self.held.as_mut().expect("current");
+                h.until = now + Duration::from_millis(ttl);
+                "ok".into()
+            }
+            ["primary"] => match self.current(now) {
+                Some(h) => format!(
+                    "primary {} {} {}",
+                    h.primary.epoch, h.primary.name, h.primary.addr
+                ),
+                None => "none".into(),
+            },
+            ["resign", epoch] => {
+                let Ok(epoch) = epoch.parse::<u64>() else {
+                    return "error the epoch is not a number".into();
+                };
+                if self.current(now).is_some_and(|h| h.primary.epoch == epoch) {
+                    self.held = None;
+                    info!("the primary of epoch {epoch} resigned");
+                }
+                "ok".into()
+            }
+            _ => format!(
+                "error unknown request {:?}",
+                line.chars().take(64).collect::<String>()
+            ),
+        }
+    }
+}
+
+/// Replaces `path` with `bytes` so that a crash leaves the old or the new contents.
+fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).with_context(|| format!("{}", tmp.display()))?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path).with_context(|| format!("{}", path.display()))?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// The service, running on threads of its own until dropped.
+pub struct EmbeddedServer {
+    /// "127.0.0.1:port", where MDSs reach it.
+    pub addr: String,
+    stop: Arc<AtomicBool>,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+impl EmbeddedServer {
+    /// Serves on `listen` (port 0: any), keeping the last epoch in `epoch_file`.
+    pub fn start(listen: &str, epoch_file: &Path) -> Result<EmbeddedServer> {
+        let epoch = match std::fs::read_to_string(epoch_file) {
+            Ok(t) => t
+                .trim()
+                .parse()
+                .with_context(|| format!("{} is damaged: {t:?}", epoch_file.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(e).with_context(|| format!("{}", epoch_file.display())),
+        };
+        let listener =
+            TcpListener::bind(listen).with_context(|| format!("listening on {listen}"))?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?.to_string();
+        let state = Arc::new(Mutex::new(State {
+            epoch,
+            held: None,
+            file: epoch_file.to_path_buf(),
+        }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let acceptor = std::thread::Builder::new()
+            .name("manager".into())
+            .spawn(move || {
+                while !s.load(Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((conn, from)) => {
+                            let (state, s) = (state.clone(), s.clone());
+                            let _ = std::thread::Builder::new()
+                                .name("manager-conn".into())
+                                .spawn(move || {
+                                    if let Err(e) = serve(conn, &state, &s) {
+                                        warn!("cluster manager connection from {from}: {e:#}");
+                                    }
+                                });
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                        Err(e) => warn!("cluster manager: accepting: {e}"),
+                    }
+                }
+            })?;
+        info!("embedded cluster manager on {addr}, last epoch {epoch}");
+        Ok(EmbeddedServer {
+            addr,
+            stop,
+            acceptor: Some(acceptor),
+        })
+    }
+}
+
+impl Drop for EmbeddedServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.acceptor.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Answers the requests of one connection, until it closes or the service stops.
+fn serve(conn: TcpStream, state: &Mutex<State>, stop: &AtomicBool) -> Result<()> {
+    conn.set_read_timeout(Some(Duration::from_millis(200)))?;
+    conn.set_nodelay(true)?;
+    let mut out = conn.try_clone()?;
+    let mut reader = BufReader::new(conn);
+    let mut line = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        line.clear();
+        // At most a line's worth: a peer that sends no newline is cut off.
+        match (&mut reader)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut line)
+        {
+            Ok(0) => return Ok(()),
+            Ok(_) if !line.ends_with(b"\n") => bail!("a request longer than {MAX_LINE} bytes"),
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let reply = match std::str::from_utf8(&line) {
+            Ok(text) => state.lock().unwrap().answer(text.trim(), Instant::now()),
+            Err(_) => "error the request is not text".to_string(),
+        };
+        out.write_all(format!("{reply}\n").as_bytes())?;
+    }
+    Ok(())
+}
+
+/// An MDS's side of the embedded manager.
+pub struct EmbeddedManager {
+    addr: String,
+    timeout: Duration,
+    conn: Option<BufReader<TcpStream>>,
+}
+
+impl EmbeddedManager {
+    /// Reaches the service at `addr`; each call gives up after `timeout`.
+    pub fn connect(addr: &str, timeout: Duration) -> Result<EmbeddedManager> {
+        let mut m = EmbeddedManager {
+            addr: addr.to_string(),
+            timeout,
+            conn: None,
+        };
+        m.call("primary")
+            .map_err(|e| anyhow!("the cluster manager at {addr} does not answer: {e:#}"))?;
+        Ok(m)
+    }
+
+    /// One request, one answer; a broken connection is opened again once.
+    fn call(&mut self, req: &str) -> Result<String> {
+        for attempt in 0..2 {
+            if self.conn.is_none() {
+                let a = self
+                    .addr
+                    .parse()
+                    .with_context(|| format!("the manager address {:?}", self.addr))?;
+                let c = TcpStream::connect_timeout(&a, self.timeout)?;
+                c.set_read_timeout(Some(self.timeout))?;
+                c.set_write_timeout(Some(self.timeout))?;
+                c.set_nodelay(true)?;
+                self.conn = Some(BufReader::new(c));
+            }
+            let conn = self.conn.as_mut().expect("opened");
+            let mut answer = String::new();
+            let r = conn
+                .get_mut()
+                .write_all(format!("{req}\n").as_bytes())
+                .and_then(|()| conn.take(MAX_LINE as u64 + 1).read_line(&mut answer));
+            match r {
+                Ok(n) if n > 0 && answer.ends_with('\n') => {
+                    let answer = answer.trim().to_string();
+                    if let Some(why) = answer.strip_prefix("error ") {
+                        bail!("the cluster manager refused {req:?}: {why}");
+                    }
+                    return Ok(answer);
+                }
+                Ok(_) => self.conn = None,
+                Err(e) if attempt == 1 => return Err(e.into()),
+                Err(_) => self.conn = None,
+            }
+        }
+        bail!("the cluster manager at {} closed the connection", self.addr)
+    }
+}
+
+impl Manager for EmbeddedManager {
+    fn kind(&self) -> &'static str {
+        "embedded"
+    }
+
+    fn try_acquire(&mut self, name: &str, addr: &str, ttl: Duration) -> Result<Option<Term>> {
+        if name.is_empty()
+            || addr.is_empty()
+            || name.contains(char::is_whitespace)
+            || addr.contains(char::is_whitespace)
+        {
+            bail!("an MDS name {name:?} and address {addr:?} without spaces are needed");
+        }
+        let ms = ttl.as_millis().max(1);
+        let asked = Instant::now();
+        let answer = self.call(&format!("acquire {name} {addr} {ms}"))?;
+        if answer == "held" {
+            return Ok(None);
+        }
+        let epoch = answer
+            .strip_prefix("ok ")
+            .and_then(|e| e.parse().ok())
+            .ok_or_else(|| anyhow!("the cluster manager answered {answer:?}"))?;
+        Ok(Some(Term {
+            epoch,
+            expires: asked + ttl,
+            lease: epoch as i64,
+            ttl,
+        }))
+    }
+
+    fn renew(&mut self, term: &mut Term) -> Result<bool> {
+        let asked = Instant::now();
+        let ms = term.ttl.as_millis().max(1);
+        match self.call(&format!("renew {} {ms}", term.epoch))?.as_str() {
+            "ok" => {
+                term.expires = asked + term.ttl;
+                Ok(true)
+            }
+            "lost" => Ok(false),
+            other => bail!("the cluster manager answered {other:?}"),
+        }
+    }
+
+    fn primary(&mut self) -> Result<Option<Primary>> {
+        let answer = self.call("primary")?;
+        if answer == "none" {
+            return Ok(None);
+        }
+        let f: Vec<&str> = answer.split_whitespace().collect();
+        match f.as_slice() {
+            ["primary", e, name, addr] => Ok(Some(Primary {
+                epoch: e
+                    .parse()
+                    .map_err(|_| anyhow!("the cluster manager answered {answer:?}"))?,
+                name: name.to_string(),
+                addr: addr.to_string(),
+            })),
+            _ => bail!("the cluster manager answered {answer:?}"),
+        }
+    }
+
+    fn resign(&mut self, term: Term) -> Result<()> {
+        self.call(&format!("resign {}", term.epoch)).map(|_| ())
+    }
+}
