@@ -11,8 +11,9 @@ const RULES: &[(&str, &[&str])] = &[
     ("orion-pmem", &[]),
     ("orion-format", &[]),
     ("orion-fabric", &[]),
-    // The cluster manager speaks to etcd, and knows nothing of the file system.
-    ("orion-manager", &[]),
+    // The cluster manager speaks to etcd, and knows nothing of the file system (its
+    // epoch file is written as the pools' side files are).
+    ("orion-manager", &["orion-pmem"]),
     // The metadata engine knows no network.
     ("orion-meta", &["orion-pmem", "orion-format"]),
     // Message shapes: the media's types, the fabric's region keys, the engine's

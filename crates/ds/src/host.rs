@@ -32,10 +32,7 @@ pub fn restarted_since_last_run(pool: &Path) -> Result<bool> {
         Err(e) => return Err(e).with_context(|| format!("reading {}", mark.display())),
     };
     if last.as_deref() != Some(now.as_str()) {
-        let tmp = mark.with_extension("boot.tmp");
-        std::fs::write(&tmp, format!("{now}\n"))
-            .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
-            .and_then(|()| std::fs::rename(&tmp, &mark))
+        orion_pmem::replace_durably(&mark, format!("{now}\n").as_bytes())
             .with_context(|| format!("writing {}", mark.display()))?;
     }
     Ok(last.is_some_and(|l| l != now))

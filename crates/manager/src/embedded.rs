@@ -120,17 +120,8 @@ impl State {
     }
 }
 
-/// Replaces `path` with `bytes` so that a crash leaves the old or the new contents.
 fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp).with_context(|| format!("{}", tmp.display()))?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path).with_context(|| format!("{}", path.display()))?;
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
-    Ok(())
+    orion_pmem::replace_durably(path, bytes).with_context(|| format!("writing {}", path.display()))
 }
 
 /// The service, running on threads of its own until dropped.

@@ -11,10 +11,12 @@
 //! checked, and the only atomic unit is an aligned 8-byte store.
 
 mod crash;
+mod file;
 mod flush;
 mod pool;
 
 pub use crash::{CrashDomain, CrashHook, CrashImage};
+pub use file::replace_durably;
 pub use pool::{Mode, ModeChoice, Pool, PoolError};
 
 /// Size of a cache line: the unit of persistence and of torn writes.
