@@ -22,7 +22,8 @@ const RULES: &[(&str, &[&str])] = &[
         "orion-proto",
         &["orion-format", "orion-fabric", "orion-meta"],
     ),
-    // Servers and the client library never link each other.
+    // Servers and the client library never link each other; the MDS asks the cluster
+    // manager for its role.
     (
         "orion-mds",
         &[
@@ -31,6 +32,7 @@ const RULES: &[(&str, &[&str])] = &[
             "orion-meta",
             "orion-fabric",
             "orion-proto",
+            "orion-manager",
         ],
     ),
     (

@@ -33,6 +33,14 @@ pub struct MdsConfig {
     /// A data store that sends nothing for this long (it sends a heartbeat every 100
     /// ms) is taken for dead, in milliseconds.
     pub heartbeat_timeout_ms: u64,
+    /// The cluster manager that says which MDS is primary: "" (none: this MDS serves
+    /// alone), "embedded:HOST:PORT" or "etcd:HOST:PORT[,HOST:PORT...]".
+    pub manager: String,
+    /// This MDS's name for the manager ("": `mds@` and its address).
+    pub name: String,
+    /// The primary's lease, in milliseconds: a primary that cannot renew it stops
+    /// within it (etcd rounds it up to whole seconds).
+    pub lease_ms: u64,
 }
 
 impl Default for MdsConfig {
@@ -48,6 +56,9 @@ impl Default for MdsConfig {
             replicas: 1,
             map_lease_ms: 1000,
             heartbeat_timeout_ms: 1000,
+            manager: String::new(),
+            name: String::new(),
+            lease_ms: 1000,
         }
     }
 }

@@ -16,6 +16,7 @@ pub mod config;
 pub mod locks;
 pub mod members;
 pub mod namespace;
+pub mod primary;
 pub mod server;
 pub mod stores;
 pub mod strong;

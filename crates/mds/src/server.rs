@@ -25,6 +25,7 @@ use tracing::{debug, info, warn};
 use crate::chunks::{self, ChunkGrants, Group};
 use crate::locks::Locks;
 use crate::members::ClusterMap;
+use crate::primary::PrimaryRole;
 use crate::stores::Resync;
 use crate::strong::{Gates, Pending, StrongWaits, Waiting};
 use crate::{commit, namespace, MdsConfig};
@@ -76,6 +77,8 @@ pub(crate) struct Mds {
     pub heartbeats_due: Instant,
     next_client: u64,
     msg: Vec<u8>,
+    /// The primary role, with a cluster manager: no reply leaves once it may be over.
+    role: Option<PrimaryRole>,
 }
 
 /// Creates and formats an MDS pool (a new cluster).
@@ -158,9 +161,16 @@ pub fn serve(
             cfg.heartbeat_timeout_ms
         );
     }
+    if !cfg.manager.is_empty() && cfg.lease_ms < 500 {
+        bail!(
+            "lease_ms = {}: the primary stops 100 ms before its lease ends and renews it \
+             every quarter of it, so the lease is at least 500 ms",
+            cfg.lease_ms
+        );
+    }
     let superblock = pool.read_vec(0, SUPERBLOCK_SIZE)?;
-    match Superblock::decode(&superblock) {
-        Ok(sb) if sb.kind == PoolKind::Metadata => {}
+    let cluster = match Superblock::decode(&superblock) {
+        Ok(sb) if sb.kind == PoolKind::Metadata => hex(&sb.cluster_uuid),
         Ok(_) => bail!(
             "{} is a data pool, not an MDS pool: point `pool` at the MDS pool",
             cfg.pool.display()
@@ -170,7 +180,28 @@ pub fn serve(
             cfg.pool.display(),
             cfg.pool.display()
         ),
-    }
+    };
+    // Listening first: the address is what the manager records for the primary. The
+    // role comes before the pool is touched (recovery writes to it).
+    let domain = Domain::open(fabric).context("opening the fabric")?;
+    let listener = domain
+        .listen(&cfg.listen)
+        .with_context(|| format!("listening on {}", cfg.listen))?;
+    let addr = listener.local_addr();
+    let role = match cfg.manager.as_str() {
+        "" => None,
+        spec => {
+            let name = match cfg.name.as_str() {
+                "" => format!("mds@{addr}"),
+                n => n.to_string(),
+            };
+            let lease = Duration::from_millis(cfg.lease_ms);
+            match PrimaryRole::take(spec, &cluster, &name, &addr, lease, &stop)? {
+                Some(r) => Some(r),
+                None => return Ok(()), // stopped while waiting
+            }
+        }
+    };
     let t0 = Instant::now();
     let grace = Duration::from_millis(cfg.grace_ms);
     let (engine, report) = MetaEngine::open(
@@ -190,16 +221,11 @@ pub fn serve(
         cfg.pool.display(),
         t0.elapsed()
     );
-    let domain = Domain::open(fabric).context("opening the fabric")?;
     let pool_len = engine.pool().len() as usize;
     let pool_region = domain
         .register_file(&cfg.pool, 0, pool_len, Access::REMOTE_READ)
         .context("registering the MDS pool with the fabric")?;
     let cq = Arc::new(domain.completion_queue()?);
-    let listener = domain
-        .listen(&cfg.listen)
-        .with_context(|| format!("listening on {}", cfg.listen))?;
-    let addr = listener.local_addr();
     let describe = format!(
         "{} on {}, pool {} ({})",
         domain.describe(),
@@ -234,6 +260,7 @@ pub fn serve(
         heartbeats_due: Instant::now(),
         next_client: 1,
         msg: Vec::with_capacity(MAX_MESSAGE),
+        role,
     };
     ready(&Ready { addr, describe });
     let mut batch = Vec::with_capacity(64);
@@ -250,6 +277,17 @@ pub fn serve(
         let now = Instant::now();
         mds.expire_parked(now);
         mds.check_heartbeats(now);
+        if let Some(r) = mds.role.as_ref().filter(|r| !r.holds(now)) {
+            for p in mds.peers.values() {
+                p.ch.conn.close();
+            }
+            bail!(
+                "lost the primary role (epoch {}, {} manager): stopping, so as to \
+                 acknowledge nothing more",
+                r.epoch,
+                r.kind
+            );
+        }
     }
     info!("stopping: {} connections", mds.peers.len());
     for p in mds.peers.values() {
@@ -336,6 +374,12 @@ impl Mds {
     }
 
     pub(crate) fn reply(&mut self, conn: ConnId, id: u64, reply: Reply) {
+        // Fencing: a primary whose term may be over acknowledges nothing (a process
+        // stopped and continued gets here before its loop notices).
+        if self.role.as_ref().is_some_and(|r| !r.holds(Instant::now())) {
+            self.drop_peer(conn, "this MDS's primary term is over");
+            return;
+        }
         let Some(peer) = self.peers.get_mut(&conn) else {
             return;
         };
