@@ -37,7 +37,7 @@ fn start_mds(dir: &Path, name: &str, manager: &str) -> Mds {
         &cfg,
         format!(
             "[fabric]\nbackend = \"local\"\nsecret_file = \"{}\"\n\n[mds]\nmanager = \"{manager}\"\n\
-             name = \"{name}\"\nlease_ms = 1000\n",
+             name = \"{name}\"\nlease_ms = 3000\n",
             dir.join("secret").display()
         ),
     )
@@ -97,11 +97,19 @@ fn a_second_mds_waits_for_the_role_and_a_silent_primary_is_replaced_and_fenced()
 
     // A second MDS of the cluster waits: it does not serve while mds-a holds the role.
     let b = start_mds(dir.path(), "mds-b", &manager);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !log(dir.path(), "mds-b").contains("waiting for the primary role: mds-a") {
+        assert!(
+            Instant::now() < deadline,
+            "mds-b:\n{}",
+            log(dir.path(), "mds-b")
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(
-        b.ready.recv_timeout(Duration::from_secs(3)).is_err(),
+        b.ready.recv_timeout(Duration::from_secs(1)).is_err(),
         "mds-b served beside a primary"
     );
-    assert!(log(dir.path(), "mds-b").contains("waiting for the primary role: mds-a"));
 
     // mds-a stops answering (alive, silent): its lease lapses, mds-b takes the role.
     // SAFETY: kill(2) on our child's PID.

@@ -1,8 +1,12 @@
 //! The cluster manager of one host: a lease service inside a process that outlives the
 //! MDSs (`orion up`'s supervisor), reached over loopback TCP with one line per request.
 //! It is one process, so it needs no consensus: it is as available as the host, which
-//! is what a single-host cluster has anyway. The last epoch handed out is kept in a
-//! file, written before the answer, so a restarted service never hands one out twice.
+//! is what a single-host cluster has anyway. The last epoch handed out, and the lease
+//! it came with, are kept in a file written before the answer: a restarted service
+//! never hands an epoch out twice, and hands none out until a lease granted before the
+//! restart has surely ended (it no longer knows the holder, whose renewals then get
+//! `lost`). Anything on the host may speak to it: it trusts the host, as the MDSs on it
+//! trust each other's pools.
 //!
 //! Requests and answers (text, one line each, at most [`MAX_LINE`] bytes):
 //! `acquire NAME ADDR TTL_MS` → `ok EPOCH` | `held`; `renew EPOCH TTL_MS` → `ok` |
@@ -35,8 +39,16 @@ struct Held {
 struct State {
     epoch: u64,
     held: Option<Held>,
+    /// After a restart: no role is handed out before then.
+    quiet_until: Instant,
     file: PathBuf,
 }
+
+/// The longest lease granted (a restarted service waits this long before it grants).
+pub const MAX_TTL: Duration = Duration::from_secs(60);
+
+/// How long a connection may stay silent before the service closes it.
+const IDLE: Duration = Duration::from_secs(120);
 
 impl State {
     fn current(&mut self, now: Instant) -> Option<&Held> {
@@ -57,14 +69,16 @@ impl State {
                 let Ok(ttl) = ttl_ms.parse::<u64>() else {
                     return "error the TTL is not a number of milliseconds".into();
                 };
-                if !(1..=3_600_000).contains(&ttl) {
-                    return "error the TTL must be 1 ms to 1 hour".into();
+                if !(1..=MAX_TTL.as_millis() as u64).contains(&ttl) {
+                    return format!("error the TTL must be 1 ms to {} s", MAX_TTL.as_secs());
                 }
-                if self.current(now).is_some() {
+                if self.current(now).is_some() || now < self.quiet_until {
                     return "held".into();
                 }
-                let epoch = self.epoch + 1;
-                if let Err(e) = write_durably(&self.file, format!("{epoch}\n").as_bytes()) {
+                let Some(epoch) = self.epoch.checked_add(1) else {
+                    return "error no epoch is left".into();
+                };
+                if let Err(e) = write_durably(&self.file, format!("{epoch} {ttl}\n").as_bytes()) {
                     return format!("error recording epoch {epoch}: {e:#}");
                 }
                 self.epoch = epoch;
@@ -84,8 +98,8 @@ impl State {
                 let (Ok(epoch), Ok(ttl)) = (epoch.parse::<u64>(), ttl_ms.parse::<u64>()) else {
                     return "error the epoch and TTL are numbers".into();
                 };
-                if !(1..=3_600_000).contains(&ttl) {
-                    return "error the TTL must be 1 ms to 1 hour".into();
+                if !(1..=MAX_TTL.as_millis() as u64).contains(&ttl) {
+                    return format!("error the TTL must be 1 ms to {} s", MAX_TTL.as_secs());
                 }
                 match self.current(now) {
                     Some(h) if h.primary.epoch == epoch => {}
@@ -135,12 +149,15 @@ pub struct EmbeddedServer {
 impl EmbeddedServer {
     /// Serves on `listen` (port 0: any), keeping the last epoch in `epoch_file`.
     pub fn start(listen: &str, epoch_file: &Path) -> Result<EmbeddedServer> {
-        let epoch = match std::fs::read_to_string(epoch_file) {
-            Ok(t) => t
-                .trim()
-                .parse()
-                .with_context(|| format!("{} is damaged: {t:?}", epoch_file.display()))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        let (epoch, last_ttl) = match std::fs::read_to_string(epoch_file) {
+            Ok(t) => {
+                let damaged = || format!("{} is damaged: {t:?}", epoch_file.display());
+                let mut f = t.split_whitespace();
+                let epoch: u64 = f.next().unwrap_or("").parse().with_context(damaged)?;
+                let ttl: u64 = f.next().unwrap_or("0").parse().with_context(damaged)?;
+                (epoch, Duration::from_millis(ttl).min(MAX_TTL))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (0, Duration::ZERO),
             Err(e) => return Err(e).with_context(|| format!("{}", epoch_file.display())),
         };
         let listener =
@@ -150,6 +167,7 @@ impl EmbeddedServer {
         let state = Arc::new(Mutex::new(State {
             epoch,
             held: None,
+            quiet_until: Instant::now() + last_ttl,
             file: epoch_file.to_path_buf(),
         }));
         let stop = Arc::new(AtomicBool::new(false));
@@ -172,7 +190,10 @@ impl EmbeddedServer {
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                             std::thread::sleep(Duration::from_millis(20));
                         }
-                        Err(e) => warn!("cluster manager: accepting: {e}"),
+                        Err(e) => {
+                            warn!("cluster manager: accepting: {e}");
+                            std::thread::sleep(Duration::from_millis(100));
+                        }
                     }
                 }
             })?;
@@ -196,36 +217,42 @@ impl Drop for EmbeddedServer {
 
 /// Answers the requests of one connection, until it closes or the service stops.
 fn serve(conn: TcpStream, state: &Mutex<State>, stop: &AtomicBool) -> Result<()> {
+    conn.set_nonblocking(false)?;
     conn.set_read_timeout(Some(Duration::from_millis(200)))?;
+    conn.set_write_timeout(Some(Duration::from_secs(2)))?;
     conn.set_nodelay(true)?;
     let mut out = conn.try_clone()?;
     let mut reader = BufReader::new(conn);
     let mut line = Vec::new();
+    let mut heard = Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        line.clear();
-        // At most a line's worth: a peer that sends no newline is cut off.
-        match (&mut reader)
-            .take(MAX_LINE as u64 + 1)
-            .read_until(b'\n', &mut line)
-        {
-            Ok(0) => return Ok(()),
-            Ok(_) if !line.ends_with(b"\n") => bail!("a request longer than {MAX_LINE} bytes"),
-            Ok(_) => {}
+        // At most a line's worth (what a read cut by the timeout left stays).
+        let room = (MAX_LINE + 1).saturating_sub(line.len()) as u64;
+        match (&mut reader).take(room).read_until(b'\n', &mut line) {
+            Ok(0) => return Ok(()), // closed (a line cut short is dropped)
+            Ok(_) if line.ends_with(b"\n") => {}
+            Ok(_) if line.len() > MAX_LINE => bail!("a request longer than {MAX_LINE} bytes"),
+            Ok(_) => continue,
             Err(e)
                 if matches!(
                     e.kind(),
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) =>
             {
-                continue
+                if heard.elapsed() > IDLE {
+                    return Ok(()); // a silent peer does not hold a thread forever
+                }
+                continue;
             }
             Err(e) => return Err(e.into()),
         }
+        heard = Instant::now();
         let reply = match std::str::from_utf8(&line) {
             Ok(text) => state.lock().unwrap().answer(text.trim(), Instant::now()),
             Err(_) => "error the request is not text".to_string(),
         };
         out.write_all(format!("{reply}\n").as_bytes())?;
+        line.clear();
     }
     Ok(())
 }
@@ -278,9 +305,15 @@ impl EmbeddedManager {
                     }
                     return Ok(answer);
                 }
+                // Whatever went wrong, a late answer must not be read as the next
+                // request's: the connection goes.
                 Ok(_) => self.conn = None,
-                Err(e) if attempt == 1 => return Err(e.into()),
-                Err(_) => self.conn = None,
+                Err(e) => {
+                    self.conn = None;
+                    if attempt == 1 {
+                        return Err(e.into());
+                    }
+                }
             }
         }
         bail!("the cluster manager at {} closed the connection", self.addr)

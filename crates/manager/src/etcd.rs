@@ -152,18 +152,30 @@ impl Manager for EtcdManager {
                 ),
                 TxnOp::put(epoch_key, epoch.to_string(), None),
             ]);
-        let won = self
-            .call("taking the primary role", client.txn(txn))?
-            .succeeded();
+        let won = match self.call("taking the primary role", client.txn(txn)) {
+            Ok(r) => r.succeeded(),
+            Err(e) => {
+                // Whether it won is unknown: the lease goes, and the role with it.
+                let _ = self.call("revoking a lease", client.lease_revoke(lease.id()));
+                return Err(e);
+            }
+        };
         if !won {
             // Another took it (or the epoch moved) meanwhile.
             let _ = self.call("revoking an unused lease", client.lease_revoke(lease.id()));
             return Ok(None);
         }
-        let (keeper, stream) = self.call(
+        let kept = self.call(
             "keeping the lease alive",
             client.lease_keep_alive(lease.id()),
-        )?;
+        );
+        let (keeper, stream) = match kept {
+            Ok(k) => k,
+            Err(e) => {
+                let _ = self.call("revoking a lease", client.lease_revoke(lease.id()));
+                return Err(e);
+            }
+        };
         self.keeper = Some((lease.id(), keeper, stream));
         let ttl = Duration::from_secs(lease.ttl().max(1) as u64);
         Ok(Some(Term {
@@ -175,13 +187,18 @@ impl Manager for EtcdManager {
     }
 
     fn renew(&mut self, term: &mut Term) -> Result<bool> {
-        let Some((id, mut keeper, mut stream)) = self.keeper.take() else {
-            return Ok(false);
-        };
-        if id != term.lease {
-            return Ok(false);
-        }
         let asked = Instant::now();
+        let (mut keeper, mut stream) = match self.keeper.take() {
+            Some((id, k, s)) if id == term.lease => (k, s),
+            // A renewal failed before: a new stream, whose answers are all this one's.
+            _ => {
+                let mut client = self.client.clone();
+                self.call(
+                    "keeping the lease alive",
+                    client.lease_keep_alive(term.lease),
+                )?
+            }
+        };
         let answer = self.call("renewing the lease", async {
             keeper.keep_alive().await?;
             stream.message().await
@@ -189,17 +206,16 @@ impl Manager for EtcdManager {
         let ttl = match answer {
             Ok(Some(r)) => r.ttl(),
             Ok(None) => 0,
-            Err(e) => {
-                // Still ours to retry until the term expires.
-                self.keeper = Some((id, keeper, stream));
-                return Err(e);
-            }
+            // The stream is dropped: a late answer to this keep-alive must not count for
+            // the next one, asked later. The term runs out by the clock unless a renewal
+            // gets through.
+            Err(e) => return Err(e),
         };
         if ttl <= 0 {
             return Ok(false); // lapsed: etcd deleted the primary key with it
         }
         term.expires = asked + term.ttl;
-        self.keeper = Some((id, keeper, stream));
+        self.keeper = Some((term.lease, keeper, stream));
         Ok(true)
     }
 

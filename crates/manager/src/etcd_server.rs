@@ -5,6 +5,7 @@
 //! lease of one second is honoured (etcd's shortest lease follows its election timeout).
 
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -17,21 +18,26 @@ pub struct EtcdServer {
     pub endpoint: String,
 }
 
-/// A port free now on loopback (the kernel picks it; etcd binds it a moment later).
-fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+/// Two distinct ports free now on loopback (the kernel picks them; etcd binds them a
+/// moment later).
+fn free_ports() -> Result<(u16, u16)> {
+    let (a, b) = (
+        TcpListener::bind("127.0.0.1:0")?,
+        TcpListener::bind("127.0.0.1:0")?,
+    );
+    Ok((a.local_addr()?.port(), b.local_addr()?.port()))
 }
 
 impl EtcdServer {
     /// Starts etcd with its data in `dir` and its log in `dir/etcd.log`, and waits until
     /// it answers.
     pub fn start(dir: &Path) -> Result<EtcdServer> {
-        let (client, peer) = (free_port()?, free_port()?);
+        let (client, peer) = free_ports()?;
         let endpoint = format!("127.0.0.1:{client}");
         let log = std::fs::File::create(dir.join("etcd.log"))
             .with_context(|| format!("creating {}", dir.join("etcd.log").display()))?;
-        let child = Command::new("etcd")
-            .arg("--name=orion")
+        let mut cmd = Command::new("etcd");
+        cmd.arg("--name=orion")
             .arg(format!("--data-dir={}", dir.join("etcd").display()))
             .arg(format!("--listen-client-urls=http://{endpoint}"))
             .arg(format!("--advertise-client-urls=http://{endpoint}"))
@@ -43,7 +49,20 @@ impl EtcdServer {
             .arg("--heartbeat-interval=50")
             .arg("--election-timeout=500")
             .stdout(Stdio::null())
-            .stderr(log)
+            .stderr(log);
+        // SAFETY: the closure runs in the child between fork and exec and calls only
+        // prctl(2), which is async-signal-safe: etcd dies with the process that started
+        // it, also when that process is killed and no Drop runs.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+        let child = cmd
             .spawn()
             .context("starting etcd (install it with scripts/setup: Debian package etcd-server)")?;
         let mut s = EtcdServer { child, endpoint };

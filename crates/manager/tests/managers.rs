@@ -12,7 +12,8 @@ use orion_manager::etcd::EtcdManager;
 use orion_manager::etcd_server::EtcdServer;
 use orion_manager::{Manager, Primary};
 
-const TTL: Duration = Duration::from_secs(1);
+/// Long enough that a renewal every 200 ms keeps it on a loaded 2-CPU machine.
+const TTL: Duration = Duration::from_secs(2);
 
 fn etcd_manager(etcd: &EtcdServer, cluster: &str) -> EtcdManager {
     EtcdManager::connect(&etcd.endpoint, cluster, Duration::from_secs(5)).unwrap()
@@ -80,7 +81,8 @@ fn one_primary_at_a_time(a: &mut dyn Manager, b: &mut dyn Manager) {
 
 #[test]
 fn etcd_keeps_one_primary_at_a_time() {
-    let dir = tempfile::tempdir().unwrap();
+    // etcd's data in /dev/shm: its fsyncs cost nothing there.
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let etcd = EtcdServer::start(dir.path()).unwrap();
     let (mut a, mut b) = (etcd_manager(&etcd, "c1"), etcd_manager(&etcd, "c1"));
     assert_eq!(a.kind(), "etcd");
@@ -102,15 +104,33 @@ fn the_embedded_manager_keeps_one_primary_at_a_time_and_its_epochs_across_restar
     let (mut a, mut b) = (connect(), connect());
     assert_eq!(a.kind(), "embedded");
     one_primary_at_a_time(&mut a, &mut b);
-    // Restarted, the service hands out no epoch twice, and nobody holds the role (a
-    // primary that outlived it renews into "lost" and stops).
+    // Restarted, the service hands out no epoch twice, and no role until a lease it
+    // granted before has surely ended: it no longer knows the holder, which may still
+    // act on its term until then (and renews into "lost").
+    let mut d = connect();
+    let mut held = d.try_acquire("mds-d", "h:4", TTL).unwrap().unwrap();
+    assert_eq!(held.epoch, 4);
     drop(server);
+    let restarted = Instant::now();
     let server = EmbeddedServer::start("127.0.0.1:0", &file).unwrap();
     let mut c = EmbeddedManager::connect(&server.addr, Duration::from_secs(5)).unwrap();
     assert_eq!(c.primary().unwrap(), None);
-    assert_eq!(
-        c.try_acquire("mds-c", "h:3", TTL).unwrap().unwrap().epoch,
-        4
+    let taken = loop {
+        if let Some(t) = c.try_acquire("mds-c", "h:3", TTL).unwrap() {
+            break t;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        restarted.elapsed() >= TTL,
+        "a role before the old lease ended"
+    );
+    assert!(!held.holds(Instant::now()), "two terms at once");
+    assert_eq!(taken.epoch, 5);
+    let mut d = EmbeddedManager::connect(&server.addr, Duration::from_secs(5)).unwrap();
+    assert!(
+        !d.renew(&mut held).unwrap(),
+        "the old holder learns it lost"
     );
 }
 
@@ -171,7 +191,7 @@ fn a_manager_that_is_not_there_is_said_clearly() {
 
 #[test]
 fn etcd_lost_while_holding_the_role_ends_the_term_by_the_clock() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let mut etcd = EtcdServer::start(dir.path()).unwrap();
     let mut a = EtcdManager::connect(&etcd.endpoint, "c", Duration::from_millis(500)).unwrap();
     let mut term = a.try_acquire("mds-a", "h:1", TTL).unwrap().unwrap();

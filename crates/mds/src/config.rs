@@ -39,7 +39,8 @@ pub struct MdsConfig {
     /// This MDS's name for the manager ("": `mds@` and its address).
     pub name: String,
     /// The primary's lease, in milliseconds: a primary that cannot renew it stops
-    /// within it (etcd rounds it up to whole seconds).
+    /// within it. etcd grants whole seconds, and at least its own minimum (about 1.5
+    /// times its election timeout): a fail-over through etcd follows that.
     pub lease_ms: u64,
 }
 

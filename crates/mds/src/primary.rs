@@ -16,7 +16,9 @@ use orion_manager::etcd::EtcdManager;
 use orion_manager::Manager;
 use tracing::{info, warn};
 
-/// How long before its term ends the MDS stops: longer than one turn of its loop.
+/// How long before its term ends the MDS stops answering: meant to exceed one turn of
+/// its loop (a longer stall, such as a stop of the process, is caught by the check
+/// before each reply).
 pub const MARGIN: Duration = Duration::from_millis(100);
 
 /// The role held, and the thread that keeps it.
@@ -32,8 +34,10 @@ pub struct PrimaryRole {
 
 /// Opens the manager named by `spec` ("embedded:ADDR" or "etcd:ENDPOINTS") for the
 /// cluster `cluster`.
-fn open(spec: &str, cluster: &str) -> Result<Box<dyn Manager>> {
-    let timeout = Duration::from_secs(2);
+fn open(spec: &str, cluster: &str, lease: Duration) -> Result<Box<dyn Manager>> {
+    // A call that takes longer than a quarter of the lease is as good as failed: the
+    // term must not run out while one renewal waits.
+    let timeout = (lease / 4).min(Duration::from_secs(2));
     match spec.split_once(':') {
         Some(("embedded", addr)) => Ok(Box::new(EmbeddedManager::connect(addr, timeout)?)),
         Some(("etcd", endpoints)) => {
@@ -56,24 +60,29 @@ impl PrimaryRole {
         lease: Duration,
         stop: &AtomicBool,
     ) -> Result<Option<PrimaryRole>> {
-        let mut m = open(spec, cluster).context("the cluster manager")?;
+        let mut m = open(spec, cluster, lease).context("the cluster manager")?;
         let mut said = false;
         let term = loop {
             if stop.load(Ordering::Relaxed) {
                 return Ok(None);
             }
-            if let Some(t) = m.try_acquire(name, addr, lease)? {
-                break t;
-            }
-            if !said {
-                let holder = m
-                    .primary()?
-                    .map(|p| format!("{} at {} (epoch {})", p.name, p.addr, p.epoch));
-                info!(
-                    "waiting for the primary role: {} holds it",
-                    holder.unwrap_or_else(|| "another MDS".into())
-                );
-                said = true;
+            match m.try_acquire(name, addr, lease) {
+                Ok(Some(t)) => break t,
+                Ok(None) if !said => {
+                    let holder = m
+                        .primary()
+                        .ok()
+                        .flatten()
+                        .map(|p| format!("{} at {} (epoch {})", p.name, p.addr, p.epoch));
+                    info!(
+                        "waiting for the primary role: {} holds it",
+                        holder.unwrap_or_else(|| "another MDS".into())
+                    );
+                    said = true;
+                }
+                Ok(None) => {}
+                // A manager slow or restarting now and then: ask again.
+                Err(e) => warn!("asking the cluster manager for the primary role: {e:#}"),
             }
             std::thread::sleep(lease / 4);
         };

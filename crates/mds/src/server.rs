@@ -270,14 +270,9 @@ pub fn serve(
             Ok(_) | Err(orion_fabric::Error::Timeout(_)) => {}
             Err(e) => warn!("completion queue: {e}"),
         }
-        for c in batch.drain(..) {
-            mds.on_completion(c);
-        }
-        mds.adopt(&rx);
-        let now = Instant::now();
-        mds.expire_parked(now);
-        mds.check_heartbeats(now);
-        if let Some(r) = mds.role.as_ref().filter(|r| !r.holds(now)) {
+        // Before anything that arrived is handled: an MDS whose term may be over
+        // (its lease lost, or the process was stopped) stops.
+        if let Some(r) = mds.role.as_ref().filter(|r| !r.holds(Instant::now())) {
             for p in mds.peers.values() {
                 p.ch.conn.close();
             }
@@ -288,6 +283,13 @@ pub fn serve(
                 r.kind
             );
         }
+        for c in batch.drain(..) {
+            mds.on_completion(c);
+        }
+        mds.adopt(&rx);
+        let now = Instant::now();
+        mds.expire_parked(now);
+        mds.check_heartbeats(now);
     }
     info!("stopping: {} connections", mds.peers.len());
     for p in mds.peers.values() {
@@ -374,10 +376,10 @@ impl Mds {
     }
 
     pub(crate) fn reply(&mut self, conn: ConnId, id: u64, reply: Reply) {
-        // Fencing: a primary whose term may be over acknowledges nothing (a process
-        // stopped and continued gets here before its loop notices).
+        // Fencing: a primary whose term may be over acknowledges nothing, and changes
+        // nothing more in reply (a process stopped and continued mid-turn gets here
+        // before its loop notices; the loop stops it).
         if self.role.as_ref().is_some_and(|r| !r.holds(Instant::now())) {
-            self.drop_peer(conn, "this MDS's primary term is over");
             return;
         }
         let Some(peer) = self.peers.get_mut(&conn) else {
