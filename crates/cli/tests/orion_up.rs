@@ -1,0 +1,227 @@
+//! `orion up` as a user runs it: the same file system served again after a stop, and a
+//! replicated cluster that loses a data store while a program writes (the program sees
+//! nothing; the store comes back and resyncs; the replicas compare equal).
+
+mod cluster;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use cluster::{is_mounted, ORION};
+
+/// `orion up` as a child: started with its own state and pool directories, stopped
+/// with SIGINT (by PID), and checked to leave nothing behind.
+struct Up {
+    child: std::process::Child,
+    mnt: PathBuf,
+    /// What it printed before it was ready (a row per process, with its pid).
+    rows: Vec<String>,
+}
+
+impl Up {
+    fn start(state: &Path, pools: &Path) -> Up {
+        Up::start_with(state, pools, &[])
+    }
+
+    fn start_with(state: &Path, pools: &Path, extra: &[&str]) -> Up {
+        let mnt = state.join("mnt");
+        let mut child = Command::new(ORION)
+            .args(["up", "--mds-size", "64M", "--ds-size", "64M"])
+            .args(extra)
+            .arg("--dir")
+            .arg(state)
+            .arg("--pools")
+            .arg(pools)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::BufRead;
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut seen = Vec::new();
+        for line in out.lines() {
+            let line = line.unwrap();
+            let ready = line.starts_with("orion up ready");
+            seen.push(line);
+            if ready {
+                return Up {
+                    child,
+                    mnt,
+                    rows: seen,
+                };
+            }
+        }
+        let _ = child.kill();
+        let o = child.wait_with_output().unwrap();
+        panic!(
+            "orion up did not become ready: {seen:?}\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
+    /// The pid of the process whose row starts with `name` (e.g. "ds 0.1").
+    fn pid(&self, name: &str) -> i32 {
+        let row = self
+            .rows
+            .iter()
+            .find(|r| r.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("no row for {name}: {:?}", self.rows));
+        let after = row.split("pid").nth(1).expect("a pid");
+        after.split_whitespace().next().unwrap().parse().unwrap()
+    }
+
+    fn stop(mut self) -> String {
+        // SAFETY: kill(2) on our child's PID.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let o = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap())
+            .wait_with_output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "orion up failed: {err}");
+        err
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if is_mounted(&self.mnt) {
+            let _ = Command::new(ORION).arg("umount").arg(&self.mnt).output();
+        }
+    }
+}
+
+#[test]
+fn orion_up_serves_the_same_file_system_again() {
+    let state = tempfile::tempdir().unwrap();
+    let pools = tempfile::tempdir_in("/dev/shm").unwrap();
+    let up = Up::start(state.path(), pools.path());
+    let mnt = up.mnt.clone();
+    std::fs::write(mnt.join("hello"), b"hello, orion").unwrap();
+    std::fs::create_dir(mnt.join("dir")).unwrap();
+    let err = up.stop();
+    assert!(err.contains("formatting"), "the first run formats: {err}");
+    assert!(!is_mounted(&mnt), "Ctrl-C unmounts");
+    let pids = Command::new("pgrep")
+        .args([
+            "-f",
+            &format!("--secret-file {}", state.path().join("secret").display()),
+        ])
+        .output()
+        .unwrap();
+    assert!(pids.stdout.is_empty(), "daemons left running");
+    let up = Up::start(state.path(), pools.path());
+    assert_eq!(std::fs::read(mnt.join("hello")).unwrap(), b"hello, orion");
+    assert!(mnt.join("dir").is_dir());
+    let err = up.stop();
+    assert!(err.contains("existing file system"), "{err}");
+    assert!(!is_mounted(&mnt));
+}
+
+#[test]
+fn a_replicated_cluster_loses_a_store_and_the_application_sees_nothing() {
+    let state = tempfile::tempdir().unwrap();
+    let pools = tempfile::tempdir_in("/dev/shm").unwrap();
+    let up = Up::start_with(state.path(), pools.path(), &["--replicas", "2"]);
+    let mnt = up.mnt.clone();
+    let content =
+        |i: usize| -> Vec<u8> { (0..5000 + i * 37).map(|k| (k * 31 + i * 7) as u8).collect() };
+    // A program writing files while one store of group 0 dies (kill -9).
+    let writer = {
+        let mnt = mnt.clone();
+        std::thread::spawn(move || -> Result<usize, String> {
+            for i in 0..300 {
+                let p = mnt.join(format!("f{i}"));
+                std::fs::write(&p, content(i)).map_err(|e| format!("writing {i}: {e}"))?;
+                let back = std::fs::read(&p).map_err(|e| format!("reading {i}: {e}"))?;
+                if back != content(i) {
+                    return Err(format!("file {i} read back wrong"));
+                }
+            }
+            Ok(300)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill(2) on a pid this test's child started.
+    unsafe { libc::kill(up.pid("ds 0.1"), libc::SIGKILL) };
+    assert_eq!(writer.join().unwrap(), Ok(300), "the program saw an error");
+    // `orion up` starts the store again; it copies what it missed (if a commit went
+    // on without it), then serves: `orion status` sees every store up again, the
+    // restarted one with a new pid.
+    let first_pid = up.pid("ds 0.1");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let j = loop {
+        let o = Command::new(ORION)
+            .args(["status", "--json", "--dir"])
+            .arg(state.path())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let stores = j["stores"].as_array().cloned().unwrap_or_default();
+        let back = stores.iter().any(|s| {
+            s["group"] == 0 && s["index"] == 1 && s["pid"].as_i64() != Some(first_pid as i64)
+        });
+        if back && stores.iter().all(|s| s["state"] == "up") {
+            break j;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "stores not all up: {j}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(j["epoch"].as_u64().is_some_and(|e| e > 1), "{j}");
+    assert_eq!(j["mds"][0]["state"], "up", "{j}");
+    assert_eq!(j["mds"][0]["role"], "primary", "{j}");
+    let stores = j["stores"].as_array().unwrap();
+    assert_eq!(stores.len(), 4, "two groups of two: {j}");
+    for s in stores {
+        assert_eq!(s["resync_pct"], 100, "{j}");
+        assert!(s["pid"].as_u64().is_some() && s["addr"].is_string(), "{j}");
+    }
+    // Now the other store of group 0 dies: every file reads back from the one that
+    // resynced (past the client's page cache and the kernel's).
+    // SAFETY: as above.
+    unsafe { libc::kill(up.pid("ds 0.0"), libc::SIGKILL) };
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
+    for i in 0..300 {
+        let back = std::fs::read(mnt.join(format!("f{i}"))).expect("reading a file back");
+        assert!(back == content(i), "file {i} differs after the failures");
+    }
+    let err = up.stop();
+    assert!(
+        err.contains("ds 0.1 exited"),
+        "orion up said a store died: {err}"
+    );
+    assert!(err.contains("started again"), "{err}");
+    assert!(!is_mounted(&mnt));
+    // The replicas of each group hold the same bytes in every page a file names.
+    let p = |name: &str| pools.path().join(name);
+    let o = Command::new(ORION)
+        .args(["fsck", "--pool"])
+        .arg(p("mds.pool"))
+        .arg("--replicas")
+        .args([
+            p("ds0.pool"),
+            p("ds0.r1.pool"),
+            p("ds1.pool"),
+            p("ds1.r1.pool"),
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains(" 0 differences"), "{out}");
+    assert!(
+        !out.contains(" 0 pages equal"),
+        "the files' pages were compared: {out}"
+    );
+}
