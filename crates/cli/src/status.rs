@@ -58,9 +58,8 @@ impl UpState {
     /// Writes it whole, then renames it over the old one.
     pub fn save(&self, state_dir: &Path) -> Result<()> {
         let path = Self::path(state_dir);
-        let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(self)?)?;
-        std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))
+        orion_pmem::replace_durably(&path, &serde_json::to_vec_pretty(self)?)
+            .with_context(|| format!("writing {}", path.display()))
     }
 }
 

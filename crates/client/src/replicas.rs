@@ -71,6 +71,9 @@ impl Remote {
     /// client is internal to changed (the MDS is told).
     pub(crate) fn adopt_map(&mut self, epoch: Epoch, map: Vec<StoreInfo>) -> bool {
         self.epoch = epoch;
+        let mut map = map;
+        // Sorted already by the MDS; sorting keeps `info`'s lookup right whatever comes.
+        map.sort_unstable_by_key(|s| s.member);
         let wanted: HashMap<MemberId, String> = map
             .iter()
             .filter(|s| s.state.takes_writes())
@@ -156,8 +159,11 @@ impl Remote {
             .is_some_and(|s| s.state == MemberState::Up)
     }
 
+    /// The map comes sorted by member (the MDS keeps it so): a write looks its
+    /// stores up here, without a scan.
     fn info(&self, m: MemberId) -> Option<&StoreInfo> {
-        self.map.iter().find(|s| s.member == m)
+        let i = self.map.binary_search_by_key(&m, |s| s.member).ok()?;
+        Some(&self.map[i])
     }
 
     /// The `k`-th member of `group` that `pick` accepts, in the map this client has,
@@ -251,7 +257,7 @@ impl Remote {
         let up = |s: &StoreInfo| s.state == MemberState::Up;
         let took = |s: &StoreInfo| up(s) && written.is_some_and(|(e, _)| s.since <= e);
         let kept = |s: &StoreInfo| {
-            let bit = 1u64.checked_shl(s.member.index.into()).unwrap_or(0);
+            let bit = s.member.bit();
             up(s) && written.is_some_and(|(_, to)| to.takers & bit != 0 && s.pool_since <= to.epoch)
         };
         // Pages not committed yet come from a store that took them, if one is left,
@@ -365,7 +371,7 @@ impl Remote {
                 Fail::Fs(FsError::Io(e)) => Fail::Fs(FsError::Io(format!("{m}: {e}"))),
                 e => e,
             })?;
-            takers |= 1u64.checked_shl(m.index.into()).unwrap_or(0);
+            takers |= m.bit();
         }
         if k == 0 {
             return Err(Fail::Fs(io_err(format!(

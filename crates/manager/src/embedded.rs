@@ -78,8 +78,12 @@ impl State {
                 let Some(epoch) = self.epoch.checked_add(1) else {
                     return "error no epoch is left".into();
                 };
-                if let Err(e) = write_durably(&self.file, format!("{epoch} {ttl}\n").as_bytes()) {
-                    return format!("error recording epoch {epoch}: {e:#}");
+                let record = format!("{epoch} {ttl}\n");
+                if let Err(e) = orion_pmem::replace_durably(&self.file, record.as_bytes()) {
+                    return format!(
+                        "error recording epoch {epoch} in {}: {e}",
+                        self.file.display()
+                    );
                 }
                 self.epoch = epoch;
                 let primary = Primary {
@@ -132,10 +136,6 @@ impl State {
             ),
         }
     }
-}
-
-fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
-    orion_pmem::replace_durably(path, bytes).with_context(|| format!("writing {}", path.display()))
 }
 
 /// The service, running on threads of its own until dropped.

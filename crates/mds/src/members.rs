@@ -12,7 +12,7 @@
 //! one. The fail-over issue moves this to the cluster manager.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -171,7 +171,8 @@ impl ClusterMap {
                 m.pool_since
             );
         }
-        write_durably(path, text.as_bytes())
+        orion_pmem::replace_durably(path, text.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))
     }
 
     pub fn epoch(&self) -> Epoch {
@@ -390,8 +391,9 @@ impl ClusterMap {
         pages: impl Iterator<Item = u64> + Clone,
     ) -> Result<()> {
         let mut changed = false;
-        for m in self.members.values_mut() {
-            if m.id.group != group || m.state.takes_writes() {
+        let of_group = MemberId::new(group, 0)..=MemberId::new(group, u16::MAX);
+        for m in self.members.range_mut(of_group).map(|(_, m)| m) {
+            if m.state.takes_writes() {
                 continue;
             }
             if m.in_sync {
@@ -421,10 +423,6 @@ fn parse_uuid(s: &str) -> Result<[u8; 16]> {
         *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16)?;
     }
     Ok(out)
-}
-
-fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
-    orion_pmem::replace_durably(path, bytes).with_context(|| format!("writing {}", path.display()))
 }
 
 #[cfg(test)]

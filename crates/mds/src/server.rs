@@ -517,18 +517,20 @@ impl Mds {
                     return Some(errno_reply(e));
                 }
                 let pages: Vec<Gpa> = commit::data_pages(&c).collect();
-                if let Err(e) = self.check_written(c.written_epoch, &groups_of(&pages)) {
+                let groups = groups_of(&pages);
+                if let Err(e) = self.check_written(c.written_epoch, &groups) {
                     self.strong.consume(&pages);
                     return Some(errno_reply(e));
                 }
                 // Pages an internal client wrote into its own store's pool it has
-                // persisted itself: that is its replica's notice.
-                if let (true, Some(m)) = (c.persisted_locally, internal) {
+                // persisted itself: that is its replica's notice (strong mode alone
+                // waits for notices, and consumes them).
+                if let (true, true, Some(m)) = (strong, c.persisted_locally, internal) {
                     let own = pages.iter().filter(|g| g.group() == m.group).copied();
                     self.strong.persisted(m.index, own);
                 }
                 let p = Pending {
-                    groups: groups_of(&pages),
+                    groups,
                     pages: if strong { pages } else { Vec::new() },
                     written: c.written_epoch,
                     update: Waiting::Commit(c),
@@ -545,7 +547,7 @@ impl Mds {
                         return Some(errno_reply(e));
                     }
                     // An internal client persisted its own replica's copy itself.
-                    if let Some(m) = internal.filter(|m| m.group == g.group()) {
+                    if let Some(m) = internal.filter(|m| strong && m.group == g.group()) {
                         self.strong.persisted(m.index, [g]);
                     }
                     let p = Pending {
@@ -759,7 +761,7 @@ pub(crate) fn notices_needed(map: &ClusterMap, group: u16) -> Option<u64> {
         if w.durable_on_delivery {
             mask
         } else {
-            mask | 1 << w.id.index
+            mask | w.id.bit()
         }
     });
     any.then_some(need)

@@ -101,11 +101,9 @@ impl StrongWaits {
 
     /// A notice of replica `index` of the pages' group: these pages are durable on it.
     pub fn persisted(&mut self, index: u16, pages: impl IntoIterator<Item = Gpa>) {
-        if index >= 64 {
-            return; // the MDS refuses more than 64 replicas per group
-        }
         for g in pages {
-            *self.persisted.entry(g).or_default() |= 1 << index;
+            let bit = MemberId::new(g.group(), index).bit();
+            *self.persisted.entry(g).or_default() |= bit;
         }
     }
 
@@ -167,8 +165,7 @@ impl StrongWaits {
             for g in &p.pages {
                 let got = self.persisted.get(g).copied().unwrap_or(0);
                 let missing = needs(g.group()).unwrap_or(0) & !got;
-                for index in (0..64u16).filter(|i| missing & (1 << i) != 0) {
-                    let member = MemberId::new(g.group(), index);
+                for member in MemberId::in_mask(g.group(), missing) {
                     match asks.iter_mut().find(|a| a.member == member) {
                         Some(a) => a.pages.push(*g),
                         None => asks.push(Ask {
@@ -239,7 +236,7 @@ impl StrongWaits {
     /// A member left: its notices are void (a replacement at its place, or a page
     /// written again later, must report anew).
     pub fn forget_member(&mut self, member: MemberId) {
-        let bit = 1u64 << member.index.min(63);
+        let bit = member.bit();
         self.persisted.retain(|g, got| {
             if g.group() == member.group {
                 *got &= !bit;

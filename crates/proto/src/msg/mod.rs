@@ -137,6 +137,19 @@ impl MemberId {
     pub fn new(group: u16, index: u16) -> MemberId {
         MemberId { group, index }
     }
+    /// Its bit in a mask of a group's replicas (none past index 63: the MDS admits at
+    /// most 64 replicas per group).
+    pub fn bit(self) -> u64 {
+        1u64.checked_shl(self.index.into()).unwrap_or(0)
+    }
+
+    /// The members of `group` whose bits `mask` has set, by index.
+    pub fn in_mask(group: u16, mask: u64) -> impl Iterator<Item = MemberId> {
+        (0..64u16)
+            .filter(move |i| mask & (1u64 << i) != 0)
+            .map(move |i| MemberId::new(group, i))
+    }
+
     pub(crate) fn pack(self) -> u32 {
         (self.group as u32) << 16 | self.index as u32
     }
