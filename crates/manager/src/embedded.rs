@@ -9,8 +9,9 @@
 //! trust each other's pools.
 //!
 //! Requests and answers (text, one line each, at most [`MAX_LINE`] bytes):
-//! `acquire NAME ADDR TTL_MS` → `ok EPOCH` | `held`; `renew EPOCH TTL_MS` → `ok` |
-//! `lost`;
+//! `acquire NAME ADDR TTL_MS` → `ok EPOCH` | `held` | `ineligible`; `renew EPOCH
+//! TTL_MS` → `ok` | `lost`; `eligible EPOCH NAME,NAME` (or `-`) → `ok` | `lost`;
+//! `eligible` → `eligible NAMES`;
 //! `primary` → `primary EPOCH NAME ADDR` | `none`; `resign EPOCH` → `ok`; anything else
 //! → `error WHY`. Leases run by the service's clock from when it read the request; the
 //! holder's [`Term::expires`] runs from before it sent it, so it ends first.
@@ -38,6 +39,10 @@ struct Held {
 
 struct State {
     epoch: u64,
+    /// Who may take the role ([`Manager::set_eligible`]; empty: anyone).
+    eligible: Vec<String>,
+    /// The TTL of the lease granted last, in milliseconds (kept with the epoch).
+    ttl_ms: u64,
     held: Option<Held>,
     /// After a restart: no role is handed out before then.
     quiet_until: Instant,
@@ -75,10 +80,13 @@ impl State {
                 if self.current(now).is_some() || now < self.quiet_until {
                     return "held".into();
                 }
+                if !self.eligible.is_empty() && !self.eligible.iter().any(|e| e == name) {
+                    return "ineligible".into();
+                }
                 let Some(epoch) = self.epoch.checked_add(1) else {
                     return "error no epoch is left".into();
                 };
-                let record = format!("{epoch} {ttl}\n");
+                let record = format!("{epoch} {ttl} {name}\n");
                 if let Err(e) = orion_pmem::replace_durably(&self.file, record.as_bytes()) {
                     return format!(
                         "error recording epoch {epoch} in {}: {e}",
@@ -86,6 +94,8 @@ impl State {
                     );
                 }
                 self.epoch = epoch;
+                self.eligible = vec![name.to_string()];
+                self.ttl_ms = ttl;
                 let primary = Primary {
                     name: name.to_string(),
                     addr: addr.to_string(),
@@ -109,10 +119,49 @@ impl State {
                     Some(h) if h.primary.epoch == epoch => {}
                     _ => return "lost".into(),
                 }
+                if ttl > self.ttl_ms {
+                    // A longer lease than the one on file: the file says so first.
+                    let names: Vec<&str> = self.eligible.iter().map(String::as_str).collect();
+                    let record = format!(
+                        "{} {ttl} {}\n",
+                        self.epoch,
+                        crate::names_record(&names).unwrap_or_else(|_| "-".into())
+                    );
+                    if let Err(e) = orion_pmem::replace_durably(&self.file, record.as_bytes()) {
+                        return format!(
+                            "error recording the lease in {}: {e}",
+                            self.file.display()
+                        );
+                    }
+                    self.ttl_ms = ttl;
+                }
                 let h = self.held.as_mut().expect("current");
                 h.until = now + Duration::from_millis(ttl);
                 "ok".into()
             }
+            ["eligible", epoch, names] => {
+                let Ok(epoch) = epoch.parse::<u64>() else {
+                    return "error the epoch is not a number".into();
+                };
+                match self.current(now) {
+                    Some(h) if h.primary.epoch == epoch => {}
+                    _ => return "lost".into(),
+                };
+                if crate::parse_names(names).iter().any(|n| n.is_empty()) {
+                    return "error empty MDS name".into();
+                }
+                let record = format!("{epoch} {} {names}\n", self.ttl_ms);
+                if let Err(e) = orion_pmem::replace_durably(&self.file, record.as_bytes()) {
+                    return format!("error recording {names} in {}: {e}", self.file.display());
+                }
+                self.eligible = crate::parse_names(names);
+                info!("eligible for the primary role: {names}");
+                "ok".into()
+            }
+            ["eligible"] => format!("eligible {}", {
+                let names: Vec<&str> = self.eligible.iter().map(String::as_str).collect();
+                crate::names_record(&names).unwrap_or_else(|_| "-".into())
+            }),
             ["primary"] => match self.current(now) {
                 Some(h) => format!(
                     "primary {} {} {}",
@@ -149,15 +198,16 @@ pub struct EmbeddedServer {
 impl EmbeddedServer {
     /// Serves on `listen` (port 0: any), keeping the last epoch in `epoch_file`.
     pub fn start(listen: &str, epoch_file: &Path) -> Result<EmbeddedServer> {
-        let (epoch, last_ttl) = match std::fs::read_to_string(epoch_file) {
+        let (epoch, last_ttl, eligible) = match std::fs::read_to_string(epoch_file) {
             Ok(t) => {
                 let damaged = || format!("{} is damaged: {t:?}", epoch_file.display());
                 let mut f = t.split_whitespace();
                 let epoch: u64 = f.next().unwrap_or("").parse().with_context(damaged)?;
                 let ttl: u64 = f.next().unwrap_or("0").parse().with_context(damaged)?;
-                (epoch, Duration::from_millis(ttl).min(MAX_TTL))
+                let eligible = crate::parse_names(f.next().unwrap_or("-"));
+                (epoch, Duration::from_millis(ttl).min(MAX_TTL), eligible)
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (0, Duration::ZERO),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (0, Duration::ZERO, Vec::new()),
             Err(e) => return Err(e).with_context(|| format!("{}", epoch_file.display())),
         };
         let listener =
@@ -166,6 +216,8 @@ impl EmbeddedServer {
         let addr = listener.local_addr()?.to_string();
         let state = Arc::new(Mutex::new(State {
             epoch,
+            eligible,
+            ttl_ms: last_ttl.as_millis() as u64,
             held: None,
             quiet_until: Instant::now() + last_ttl,
             file: epoch_file.to_path_buf(),
@@ -336,7 +388,7 @@ impl Manager for EmbeddedManager {
         let ms = ttl.as_millis().max(1);
         let asked = Instant::now();
         let answer = self.call(&format!("acquire {name} {addr} {ms}"))?;
-        if answer == "held" {
+        if answer == "held" || answer == "ineligible" {
             return Ok(None);
         }
         let epoch = answer
@@ -384,5 +436,25 @@ impl Manager for EmbeddedManager {
 
     fn resign(&mut self, term: Term) -> Result<()> {
         self.call(&format!("resign {}", term.epoch)).map(|_| ())
+    }
+
+    fn set_eligible(&mut self, term: &Term, names: &[&str]) -> Result<bool> {
+        let record = crate::names_record(names)?;
+        match self
+            .call(&format!("eligible {} {record}", term.epoch))?
+            .as_str()
+        {
+            "ok" => Ok(true),
+            "lost" => Ok(false),
+            other => bail!("the cluster manager answered {other:?}"),
+        }
+    }
+
+    fn eligible(&mut self) -> Result<Vec<String>> {
+        let answer = self.call("eligible")?;
+        match answer.strip_prefix("eligible ") {
+            Some(r) => Ok(crate::parse_names(r)),
+            None => bail!("the cluster manager answered {answer:?}"),
+        }
     }
 }

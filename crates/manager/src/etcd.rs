@@ -23,6 +23,7 @@ pub struct EtcdManager {
     endpoints: String,
     primary_key: String,
     epoch_key: String,
+    eligible_key: String,
     timeout: Duration,
     /// The keep-alive stream of the lease held, if any.
     keeper: Option<(i64, LeaseKeeper, LeaseKeepAliveStream)>,
@@ -68,6 +69,7 @@ impl EtcdManager {
             endpoints: endpoints.to_string(),
             primary_key: format!("/orion/{cluster}/primary"),
             epoch_key: format!("/orion/{cluster}/epoch"),
+            eligible_key: format!("/orion/{cluster}/eligible"),
             timeout,
             keeper: None,
         })
@@ -136,6 +138,20 @@ impl Manager for EtcdManager {
         if self.primary()?.is_some() {
             return Ok(None);
         }
+        let got = self.call(
+            "reading who may take the role",
+            client.get(self.eligible_key.clone(), None),
+        )?;
+        let (eligible, eligible_version) = match got.kvs().first() {
+            Some(kv) => (
+                crate::parse_names(std::str::from_utf8(kv.value()).unwrap_or("")),
+                kv.version(),
+            ),
+            None => (Vec::new(), 0),
+        };
+        if !eligible.is_empty() && !eligible.iter().any(|e| e == name) {
+            return Ok(None);
+        }
         let asked = Instant::now();
         let lease = self.call("granting a lease", client.lease_grant(ttl_secs(ttl), None))?;
         let epoch = last + 1;
@@ -143,6 +159,11 @@ impl Manager for EtcdManager {
             .when([
                 Compare::create_revision(self.primary_key.clone(), CompareOp::Equal, 0),
                 Compare::version(epoch_key.clone(), CompareOp::Equal, version),
+                Compare::version(
+                    self.eligible_key.clone(),
+                    CompareOp::Equal,
+                    eligible_version,
+                ),
             ])
             .and_then([
                 TxnOp::put(
@@ -151,6 +172,7 @@ impl Manager for EtcdManager {
                     Some(PutOptions::new().with_lease(lease.id())),
                 ),
                 TxnOp::put(epoch_key, epoch.to_string(), None),
+                TxnOp::put(self.eligible_key.clone(), name, None),
             ]);
         let won = match self.call("taking the primary role", client.txn(txn)) {
             Ok(r) => r.succeeded(),
@@ -236,6 +258,38 @@ impl Manager for EtcdManager {
         let mut client = self.client.clone();
         self.call("revoking the lease", client.lease_revoke(term.lease))?;
         Ok(())
+    }
+
+    fn set_eligible(&mut self, term: &Term, names: &[&str]) -> Result<bool> {
+        let record = crate::names_record(names)?;
+        let mut client = self.client.clone();
+        // Only while this term's record of the role is still the one in etcd.
+        let txn = Txn::new()
+            .when([
+                Compare::value(
+                    self.epoch_key.clone(),
+                    CompareOp::Equal,
+                    term.epoch.to_string(),
+                ),
+                Compare::lease(self.primary_key.clone(), CompareOp::Equal, term.lease),
+            ])
+            .and_then([TxnOp::put(self.eligible_key.clone(), record, None)]);
+        Ok(self
+            .call("recording who may take the role", client.txn(txn))?
+            .succeeded())
+    }
+
+    fn eligible(&mut self) -> Result<Vec<String>> {
+        let mut client = self.client.clone();
+        let got = self.call(
+            "reading who may take the role",
+            client.get(self.eligible_key.clone(), None),
+        )?;
+        Ok(got
+            .kvs()
+            .first()
+            .map(|kv| crate::parse_names(std::str::from_utf8(kv.value()).unwrap_or("")))
+            .unwrap_or_default())
     }
 }
 

@@ -48,13 +48,46 @@ impl Term {
     }
 }
 
+/// Encodes a list of MDS names for a manager's record ("-" when empty).
+pub(crate) fn names_record(names: &[&str]) -> Result<String> {
+    if names
+        .iter()
+        .any(|n| n.is_empty() || n.contains(',') || n.contains(char::is_whitespace))
+    {
+        anyhow::bail!("MDS names {names:?} must be non-empty, without commas or spaces");
+    }
+    Ok(if names.is_empty() {
+        "-".into()
+    } else {
+        names.join(",")
+    })
+}
+
+/// Decodes [`names_record`].
+pub(crate) fn parse_names(record: &str) -> Vec<String> {
+    match record.trim() {
+        "" | "-" => Vec::new(),
+        r => r.split(',').map(str::to_string).collect(),
+    }
+}
+
 /// One interface, one implementation per kind of cluster manager.
 pub trait Manager: Send {
     /// What it is, for `orion status` ("etcd", "embedded").
     fn kind(&self) -> &'static str;
-    /// Takes the primary role for the MDS `name` at `addr` if nobody holds it, with a
-    /// lease of `ttl`, under the next epoch. `None` while another holds it.
+    /// Takes the primary role for the MDS `name` at `addr` if nobody holds it and `name`
+    /// may take it (see [`Manager::set_eligible`]), with a lease of `ttl`, under the
+    /// next epoch; the new holder is then the only MDS eligible. `None` while another
+    /// holds the role, or while `name` is not eligible.
     fn try_acquire(&mut self, name: &str, addr: &str, ttl: Duration) -> Result<Option<Term>>;
+    /// Records, as the holder of `term`, which MDSs hold every acknowledged update and
+    /// may therefore take the role after it: the primary itself, and its mirror while
+    /// that is in sync. False when the term is over. Before anything is acknowledged
+    /// without the mirror, the mirror is taken off this list: a stale mirror never
+    /// becomes primary.
+    fn set_eligible(&mut self, term: &Term, names: &[&str]) -> Result<bool>;
+    /// The MDSs that may take the role (empty: any, as before the first primary).
+    fn eligible(&mut self) -> Result<Vec<String>>;
     /// Renews the lease of `term`; false when it was lost (it lapsed, or was revoked):
     /// the holder is no longer primary.
     fn renew(&mut self, term: &mut Term) -> Result<bool>;

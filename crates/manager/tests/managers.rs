@@ -28,6 +28,10 @@ fn one_primary_at_a_time(a: &mut dyn Manager, b: &mut dyn Manager) {
         .expect("free");
     assert_eq!(term.epoch, 1);
     assert!(term.holds(Instant::now()));
+    assert_eq!(b.eligible().unwrap(), vec!["mds-a".to_string()]);
+    // B is a mirror in sync: A says it may take over.
+    assert!(a.set_eligible(&term, &["mds-a", "mds-b"]).unwrap());
+    assert_eq!(b.eligible().unwrap(), vec!["mds-a", "mds-b"]);
     let want = Primary {
         name: "mds-a".into(),
         addr: "10.0.0.1:7410".into(),
@@ -63,16 +67,33 @@ fn one_primary_at_a_time(a: &mut dyn Manager, b: &mut dyn Manager) {
     );
     assert_eq!(taken.epoch, 2);
     assert_eq!(a.primary().unwrap().map(|p| p.name), Some("mds-b".into()));
-    // A comes back: its lease is gone, and it learns so.
+    // Taking the role makes B the only one eligible: A missed what B does now.
+    assert_eq!(a.eligible().unwrap(), vec!["mds-b".to_string()]);
+    // A comes back: its lease is gone, and it learns so; it cannot change the list.
     assert!(!a.renew(&mut term).unwrap());
-    // B resigns: the role is free at once, and A takes it under epoch 3.
-    b.resign(taken).unwrap();
+    assert!(!a.set_eligible(&term, &["mds-a"]).unwrap());
+    // B resigns, and A, not in sync, may not take the role even though it is free.
+    let mut taken = taken;
+    assert!(b.renew(&mut taken).unwrap());
+    b.resign(taken.clone()).unwrap();
     assert_eq!(a.primary().unwrap(), None);
+    assert!(a
+        .try_acquire("mds-a", "10.0.0.1:7410", TTL)
+        .unwrap()
+        .is_none());
+    // B takes it again; A catches up and is named; B resigns; A takes it.
+    let taken = b
+        .try_acquire("mds-b", "10.0.0.2:7410", TTL)
+        .unwrap()
+        .expect("B is eligible");
+    assert_eq!(taken.epoch, 3);
+    assert!(b.set_eligible(&taken, &["mds-b", "mds-a"]).unwrap());
+    b.resign(taken).unwrap();
     let again = a
         .try_acquire("mds-a", "10.0.0.1:7410", TTL)
         .unwrap()
         .unwrap();
-    assert_eq!(again.epoch, 3);
+    assert_eq!(again.epoch, 4);
     a.resign(again).unwrap();
     // Bad input is refused, not recorded.
     assert!(a.try_acquire("two words", "y:1", TTL).is_err());
@@ -108,15 +129,17 @@ fn the_embedded_manager_keeps_one_primary_at_a_time_and_its_epochs_across_restar
     // granted before has surely ended: it no longer knows the holder, which may still
     // act on its term until then (and renews into "lost").
     let mut d = connect();
-    let mut held = d.try_acquire("mds-d", "h:4", TTL).unwrap().unwrap();
-    assert_eq!(held.epoch, 4);
+    let mut held = d.try_acquire("mds-a", "h:4", TTL).unwrap().unwrap();
+    assert_eq!(held.epoch, 5);
     drop(server);
     let restarted = Instant::now();
     let server = EmbeddedServer::start("127.0.0.1:0", &file).unwrap();
     let mut c = EmbeddedManager::connect(&server.addr, Duration::from_secs(5)).unwrap();
     assert_eq!(c.primary().unwrap(), None);
     let taken = loop {
-        if let Some(t) = c.try_acquire("mds-c", "h:3", TTL).unwrap() {
+        // Who may take the role survives the restart too: only mds-a.
+        assert!(c.try_acquire("mds-x", "h:9", TTL).unwrap().is_none());
+        if let Some(t) = c.try_acquire("mds-a", "h:3", TTL).unwrap() {
             break t;
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -126,7 +149,7 @@ fn the_embedded_manager_keeps_one_primary_at_a_time_and_its_epochs_across_restar
         "a role before the old lease ended"
     );
     assert!(!held.holds(Instant::now()), "two terms at once");
-    assert_eq!(taken.epoch, 5);
+    assert_eq!(taken.epoch, 6);
     let mut d = EmbeddedManager::connect(&server.addr, Duration::from_secs(5)).unwrap();
     assert!(
         !d.renew(&mut held).unwrap(),
@@ -154,6 +177,7 @@ fn the_embedded_service_answers_bad_requests_with_an_error_and_goes_on() {
         b"acquire a b -5\n",
         b"acquire a b 99999999999\n",
         b"renew x 100\n",
+        b"eligible x a,b\n",
         b"\xff\xfe\n",
     ] {
         let answer = ask(bad);

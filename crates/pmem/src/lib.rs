@@ -14,6 +14,7 @@ mod crash;
 mod file;
 mod flush;
 mod pool;
+pub mod tap;
 
 pub use crash::{CrashDomain, CrashHook, CrashImage};
 pub use file::replace_durably;

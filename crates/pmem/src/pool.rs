@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::crash::{CrashDomain, TrackedFile};
 use crate::flush::{self, FlushInsn};
+use crate::tap::PersistTap;
 
 /// How stores to a pool become durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,6 +105,8 @@ pub struct Pool {
     backing: Backing,
     /// The file is on tmpfs: a reboot takes it whole.
     on_tmpfs: bool,
+    /// What was persisted, for a mirror ([`crate::tap`]).
+    pub(crate) tap: PersistTap,
 }
 
 // SAFETY: the mapping lives as long as the Pool; accessors copy through raw pointers
@@ -228,6 +231,7 @@ impl Pool {
             path: path.to_owned(),
             backing: Backing::Mapped { _file: file },
             on_tmpfs,
+            tap: PersistTap::default(),
         })
     }
 
@@ -240,6 +244,7 @@ impl Pool {
             path: PathBuf::from(format!("<crash-sim pool {id}>")),
             backing: Backing::Sim { domain, id },
             on_tmpfs: false,
+            tap: PersistTap::default(),
         }
     }
 
@@ -426,6 +431,12 @@ impl Pool {
         let o = self.check(off, len)?;
         if len == 0 {
             return Ok(());
+        }
+        if self.tap.enabled() {
+            // SAFETY: the checked range lies inside the mapping; the bytes are copied
+            // out before anything else writes (callers own the range they persist).
+            let bytes = unsafe { std::slice::from_raw_parts(self.base.add(o), len) };
+            self.tap.record(off, bytes);
         }
         match self.mode {
             // SAFETY: the checked range lies inside the mapping.
