@@ -1,5 +1,5 @@
 //! The primary role through a cluster manager, with real MDS processes: a second MDS of
-//! the cluster waits for the role instead of serving; `kill -STOP` of the primary (alive
+//! the cluster mirrors the primary instead of serving; `kill -STOP` of the primary (alive
 //! but silent) lets its lease lapse and the waiting MDS takes the role under the next
 //! epoch; after `kill -CONT` the old primary sees its term over and stops, having
 //! acknowledged nothing more. The embedded manager runs in this test's process.
@@ -31,27 +31,22 @@ impl Drop for Mds {
     }
 }
 
-fn start_mds(dir: &Path, name: &str, manager: &str) -> Mds {
+/// `format`: a new pool (the first primary); else the MDS starts as a mirror.
+fn start_mds(dir: &Path, name: &str, manager: &str, format: bool) -> Mds {
     let cfg = dir.join(format!("{name}.toml"));
     std::fs::write(
         &cfg,
         format!(
             "[fabric]\nbackend = \"local\"\nsecret_file = \"{}\"\n\n[mds]\nmanager = \"{manager}\"\n\
-             name = \"{name}\"\nlease_ms = 3000\n",
+             name = \"{name}\"\ncluster = \"t\"\nlease_ms = 3000\n",
             dir.join("secret").display()
         ),
     )
     .unwrap();
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
     let mut child = Command::new(ORION)
-        .args([
-            "mds",
-            "--format",
-            "--pool-size",
-            "64M",
-            "--listen",
-            "127.0.0.1:0",
-        ])
+        .args(["mds", "--pool-size", "64M", "--listen", "127.0.0.1:0"])
+        .args(format.then_some("--format"))
         .arg("--config")
         .arg(&cfg)
         .arg("--pool")
@@ -87,7 +82,7 @@ fn a_second_mds_waits_for_the_role_and_a_silent_primary_is_replaced_and_fenced()
     .unwrap();
     let server = EmbeddedServer::start("127.0.0.1:0", &dir.path().join("epoch")).unwrap();
     let manager = format!("embedded:{}", server.addr);
-    let mut a = start_mds(dir.path(), "mds-a", &manager);
+    let mut a = start_mds(dir.path(), "mds-a", &manager, true);
     a.ready
         .recv_timeout(Duration::from_secs(30))
         .unwrap_or_else(|_| panic!("mds-a never served:\n{}", log(dir.path(), "mds-a")));
@@ -95,14 +90,24 @@ fn a_second_mds_waits_for_the_role_and_a_silent_primary_is_replaced_and_fenced()
     let p = m.primary().unwrap().expect("a primary");
     assert_eq!((p.name.as_str(), p.epoch), ("mds-a", 1));
 
-    // A second MDS of the cluster waits: it does not serve while mds-a holds the role.
-    let b = start_mds(dir.path(), "mds-b", &manager);
+    // A second MDS of the cluster waits: it does not serve while mds-a holds the role,
+    // but mirrors it.
+    let b = start_mds(dir.path(), "mds-b", &manager, false);
     let deadline = Instant::now() + Duration::from_secs(30);
     while !log(dir.path(), "mds-b").contains("waiting for the primary role: mds-a") {
         assert!(
             Instant::now() < deadline,
             "mds-b:\n{}",
             log(dir.path(), "mds-b")
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !log(dir.path(), "mds-a").contains("mirror mds-b is in sync") {
+        assert!(
+            Instant::now() < deadline,
+            "mds-a:\n{}",
+            log(dir.path(), "mds-a")
         );
         std::thread::sleep(Duration::from_millis(20));
     }

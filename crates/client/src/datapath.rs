@@ -64,6 +64,10 @@ impl PageCache {
     pub(crate) fn put(&mut self, g: Gpa, page: &[u8]) {
         self.lru.put(g, (Instant::now(), page.into()));
     }
+
+    pub(crate) fn clear(&mut self) {
+        self.lru.clear();
+    }
 }
 
 /// The engine of the data path; borrows the client's parts for one operation.

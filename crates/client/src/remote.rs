@@ -76,6 +76,13 @@ pub struct Remote {
     pub(crate) timeout: Duration,
     /// The MDS's grace period before freed pages are reused.
     pub grace: Duration,
+    /// The MDS addresses to try (the primary and its mirror), and the one in use.
+    mds_addrs: Vec<String>,
+    mds_at: usize,
+    /// The primary's term as the last hello gave it, and whether a later hello found
+    /// another (a fail-over: cached inodes must be read again).
+    term: Option<u64>,
+    term_changed: bool,
 }
 
 impl Remote {
@@ -86,7 +93,21 @@ impl Remote {
         let io = domain
             .alloc_region(IO_PAGES * PAGE_SIZE as usize, Access::LOCAL)
             .map_err(io_err)?;
-        let mds = open_mds(&domain, &cq, &cfg.mds)?;
+        let mds_addrs = orion_proto::mds_addresses(&cfg.mds);
+        if mds_addrs.is_empty() {
+            return Err(io_err(
+                "no MDS address given (`mds` in the client's settings)",
+            ));
+        }
+        // The first that answers; a mirror among them turns the client away at hello.
+        let (mds, mds_at) = mds_addrs
+            .iter()
+            .enumerate()
+            .find_map(|(i, a)| open_mds(&domain, &cq, a).ok().map(|ch| (ch, i)))
+            .map_or_else(
+                || open_mds(&domain, &cq, &mds_addrs[0]).map(|ch| (ch, 0)),
+                Ok,
+            )?;
         let timeout = Duration::from_millis(cfg.op_timeout_ms);
         let mut remote = Remote {
             cfg,
@@ -112,6 +133,10 @@ impl Remote {
             stats: Stats::default(),
             timeout,
             grace: Duration::ZERO,
+            mds_addrs,
+            mds_at,
+            term: None,
+            term_changed: false,
         };
         if let Err(e) = remote.hello() {
             if remote.mds.conn.is_alive() {
@@ -119,7 +144,7 @@ impl Remote {
             }
             // The connection broke under the first hello: as after any broken
             // connection, try again for up to `reconnect_ms`.
-            warn!("lost the MDS at {} ({e}); reconnecting", remote.cfg.mds);
+            warn!("lost the MDS at {} ({e}); reconnecting", remote.mds_addr());
             remote.reconnect()?;
         }
         Ok(remote)
@@ -148,6 +173,11 @@ impl Remote {
             return Err(io_err("the MDS described a pool that is not an MDS pool"));
         }
         self.sb = sb;
+        if self.term.is_some_and(|t| t != h.term) {
+            info!("the MDS at {} serves term {} now", self.mds_addr(), h.term);
+            self.term_changed = true;
+        }
+        self.term = Some(h.term);
         self.mds_pool = h.pool;
         self.grace = Duration::from_millis(h.grace_ms);
         let internal_changed = self.adopt_map(h.epoch, h.stores);
@@ -201,7 +231,7 @@ impl Remote {
         let r = self.mds.call(&self.cq, id, req, self.timeout, &mut other);
         self.absorb(other);
         self.stats.rpcs += 1;
-        match r.map_err(|e| io_err(format!("MDS {}: {e}", self.cfg.mds)))? {
+        match r.map_err(|e| io_err(format!("MDS {}: {e}", self.mds_addr())))? {
             Reply::Ok(b) => Ok(b),
             Reply::Err { errno, message } => Err(match errno {
                 libc::EIO => FsError::Io(message),
@@ -222,7 +252,7 @@ impl Remote {
             }
             Err(e) if self.mds.conn.is_alive() => Err(Fail::Fs(e)),
             Err(e) => {
-                warn!("lost the MDS at {} ({e}); reconnecting", self.cfg.mds);
+                warn!("lost the MDS at {} ({e}); reconnecting", self.mds_addr());
                 self.reconnect()?;
                 Err(Fail::Reconnected)
             }
@@ -232,25 +262,43 @@ impl Remote {
     fn reconnect(&mut self) -> FsResult<()> {
         let deadline = Instant::now() + Duration::from_millis(self.cfg.reconnect_ms);
         loop {
-            let attempt = open_mds(&self.domain, &self.cq, &self.cfg.mds).and_then(|ch| {
+            let addr = self.mds_addr().to_string();
+            let attempt = open_mds(&self.domain, &self.cq, &addr).and_then(|ch| {
                 self.mds = ch;
                 self.hello()
             });
             match attempt {
                 Ok(()) => {
                     self.stats.reconnects += 1;
-                    info!("reconnected to the MDS at {}", self.cfg.mds);
+                    info!("reconnected to the MDS at {addr}");
                     return Ok(());
                 }
                 Err(e) if Instant::now() >= deadline => {
                     return Err(io_err(format!(
-                        "the MDS at {} is unreachable: {e}",
+                        "no MDS at {} answers as the primary: {e}",
                         self.cfg.mds
                     )))
                 }
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+                Err(_) => {
+                    // The next address; after a round of them all, a pause.
+                    self.mds_at = (self.mds_at + 1) % self.mds_addrs.len();
+                    if self.mds_at == 0 {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                }
             }
         }
+    }
+
+    /// The address of the MDS this client talks to.
+    pub fn mds_addr(&self) -> &str {
+        &self.mds_addrs[self.mds_at]
+    }
+
+    /// Whether the MDS changed terms since the last call (a fail-over): the logs it
+    /// serves may end before what this client read of its predecessor's.
+    pub fn take_term_changed(&mut self) -> bool {
+        std::mem::take(&mut self.term_changed)
     }
 
     /// How long a data store may leave this client without an answer before it gives
@@ -278,7 +326,7 @@ impl Remote {
             }
             Err(e) if self.mds.conn.is_alive() => Err(Fail::Fs(e)),
             Err(e) => {
-                warn!("lost the MDS at {} ({e}); reconnecting", self.cfg.mds);
+                warn!("lost the MDS at {} ({e}); reconnecting", self.mds_addr());
                 self.reconnect()?;
                 Err(Fail::Reconnected)
             }

@@ -60,6 +60,8 @@ struct Store {
     clients: std::collections::HashMap<ConnId, Channel>,
     mds: Option<Channel>,
     last_attempt: Option<Instant>,
+    /// Which of the `mds` addresses (the primary and its mirror) is tried next.
+    mds_at: usize,
     /// Pages persisted since the last notice to the MDS.
     persisted: Vec<Gpa>,
     msg: Vec<u8>,
@@ -184,6 +186,7 @@ pub fn run(
         clients: Default::default(),
         mds: None,
         last_attempt: None,
+        mds_at: 0,
         persisted: Vec::new(),
         msg: Vec::new(),
         fabric,
@@ -242,7 +245,7 @@ pub fn run(
                 .is_none_or(|t| t.elapsed() > Duration::from_millis(200))
         {
             if let Err(e) = st.join_mds() {
-                warn!("rejoining the MDS at {}: {e:#}", st.cfg.mds);
+                warn!("rejoining the MDS at {}: {e:#}", st.mds_addr());
             }
         }
     }
@@ -268,7 +271,29 @@ impl Store {
     /// Connects to the MDS and joins; stamps the cluster id into a fresh pool.
     fn join_mds(&mut self) -> Result<()> {
         self.last_attempt = Some(Instant::now());
-        let conn = self.domain.connect(&self.cfg.mds, &self.cq)?;
+        let r = self.join_at(&self.mds_addr());
+        if let Err(e) = &r {
+            if e.downcast_ref::<Refused>().is_none() {
+                // Perhaps the mirror (it turns stores away) or a dead primary: the
+                // next address is tried next time.
+                let n = orion_proto::mds_addresses(&self.cfg.mds).len().max(1);
+                self.mds_at = (self.mds_at + 1) % n;
+            }
+        }
+        r
+    }
+
+    /// The MDS address this store tries or talks to.
+    fn mds_addr(&self) -> String {
+        let addrs = orion_proto::mds_addresses(&self.cfg.mds);
+        addrs
+            .get(self.mds_at)
+            .cloned()
+            .unwrap_or_else(|| self.cfg.mds.clone())
+    }
+
+    fn join_at(&mut self, mds: &str) -> Result<()> {
+        let conn = self.domain.connect(mds, &self.cq)?;
         let mut ch = Channel::new(&self.domain, conn)?;
         let hello = StoreToMds::Join(DsHello {
             group: self.cfg.group,
@@ -301,7 +326,7 @@ impl Store {
                         self.cfg.pool.display()
                     );
                 }
-                info!("joined the MDS at {}", self.cfg.mds);
+                info!("joined the MDS at {mds}");
                 self.mds = Some(ch);
                 self.cancel_resync();
                 if resync {
@@ -311,13 +336,11 @@ impl Store {
             }
             // No in-sync peer to copy from is up yet: try again later.
             Reply::Err { errno, message } if errno == libc::EAGAIN => {
-                bail!("the MDS at {} says to wait: {message}", self.cfg.mds)
+                bail!("the MDS at {mds} says to wait: {message}")
             }
-            Reply::Err { message, .. } => Err(Refused(format!(
-                "the MDS at {} refused this store: {message}",
-                self.cfg.mds
-            ))
-            .into()),
+            Reply::Err { message, .. } => {
+                Err(Refused(format!("the MDS at {mds} refused this store: {message}")).into())
+            }
             Reply::Ok(other) => bail!("unexpected reply to join: {other:?}"),
         }
     }
@@ -410,13 +433,13 @@ impl Store {
         if self.mds.as_ref().is_some_and(|m| !m.conn.is_alive()) {
             self.lose_mds(why);
         } else {
-            warn!("the MDS at {}: {why}", self.cfg.mds);
+            warn!("the MDS at {}: {why}", self.mds_addr());
         }
     }
 
     /// The connection to the MDS is gone: the store joins again.
     fn lose_mds(&mut self, why: &str) {
-        warn!("lost the MDS at {}: {why}; rejoining", self.cfg.mds);
+        warn!("lost the MDS at {}: {why}; rejoining", self.mds_addr());
         if let Some(mds) = self.mds.take() {
             mds.conn.close();
         }
@@ -435,7 +458,7 @@ impl Store {
         let job = resync::Job {
             member: MemberId::new(self.cfg.group, self.cfg.index),
             incarnation: self.incarnation,
-            mds: self.cfg.mds.clone(),
+            mds: self.mds_addr(),
             fabric: self.fabric.clone(),
             pool: self.pool.clone(),
             page_area_off: self.sb.page_area_off,

@@ -38,6 +38,9 @@ pub struct MdsConfig {
     pub manager: String,
     /// This MDS's name for the manager ("": `mds@` and its address).
     pub name: String,
+    /// The cluster's name for the manager ("": the cluster id in the MDS pool). A
+    /// mirror that starts without a pool needs it to find its primary.
+    pub cluster: String,
     /// The primary's lease, in milliseconds: a primary that cannot renew it stops
     /// within it. etcd grants whole seconds, and at least its own minimum (about 1.5
     /// times its election timeout): a fail-over through etcd follows that.
@@ -59,6 +62,7 @@ impl Default for MdsConfig {
             heartbeat_timeout_ms: 1000,
             manager: String::new(),
             name: String::new(),
+            cluster: String::new(),
             lease_ms: 1000,
         }
     }

@@ -13,13 +13,17 @@
 pub mod chunks;
 pub mod commit;
 pub mod config;
+mod follow;
 pub mod locks;
 pub mod members;
+mod mirror;
 pub mod namespace;
 pub mod primary;
 pub mod server;
+mod startup;
 pub mod stores;
 pub mod strong;
 
 pub use config::MdsConfig;
-pub use server::{format_pool, run, serve, Ready};
+pub use server::Ready;
+pub use startup::{format_pool, run, serve};

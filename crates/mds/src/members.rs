@@ -83,6 +83,8 @@ pub struct ClusterMap {
     members: BTreeMap<MemberId, Member>,
     /// Where the durable part lives (none: kept in memory only).
     file: Option<PathBuf>,
+    /// How many times the durable part was written (a mirror gets each new version).
+    saves: std::cell::Cell<u64>,
 }
 
 impl ClusterMap {
@@ -95,6 +97,7 @@ impl ClusterMap {
             replicas,
             members: BTreeMap::new(),
             file,
+            saves: std::cell::Cell::new(0),
         };
         let Some(path) = map.file.clone() else {
             return Ok(map);
@@ -160,6 +163,19 @@ impl ClusterMap {
         let Some(path) = &self.file else {
             return Ok(());
         };
+        orion_pmem::replace_durably(path, self.durable_text().as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
+        self.saves.set(self.saves.get() + 1);
+        Ok(())
+    }
+
+    /// How many times the durable part was written.
+    pub fn saves(&self) -> u64 {
+        self.saves.get()
+    }
+
+    /// The durable part, as the file holds it.
+    pub fn durable_text(&self) -> String {
         let mut text = format!("epoch {}\n", self.epoch);
         for m in self.members.values() {
             let sync = if m.in_sync { "in-sync" } else { "stale" };
@@ -171,8 +187,7 @@ impl ClusterMap {
                 m.pool_since
             );
         }
-        orion_pmem::replace_durably(path, text.as_bytes())
-            .with_context(|| format!("writing {}", path.display()))
+        text
     }
 
     pub fn epoch(&self) -> Epoch {

@@ -1,19 +1,18 @@
 //! The primary role (the fail-over issue): with a cluster manager configured
-//! (`MdsConfig::manager`), an MDS serves only while it holds the role. It waits for the
-//! role before it touches its pool (a second MDS started by mistake for the same
-//! cluster waits instead of serving), a thread renews the lease, and the serving loop
-//! stops the MDS once the term may have ended ([`PrimaryRole::holds`]): an MDS that lost its
-//! lease acknowledges nothing more.
+//! (`MdsConfig::manager`), an MDS serves only while it holds the role. It takes the role
+//! before it touches its pool (until then it mirrors the primary, [`crate::follow`]), a
+//! thread renews the lease, and the serving loop stops the MDS once the term may have
+//! ended ([`PrimaryRole::holds`]): an MDS that lost its lease acknowledges nothing more.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use orion_manager::embedded::EmbeddedManager;
 use orion_manager::etcd::EtcdManager;
-use orion_manager::Manager;
+use orion_manager::{Manager, Term};
 use tracing::{info, warn};
 
 /// How long before its term ends the MDS stops answering: meant to exceed one turn of
@@ -21,20 +20,29 @@ use tracing::{info, warn};
 /// before each reply).
 pub const MARGIN: Duration = Duration::from_millis(100);
 
+/// The manager and the term it granted, shared by the loop and the lease keeper.
+struct Held {
+    manager: Box<dyn Manager>,
+    term: Term,
+}
+
 /// The role held, and the thread that keeps it.
 pub struct PrimaryRole {
     pub epoch: u64,
     pub kind: &'static str,
+    /// This MDS's name for the manager.
+    pub name: String,
     /// When the term ends, in microseconds after `base` (renewals move it on).
     expires_us: Arc<AtomicU64>,
     base: Instant,
+    held: Arc<Mutex<Held>>,
     stop: Arc<AtomicBool>,
     keeper: Option<JoinHandle<()>>,
 }
 
 /// Opens the manager named by `spec` ("embedded:ADDR" or "etcd:ENDPOINTS") for the
 /// cluster `cluster`.
-fn open(spec: &str, cluster: &str, lease: Duration) -> Result<Box<dyn Manager>> {
+pub fn open_manager(spec: &str, cluster: &str, lease: Duration) -> Result<Box<dyn Manager>> {
     // A call that takes longer than a quarter of the lease is as good as failed: the
     // term must not run out while one renewal waits.
     let timeout = (lease / 4).min(Duration::from_secs(2));
@@ -50,56 +58,37 @@ fn open(spec: &str, cluster: &str, lease: Duration) -> Result<Box<dyn Manager>> 
 }
 
 impl PrimaryRole {
-    /// Waits until this MDS (`name`, reached at `addr`) holds the primary role of
-    /// `cluster` (or `stop` is set: `None`).
-    pub fn take(
-        spec: &str,
-        cluster: &str,
+    /// One attempt to take the role for this MDS (`name`, reached at `addr`). On
+    /// success the manager moves into the role (its keeper renews the lease).
+    pub fn try_take(
+        manager: &mut Option<Box<dyn Manager>>,
         name: &str,
         addr: &str,
         lease: Duration,
-        stop: &AtomicBool,
     ) -> Result<Option<PrimaryRole>> {
-        let mut m = open(spec, cluster, lease).context("the cluster manager")?;
-        let mut said = false;
-        let term = loop {
-            if stop.load(Ordering::Relaxed) {
-                return Ok(None);
-            }
-            match m.try_acquire(name, addr, lease) {
-                Ok(Some(t)) => break t,
-                Ok(None) if !said => {
-                    let holder = m
-                        .primary()
-                        .ok()
-                        .flatten()
-                        .map(|p| format!("{} at {} (epoch {})", p.name, p.addr, p.epoch));
-                    info!(
-                        "waiting for the primary role: {} holds it",
-                        holder.unwrap_or_else(|| "another MDS".into())
-                    );
-                    said = true;
-                }
-                Ok(None) => {}
-                // A manager slow or restarting now and then: ask again.
-                Err(e) => warn!("asking the cluster manager for the primary role: {e:#}"),
-            }
-            std::thread::sleep(lease / 4);
+        let Some(m) = manager.as_mut() else {
+            bail!("no cluster manager");
         };
+        let Some(term) = m.try_acquire(name, addr, lease)? else {
+            return Ok(None);
+        };
+        let m = manager.take().expect("checked");
         let base = Instant::now();
         let us = move |t: Instant| t.saturating_duration_since(base).as_micros() as u64;
         let expires_us = Arc::new(AtomicU64::new(us(term.expires)));
         let (epoch, kind) = (term.epoch, m.kind());
         info!("{name} is the primary (epoch {epoch}, {kind} manager, lease {lease:?})");
+        let held = Arc::new(Mutex::new(Held { manager: m, term }));
         let stop = Arc::new(AtomicBool::new(false));
-        let (e, s) = (expires_us.clone(), stop.clone());
+        let (e, s, h) = (expires_us.clone(), stop.clone(), held.clone());
         let keeper = std::thread::Builder::new()
             .name("mds-lease".into())
             .spawn(move || {
-                let mut term = term;
                 while !s.load(Ordering::Relaxed) {
                     std::thread::sleep(lease / 4);
-                    match m.renew(&mut term) {
+                    let mut held = h.lock().unwrap_or_else(|p| p.into_inner());
+                    let Held { manager, term } = &mut *held;
+                    match manager.renew(term) {
                         Ok(true) => e.store(us(term.expires), Ordering::Release),
                         Ok(false) => {
                             warn!("the primary lease of epoch {} was lost", term.epoch);
@@ -110,13 +99,17 @@ impl PrimaryRole {
                         Err(err) => warn!("renewing the primary lease: {err:#}"),
                     }
                 }
-                let _ = m.resign(term);
+                let mut held = h.lock().unwrap_or_else(|p| p.into_inner());
+                let term = held.term.clone();
+                let _ = held.manager.resign(term);
             })?;
         Ok(Some(PrimaryRole {
             epoch,
             kind,
+            name: name.to_string(),
             expires_us,
             base,
+            held,
             stop,
             keeper: Some(keeper),
         }))
@@ -124,8 +117,22 @@ impl PrimaryRole {
 
     /// Whether the term lasts beyond `now` plus [`MARGIN`].
     pub fn holds(&self, now: Instant) -> bool {
-        let end = self.base + Duration::from_micros(self.expires_us.load(Ordering::Acquire));
-        now + MARGIN < end
+        now + MARGIN < self.ends()
+    }
+
+    /// When the term ends, by this host's clock, as far as the last renewal says.
+    pub fn ends(&self) -> Instant {
+        self.base + Duration::from_micros(self.expires_us.load(Ordering::Acquire))
+    }
+
+    /// Records which MDSs may take the role after this one: this one, and `mirror` if
+    /// it is in sync. False when the term is over.
+    pub fn set_eligible(&self, mirror: Option<&str>) -> Result<bool> {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let Held { manager, term } = &mut *held;
+        let mut names = vec![self.name.as_str()];
+        names.extend(mirror);
+        manager.set_eligible(term, &names)
     }
 }
 

@@ -4,27 +4,29 @@
 //! a wake-up of 35-60 µs here); the engine is therefore owned by the loop alone.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use orion_fabric::{Access, Completion, ConnId, Domain, FabricConfig, Region, MAX_MESSAGE};
-use orion_format::{Gpa, PoolKind, Superblock, SUPERBLOCK_SIZE};
+use orion_fabric::{
+    Access, Completion, CompletionQueue, ConnId, Domain, FabricConfig, Region, MAX_MESSAGE,
+};
+use orion_format::{Gpa, Superblock, SUPERBLOCK_SIZE};
 use orion_meta::engine::EngineConfig;
 use orion_meta::{FsError, MetaEngine, SystemClock};
-use orion_pmem::{ModeChoice, Pool};
+use orion_pmem::Pool;
 use orion_proto::{
-    peek_id, Channel, Event, HelloReply, MdsInbound, MdsRequest, MemberId, Message, Reply,
-    ReplyBody, StoreToMds,
+    is_reply, peek_id, Channel, Event, HelloReply, MdsInbound, MdsRequest, MemberId, Message,
+    MirrorToMds, Reply, ReplyBody, StoreToMds,
 };
 use tracing::{debug, info, warn};
 
 use crate::chunks::{self, ChunkGrants, Group};
 use crate::locks::Locks;
 use crate::members::ClusterMap;
+use crate::mirror::Mirroring;
 use crate::primary::PrimaryRole;
 use crate::stores::Resync;
 use crate::strong::{Gates, Pending, StrongWaits, Waiting};
@@ -45,6 +47,8 @@ pub(crate) enum Role {
     Store {
         member: MemberId,
     },
+    /// The MDS that mirrors this one ([`crate::mirror`]).
+    Mirror,
 }
 
 pub(crate) struct Peer {
@@ -62,8 +66,12 @@ pub(crate) struct Mds {
     pub engine: MetaEngine,
     /// Keeps the fabric domain (and the registered pool) alive while serving.
     _domain: Domain,
-    pool_region: Region,
-    superblock: Vec<u8>,
+    pub(crate) pool_region: Region,
+    pub(crate) superblock: Vec<u8>,
+    pub(crate) cq: Arc<CompletionQueue>,
+    /// Completions that arrived while the loop waited for its mirror: handled first
+    /// on the next turn.
+    pub(crate) deferred: Vec<Completion>,
     pub groups: BTreeMap<u16, Group>,
     /// The replication groups' members, their states and the epoch.
     pub map: ClusterMap,
@@ -78,130 +86,60 @@ pub(crate) struct Mds {
     next_client: u64,
     msg: Vec<u8>,
     /// The primary role, with a cluster manager: no reply leaves once it may be over.
-    role: Option<PrimaryRole>,
+    pub(crate) role: Option<PrimaryRole>,
+    /// The mirror, and the replies that wait for it.
+    pub(crate) mirror: Mirroring,
 }
 
-/// Creates and formats an MDS pool (a new cluster).
-pub fn format_pool(path: &Path, size: u64, mode: ModeChoice) -> Result<()> {
-    if path.exists() {
-        bail!(
-            "{} already exists: refusing to format over it (delete it first to start a new \
-             cluster)",
-            path.display()
-        );
-    }
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    let pool = Pool::create(path, size, mode).with_context(|| format!("{}", path.display()))?;
-    let now = orion_meta::Clock::now(&SystemClock);
-    let sb = Superblock::new_metadata(
-        size,
-        orion_format::random_uuid(),
-        orion_format::random_uuid(),
-        now,
-    )
-    .map_err(|e| anyhow!("{}: {e}", path.display()))?;
-    MetaEngine::format(&pool, &sb, now).map_err(|e| anyhow!("{}: {e}", path.display()))?;
-    Ok(())
+/// A listening MDS: its fabric, address, completion queue, and the connections its
+/// acceptor hands over.
+pub(crate) struct Listening {
+    pub domain: Domain,
+    pub addr: String,
+    pub cq: Arc<CompletionQueue>,
+    acceptor: std::thread::JoinHandle<()>,
+    pub incoming: mpsc::Receiver<Channel>,
 }
 
-/// Opens the pool, recovers it, listens, calls `ready`, and serves until `stop` is set.
-pub fn run(
-    cfg: MdsConfig,
-    fabric: FabricConfig,
-    stop: Arc<AtomicBool>,
-    ready: impl FnOnce(&Ready),
-) -> Result<()> {
-    let mode: ModeChoice = cfg.pool_mode.parse().map_err(anyhow::Error::msg)?;
-    if !cfg.pool.exists() {
-        bail!(
-            "MDS pool {} does not exist: create it with `orion mds --format` (or let \
-             `orion up` do it)",
-            cfg.pool.display()
-        );
+impl Listening {
+    pub(crate) fn open(
+        cfg: &MdsConfig,
+        fabric: FabricConfig,
+        stop: &Arc<AtomicBool>,
+    ) -> Result<Listening> {
+        let domain = Domain::open(fabric).context("opening the fabric")?;
+        let listener = domain
+            .listen(&cfg.listen)
+            .with_context(|| format!("listening on {}", cfg.listen))?;
+        let addr = listener.local_addr();
+        let cq = Arc::new(domain.completion_queue()?);
+        let (acceptor, incoming) = orion_proto::channel::spawn_acceptor(
+            "mds-accept",
+            &domain,
+            listener,
+            cq.clone(),
+            stop.clone(),
+            |m| warn!("{m}"),
+        )?;
+        Ok(Listening {
+            domain,
+            addr,
+            cq,
+            acceptor,
+            incoming,
+        })
     }
-    let pool = Pool::open(&cfg.pool, mode)
-        .with_context(|| format!("opening MDS pool {}", cfg.pool.display()))?;
-    serve(cfg, pool, fabric, stop, ready)
 }
 
-/// [`run`] on a pool the caller mapped (the cluster simulator's crash-recorded pool):
-/// `pool` must map the file `cfg.pool`, which the fabric registers for one-sided reads.
-pub fn serve(
+/// Recovers the pool and serves until `stop` is set (or the primary role is lost).
+pub(crate) fn serve_loop(
     cfg: MdsConfig,
     pool: Pool,
-    fabric: FabricConfig,
+    l: Listening,
+    role: Option<PrimaryRole>,
     stop: Arc<AtomicBool>,
     ready: impl FnOnce(&Ready),
 ) -> Result<()> {
-    assert_eq!(
-        pool.path(),
-        cfg.pool.as_path(),
-        "the pool served is the file the fabric registers"
-    );
-    if cfg.replicas == 0 || cfg.replicas > 64 {
-        bail!(
-            "replicas = {}: a group has 1 to 64 data stores",
-            cfg.replicas
-        );
-    }
-    if cfg.persist_timeout_ms <= cfg.map_lease_ms {
-        bail!(
-            "persist_timeout_ms = {} must exceed map_lease_ms = {}: a commit waits out the \
-             map lease after a data store leaves",
-            cfg.persist_timeout_ms,
-            cfg.map_lease_ms
-        );
-    }
-    if cfg.heartbeat_timeout_ms < 300 {
-        bail!(
-            "heartbeat_timeout_ms = {}: stores send a heartbeat every 100 ms, so the \
-             timeout is at least 300 ms",
-            cfg.heartbeat_timeout_ms
-        );
-    }
-    if !cfg.manager.is_empty() && cfg.lease_ms < 500 {
-        bail!(
-            "lease_ms = {}: the primary stops 100 ms before its lease ends and renews it \
-             every quarter of it, so the lease is at least 500 ms",
-            cfg.lease_ms
-        );
-    }
-    let superblock = pool.read_vec(0, SUPERBLOCK_SIZE)?;
-    let cluster = match Superblock::decode(&superblock) {
-        Ok(sb) if sb.kind == PoolKind::Metadata => hex(&sb.cluster_uuid),
-        Ok(_) => bail!(
-            "{} is a data pool, not an MDS pool: point `pool` at the MDS pool",
-            cfg.pool.display()
-        ),
-        Err(e) => bail!(
-            "{} is not an OrionFS MDS pool or is damaged ({e}): run `orion fsck {}`",
-            cfg.pool.display(),
-            cfg.pool.display()
-        ),
-    };
-    // Listening first: the address is what the manager records for the primary. The
-    // role comes before the pool is touched (recovery writes to it).
-    let domain = Domain::open(fabric).context("opening the fabric")?;
-    let listener = domain
-        .listen(&cfg.listen)
-        .with_context(|| format!("listening on {}", cfg.listen))?;
-    let addr = listener.local_addr();
-    let role = match cfg.manager.as_str() {
-        "" => None,
-        spec => {
-            let name = match cfg.name.as_str() {
-                "" => format!("mds@{addr}"),
-                n => n.to_string(),
-            };
-            let lease = Duration::from_millis(cfg.lease_ms);
-            match PrimaryRole::take(spec, &cluster, &name, &addr, lease, &stop)? {
-                Some(r) => Some(r),
-                None => return Ok(()), // stopped while waiting
-            }
-        }
-    };
     let t0 = Instant::now();
     let grace = Duration::from_millis(cfg.grace_ms);
     let (engine, report) = MetaEngine::open(
@@ -221,11 +159,19 @@ pub fn serve(
         cfg.pool.display(),
         t0.elapsed()
     );
+    let superblock = engine.pool().read_vec(0, SUPERBLOCK_SIZE)?;
     let pool_len = engine.pool().len() as usize;
-    let pool_region = domain
+    let pool_region = l
+        .domain
         .register_file(&cfg.pool, 0, pool_len, Access::REMOTE_READ)
         .context("registering the MDS pool with the fabric")?;
-    let cq = Arc::new(domain.completion_queue()?);
+    let Listening {
+        domain,
+        addr,
+        cq,
+        acceptor,
+        incoming: rx,
+    } = l;
     let describe = format!(
         "{} on {}, pool {} ({})",
         domain.describe(),
@@ -233,14 +179,6 @@ pub fn serve(
         cfg.pool.display(),
         engine.pool().describe()
     );
-    let (acceptor, rx) = orion_proto::channel::spawn_acceptor(
-        "mds-accept",
-        &domain,
-        listener,
-        cq.clone(),
-        stop.clone(),
-        |m| warn!("{m}"),
-    )?;
     let strong = StrongWaits::new(Duration::from_millis(cfg.persist_timeout_ms));
     let map_file = cfg.pool.with_extension("members");
     let map = ClusterMap::load(Some(map_file.clone()), cfg.replicas)
@@ -251,6 +189,8 @@ pub fn serve(
         _domain: domain,
         pool_region,
         superblock,
+        cq: cq.clone(),
+        deferred: Vec::new(),
         groups: BTreeMap::new(),
         map,
         resyncs: BTreeMap::new(),
@@ -261,12 +201,19 @@ pub fn serve(
         next_client: 1,
         msg: Vec::with_capacity(MAX_MESSAGE),
         role,
+        mirror: Mirroring::default(),
     };
     ready(&Ready { addr, describe });
     let mut batch = Vec::with_capacity(64);
     while !stop.load(Ordering::Relaxed) {
         batch.clear();
-        match cq.wait(&mut batch, 64, Duration::from_millis(20)) {
+        batch.append(&mut mds.deferred);
+        let wait = if batch.is_empty() {
+            Duration::from_millis(20)
+        } else {
+            Duration::ZERO
+        };
+        match cq.wait(&mut batch, 64, wait) {
             Ok(_) | Err(orion_fabric::Error::Timeout(_)) => {}
             Err(e) => warn!("completion queue: {e}"),
         }
@@ -290,6 +237,8 @@ pub fn serve(
         let now = Instant::now();
         mds.expire_parked(now);
         mds.check_heartbeats(now);
+        // The mirror gets what this turn persisted before any of its replies leave.
+        mds.mirror_turn();
     }
     info!("stopping: {} connections", mds.peers.len());
     for p in mds.peers.values() {
@@ -372,6 +321,7 @@ impl Mds {
             Role::Store { member } => self.store_left(conn, member, &peer.name, why),
             Role::Client { .. } => info!("client {} left: {why}", peer.name),
             Role::New => info!("connection from {} closed: {why}", peer.name),
+            Role::Mirror => self.mirror_lost(why),
         }
     }
 
@@ -379,6 +329,16 @@ impl Mds {
         // Fencing: a primary whose term may be over acknowledges nothing, and changes
         // nothing more in reply (a process stopped and continued mid-turn gets here
         // before its loop notices; the loop stops it).
+        if self.role.as_ref().is_some_and(|r| !r.holds(Instant::now())) {
+            return;
+        }
+        if self.mirror.holds_replies() {
+            return self.mirror.hold(conn, id, reply);
+        }
+        self.send_reply_now(conn, id, reply)
+    }
+
+    pub(crate) fn send_reply_now(&mut self, conn: ConnId, id: u64, reply: Reply) {
         if self.role.as_ref().is_some_and(|r| !r.holds(Instant::now())) {
             return;
         }
@@ -391,6 +351,9 @@ impl Mds {
     }
 
     fn on_message(&mut self, conn: ConnId, msg: &[u8]) {
+        if is_reply(msg) {
+            return; // a late answer of the mirror (the only peer this MDS asks)
+        }
         let (id, req) = match MdsInbound::decode(msg) {
             Ok(x) => x,
             Err(e) => {
@@ -458,9 +421,22 @@ impl Mds {
                     stores: self.stores_with_progress(),
                     map_lease_ms: self.cfg.map_lease_ms,
                     grace_ms: self.cfg.grace_ms,
+                    term: self.role.as_ref().map_or(0, |r| r.epoch),
                 }))
             }
             (Role::New, MdsInbound::Store(StoreToMds::Join(d))) => self.join_store(conn, d),
+            (
+                Role::New,
+                MdsInbound::Mirror(MirrorToMds::Hello {
+                    name,
+                    addr,
+                    cluster_uuid,
+                }),
+            ) => self.mirror_hello(conn, name, addr, cluster_uuid),
+            (Role::Mirror, MdsInbound::Mirror(MirrorToMds::Copied)) => {
+                self.mirror_copied(conn);
+                return None;
+            }
             (&Role::Store { member }, MdsInbound::Store(StoreToMds::Persisted { pages })) => {
                 self.persisted_notice(member, pages);
                 return None;
@@ -736,6 +712,13 @@ impl Mds {
                 grp.free_later(g.page(), 1);
             }
         }
+    }
+}
+
+impl Mds {
+    /// The cluster this MDS's pool belongs to.
+    pub(crate) fn cluster_uuid(&self) -> [u8; 16] {
+        Superblock::decode(&self.superblock).map_or([0; 16], |sb| sb.cluster_uuid)
     }
 }
 

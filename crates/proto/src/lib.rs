@@ -20,7 +20,18 @@ pub use msg::*;
 
 /// Magic of every message ("OR") and the protocol version both ends must speak.
 pub const MAGIC: u16 = 0x524F;
-/// Version 4: stores say whether a write delivered into their pool is durable.
-pub const VERSION: u8 = 4;
+/// Version 5: the MDS mirror's messages, and the primary's term in a client's hello.
+pub const VERSION: u8 = 5;
 /// Bytes of the header: magic, version, kind, pad, request id.
 pub const HEADER: usize = 16;
+
+/// The MDS addresses of a client's or a data store's `mds` setting: the primary and its
+/// mirror, comma-separated, in any order (a fail-over moves the role between them).
+pub fn mds_addresses(setting: &str) -> Vec<String> {
+    setting
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(str::to_string)
+        .collect()
+}

@@ -105,6 +105,28 @@ pub fn spawn_in(netns: &str, args: &[String], log: &Path) -> Result<Daemon, Stri
     spawn_command(cmd, args, log)
 }
 
+/// Starts `orion <args>` without waiting for a "ready" line (an MDS that starts as a
+/// mirror prints none until it takes over); its stderr goes to `log`.
+pub fn spawn_command_unready(args: &[String], log: &Path) -> Daemon {
+    let err = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let child = Command::new(ORION)
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(err)
+        .spawn()
+        .expect("spawning orion");
+    Daemon {
+        child,
+        addr: String::new(),
+        log: log.to_path_buf(),
+    }
+}
+
 fn spawn_command(mut cmd: Command, args: &[String], log: &Path) -> Result<Daemon, String> {
     // Appended to: a daemon started again on the same log keeps the first one's lines.
     let err = std::fs::OpenOptions::new()

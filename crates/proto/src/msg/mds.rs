@@ -7,7 +7,8 @@ use orion_meta::RenameMode;
 
 use super::{
     entries, ftype, header, lock, name, pages, put_entries, put_lock, put_pages, read_header, text,
-    uuid, wire_kinds, Commit, Create, DsHello, Hello, LockReq, MemberId, Message,
+    uuid, wire_kinds, Commit, Create, DsHello, Hello, LockReq, MemberId, Message, MirrorToMds,
+    MirrorToMdsKind,
 };
 use crate::codec::{ProtoError, Reader, Writer};
 
@@ -118,6 +119,7 @@ wire_kinds! {
 pub enum MdsInbound {
     Client(MdsRequest),
     Store(StoreToMds),
+    Mirror(MirrorToMds),
 }
 
 impl MdsRequest {
@@ -407,16 +409,22 @@ impl Message for MdsInbound {
         match self {
             MdsInbound::Client(m) => m.encode(out, id),
             MdsInbound::Store(m) => m.encode(out, id),
+            MdsInbound::Mirror(m) => m.encode(out, id),
         }
     }
 
     fn decode(b: &[u8]) -> Result<(u64, MdsInbound), ProtoError> {
         let mut r = Reader::new(b);
         let (kind, id) = read_header(&mut r)?;
-        let msg = match (MdsKind::try_from(kind), StoreToMdsKind::try_from(kind)) {
-            (Ok(k), _) => MdsInbound::Client(MdsRequest::decode_body(k, &mut r)?),
-            (_, Ok(k)) => MdsInbound::Store(StoreToMds::decode_body(k, &mut r)?),
-            _ => return Err(ProtoError::UnknownKind(kind)),
+        let msg = if let Ok(k) = MdsKind::try_from(kind) {
+            MdsInbound::Client(MdsRequest::decode_body(k, &mut r)?)
+        } else if let Ok(k) = StoreToMdsKind::try_from(kind) {
+            MdsInbound::Store(StoreToMds::decode_body(k, &mut r)?)
+        } else {
+            MdsInbound::Mirror(MirrorToMds::decode_body(
+                MirrorToMdsKind::try_from(kind)?,
+                &mut r,
+            )?)
         };
         r.finish()?;
         Ok((id, msg))
@@ -426,6 +434,7 @@ impl Message for MdsInbound {
         match self {
             MdsInbound::Client(m) => m.name(),
             MdsInbound::Store(m) => m.name(),
+            MdsInbound::Mirror(m) => m.name(),
         }
     }
 }

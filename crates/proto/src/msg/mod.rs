@@ -6,11 +6,13 @@
 //! service is refused as an unknown kind.
 
 mod mds;
+mod mirror;
 mod store;
 #[cfg(test)]
 mod tests;
 
 pub use mds::{MdsInbound, MdsKind, MdsRequest, StoreToMds, StoreToMdsKind};
+pub use mirror::{MdsToMirror, MdsToMirrorKind, MirrorToMds, MirrorToMdsKind, MAX_APPLY_RECORDS};
 pub use store::{StoreKind, StoreRequest};
 
 use orion_fabric::RemoteRegion;
@@ -234,6 +236,10 @@ pub struct HelloReply {
     /// How long a client may read data pages by this map before it asks again: a
     /// store that leaves the map takes no commit of its group's pages for that long.
     pub map_lease_ms: u64,
+    /// The epoch of the primary's term (0 without a cluster manager): a client that
+    /// finds it changed after a reconnection talks to another MDS since, whose logs
+    /// may end before what it had read one-sided, and drops its cached inodes.
+    pub term: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -280,6 +286,13 @@ pub enum ReplyBody {
     /// A conflicting lock (its owner is the holder's, not meaningful to the asker), or
     /// none.
     Lock(Option<LockReq>),
+    /// The primary takes a mirror: its term's epoch, its pool (to copy one-sided) and
+    /// that pool's superblock.
+    MirrorStart {
+        epoch: u64,
+        pool: RemoteRegion,
+        superblock: Vec<u8>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -348,6 +361,7 @@ wire_kinds! {
         DsInfo = 9,
         Lock = 10,
         ResyncPlan = 11,
+        MirrorStart = 12,
     }
 }
 
@@ -516,7 +530,7 @@ pub fn encode_reply(out: &mut Vec<u8>, id: u64, reply: &Reply) {
                         .u32(s.pool_since)
                         .bool(s.durable_on_delivery);
                 }
-                w.u64(h.grace_ms).u64(h.map_lease_ms);
+                w.u64(h.grace_ms).u64(h.map_lease_ms).u64(h.term);
             }
             ReplyBody::Chunk { start, pages } => {
                 w.u8(ReplyKind::Chunk as u8).u64(start.0).u32(*pages);
@@ -575,6 +589,15 @@ pub fn encode_reply(out: &mut Vec<u8>, id: u64, reply: &Reply) {
                 if let Some(l) = l {
                     put_lock(&mut w, l);
                 }
+            }
+            ReplyBody::MirrorStart {
+                epoch,
+                pool,
+                superblock,
+            } => {
+                w.u8(ReplyKind::MirrorStart as u8).u64(*epoch);
+                w.buf.extend_from_slice(&pool.encode());
+                w.bytes(superblock);
             }
         },
     }
@@ -652,6 +675,7 @@ pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
                 stores,
                 grace_ms: r.u64("grace")?,
                 map_lease_ms: r.u64("map lease")?,
+                term: r.u64("term")?,
             }))
         }
         ReplyKind::Chunk => Reply::Ok(ReplyBody::Chunk {
@@ -706,6 +730,11 @@ pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
         } else {
             None
         })),
+        ReplyKind::MirrorStart => Reply::Ok(ReplyBody::MirrorStart {
+            epoch: r.u64("epoch")?,
+            pool: region(&mut r)?,
+            superblock: r.bytes(SUPERBLOCK_SIZE, "superblock")?.to_vec(),
+        }),
     };
     r.finish()?;
     Ok((id, reply))
@@ -721,4 +750,11 @@ pub type Epoch = u32;
 pub fn peek_id(b: &[u8]) -> Option<u64> {
     let mut r = Reader::new(b);
     read_header(&mut r).ok().map(|(_, id)| id)
+}
+
+/// Whether `b` has a valid header of a reply (a server that also sends requests, such
+/// as a primary MDS to its mirror, tells answers from requests by it).
+pub fn is_reply(b: &[u8]) -> bool {
+    let mut r = Reader::new(b);
+    matches!(read_header(&mut r), Ok((K_REPLY, _)))
 }

@@ -178,7 +178,17 @@ fn requests_and_replies_round_trip() {
             }],
             grace_ms: 5,
             map_lease_ms: 250,
+            term: 3,
         }),
+        ReplyBody::MirrorStart {
+            epoch: 9,
+            pool: orion_fabric::RemoteRegion {
+                key: 5,
+                addr: 6,
+                len: 1 << 30,
+            },
+            superblock: vec![7; 128],
+        },
     ] {
         let mut b = Vec::new();
         encode_reply(&mut b, 4, &Reply::Ok(reply.clone()));
@@ -225,6 +235,50 @@ fn requests_and_replies_round_trip() {
 }
 
 #[test]
+fn mirror_messages_round_trip_and_the_primary_decodes_the_mirrors() {
+    let mut b = Vec::new();
+    for m in [
+        MirrorToMds::Hello {
+            name: "mds-b".into(),
+            addr: "10.0.0.2:7410".into(),
+            cluster_uuid: [9; 16],
+        },
+        MirrorToMds::Copied,
+    ] {
+        b.clear();
+        m.encode(&mut b, 5);
+        assert_eq!(MirrorToMds::decode(&b).unwrap(), (5, m.clone()));
+        assert_eq!(MdsInbound::decode(&b).unwrap(), (5, MdsInbound::Mirror(m)));
+    }
+    for m in [
+        MdsToMirror::Apply {
+            seq: 1,
+            records: vec![1, 2, 3],
+            members: None,
+        },
+        MdsToMirror::Apply {
+            seq: u64::MAX,
+            records: Vec::new(),
+            members: Some(b"map".to_vec()),
+        },
+    ] {
+        b.clear();
+        m.encode(&mut b, 6);
+        assert_eq!(MdsToMirror::decode(&b).unwrap(), (6, m));
+        assert!(MdsInbound::decode(&b).is_err(), "not for the primary");
+    }
+    // Records longer than a message allows are refused.
+    b.clear();
+    MdsToMirror::Apply {
+        seq: 1,
+        records: vec![0; MAX_APPLY_RECORDS + 1],
+        members: None,
+    }
+    .encode(&mut b, 1);
+    assert!(MdsToMirror::decode(&b).is_err());
+}
+
+#[test]
 fn a_message_sent_to_the_wrong_service_is_an_unknown_kind() {
     let mut b = Vec::new();
     StoreRequest::Flush.encode(&mut b, 1);
@@ -254,6 +308,8 @@ fn kind_numbers_of_the_families_are_disjoint() {
         .map(|k| *k as u8)
         .chain(StoreToMdsKind::ALL.iter().map(|k| *k as u8))
         .chain(StoreKind::ALL.iter().map(|k| *k as u8))
+        .chain(MirrorToMdsKind::ALL.iter().map(|k| *k as u8))
+        .chain(MdsToMirrorKind::ALL.iter().map(|k| *k as u8))
         .chain([K_REPLY]);
     for k in all {
         assert!(seen.insert(k), "kind {k} used twice");
@@ -271,6 +327,7 @@ proptest! {
     fn decoders_never_panic(b in proptest::collection::vec(any::<u8>(), 0..600)) {
         let _ = MdsInbound::decode(&b);
         let _ = StoreRequest::decode(&b);
+        let _ = MdsToMirror::decode(&b);
         let _ = decode_reply(&b);
         let mut h = b.clone();
         if h.len() >= HEADER {
@@ -281,6 +338,8 @@ proptest! {
             let _ = MdsRequest::decode(&h);
             let _ = StoreToMds::decode(&h);
             let _ = StoreRequest::decode(&h);
+            let _ = MdsToMirror::decode(&h);
+            let _ = MirrorToMds::decode(&h);
             h[3] = K_REPLY;
             let _ = decode_reply(&h);
         }

@@ -1,0 +1,235 @@
+//! The MDS mirror and fail-over, with real processes: a primary and a mirror under the
+//! embedded cluster manager (run in this test's process), a data store and a client
+//! that know both MDS addresses. The mirror copies the primary's pool and keeps up;
+//! `kill -9` of the primary hands the role to the mirror, and the client's loop of
+//! creates, writes and renames goes on without an error; the old primary comes back
+//! as the mirror of the new one, catches up, and the two pools hold the same bytes.
+
+mod cluster;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use cluster::{spawn_command_unready, Daemon};
+use orion_client::{Client, ClientConfig, OpenFlags};
+use orion_fabric::{Backend, FabricConfig, Secret};
+use orion_manager::embedded::{EmbeddedManager, EmbeddedServer};
+use orion_manager::Manager;
+
+/// The primary's lease: short, so that a fail-over is quick; long enough for a loaded
+/// 2-CPU machine to renew it (every quarter).
+const LEASE_MS: u64 = 800;
+
+struct Setup {
+    dir: tempfile::TempDir,
+    secret: PathBuf,
+    manager: EmbeddedServer,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, Secret::generate().expose()).unwrap();
+        let manager = EmbeddedServer::start("127.0.0.1:0", &dir.path().join("epoch")).unwrap();
+        Setup {
+            dir,
+            secret,
+            manager,
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `orion mds` named `name` on a port of its own; `format` makes a new pool (the
+    /// first primary), else it starts as a mirror (with or without a pool).
+    fn mds(&self, name: &str, port: u16, format: bool) -> Daemon {
+        let cfg = self.path(&format!("{name}.toml"));
+        std::fs::write(
+            &cfg,
+            format!(
+                "[fabric]\nbackend = \"local\"\nsecret_file = \"{}\"\n\n[mds]\n\
+                 manager = \"embedded:{}\"\nname = \"{name}\"\ncluster = \"t\"\n\
+                 lease_ms = {LEASE_MS}\n",
+                self.secret.display(),
+                self.manager.addr
+            ),
+        )
+        .unwrap();
+        let mut args: Vec<String> = ["mds", "--pool-size", "32M", "--listen"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        args.push(format!("127.0.0.1:{port}"));
+        args.extend(["--config".into(), cfg.display().to_string()]);
+        args.extend([
+            "--pool".into(),
+            self.path(&format!("{name}.pool")).display().to_string(),
+        ]);
+        if format {
+            args.push("--format".into());
+        }
+        spawn_command_unready(&args, &self.path(&format!("{name}.log")))
+    }
+
+    fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.path(&format!("{name}.log"))).unwrap_or_default()
+    }
+
+    /// Waits until `name`'s log holds `what`.
+    fn wait_log(&self, name: &str, what: &str, within: Duration) {
+        let t0 = Instant::now();
+        while !self.log(name).contains(what) {
+            assert!(
+                t0.elapsed() < within,
+                "{name} never logged {what:?}:\n{}",
+                self.log(name)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn fabric(&self) -> FabricConfig {
+        let mut f = FabricConfig::new(Backend::Local, Secret::from_file(&self.secret).unwrap());
+        f.connect_timeout = Duration::from_secs(5);
+        f
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn content(i: usize) -> Vec<u8> {
+    (0..5000 + i * 7).map(|j| (j * 31 + i * 7) as u8).collect()
+}
+
+/// Differing 4 KiB pages of two files.
+fn differing_pages(a: &Path, b: &Path) -> Vec<u64> {
+    let (x, y) = (std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
+    assert_eq!(x.len(), y.len(), "the pools differ in size");
+    x.chunks(4096)
+        .zip(y.chunks(4096))
+        .enumerate()
+        .filter(|(_, (p, q))| p != q)
+        .map(|(i, _)| i as u64)
+        .collect()
+}
+
+#[test]
+fn the_mirror_takes_over_from_a_killed_primary_and_the_old_primary_catches_up() {
+    let s = Setup::new();
+    let (port_a, port_b) = (free_port(), free_port());
+    let mut a = s.mds("mds-a", port_a, true);
+    s.wait_log(
+        "mds-a",
+        "mds-a is the primary (epoch 1",
+        Duration::from_secs(30),
+    );
+    let b = s.mds("mds-b", port_b, false);
+    s.wait_log("mds-a", "mirror mds-b is in sync", Duration::from_secs(30));
+    let mds = format!("127.0.0.1:{port_a},127.0.0.1:{port_b}");
+    let ds_args: Vec<String> = [
+        "ds",
+        "--format",
+        "--pool-size",
+        "64M",
+        "--listen",
+        "127.0.0.1:0",
+        "--group",
+        "0",
+        "--backend",
+        "local",
+        "--mds",
+        &mds,
+        "--secret-file",
+        &s.secret.display().to_string(),
+        "--pool",
+        &s.path("ds0.pool").display().to_string(),
+    ]
+    .iter()
+    .map(|x| x.to_string())
+    .collect();
+    let _ds = cluster::spawn(&ds_args, &s.path("ds0.log")).unwrap();
+    let client = Client::connect(
+        ClientConfig {
+            mds: mds.clone(),
+            ..ClientConfig::default()
+        },
+        s.fabric(),
+    )
+    .unwrap_or_else(|e| panic!("client: {e}\n{}", s.log("mds-a")));
+
+    // A loop of create + write + rename; the primary is killed a third of the way.
+    const N: usize = 300;
+    let mut done_at = Vec::with_capacity(N);
+    let mut killed = None;
+    for i in 0..N {
+        if i == N / 3 {
+            a.kill();
+            killed = Some(Instant::now());
+        }
+        let path = format!("/f{i}");
+        let fd = client
+            .open(&path, OpenFlags::create(), 0o644)
+            .unwrap_or_else(|e| panic!("create {path}: {e}\n{}", s.log("mds-b")));
+        client.pwrite(fd, 0, &content(i)).unwrap();
+        client.close(fd).unwrap();
+        client
+            .rename(&path, &format!("/g{i}"))
+            .unwrap_or_else(|e| panic!("rename {path}: {e}\n{}", s.log("mds-b")));
+        done_at.push(Instant::now());
+    }
+    let gap = done_at
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or_default();
+    println!(
+        "longest gap between two acknowledged operations: {gap:?} (the primary was killed, \
+         lease {LEASE_MS} ms)"
+    );
+    assert!(killed.is_some());
+    s.wait_log(
+        "mds-b",
+        "mds-b is the primary (epoch 2",
+        Duration::from_secs(10),
+    );
+    let mut m = EmbeddedManager::connect(&s.manager.addr, Duration::from_secs(5)).unwrap();
+    assert_eq!(m.primary().unwrap().map(|p| p.name), Some("mds-b".into()));
+
+    // Every acknowledged operation is there, once.
+    let names: Vec<String> = client
+        .readdir("/")
+        .unwrap()
+        .into_iter()
+        .map(|e| String::from_utf8_lossy(&e.name).into_owned())
+        .filter(|n| n != "." && n != "..")
+        .collect();
+    assert_eq!(names.len(), N, "{names:?}");
+    for i in 0..N {
+        let fd = client
+            .open(&format!("/g{i}"), OpenFlags::read(), 0)
+            .unwrap();
+        assert_eq!(client.pread(fd, 0, 1 << 20).unwrap(), content(i), "g{i}");
+        client.close(fd).unwrap();
+    }
+
+    // The old primary comes back: it may not take the role (the mirror served since),
+    // so it mirrors mds-b, and the two pools end up holding the same bytes.
+    let _a = s.mds("mds-a", port_a, false);
+    s.wait_log("mds-b", "mirror mds-a is in sync", Duration::from_secs(30));
+    let fd = client.open("/after", OpenFlags::create(), 0o644).unwrap();
+    client.pwrite(fd, 0, b"after the catch-up").unwrap();
+    client.close(fd).unwrap();
+    drop(client);
+    let differ = differing_pages(&s.path("mds-a.pool"), &s.path("mds-b.pool"));
+    assert!(differ.is_empty(), "pages that differ: {differ:?}");
+    drop(b);
+}

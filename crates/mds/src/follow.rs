@@ -1,0 +1,318 @@
+//! The mirror's side (Orion §3.1): an MDS that does not hold the primary role mirrors
+//! the one that does, and takes the role when the primary's lease lapses and the
+//! cluster manager lets it (it is in sync). It connects to the primary, copies the
+//! primary's pool one-sided into its own, then applies, in order, what the primary
+//! persists ([`crate::mirror`]); each `Apply` is answered once it is in the pool. Its
+//! pool is then always a state the primary's media passed through, which recovery
+//! handles, so taking over is the ordinary start of an MDS on its own pool.
+//!
+//! While it copies, a marker file beside the pool says the pool is torn: an MDS whose
+//! pool carries it never asks for the role (the manager would not grant it either,
+//! since the primary takes a mirror off its list before it hands out its pool).
+//! Clients that reach a mirror are turned away (their connection is closed), and they
+//! try the next MDS address they know.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use orion_fabric::{Access, CompletionQueue, Domain, Error as FabricError, RemoteRegion};
+use orion_format::{PoolKind, Superblock, SUPERBLOCK_SIZE};
+use orion_manager::{Manager, Primary};
+use orion_pmem::{ModeChoice, Pool};
+use orion_proto::channel::USER_WR_BASE;
+use orion_proto::{Channel, Event, MdsToMirror, Message, MirrorToMds, Reply, ReplyBody};
+use tracing::{debug, info, warn};
+
+use crate::primary::PrimaryRole;
+use crate::MdsConfig;
+
+/// What the mirror needs to know.
+pub(crate) struct Follower<'a> {
+    pub cfg: &'a MdsConfig,
+    pub domain: &'a Domain,
+    /// This MDS's name for the manager, and where it listens.
+    pub name: &'a str,
+    pub addr: &'a str,
+    pub lease: Duration,
+    pub stop: &'a AtomicBool,
+    /// Connections of clients that came to this MDS while it mirrors.
+    pub incoming: &'a mpsc::Receiver<Channel>,
+}
+
+/// Bytes copied per one-sided read.
+const COPY_CHUNK: usize = 1 << 20;
+
+impl Follower<'_> {
+    /// Mirrors whichever MDS is primary until this one takes the role (`Some`) or is
+    /// stopped (`None`).
+    pub(crate) fn until_primary(
+        &self,
+        mut manager: Option<Box<dyn Manager>>,
+    ) -> Result<Option<PrimaryRole>> {
+        let mode: ModeChoice = self.cfg.pool_mode.parse().map_err(anyhow::Error::msg)?;
+        let cq = self.domain.completion_queue()?;
+        let mut said = None;
+        loop {
+            self.turn_clients_away();
+            if self.stop.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
+            if self.pool_whole() {
+                match PrimaryRole::try_take(&mut manager, self.name, self.addr, self.lease) {
+                    Ok(Some(role)) => return Ok(Some(role)),
+                    Ok(None) => {}
+                    Err(e) => warn!("asking the cluster manager for the primary role: {e:#}"),
+                }
+            }
+            let m = manager.as_mut().expect("kept until the role is taken");
+            let primary = match m.primary() {
+                Ok(p) => p.filter(|p| p.name != self.name),
+                Err(e) => {
+                    warn!("asking the cluster manager who is primary: {e:#}");
+                    None
+                }
+            };
+            let Some(p) = primary else {
+                if said.is_none() {
+                    info!("waiting for the primary role: no MDS holds it");
+                    said = Some(0);
+                }
+                std::thread::sleep(self.lease / 10);
+                continue;
+            };
+            if said != Some(p.epoch) {
+                info!(
+                    "waiting for the primary role: {} at {} (epoch {}) holds it; mirroring it",
+                    p.name, p.addr, p.epoch
+                );
+                said = Some(p.epoch);
+            }
+            match self.mirror(&cq, &p, mode, m.as_mut()) {
+                Ok(why) => info!("stopped mirroring {}: {why}", p.name),
+                Err(e) => {
+                    debug!("mirroring {} at {}: {e:#}", p.name, p.addr);
+                    std::thread::sleep(self.lease / 10);
+                }
+            }
+        }
+    }
+
+    fn marker(&self) -> std::path::PathBuf {
+        self.cfg.pool.with_extension("copying")
+    }
+
+    /// Whether this MDS's pool is a whole MDS pool (not absent, not being copied).
+    fn pool_whole(&self) -> bool {
+        !self.marker().exists() && pool_cluster(&self.cfg.pool).is_some()
+    }
+
+    fn turn_clients_away(&self) {
+        while let Ok(ch) = self.incoming.try_recv() {
+            debug!(
+                "turned away {}: this MDS is not the primary",
+                ch.conn.peer()
+            );
+            ch.conn.close();
+        }
+    }
+
+    /// Mirrors the primary `p` until the connection ends or `p`'s lease lapses.
+    fn mirror(
+        &self,
+        cq: &CompletionQueue,
+        p: &Primary,
+        mode: ModeChoice,
+        manager: &mut dyn Manager,
+    ) -> Result<String> {
+        let timeout = (self.lease / 2).max(Duration::from_millis(500));
+        let conn = self
+            .domain
+            .connect_within(&p.addr, cq, timeout)
+            .with_context(|| format!("connecting to {}", p.addr))?;
+        let mut ch = Channel::new(self.domain, conn)?;
+        let hello = MirrorToMds::Hello {
+            name: self.name.to_string(),
+            addr: self.addr.to_string(),
+            cluster_uuid: pool_cluster(&self.cfg.pool).unwrap_or([0; 16]),
+        };
+        let mut other = Vec::new();
+        let (epoch, region) = match ch.call(cq, 1, &hello, Duration::from_secs(30), &mut other)? {
+            Reply::Ok(ReplyBody::MirrorStart { epoch, pool, .. }) => (epoch, pool),
+            Reply::Err { message, .. } => {
+                warn!("{} refuses this MDS as its mirror: {message}", p.name);
+                bail!("refused: {message}")
+            }
+            other => bail!("unexpected answer to the mirror's hello: {other:?}"),
+        };
+        orion_pmem::replace_durably(&self.marker(), b"copying\n")
+            .context("marking the pool as being copied")?;
+        let pool = open_sized(&self.cfg.pool, region.len, mode)?;
+        self.copy(cq, &ch, &region, &pool, p)?;
+        ch.send_request(2, &MirrorToMds::Copied)?;
+        self.apply(cq, &mut ch, &pool, p, epoch, manager)
+    }
+
+    /// Copies the primary's whole pool, one-sided.
+    fn copy(
+        &self,
+        cq: &CompletionQueue,
+        ch: &Channel,
+        region: &RemoteRegion,
+        pool: &Pool,
+        p: &Primary,
+    ) -> Result<()> {
+        let buf = self.domain.alloc_region(COPY_CHUNK, Access::LOCAL)?;
+        let mut bytes = vec![0u8; COPY_CHUNK];
+        let total = region.len;
+        let t0 = Instant::now();
+        let mut next_tenth = 1;
+        let mut other = Vec::new();
+        let mut off = 0u64;
+        info!("copying the pool of {} ({} MiB)", p.name, total >> 20);
+        while off < total {
+            if self.stop.load(Ordering::Relaxed) {
+                bail!("stopped");
+            }
+            let n = ((total - off) as usize).min(COPY_CHUNK);
+            let wr = USER_WR_BASE + off / COPY_CHUNK as u64;
+            ch.conn.post_read(wr, &buf, 0, region, off, n)?;
+            let c = cq.wait_for(ch.conn.id(), wr, &mut other, Duration::from_secs(30))?;
+            c.status.clone()?;
+            other.clear(); // nothing else is under way on this connection
+            buf.read(0, &mut bytes[..n])?;
+            pool.write(off, &bytes[..n])?;
+            pool.persist(off, n)?;
+            off += n as u64;
+            while next_tenth <= 10 && off * 10 >= total * next_tenth {
+                let secs = t0.elapsed().as_secs_f64().max(1e-6);
+                info!(
+                    "copied {}0% of the pool of {} ({:.0} MiB/s)",
+                    next_tenth,
+                    p.name,
+                    off as f64 / secs / (1 << 20) as f64
+                );
+                next_tenth += 1;
+            }
+            self.turn_clients_away();
+        }
+        Ok(())
+    }
+
+    /// Applies what the primary sends, answering each, until the connection ends or
+    /// the primary's lease is gone.
+    fn apply(
+        &self,
+        cq: &CompletionQueue,
+        ch: &mut Channel,
+        pool: &Pool,
+        p: &Primary,
+        epoch: u64,
+        manager: &mut dyn Manager,
+    ) -> Result<String> {
+        let members_file = self.cfg.pool.with_extension("members");
+        let mut expect = None;
+        let mut whole = false;
+        let mut batch = Vec::with_capacity(16);
+        let mut msg = Vec::new();
+        let mut next_check = Instant::now();
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return Ok("stopping".into());
+            }
+            batch.clear();
+            match cq.wait(&mut batch, 16, Duration::from_millis(20)) {
+                Ok(_) | Err(FabricError::Timeout(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+            for c in batch.drain(..) {
+                if c.conn != ch.conn.id() {
+                    continue;
+                }
+                let (slot, len) = match ch.on_completion(&c) {
+                    Event::Done => continue,
+                    Event::Broken(e) => return Ok(format!("the connection ended ({e})")),
+                    Event::Message { slot, len } => (slot, len),
+                };
+                ch.read_message(slot, len, &mut msg)?;
+                ch.repost(slot)?;
+                let (
+                    id,
+                    MdsToMirror::Apply {
+                        seq,
+                        records,
+                        members,
+                    },
+                ) = MdsToMirror::decode(&msg)
+                    .map_err(|e| anyhow!("a malformed message from the primary: {e}"))?;
+                if expect.is_some_and(|e| e != seq) {
+                    bail!(
+                        "message {} from the primary was lost (got {seq})",
+                        expect.unwrap()
+                    );
+                }
+                expect = Some(seq + 1);
+                let applied = pool
+                    .apply_records(&records)
+                    .map_err(anyhow::Error::from)
+                    .and_then(|_| match &members {
+                        Some(m) => orion_pmem::replace_durably(&members_file, m)
+                            .with_context(|| format!("writing {}", members_file.display())),
+                        None => Ok(()),
+                    });
+                if let Err(e) = applied {
+                    let reply = Reply::Err {
+                        errno: libc::EIO,
+                        message: format!("{e:#}"),
+                    };
+                    let _ = ch.send_reply(id, &reply);
+                    return Err(e);
+                }
+                ch.send_reply(id, &Reply::Ok(ReplyBody::Empty))?;
+                if !whole {
+                    // The pool is whole again once the copy is followed by the
+                    // primary's first records (its backlog): from now on a crash
+                    // leaves a state the primary's media passed through.
+                    std::fs::remove_file(self.marker()).context("removing the copy marker")?;
+                    whole = true;
+                }
+            }
+            self.turn_clients_away();
+            if Instant::now() >= next_check {
+                next_check = Instant::now() + self.lease / 10;
+                match manager.primary() {
+                    Ok(Some(q)) if q.epoch == epoch => {}
+                    Ok(_) => return Ok(format!("the lease of {} (epoch {epoch}) is over", p.name)),
+                    Err(e) => debug!("asking the cluster manager who is primary: {e:#}"),
+                }
+            }
+        }
+    }
+}
+
+/// The cluster of the MDS pool at `path`, if it is one.
+pub(crate) fn pool_cluster(path: &Path) -> Option<[u8; 16]> {
+    use std::io::Read;
+    let mut head = vec![0u8; SUPERBLOCK_SIZE];
+    std::fs::File::open(path).ok()?.read_exact(&mut head).ok()?;
+    match Superblock::decode(&head) {
+        Ok(sb) if sb.kind == PoolKind::Metadata => Some(sb.cluster_uuid),
+        _ => None,
+    }
+}
+
+/// The pool at `path`, `len` bytes long (created, or made again at that size).
+fn open_sized(path: &Path, len: u64, mode: ModeChoice) -> Result<Pool> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let same = std::fs::metadata(path).is_ok_and(|m| m.len() == len);
+    let pool = if same {
+        Pool::open(path, mode)
+    } else {
+        Pool::create(path, len, mode)
+    };
+    pool.with_context(|| format!("the mirror's pool {}", path.display()))
+}

@@ -1,0 +1,176 @@
+//! Starting an MDS: checking its configuration, listening, and, with a cluster manager,
+//! mirroring the primary until this MDS takes the role ([`crate::follow`]); then the
+//! serving loop ([`crate::server`]).
+
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use orion_fabric::FabricConfig;
+use orion_format::{PoolKind, Superblock, SUPERBLOCK_SIZE};
+use orion_meta::{MetaEngine, SystemClock};
+use orion_pmem::{ModeChoice, Pool};
+use tracing::warn;
+
+use crate::follow::{pool_cluster, Follower};
+use crate::primary::open_manager;
+use crate::server::{hex, serve_loop, Listening};
+use crate::{MdsConfig, Ready};
+
+/// Creates and formats an MDS pool (a new cluster).
+pub fn format_pool(path: &Path, size: u64, mode: ModeChoice) -> Result<()> {
+    if path.exists() {
+        bail!(
+            "{} already exists: refusing to format over it (delete it first to start a new \
+             cluster)",
+            path.display()
+        );
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let pool = Pool::create(path, size, mode).with_context(|| format!("{}", path.display()))?;
+    let now = orion_meta::Clock::now(&SystemClock);
+    let sb = Superblock::new_metadata(
+        size,
+        orion_format::random_uuid(),
+        orion_format::random_uuid(),
+        now,
+    )
+    .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    MetaEngine::format(&pool, &sb, now).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    Ok(())
+}
+
+/// Opens the pool, recovers it, listens, calls `ready`, and serves until `stop` is set.
+/// With a cluster manager it first mirrors the primary, and serves once it takes the
+/// role (its pool may then be absent at start: the copy of the primary's makes it).
+pub fn run(
+    cfg: MdsConfig,
+    fabric: FabricConfig,
+    stop: Arc<AtomicBool>,
+    ready: impl FnOnce(&Ready),
+) -> Result<()> {
+    check_config(&cfg)?;
+    let mode: ModeChoice = cfg.pool_mode.parse().map_err(anyhow::Error::msg)?;
+    if cfg.manager.is_empty() {
+        if !cfg.pool.exists() {
+            bail!(
+                "MDS pool {} does not exist: create it with `orion mds --format` (or let \
+                 `orion up` do it)",
+                cfg.pool.display()
+            );
+        }
+        let pool = Pool::open(&cfg.pool, mode)
+            .with_context(|| format!("opening MDS pool {}", cfg.pool.display()))?;
+        return serve(cfg, pool, fabric, stop, ready);
+    }
+    let cluster = match (cfg.cluster.as_str(), pool_cluster(&cfg.pool)) {
+        ("", Some(uuid)) => hex(&uuid),
+        ("", None) => bail!(
+            "{} is not an MDS pool and `cluster` is not set: a mirror without a pool of \
+             its own needs the cluster's name (`cluster` in [mds]) to find its primary",
+            cfg.pool.display()
+        ),
+        (name, _) => name.to_string(),
+    };
+    // Listening first: the address is what the manager records for the primary. The
+    // role comes before the pool is recovered (recovery writes to it).
+    let l = Listening::open(&cfg, fabric, &stop)?;
+    let name = match cfg.name.as_str() {
+        "" => format!("mds@{}", l.addr),
+        n => n.to_string(),
+    };
+    let lease = Duration::from_millis(cfg.lease_ms);
+    let manager = open_manager(&cfg.manager, &cluster, lease).context("the cluster manager")?;
+    let follower = Follower {
+        cfg: &cfg,
+        domain: &l.domain,
+        name: &name,
+        addr: &l.addr,
+        lease,
+        stop: &stop,
+        incoming: &l.incoming,
+    };
+    let role = match follower.until_primary(Some(manager)) {
+        Ok(Some(role)) => role,
+        Ok(None) => return Ok(()), // stopped while mirroring
+        Err(e) => return Err(e),
+    };
+    let pool = Pool::open(&cfg.pool, mode)
+        .with_context(|| format!("opening MDS pool {}", cfg.pool.display()))?;
+    if pool_cluster(&cfg.pool).is_none() {
+        warn!("{} lost its superblock", cfg.pool.display());
+    }
+    serve_loop(cfg, pool, l, Some(role), stop, ready)
+}
+
+/// [`run`] on a pool the caller mapped (the cluster simulator's crash-recorded pool),
+/// without a cluster manager: `pool` must map the file `cfg.pool`, which the fabric
+/// registers for one-sided reads.
+pub fn serve(
+    cfg: MdsConfig,
+    pool: Pool,
+    fabric: FabricConfig,
+    stop: Arc<AtomicBool>,
+    ready: impl FnOnce(&Ready),
+) -> Result<()> {
+    assert_eq!(
+        pool.path(),
+        cfg.pool.as_path(),
+        "the pool served is the file the fabric registers"
+    );
+    check_config(&cfg)?;
+    if !cfg.manager.is_empty() {
+        bail!("an MDS with a cluster manager starts through `run`");
+    }
+    let superblock = pool.read_vec(0, SUPERBLOCK_SIZE)?;
+    match Superblock::decode(&superblock) {
+        Ok(sb) if sb.kind == PoolKind::Metadata => {}
+        Ok(_) => bail!(
+            "{} is a data pool, not an MDS pool: point `pool` at the MDS pool",
+            cfg.pool.display()
+        ),
+        Err(e) => bail!(
+            "{} is not an OrionFS MDS pool or is damaged ({e}): run `orion fsck {}`",
+            cfg.pool.display(),
+            cfg.pool.display()
+        ),
+    };
+    let l = Listening::open(&cfg, fabric, &stop)?;
+    serve_loop(cfg, pool, l, None, stop, ready)
+}
+
+fn check_config(cfg: &MdsConfig) -> Result<()> {
+    if cfg.replicas == 0 || cfg.replicas > 64 {
+        bail!(
+            "replicas = {}: a group has 1 to 64 data stores",
+            cfg.replicas
+        );
+    }
+    if cfg.persist_timeout_ms <= cfg.map_lease_ms {
+        bail!(
+            "persist_timeout_ms = {} must exceed map_lease_ms = {}: a commit waits out the \
+             map lease after a data store leaves",
+            cfg.persist_timeout_ms,
+            cfg.map_lease_ms
+        );
+    }
+    if cfg.heartbeat_timeout_ms < 300 {
+        bail!(
+            "heartbeat_timeout_ms = {}: stores send a heartbeat every 100 ms, so the \
+             timeout is at least 300 ms",
+            cfg.heartbeat_timeout_ms
+        );
+    }
+    if !cfg.manager.is_empty() && cfg.lease_ms < 500 {
+        bail!(
+            "lease_ms = {}: the primary stops 100 ms before its lease ends and renews it \
+             every quarter of it, so the lease is at least 500 ms",
+            cfg.lease_ms
+        );
+    }
+    Ok(())
+}
