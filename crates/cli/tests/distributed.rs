@@ -9,7 +9,7 @@ use std::time::Duration;
 use cluster::{Cluster, BACKENDS};
 use orion_client::{Client, OpenFlags};
 use orion_fabric::{Access, Domain};
-use orion_format::{Entry, Gpa, WriteRec};
+use orion_format::{Entry, FileType, Gpa, WriteRec};
 use orion_proto::{Channel, Commit, Create, Hello, MdsRequest, Reply, ReplyBody};
 use rand::{Rng, SeedableRng};
 
@@ -338,6 +338,7 @@ fn bad_input_is_refused_with_an_error_and_the_mds_keeps_serving() {
         internal: None,
         strong: true,
         name: "test".into(),
+        nonce: 1,
     };
     let Reply::Ok(ReplyBody::Hello(h)) = call(&cq, &mut ch, 2, &MdsRequest::Hello(hello)) else {
         panic!("no hello")
@@ -574,4 +575,60 @@ fn daemons_explain_missing_foreign_and_misplaced_pools() {
     assert!(status.success(), "{status:?}: {}", c1.stores[0].log_text());
     let status = c1.mds.terminate().expect("stopped within 10 s");
     assert!(status.success(), "{status:?}: {}", c1.mds.log_text());
+}
+
+#[test]
+fn a_request_asked_about_after_a_broken_connection_is_answered_once_not_run_again() {
+    let c = Cluster::start("local", 1);
+    let hello = |nonce| {
+        MdsRequest::Hello(Hello {
+            internal: None,
+            strong: true,
+            name: "retry".into(),
+            nonce,
+        })
+    };
+    let create = MdsRequest::Create(Create {
+        parent: 1,
+        name: b"once".to_vec(),
+        ftype: FileType::Regular,
+        mode: 0o644,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        symlink: None,
+    });
+    let (_d, cq, mut ch) = raw(&c);
+    call(&cq, &mut ch, 1, &hello(42));
+    let first = call(&cq, &mut ch, 7, &create);
+    assert!(matches!(first, Reply::Ok(ReplyBody::Attr(_))), "{first:?}");
+    // The connection breaks before the client saw the answer; on a new one, under the
+    // same nonce, it asks what became of request 7: the answer it missed.
+    ch.conn.close();
+    let (_d2, cq2, mut ch2) = raw(&c);
+    call(&cq2, &mut ch2, 1, &hello(42));
+    assert_eq!(
+        call(&cq2, &mut ch2, 2, &MdsRequest::Outcome { id: 7 }),
+        first
+    );
+    // A request never sent, or another client's, is unknown: the client runs it again.
+    let unknown = Reply::Ok(ReplyBody::Unknown);
+    assert_eq!(
+        call(&cq2, &mut ch2, 3, &MdsRequest::Outcome { id: 8 }),
+        unknown
+    );
+    let (_d3, cq3, mut ch3) = raw(&c);
+    call(&cq3, &mut ch3, 1, &hello(43));
+    assert_eq!(
+        call(&cq3, &mut ch3, 2, &MdsRequest::Outcome { id: 7 }),
+        unknown
+    );
+    // Running it again would have failed: the file exists once.
+    let (e, _) = errno_of(call(&cq2, &mut ch2, 4, &create));
+    assert_eq!(e, libc::EEXIST);
+    // A failed request that changes state is remembered too, with its error.
+    assert_eq!(
+        errno_of(call(&cq2, &mut ch2, 5, &MdsRequest::Outcome { id: 4 })).0,
+        libc::EEXIST
+    );
 }

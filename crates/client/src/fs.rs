@@ -159,6 +159,7 @@ impl Client {
     ) -> FsResult<T> {
         let mut g = self.lock();
         for _ in 0..RECONNECT_RETRIES {
+            g.datapath().forget_if_term_changed();
             let staged = if commit_staged || g.staging.due() {
                 g.datapath().flush_all()
             } else {

@@ -13,7 +13,9 @@ use orion_format::{PoolKind, Superblock, PAGE_SIZE};
 use orion_meta::{FsError, FsResult};
 
 use orion_proto::channel::USER_WR_BASE;
-use orion_proto::{Channel, Epoch, Hello, MdsRequest, MemberId, Reply, ReplyBody, StoreInfo};
+use orion_proto::{
+    Channel, Epoch, Hello, MdsRequest, MemberId, Message, Reply, ReplyBody, StoreInfo,
+};
 use tracing::{info, warn};
 
 use crate::replicas::Store;
@@ -83,6 +85,8 @@ pub struct Remote {
     /// another (a fail-over: cached inodes must be read again).
     term: Option<u64>,
     term_changed: bool,
+    /// Drawn once, kept across reconnections (see `Hello::nonce`).
+    nonce: u64,
 }
 
 impl Remote {
@@ -137,6 +141,7 @@ impl Remote {
             mds_at,
             term: None,
             term_changed: false,
+            nonce: u64::from_le_bytes(orion_format::random_uuid()[..8].try_into().expect("8")),
         };
         if let Err(e) = remote.hello() {
             if remote.mds.conn.is_alive() {
@@ -162,6 +167,7 @@ impl Remote {
             internal: self.internal,
             strong: self.strong,
             name,
+            nonce: self.nonce,
         };
         let asked = Instant::now();
         let reply = self.call_once(&MdsRequest::Hello(hello.clone()))?;
@@ -227,6 +233,10 @@ impl Remote {
 
     fn call_once(&mut self, req: &MdsRequest) -> FsResult<ReplyBody> {
         let id = self.fresh_id();
+        self.call_with_id(id, req)
+    }
+
+    fn call_with_id(&mut self, id: u64, req: &MdsRequest) -> FsResult<ReplyBody> {
         let mut other = Vec::new();
         let r = self.mds.call(&self.cq, id, req, self.timeout, &mut other);
         self.absorb(other);
@@ -241,21 +251,42 @@ impl Remote {
     }
 
     /// An RPC to the MDS. A broken connection is re-established (waiting for a
-    /// restarting MDS up to `reconnect_ms`) and reported as [`Fail::Reconnected`].
+    /// restarting MDS, or for the mirror to take over, up to `reconnect_ms`). A request
+    /// that changes state is then answered from the replies the MDS remembers if its
+    /// first run was applied (`MdsRequest::Outcome`: it happens once); otherwise, and
+    /// for any other request, the break is reported as [`Fail::Reconnected`] and the
+    /// caller runs the operation again from fresh state.
     pub fn call(&mut self, req: &MdsRequest) -> Res<ReplyBody> {
-        match self.call_once(req) {
+        let id = self.fresh_id();
+        let mut r = self.call_with_id(id, req);
+        let mut asked = 0;
+        while let Err(e) = r.as_ref().map(|_| ()).map_err(|e| e.to_string()) {
+            if self.mds.conn.is_alive() {
+                break;
+            }
+            warn!("lost the MDS at {} ({e}); reconnecting", self.mds_addr());
+            self.reconnect()?;
+            if !req.changes_state() || asked == 3 {
+                return Err(Fail::Reconnected);
+            }
+            asked += 1;
+            r = match self.call_once(&MdsRequest::Outcome { id }) {
+                Ok(ReplyBody::Unknown) => return Err(Fail::Reconnected),
+                Ok(b) => {
+                    info!("the MDS had applied the {} before the break", req.name());
+                    Ok(b)
+                }
+                other => other,
+            };
+        }
+        match r {
             Ok(b) => Ok(b),
             Err(FsError::Errno(libc::EREMCHG)) => {
                 self.stats.map_changes += 1;
                 self.refresh_stores()?;
                 Err(Fail::MapChanged)
             }
-            Err(e) if self.mds.conn.is_alive() => Err(Fail::Fs(e)),
-            Err(e) => {
-                warn!("lost the MDS at {} ({e}); reconnecting", self.mds_addr());
-                self.reconnect()?;
-                Err(Fail::Reconnected)
-            }
+            Err(e) => Err(Fail::Fs(e)),
         }
     }
 

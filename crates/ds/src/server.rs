@@ -62,6 +62,8 @@ struct Store {
     last_attempt: Option<Instant>,
     /// Which of the `mds` addresses (the primary and its mirror) is tried next.
     mds_at: usize,
+    /// When a failed join was last logged.
+    join_warned: Option<Instant>,
     /// Pages persisted since the last notice to the MDS.
     persisted: Vec<Gpa>,
     msg: Vec<u8>,
@@ -187,6 +189,7 @@ pub fn run(
         mds: None,
         last_attempt: None,
         mds_at: 0,
+        join_warned: None,
         persisted: Vec::new(),
         msg: Vec::new(),
         fabric,
@@ -242,10 +245,20 @@ pub fn run(
         if st.mds.is_none()
             && st
                 .last_attempt
-                .is_none_or(|t| t.elapsed() > Duration::from_millis(200))
+                .is_none_or(|t| t.elapsed() > Duration::from_millis(50))
         {
-            if let Err(e) = st.join_mds() {
-                warn!("rejoining the MDS at {}: {e:#}", st.mds_addr());
+            match st.join_mds() {
+                // Said once a second: attempts come every 50 ms.
+                Err(e)
+                    if st
+                        .join_warned
+                        .is_none_or(|t| t.elapsed() > Duration::from_secs(1)) =>
+                {
+                    warn!("rejoining the MDS at {}: {e:#}", st.cfg.mds);
+                    st.join_warned = Some(Instant::now());
+                }
+                Err(_) => {}
+                Ok(()) => st.join_warned = None,
             }
         }
     }
@@ -271,16 +284,21 @@ impl Store {
     /// Connects to the MDS and joins; stamps the cluster id into a fresh pool.
     fn join_mds(&mut self) -> Result<()> {
         self.last_attempt = Some(Instant::now());
-        let r = self.join_at(&self.mds_addr());
-        if let Err(e) = &r {
-            if e.downcast_ref::<Refused>().is_none() {
-                // Perhaps the mirror (it turns stores away) or a dead primary: the
-                // next address is tried next time.
-                let n = orion_proto::mds_addresses(&self.cfg.mds).len().max(1);
-                self.mds_at = (self.mds_at + 1) % n;
+        // Each address in turn (the primary and its mirror, which turns stores away),
+        // from the one that answered last.
+        let n = orion_proto::mds_addresses(&self.cfg.mds).len().max(1);
+        let mut last = None;
+        for _ in 0..n {
+            match self.join_at(&self.mds_addr()) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.downcast_ref::<Refused>().is_some() => return Err(e),
+                Err(e) => {
+                    self.mds_at = (self.mds_at + 1) % n;
+                    last = Some(e);
+                }
             }
         }
-        r
+        Err(last.expect("at least one address"))
     }
 
     /// The MDS address this store tries or talks to.

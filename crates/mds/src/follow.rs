@@ -27,6 +27,7 @@ use orion_proto::{Channel, Event, MdsToMirror, Message, MirrorToMds, Reply, Repl
 use tracing::{debug, info, warn};
 
 use crate::primary::PrimaryRole;
+use crate::replies::ReplyTable;
 use crate::MdsConfig;
 
 /// What the mirror needs to know.
@@ -51,10 +52,12 @@ impl Follower<'_> {
     pub(crate) fn until_primary(
         &self,
         mut manager: Option<Box<dyn Manager>>,
-    ) -> Result<Option<PrimaryRole>> {
+    ) -> Result<Option<(PrimaryRole, ReplyTable)>> {
         let mode: ModeChoice = self.cfg.pool_mode.parse().map_err(anyhow::Error::msg)?;
         let cq = self.domain.completion_queue()?;
         let mut said = None;
+        // The replies the primary remembered, as far as this mirror has them.
+        let mut replies = ReplyTable::default();
         loop {
             self.turn_clients_away();
             if self.stop.load(Ordering::Relaxed) {
@@ -62,7 +65,7 @@ impl Follower<'_> {
             }
             if self.pool_whole() {
                 match PrimaryRole::try_take(&mut manager, self.name, self.addr, self.lease) {
-                    Ok(Some(role)) => return Ok(Some(role)),
+                    Ok(Some(role)) => return Ok(Some((role, replies))),
                     Ok(None) => {}
                     Err(e) => warn!("asking the cluster manager for the primary role: {e:#}"),
                 }
@@ -90,7 +93,7 @@ impl Follower<'_> {
                 );
                 said = Some(p.epoch);
             }
-            match self.mirror(&cq, &p, mode, m.as_mut()) {
+            match self.mirror(&cq, &p, mode, m.as_mut(), &mut replies) {
                 Ok(why) => info!("stopped mirroring {}: {why}", p.name),
                 Err(e) => {
                     debug!("mirroring {} at {}: {e:#}", p.name, p.addr);
@@ -126,6 +129,7 @@ impl Follower<'_> {
         p: &Primary,
         mode: ModeChoice,
         manager: &mut dyn Manager,
+        replies: &mut ReplyTable,
     ) -> Result<String> {
         let timeout = (self.lease / 2).max(Duration::from_millis(500));
         let conn = self
@@ -149,10 +153,11 @@ impl Follower<'_> {
         };
         orion_pmem::replace_durably(&self.marker(), b"copying\n")
             .context("marking the pool as being copied")?;
+        *replies = ReplyTable::default(); // the primary sends them all once copied
         let pool = open_sized(&self.cfg.pool, region.len, mode)?;
         self.copy(cq, &ch, &region, &pool, p)?;
         ch.send_request(2, &MirrorToMds::Copied)?;
-        self.apply(cq, &mut ch, &pool, p, epoch, manager)
+        self.apply(cq, &mut ch, &pool, p, epoch, manager, replies)
     }
 
     /// Copies the primary's whole pool, one-sided.
@@ -201,8 +206,9 @@ impl Follower<'_> {
         Ok(())
     }
 
-    /// Applies what the primary sends, answering each, until the connection ends or
-    /// the primary's lease is gone.
+    /// Applies what the primary sends, a whole turn at a time, answering each message,
+    /// until the connection ends or the primary's lease is gone.
+    #[allow(clippy::too_many_arguments)]
     fn apply(
         &self,
         cq: &CompletionQueue,
@@ -211,8 +217,10 @@ impl Follower<'_> {
         p: &Primary,
         epoch: u64,
         manager: &mut dyn Manager,
+        replies: &mut ReplyTable,
     ) -> Result<String> {
         let members_file = self.cfg.pool.with_extension("members");
+        let mut turn = Turn::default();
         let mut expect = None;
         let mut whole = false;
         let mut batch = Vec::with_capacity(16);
@@ -244,24 +252,32 @@ impl Follower<'_> {
                         seq,
                         records,
                         members,
+                        replies: remembered,
+                        last,
                     },
                 ) = MdsToMirror::decode(&msg)
                     .map_err(|e| anyhow!("a malformed message from the primary: {e}"))?;
-                if expect.is_some_and(|e| e != seq) {
-                    bail!(
-                        "message {} from the primary was lost (got {seq})",
-                        expect.unwrap()
-                    );
+                if let Some(e) = expect.filter(|e| *e != seq) {
+                    bail!("message {e} from the primary was lost (got {seq})");
                 }
                 expect = Some(seq + 1);
+                turn.records.extend_from_slice(&records);
+                turn.members = members.or(turn.members.take());
+                turn.replies.extend_from_slice(&remembered);
+                if !last {
+                    ch.send_reply(id, &Reply::Ok(ReplyBody::Empty))?;
+                    continue;
+                }
+                let t = std::mem::take(&mut turn);
                 let applied = pool
-                    .apply_records(&records)
+                    .apply_records(&t.records)
                     .map_err(anyhow::Error::from)
-                    .and_then(|_| match &members {
+                    .and_then(|_| match &t.members {
                         Some(m) => orion_pmem::replace_durably(&members_file, m)
                             .with_context(|| format!("writing {}", members_file.display())),
                         None => Ok(()),
-                    });
+                    })
+                    .and_then(|_| replies.apply(&t.replies).map_err(anyhow::Error::msg));
                 if let Err(e) = applied {
                     let reply = Reply::Err {
                         errno: libc::EIO,
@@ -290,6 +306,14 @@ impl Follower<'_> {
             }
         }
     }
+}
+
+/// A turn of the primary, gathered until its last message.
+#[derive(Default)]
+struct Turn {
+    records: Vec<u8>,
+    members: Option<Vec<u8>>,
+    replies: Vec<u8>,
 }
 
 /// The cluster of the MDS pool at `path`, if it is one.

@@ -19,6 +19,7 @@ pub mod members;
 mod mirror;
 pub mod namespace;
 pub mod primary;
+pub mod replies;
 pub mod server;
 mod startup;
 pub mod stores;

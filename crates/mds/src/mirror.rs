@@ -19,6 +19,7 @@ use orion_pmem::tap::{push_record, record_end, RECORD_HEADER};
 use orion_proto::{decode_reply, Event, MdsToMirror, Reply, ReplyBody, MAX_APPLY_RECORDS};
 use tracing::{info, warn};
 
+use crate::replies;
 use crate::server::{Mds, Role};
 
 /// The primary's mirror, if any, and the replies held for it.
@@ -98,6 +99,7 @@ impl Mds {
         peer.role = Role::Mirror;
         peer.name = format!("mirror {name} ({addr})");
         self.engine.pool().record_persists(true);
+        self.replies.stop_for_mirror();
         info!(
             "mirror {name} at {addr} joined: it copies the pool ({} MiB)",
             self.engine.pool().len() >> 20
@@ -127,6 +129,8 @@ impl Mds {
         }
         let t0 = Instant::now();
         let backlog = self.engine.pool().persisted_backlog();
+        // Every reply remembered so far goes with the backlog, and each new one after.
+        self.replies.for_mirror(true);
         if let Err(e) = self.ship_to_mirror() {
             return self.mirror_lost(&e);
         }
@@ -196,6 +200,7 @@ impl Mds {
             return;
         };
         self.engine.pool().record_persists(false);
+        self.replies.stop_for_mirror();
         if self.mirror.synced {
             self.mirror.must_unlist = true;
         }
@@ -210,7 +215,8 @@ impl Mds {
     }
 
     /// Sends the mirror what was persisted since the last call (and the cluster map
-    /// file if it changed), and waits until it has applied it.
+    /// file if it changed, and the replies remembered), and waits until it has applied
+    /// it.
     fn ship_to_mirror(&mut self) -> Result<(), String> {
         let Some(conn) = self.mirror.conn else {
             return Ok(());
@@ -220,7 +226,8 @@ impl Mds {
         let saves = self.map.saves();
         let members =
             (self.mirror.members_sent != Some(saves)).then(|| self.map.durable_text().into_bytes());
-        let r = self.send_records(conn, &log, members);
+        let replies = self.replies.take_pending();
+        let r = self.send_turn(conn, &log, members, &replies);
         if r.is_ok() {
             self.mirror.members_sent = Some(saves);
         }
@@ -228,66 +235,69 @@ impl Mds {
         r
     }
 
-    fn send_records(
+    /// Sends one turn in as many `Apply` messages as it takes, the last marked so.
+    fn send_turn(
         &mut self,
         conn: ConnId,
         log: &[u8],
         members: Option<Vec<u8>>,
+        replies: &[u8],
     ) -> Result<(), String> {
         // A record longer than a message goes in parts: a persist of many lines is not
         // atomic on the primary's media either.
         const PART: usize = MAX_APPLY_RECORDS - RECORD_HEADER;
-        let mut parts = Vec::new();
+        let apply = |records, members, replies| MdsToMirror::Apply {
+            seq: 0,
+            records,
+            members,
+            replies,
+            last: false,
+        };
+        let mut messages = Vec::new();
+        let mut piece = Vec::with_capacity(MAX_APPLY_RECORDS);
         let mut at = 0;
         while at < log.len() {
             let end = record_end(log, at).ok_or("a torn persist record")?;
             let off = u64::from_le_bytes(log[at..at + 8].try_into().expect("8 bytes"));
             for (i, bytes) in log[at + RECORD_HEADER..end].chunks(PART).enumerate() {
-                parts.push((off + (i * PART) as u64, bytes));
+                if piece.len() + RECORD_HEADER + bytes.len() > MAX_APPLY_RECORDS {
+                    messages.push(apply(std::mem::take(&mut piece), None, Vec::new()));
+                }
+                push_record(&mut piece, off + (i * PART) as u64, bytes);
             }
             at = end;
         }
-        let mut piece = Vec::with_capacity(MAX_APPLY_RECORDS);
-        for (off, bytes) in parts {
-            if piece.len() + RECORD_HEADER + bytes.len() > MAX_APPLY_RECORDS {
-                self.apply_on_mirror(conn, &piece, None)?;
-                piece.clear();
-            }
-            push_record(&mut piece, off, bytes);
+        if !piece.is_empty() {
+            messages.push(apply(piece, None, Vec::new()));
         }
-        let members_len = members.as_ref().map_or(0, Vec::len);
-        if piece.len() + members_len > MAX_APPLY_RECORDS {
-            self.apply_on_mirror(conn, &piece, None)?;
-            piece.clear();
+        if members.is_some() {
+            messages.push(apply(Vec::new(), members, Vec::new()));
         }
-        if !piece.is_empty() || members.is_some() {
-            self.apply_on_mirror(conn, &piece, members)?;
+        for p in replies::pieces(replies, MAX_APPLY_RECORDS) {
+            messages.push(apply(Vec::new(), None, p.to_vec()));
+        }
+        let n = messages.len();
+        for (i, mut m) in messages.into_iter().enumerate() {
+            let MdsToMirror::Apply { seq, last, .. } = &mut m;
+            self.mirror.seq += 1;
+            *seq = self.mirror.seq;
+            *last = i + 1 == n;
+            self.apply_on_mirror(conn, &m)?;
         }
         Ok(())
     }
 
     /// One `Apply` to the mirror, waited for on the loop's completion queue (what
     /// comes for other connections meanwhile is handled on the next turn).
-    fn apply_on_mirror(
-        &mut self,
-        conn: ConnId,
-        records: &[u8],
-        members: Option<Vec<u8>>,
-    ) -> Result<(), String> {
-        self.mirror.seq += 1;
+    fn apply_on_mirror(&mut self, conn: ConnId, req: &MdsToMirror) -> Result<(), String> {
         self.mirror.next_id += 1;
-        let (seq, id) = (self.mirror.seq, self.mirror.next_id);
-        let req = MdsToMirror::Apply {
-            seq,
-            records: records.to_vec(),
-            members,
-        };
+        let id = self.mirror.next_id;
         let peer = self
             .peers
             .get_mut(&conn)
             .ok_or("the mirror's connection is gone")?;
         peer.ch
-            .send_request(id, &req)
+            .send_request(id, req)
             .map_err(|e| format!("sending to the mirror: {e}"))?;
         let timeout = self.mirror_timeout();
         let deadline = Instant::now() + timeout;

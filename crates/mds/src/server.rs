@@ -28,6 +28,7 @@ use crate::locks::Locks;
 use crate::members::ClusterMap;
 use crate::mirror::Mirroring;
 use crate::primary::PrimaryRole;
+use crate::replies::ReplyTable;
 use crate::stores::Resync;
 use crate::strong::{Gates, Pending, StrongWaits, Waiting};
 use crate::{commit, namespace, MdsConfig};
@@ -43,6 +44,8 @@ pub(crate) enum Role {
     Client {
         internal: Option<MemberId>,
         strong: bool,
+        /// The client's nonce (see [`ReplyTable`]).
+        nonce: u64,
     },
     Store {
         member: MemberId,
@@ -89,6 +92,10 @@ pub(crate) struct Mds {
     pub(crate) role: Option<PrimaryRole>,
     /// The mirror, and the replies that wait for it.
     pub(crate) mirror: Mirroring,
+    /// Replies to requests that change state, for retries ([`crate::replies`]).
+    pub(crate) replies: ReplyTable,
+    /// Requests being served whose reply is to be remembered, with the client's nonce.
+    remember: HashMap<(ConnId, u64), u64>,
 }
 
 /// A listening MDS: its fabric, address, completion queue, and the connections its
@@ -137,6 +144,7 @@ pub(crate) fn serve_loop(
     pool: Pool,
     l: Listening,
     role: Option<PrimaryRole>,
+    replies: ReplyTable,
     stop: Arc<AtomicBool>,
     ready: impl FnOnce(&Ready),
 ) -> Result<()> {
@@ -202,6 +210,8 @@ pub(crate) fn serve_loop(
         msg: Vec::with_capacity(MAX_MESSAGE),
         role,
         mirror: Mirroring::default(),
+        replies,
+        remember: HashMap::new(),
     };
     ready(&Ready { addr, describe });
     let mut batch = Vec::with_capacity(64);
@@ -332,6 +342,9 @@ impl Mds {
         if self.role.as_ref().is_some_and(|r| !r.holds(Instant::now())) {
             return;
         }
+        if let Some(nonce) = self.remember.remove(&(conn, id)) {
+            self.replies.remember(nonce, id, &reply);
+        }
         if self.mirror.holds_replies() {
             return self.mirror.hold(conn, id, reply);
         }
@@ -410,6 +423,7 @@ impl Mds {
                 peer.role = Role::Client {
                     internal,
                     strong: h.strong,
+                    nonce: h.nonce,
                 };
                 peer.name = format!("{} ({})", h.name, peer.ch.conn.peer());
                 self.next_client += 1;
@@ -453,8 +467,11 @@ impl Mds {
                     from_page,
                 }),
             ) => self.resync_plan(member, incarnation, from_page),
-            (Role::Client { .. }, MdsInbound::Client(req)) => {
-                return self.client_request(conn, id, req)
+            (&Role::Client { nonce, .. }, MdsInbound::Client(req)) => {
+                if req.changes_state() {
+                    self.remember.insert((conn, id), nonce);
+                }
+                return self.client_request(conn, id, req);
             }
             (_, other) => Err(FsError::Io(format!(
                 "{} is not allowed here: a connection says hello (client) or joins (data \
@@ -470,7 +487,12 @@ impl Mds {
 
     fn client_request(&mut self, conn: ConnId, id: u64, req: MdsRequest) -> Option<Reply> {
         let peer = self.peers.get_mut(&conn)?;
-        let Role::Client { internal, strong } = peer.role else {
+        let Role::Client {
+            internal,
+            strong,
+            nonce,
+        } = peer.role
+        else {
             return None;
         };
         let internal_group = internal.map(|m| m.group);
@@ -576,6 +598,10 @@ impl Mds {
                 self.locks.release(conn, ino, owner);
                 Ok(ReplyBody::Empty)
             }
+            MdsRequest::Outcome { id: asked } => match self.replies.recall(nonce, asked) {
+                Some(reply) => return Some(reply),
+                None => Ok(ReplyBody::Unknown),
+            },
             MdsRequest::Hello(_) | MdsRequest::Ping => Err(FsError::Io(
                 "a client says hello once, when it connects".into(),
             )),

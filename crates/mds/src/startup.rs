@@ -16,6 +16,7 @@ use tracing::warn;
 
 use crate::follow::{pool_cluster, Follower};
 use crate::primary::open_manager;
+use crate::replies::ReplyTable;
 use crate::server::{hex, serve_loop, Listening};
 use crate::{MdsConfig, Ready};
 
@@ -94,8 +95,8 @@ pub fn run(
         stop: &stop,
         incoming: &l.incoming,
     };
-    let role = match follower.until_primary(Some(manager)) {
-        Ok(Some(role)) => role,
+    let (role, replies) = match follower.until_primary(Some(manager)) {
+        Ok(Some(taken)) => taken,
         Ok(None) => return Ok(()), // stopped while mirroring
         Err(e) => return Err(e),
     };
@@ -104,7 +105,7 @@ pub fn run(
     if pool_cluster(&cfg.pool).is_none() {
         warn!("{} lost its superblock", cfg.pool.display());
     }
-    serve_loop(cfg, pool, l, Some(role), stop, ready)
+    serve_loop(cfg, pool, l, Some(role), replies, stop, ready)
 }
 
 /// [`run`] on a pool the caller mapped (the cluster simulator's crash-recorded pool),
@@ -140,7 +141,7 @@ pub fn serve(
         ),
     };
     let l = Listening::open(&cfg, fabric, &stop)?;
-    serve_loop(cfg, pool, l, None, stop, ready)
+    serve_loop(cfg, pool, l, None, ReplyTable::default(), stop, ready)
 }
 
 fn check_config(cfg: &MdsConfig) -> Result<()> {

@@ -99,18 +99,23 @@ impl DataPath<'_> {
     /// so were the pages of staged writes, which will not commit now.
     pub fn reconnected(&mut self) {
         self.chunks.clear();
+        self.forget_if_term_changed();
+        for ino in self.staging.files() {
+            if let Some(f) = self.staging.take(ino) {
+                self.staging
+                    .record_failure(ino, f.generation, FsError::Errno(libc::EIO));
+            }
+        }
+    }
+
+    /// Drops the cached inodes and pages if another MDS took over since the last call.
+    pub fn forget_if_term_changed(&mut self) {
         if self.remote.take_term_changed() {
             // Another MDS took over: its logs may end before what this client read
             // one-sided of its predecessor's (updates never acknowledged), and pages
             // freed before the fail-over may be handed out again sooner.
             self.cache.map.clear();
             self.pages.clear();
-        }
-        for ino in self.staging.files() {
-            if let Some(f) = self.staging.take(ino) {
-                self.staging
-                    .record_failure(ino, f.generation, FsError::Errno(libc::EIO));
-            }
         }
     }
 

@@ -60,6 +60,14 @@ pub enum MdsRequest {
         ino: u64,
         owner: u64,
     },
+    /// After a reconnection: the reply to this client's request `id` (one that
+    /// changes state, asked on a connection that broke before the answer came), if
+    /// the MDS applied it; [`super::ReplyBody::Unknown`] if it did not, and the
+    /// client runs it again. What makes a retried create, rename or append happen
+    /// once.
+    Outcome {
+        id: u64,
+    },
 }
 
 wire_kinds! {
@@ -79,6 +87,7 @@ wire_kinds! {
         Lock = 16,
         TestLock = 17,
         ReleaseLocks = 18,
+        Outcome = 19,
     }
 }
 
@@ -139,7 +148,22 @@ impl MdsRequest {
             MdsRequest::Lock(_) => MdsKind::Lock,
             MdsRequest::TestLock(_) => MdsKind::TestLock,
             MdsRequest::ReleaseLocks { .. } => MdsKind::ReleaseLocks,
+            MdsRequest::Outcome { .. } => MdsKind::Outcome,
         }
+    }
+
+    /// Whether it changes what the MDS keeps (its reply is remembered, so that a
+    /// retry after a fail-over or a broken connection is answered, not run twice).
+    pub fn changes_state(&self) -> bool {
+        matches!(
+            self,
+            MdsRequest::Commit(_)
+                | MdsRequest::Create(_)
+                | MdsRequest::Unlink { .. }
+                | MdsRequest::Rmdir { .. }
+                | MdsRequest::Rename { .. }
+                | MdsRequest::Link { .. }
+        )
     }
 
     fn encode_body(&self, w: &mut Writer) {
@@ -147,7 +171,8 @@ impl MdsRequest {
             MdsRequest::Hello(h) => {
                 w.opt_u32(h.internal.map(MemberId::pack))
                     .bool(h.strong)
-                    .bytes(h.name.as_bytes());
+                    .bytes(h.name.as_bytes())
+                    .u64(h.nonce);
             }
             MdsRequest::Ping | MdsRequest::Statfs => {}
             MdsRequest::AllocChunk { group, pages } => {
@@ -200,6 +225,9 @@ impl MdsRequest {
             MdsRequest::ReleaseLocks { ino, owner } => {
                 w.u64(*ino).u64(*owner);
             }
+            MdsRequest::Outcome { id } => {
+                w.u64(*id);
+            }
         }
     }
 
@@ -213,6 +241,7 @@ impl MdsRequest {
                 internal: r.opt_u32("member")?.map(MemberId::unpack),
                 strong: r.bool("strong")?,
                 name: text(r, "client name")?,
+                nonce: r.u64("client nonce")?,
             }),
             MdsKind::Ping => MdsRequest::Ping,
             MdsKind::AllocChunk => MdsRequest::AllocChunk {
@@ -278,6 +307,9 @@ impl MdsRequest {
                 ino: r.u64("ino")?,
                 owner: r.u64("owner")?,
             },
+            MdsKind::Outcome => MdsRequest::Outcome {
+                id: r.u64("request id")?,
+            },
         })
     }
 }
@@ -316,6 +348,7 @@ impl Message for MdsRequest {
             MdsKind::Lock => "lock",
             MdsKind::TestLock => "lock test",
             MdsKind::ReleaseLocks => "lock release",
+            MdsKind::Outcome => "outcome",
         }
     }
 }

@@ -8,7 +8,8 @@
 use super::{header, read_header, text, uuid, wire_kinds, Message};
 use crate::codec::{ProtoError, Reader, Writer};
 
-/// Most bytes of persist records one [`MdsToMirror::Apply`] carries (it fits a message).
+/// Most bytes of persist records, of the cluster map, and of replies, together, that one
+/// [`MdsToMirror::Apply`] carries (it fits a message).
 pub const MAX_APPLY_RECORDS: usize = 60 * 1024;
 
 /// What a mirror tells the primary.
@@ -41,13 +42,19 @@ wire_kinds! {
 /// What the primary sends its mirror.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MdsToMirror {
-    /// Apply these persist records in order (`orion_pmem::tap`), and, when set, replace
-    /// the cluster map file with `members`. Answered once applied and persisted.
+    /// Persist records (`orion_pmem::tap`) to apply in order, the cluster map file
+    /// (when it changed) and remembered replies to add. A turn of the primary may take
+    /// several messages; the mirror applies them together when the `last` one comes,
+    /// so a primary that dies in the middle of sending a turn leaves none of it (the
+    /// replies it remembers never come without the updates they answer). Each message
+    /// is answered; the last once everything is in the pool.
     Apply {
         /// Counts the primary's messages: a gap means one was lost.
         seq: u64,
         records: Vec<u8>,
         members: Option<Vec<u8>>,
+        replies: Vec<u8>,
+        last: bool,
     },
 }
 
@@ -128,12 +135,15 @@ impl Message for MdsToMirror {
             seq,
             records,
             members,
+            replies,
+            last,
         } = self;
         header(&mut w, MdsToMirrorKind::Apply as u8, id);
         w.u64(*seq).bytes(records).bool(members.is_some());
         if let Some(m) = members {
             w.bytes(m);
         }
+        w.bytes(replies).bool(*last);
         *out = w.buf;
     }
 
@@ -148,6 +158,8 @@ impl Message for MdsToMirror {
         } else {
             None
         };
+        let replies = r.bytes(MAX_APPLY_RECORDS, "replies")?.to_vec();
+        let last = r.bool("last")?;
         r.finish()?;
         Ok((
             id,
@@ -155,6 +167,8 @@ impl Message for MdsToMirror {
                 seq,
                 records,
                 members,
+                replies,
+                last,
             },
         ))
     }

@@ -43,6 +43,9 @@ pub struct Hello {
     pub strong: bool,
     /// Free text for logs (host and process).
     pub name: String,
+    /// Drawn once by each client and kept across reconnections: the MDS remembers the
+    /// replies to a client's requests under it (see `MdsRequest::Outcome`).
+    pub nonce: u64,
 }
 
 /// A log commit (paper §4.3): entries for one inode, appended by the MDS in its order.
@@ -293,6 +296,8 @@ pub enum ReplyBody {
         pool: RemoteRegion,
         superblock: Vec<u8>,
     },
+    /// The answer to `Outcome` for a request the MDS did not apply.
+    Unknown,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -362,6 +367,7 @@ wire_kinds! {
         Lock = 10,
         ResyncPlan = 11,
         MirrorStart = 12,
+        Unknown = 13,
     }
 }
 
@@ -599,6 +605,9 @@ pub fn encode_reply(out: &mut Vec<u8>, id: u64, reply: &Reply) {
                 w.buf.extend_from_slice(&pool.encode());
                 w.bytes(superblock);
             }
+            ReplyBody::Unknown => {
+                w.u8(ReplyKind::Unknown as u8);
+            }
         },
     }
     *out = w.buf;
@@ -735,6 +744,7 @@ pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
             pool: region(&mut r)?,
             superblock: r.bytes(SUPERBLOCK_SIZE, "superblock")?.to_vec(),
         }),
+        ReplyKind::Unknown => Reply::Ok(ReplyBody::Unknown),
     };
     r.finish()?;
     Ok((id, reply))

@@ -12,6 +12,7 @@ fn sample_requests() -> Vec<MdsRequest> {
             internal: Some(MemberId::new(3, 1)),
             strong: true,
             name: "host:42".into(),
+            nonce: 99,
         }),
         MdsRequest::Ping,
         MdsRequest::AllocChunk {
@@ -65,6 +66,7 @@ fn sample_requests() -> Vec<MdsRequest> {
             ..sample_lock()
         }),
         MdsRequest::ReleaseLocks { ino: 9, owner: 77 },
+        MdsRequest::Outcome { id: 12 },
     ]
 }
 
@@ -180,6 +182,7 @@ fn requests_and_replies_round_trip() {
             map_lease_ms: 250,
             term: 3,
         }),
+        ReplyBody::Unknown,
         ReplyBody::MirrorStart {
             epoch: 9,
             pool: orion_fabric::RemoteRegion {
@@ -255,11 +258,15 @@ fn mirror_messages_round_trip_and_the_primary_decodes_the_mirrors() {
             seq: 1,
             records: vec![1, 2, 3],
             members: None,
+            replies: vec![4],
+            last: false,
         },
         MdsToMirror::Apply {
             seq: u64::MAX,
             records: Vec::new(),
             members: Some(b"map".to_vec()),
+            replies: Vec::new(),
+            last: true,
         },
     ] {
         b.clear();
@@ -273,6 +280,8 @@ fn mirror_messages_round_trip_and_the_primary_decodes_the_mirrors() {
         seq: 1,
         records: vec![0; MAX_APPLY_RECORDS + 1],
         members: None,
+        replies: Vec::new(),
+        last: true,
     }
     .encode(&mut b, 1);
     assert!(MdsToMirror::decode(&b).is_err());

@@ -1,0 +1,214 @@
+//! Remembered replies: what makes a retried request happen once. The MDS keeps the
+//! reply to each client's recent requests that change state, under the nonce the
+//! client drew and the request's id. A client whose connection broke before the answer
+//! came asks for it after reconnecting (`MdsRequest::Outcome`); a request applied is
+//! answered from here instead of running twice (a create that would fail with EEXIST,
+//! a rename with ENOENT, an append landing twice), and one not applied is run again.
+//!
+//! The table is part of what the mirror keeps: entries go to it in the same turn as
+//! the updates they answer, applied together ([`crate::mirror`]), so after a fail-over
+//! the new primary answers what the old one applied. It lives in memory: an MDS that
+//! restarts alone (no mirror) forgets it, and a retried request is then run again.
+
+use std::collections::{HashMap, VecDeque};
+
+use orion_proto::{decode_reply, encode_reply, Reply};
+
+/// Replies remembered per client (a client has few requests in flight).
+pub const PER_CLIENT: usize = 64;
+/// Clients remembered (the oldest is forgotten first).
+pub const CLIENTS: usize = 4096;
+
+#[derive(Default)]
+pub struct ReplyTable {
+    by_client: HashMap<u64, VecDeque<(u64, Vec<u8>)>>,
+    /// Clients by first sight, for forgetting the oldest.
+    order: VecDeque<u64>,
+    /// Entries since the mirror last took them, when one is attached.
+    pending: Option<Vec<u8>>,
+}
+
+impl ReplyTable {
+    /// Remembers the reply to request `id` of the client `nonce`.
+    pub fn remember(&mut self, nonce: u64, id: u64, reply: &Reply) {
+        let mut bytes = Vec::new();
+        encode_reply(&mut bytes, id, reply);
+        if let Some(p) = &mut self.pending {
+            put_entry(p, nonce, id, &bytes);
+        }
+        self.insert(nonce, id, bytes);
+    }
+
+    fn insert(&mut self, nonce: u64, id: u64, bytes: Vec<u8>) {
+        let q = self.by_client.entry(nonce).or_insert_with(|| {
+            self.order.push_back(nonce);
+            VecDeque::new()
+        });
+        if let Some(slot) = q.iter_mut().find(|(i, _)| *i == id) {
+            slot.1 = bytes;
+        } else {
+            q.push_back((id, bytes));
+            if q.len() > PER_CLIENT {
+                q.pop_front();
+            }
+        }
+        while self.order.len() > CLIENTS {
+            if let Some(old) = self.order.pop_front() {
+                self.by_client.remove(&old);
+            }
+        }
+    }
+
+    /// The reply to request `id` of client `nonce`, if it was applied and is remembered.
+    pub fn recall(&self, nonce: u64, id: u64) -> Option<Reply> {
+        let q = self.by_client.get(&nonce)?;
+        let (_, bytes) = q.iter().rev().find(|(i, _)| *i == id)?;
+        decode_reply(bytes).ok().map(|(_, r)| r)
+    }
+
+    /// Starts keeping new entries for a mirror that has just copied the pool, with
+    /// everything remembered so far.
+    pub fn for_mirror(&mut self, from_all: bool) {
+        self.pending = Some(if from_all {
+            self.snapshot()
+        } else {
+            Vec::new()
+        });
+    }
+
+    pub fn stop_for_mirror(&mut self) {
+        self.pending = None;
+    }
+
+    /// The entries the mirror has not had yet.
+    pub fn take_pending(&mut self) -> Vec<u8> {
+        self.pending
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        for nonce in &self.order {
+            for (id, bytes) in self.by_client.get(nonce).into_iter().flatten() {
+                put_entry(&mut out, *nonce, *id, bytes);
+            }
+        }
+        out
+    }
+
+    /// Adds entries a primary sent (a mirror's side). Malformed input is an error.
+    pub fn apply(&mut self, mut blob: &[u8]) -> Result<usize, String> {
+        let mut n = 0;
+        while !blob.is_empty() {
+            let (nonce, id, bytes, rest) = take_entry(blob).ok_or("a torn reply entry")?;
+            decode_reply(bytes).map_err(|e| format!("a malformed remembered reply: {e}"))?;
+            self.insert(nonce, id, bytes.to_vec());
+            blob = rest;
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+fn put_entry(out: &mut Vec<u8>, nonce: u64, id: u64, bytes: &[u8]) {
+    out.extend_from_slice(&nonce.to_le_bytes());
+    out.extend_from_slice(&id.to_le_bytes());
+    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// One entry and what follows it.
+fn take_entry(b: &[u8]) -> Option<(u64, u64, &[u8], &[u8])> {
+    let nonce = u64::from_le_bytes(b.get(0..8)?.try_into().ok()?);
+    let id = u64::from_le_bytes(b.get(8..16)?.try_into().ok()?);
+    let len = u32::from_le_bytes(b.get(16..20)?.try_into().ok()?) as usize;
+    let end = 20usize.checked_add(len)?;
+    Some((nonce, id, b.get(20..end)?, b.get(end..)?))
+}
+
+/// Splits a blob of entries into pieces of at most `max` bytes at entry boundaries (an
+/// entry longer than `max` is a piece of its own).
+pub fn pieces(mut blob: &[u8], max: usize) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    while !blob.is_empty() {
+        let mut cut = 0;
+        let mut rest = blob;
+        while let Some((_, _, _, r)) = take_entry(rest) {
+            let next = blob.len() - r.len();
+            if next > max && cut > 0 {
+                break;
+            }
+            cut = next;
+            rest = r;
+            if r.is_empty() {
+                break;
+            }
+        }
+        if cut == 0 {
+            cut = blob.len(); // torn: sent as is, refused by the mirror
+        }
+        out.push(&blob[..cut]);
+        blob = &blob[cut..];
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use orion_proto::ReplyBody;
+
+    #[test]
+    fn replies_are_recalled_by_client_and_id_and_reach_a_mirror_whole() {
+        let mut t = ReplyTable::default();
+        let ok = Reply::Ok(ReplyBody::Ino(7));
+        let err = Reply::Err {
+            errno: libc::EEXIST,
+            message: "exists".into(),
+        };
+        t.remember(1, 10, &ok);
+        t.for_mirror(true);
+        t.remember(2, 10, &err);
+        assert_eq!(t.recall(1, 10), Some(ok.clone()));
+        assert_eq!(t.recall(2, 10), Some(err.clone()));
+        assert_eq!(t.recall(1, 11), None);
+        assert_eq!(t.recall(3, 10), None);
+        // A mirror that copied the pool gets everything, then what follows.
+        let mut m = ReplyTable::default();
+        assert_eq!(m.apply(&t.take_pending()).unwrap(), 2);
+        assert_eq!(m.recall(2, 10), Some(err));
+        t.remember(1, 12, &ok);
+        let blob = t.take_pending();
+        assert_eq!(pieces(&blob, 10).len(), 1, "one entry is one piece");
+        m.apply(&blob).unwrap();
+        assert_eq!(m.recall(1, 12), Some(ok.clone()));
+        // Bounded per client.
+        for id in 100..100 + PER_CLIENT as u64 + 5 {
+            t.remember(5, id, &ok);
+        }
+        assert_eq!(t.recall(5, 100), None);
+        assert!(t.recall(5, 104 + PER_CLIENT as u64).is_some());
+        // Malformed blobs are refused without panicking.
+        assert!(m.apply(&blob[..blob.len() - 1]).is_err());
+        assert!(m.apply(&[1, 2, 3]).is_err());
+    }
+
+    #[test]
+    fn pieces_split_at_entry_boundaries() {
+        let mut t = ReplyTable::default();
+        t.for_mirror(true);
+        for id in 0..100 {
+            t.remember(1, id, &Reply::Ok(ReplyBody::Ino(id)));
+        }
+        let blob = t.take_pending();
+        let ps = pieces(&blob, 500);
+        assert!(ps.len() > 1);
+        assert_eq!(ps.concat(), blob);
+        let mut m = ReplyTable::default();
+        let n: usize = ps.iter().map(|p| m.apply(p).unwrap()).sum();
+        assert_eq!(n, 100);
+        assert!(ps.iter().all(|p| p.len() <= 500));
+    }
+}
