@@ -286,6 +286,10 @@ impl Remote {
                 self.refresh_stores()?;
                 Err(Fail::MapChanged)
             }
+            // Pages from a chunk granted on an earlier connection (one whose request
+            // was answered from the MDS's memory after a break): the operation runs
+            // again with a fresh chunk.
+            Err(FsError::Errno(libc::EKEYREVOKED)) => Err(Fail::Reconnected),
             Err(e) => Err(Fail::Fs(e)),
         }
     }

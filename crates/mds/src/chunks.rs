@@ -157,12 +157,10 @@ impl ChunkGrants {
         for k in 0..n {
             let g = start.offset_by(k);
             if self.holder(g).is_none() {
-                return Err(FsError::Io(format!(
-                    "page {} of group {} is not in one of this client's chunks, or is \
-                     already committed",
-                    g.page(),
-                    g.group()
-                )));
+                // EKEYREVOKED: the grant is not (or no longer) this connection's, as after
+                // a reconnection or a fail-over; the client writes the data again into
+                // pages of a fresh chunk.
+                return Err(FsError::Errno(libc::EKEYREVOKED));
             }
         }
         Ok(())
