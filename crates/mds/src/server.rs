@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use orion_fabric::{
     Access, Completion, CompletionQueue, ConnId, Domain, FabricConfig, Region, MAX_MESSAGE,
 };
@@ -147,7 +147,7 @@ pub(crate) fn serve_loop(
     replies: ReplyTable,
     stop: Arc<AtomicBool>,
     ready: impl FnOnce(&Ready),
-) -> Result<()> {
+) -> Result<Ended> {
     let t0 = Instant::now();
     let grace = Duration::from_millis(cfg.grace_ms);
     let (engine, report) = MetaEngine::open(
@@ -213,7 +213,10 @@ pub(crate) fn serve_loop(
         replies,
         remember: HashMap::new(),
     };
-    ready(&Ready { addr, describe });
+    ready(&Ready {
+        addr: addr.clone(),
+        describe,
+    });
     let mut batch = Vec::with_capacity(64);
     while !stop.load(Ordering::Relaxed) {
         batch.clear();
@@ -228,17 +231,26 @@ pub(crate) fn serve_loop(
             Err(e) => warn!("completion queue: {e}"),
         }
         // Before anything that arrived is handled: an MDS whose term may be over
-        // (its lease lost, or the process was stopped) stops.
+        // (its lease lost, or the process was stopped) stops serving.
         if let Some(r) = mds.role.as_ref().filter(|r| !r.holds(Instant::now())) {
+            warn!(
+                "lost the primary role (epoch {}, {} manager): acknowledging nothing more; \
+                 this MDS mirrors the new primary",
+                r.epoch, r.kind
+            );
             for p in mds.peers.values() {
                 p.ch.conn.close();
             }
-            bail!(
-                "lost the primary role (epoch {}, {} manager): stopping, so as to \
-                 acknowledge nothing more",
-                r.epoch,
-                r.kind
-            );
+            let domain = mds._domain.clone();
+            // The pool is unmapped and unregistered before the mirror copies into it.
+            drop(mds);
+            return Ok(Ended::LostRole(Listening {
+                domain,
+                addr,
+                cq,
+                acceptor,
+                incoming: rx,
+            }));
         }
         for c in batch.drain(..) {
             mds.on_completion(c);
@@ -256,7 +268,15 @@ pub(crate) fn serve_loop(
     }
     drop(mds);
     let _ = acceptor.join();
-    Ok(())
+    Ok(Ended::Stopped)
+}
+
+/// How serving ended.
+pub(crate) enum Ended {
+    /// Asked to stop.
+    Stopped,
+    /// The primary role was lost: still listening, to mirror the new primary.
+    LostRole(Listening),
 }
 
 pub(crate) fn errno_reply(e: FsError) -> Reply {

@@ -12,12 +12,12 @@ use orion_fabric::FabricConfig;
 use orion_format::{PoolKind, Superblock, SUPERBLOCK_SIZE};
 use orion_meta::{MetaEngine, SystemClock};
 use orion_pmem::{ModeChoice, Pool};
-use tracing::warn;
+use tracing::info;
 
 use crate::follow::{pool_cluster, Follower};
 use crate::primary::open_manager;
 use crate::replies::ReplyTable;
-use crate::server::{hex, serve_loop, Listening};
+use crate::server::{hex, serve_loop, Ended, Listening};
 use crate::{MdsConfig, Ready};
 
 /// Creates and formats an MDS pool (a new cluster).
@@ -79,33 +79,48 @@ pub fn run(
     };
     // Listening first: the address is what the manager records for the primary. The
     // role comes before the pool is recovered (recovery writes to it).
-    let l = Listening::open(&cfg, fabric, &stop)?;
+    let mut l = Listening::open(&cfg, fabric, &stop)?;
     let name = match cfg.name.as_str() {
         "" => format!("mds@{}", l.addr),
         n => n.to_string(),
     };
     let lease = Duration::from_millis(cfg.lease_ms);
-    let manager = open_manager(&cfg.manager, &cluster, lease).context("the cluster manager")?;
-    let follower = Follower {
-        cfg: &cfg,
-        domain: &l.domain,
-        name: &name,
-        addr: &l.addr,
-        lease,
-        stop: &stop,
-        incoming: &l.incoming,
-    };
-    let (role, replies) = match follower.until_primary(Some(manager)) {
-        Ok(Some(taken)) => taken,
-        Ok(None) => return Ok(()), // stopped while mirroring
-        Err(e) => return Err(e),
-    };
-    let pool = Pool::open(&cfg.pool, mode)
-        .with_context(|| format!("opening MDS pool {}", cfg.pool.display()))?;
-    if pool_cluster(&cfg.pool).is_none() {
-        warn!("{} lost its superblock", cfg.pool.display());
+    let mut ready = Some(ready);
+    loop {
+        let manager = open_manager(&cfg.manager, &cluster, lease).context("the cluster manager")?;
+        let follower = Follower {
+            cfg: &cfg,
+            domain: &l.domain,
+            name: &name,
+            addr: &l.addr,
+            lease,
+            stop: &stop,
+            incoming: &l.incoming,
+        };
+        let Some((role, replies)) = follower.until_primary(Some(manager))? else {
+            return Ok(()); // stopped while mirroring
+        };
+        let pool = Pool::open(&cfg.pool, mode)
+            .with_context(|| format!("opening MDS pool {}", cfg.pool.display()))?;
+        // Only the first term says "ready" (what starters wait for); later ones log.
+        let said = ready.take();
+        let announce = |r: &Ready| match said {
+            Some(f) => f(r),
+            None => info!("serving again: {}", r.describe),
+        };
+        match serve_loop(
+            cfg.clone(),
+            pool,
+            l,
+            Some(role),
+            replies,
+            stop.clone(),
+            announce,
+        )? {
+            Ended::Stopped => return Ok(()),
+            Ended::LostRole(again) => l = again,
+        }
     }
-    serve_loop(cfg, pool, l, Some(role), replies, stop, ready)
 }
 
 /// [`run`] on a pool the caller mapped (the cluster simulator's crash-recorded pool),
@@ -141,7 +156,10 @@ pub fn serve(
         ),
     };
     let l = Listening::open(&cfg, fabric, &stop)?;
-    serve_loop(cfg, pool, l, None, ReplyTable::default(), stop, ready)
+    match serve_loop(cfg, pool, l, None, ReplyTable::default(), stop, ready)? {
+        Ended::Stopped => Ok(()),
+        Ended::LostRole(_) => bail!("an MDS without a cluster manager lost a role it never had"),
+    }
 }
 
 fn check_config(cfg: &MdsConfig) -> Result<()> {
