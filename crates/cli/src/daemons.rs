@@ -54,7 +54,7 @@ impl Common {
 pub struct ClientFlags {
     #[command(flatten)]
     pub common: Common,
-    /// The MDS (host:port).
+    /// The MDS (host:port; the primary and its mirror, comma-separated).
     #[arg(long)]
     pub mds: Option<String>,
     /// Weak data consistency (commit without waiting for the stores; fsync flushes).
@@ -158,6 +158,20 @@ pub struct MdsArgs {
     /// Data stores per replication group (every page is written to each).
     #[arg(long)]
     pub replicas: Option<u16>,
+    /// The cluster manager that says which MDS is primary: "embedded:HOST:PORT" or
+    /// "etcd:HOST:PORT[,...]". With one, this MDS mirrors the primary until it takes
+    /// the role.
+    #[arg(long)]
+    pub manager: Option<String>,
+    /// This MDS's name for the manager (unique in the cluster).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// The cluster's name for the manager (a mirror without a pool needs it).
+    #[arg(long)]
+    pub cluster: Option<String>,
+    /// The primary's lease in milliseconds (the fail-over takes about this long).
+    #[arg(long)]
+    pub lease_ms: Option<u64>,
 }
 
 #[derive(Args, Debug)]
@@ -172,7 +186,7 @@ pub struct DsArgs {
     /// Its index among the group's replicas (0 to replicas - 1).
     #[arg(long)]
     pub index: Option<u16>,
-    /// The MDS to join (host:port).
+    /// The MDS to join (host:port; the primary and its mirror, comma-separated).
     #[arg(long)]
     pub mds: Option<String>,
 }
@@ -191,6 +205,18 @@ pub fn mds(a: MdsArgs) -> Result<()> {
     let m = &mut c.mds;
     if let Some(r) = a.replicas {
         m.replicas = r;
+    }
+    if let Some(v) = a.manager {
+        m.manager = v;
+    }
+    if let Some(v) = a.name {
+        m.name = v;
+    }
+    if let Some(v) = a.cluster {
+        m.cluster = v;
+    }
+    if let Some(v) = a.lease_ms {
+        m.lease_ms = v;
     }
     if m.replicas == 0 {
         bail!("replicas must be at least 1");

@@ -24,6 +24,7 @@ mod procs;
 mod signals;
 mod status;
 mod up;
+mod up_mds;
 
 #[derive(Parser)]
 #[command(
@@ -474,14 +475,18 @@ fn run() -> Result<ExitCode> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    // `orion up` talks to its user itself, and logs (its cluster manager's) to a file
+    // in its state directory once it knows it (`up::log_to`).
+    if std::env::args().nth(1).as_deref() != Some("up") {
+        tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            )
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init();
+    }
     match run() {
         Ok(c) => c,
         Err(e) => {

@@ -5,6 +5,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -12,6 +13,10 @@ use anyhow::{bail, Context, Result};
 pub struct Daemon {
     child: Child,
     pub name: String,
+    /// Its stdout, line by line (read on a thread of its own).
+    lines: mpsc::Receiver<String>,
+    log: std::path::PathBuf,
+    args: Vec<String>,
 }
 
 impl Daemon {
@@ -20,6 +25,14 @@ impl Daemon {
     /// group, so a Ctrl-C in the terminal reaches only this process, which stops the
     /// children in order; it is also told to stop if this process dies.
     pub fn spawn(name: &str, args: &[String], log: &Path) -> Result<(Daemon, String)> {
+        let mut d = Daemon::start(name, args, log)?;
+        let line = d.wait_ready()?;
+        Ok((d, line))
+    }
+
+    /// [`Daemon::spawn`] without waiting: an MDS that starts as a mirror prints its
+    /// ready line only once it takes the primary role.
+    pub fn start(name: &str, args: &[String], log: &Path) -> Result<Daemon> {
         let exe = std::env::current_exe().context("locating the orion binary")?;
         // Appended to: a daemon restarted by `orion up` keeps its earlier log.
         let err = std::fs::OpenOptions::new()
@@ -39,22 +52,43 @@ impl Daemon {
         crate::signals::detach_and_die_with_parent(&mut cmd);
         let mut child = cmd.spawn().with_context(|| format!("starting {name}"))?;
         let out = child.stdout.take().expect("piped");
-        let mut d = Daemon {
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Daemon {
             child,
             name: name.to_string(),
-        };
-        let mut line = String::new();
-        BufReader::new(out).read_line(&mut line)?;
-        if !line.contains("ready") {
-            d.stop(Duration::from_secs(2));
-            let log_text = std::fs::read_to_string(log).unwrap_or_default();
-            bail!(
-                "{name} did not start (orion {}):\n{}",
-                args.join(" "),
-                log_text.trim_end()
-            );
+            lines,
+            log: log.to_path_buf(),
+            args: args.to_vec(),
+        })
+    }
+
+    /// Waits for the ready line; an error (with the log) if the process ends first.
+    pub fn wait_ready(&mut self) -> Result<String> {
+        match self.lines.recv() {
+            Ok(line) if line.contains("ready") => Ok(line.trim_end().to_string()),
+            _ => {
+                self.stop(Duration::from_secs(2));
+                let log_text = std::fs::read_to_string(&self.log).unwrap_or_default();
+                bail!(
+                    "{} did not start (orion {}):\n{}",
+                    self.name,
+                    self.args.join(" "),
+                    log_text.trim_end()
+                );
+            }
         }
-        Ok((d, line.trim_end().to_string()))
+    }
+
+    /// Its ready line, if it printed one since the last call.
+    pub fn ready_now(&mut self) -> Option<String> {
+        self.lines.try_iter().find(|l| l.contains("ready"))
     }
 
     pub fn pid(&self) -> u32 {

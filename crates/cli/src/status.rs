@@ -32,12 +32,22 @@ pub struct StatusArgs {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct UpState {
     pub fabric: FabricSection,
+    /// The MDS that took the primary role first.
     pub mds: Proc,
+    /// Every MDS (the primary and its mirror), in start order.
+    #[serde(default)]
+    pub mdss: Vec<Proc>,
+    /// The cluster manager ("embedded:ADDR"; empty without a mirror).
+    #[serde(default)]
+    pub manager: String,
     pub stores: Vec<StoreProc>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Proc {
+    /// Its name for the cluster manager (an MDS of a mirrored cluster).
+    #[serde(default)]
+    pub name: String,
     pub addr: String,
     pub pid: u32,
 }
@@ -55,6 +65,17 @@ impl UpState {
         state_dir.join("cluster.json")
     }
 
+    pub fn load(state_dir: &Path) -> Result<UpState> {
+        let path = Self::path(state_dir);
+        let text = std::fs::read(&path).with_context(|| {
+            format!(
+                "reading {} (is an `orion up` using that directory?)",
+                path.display()
+            )
+        })?;
+        serde_json::from_slice(&text).with_context(|| format!("{} is damaged", path.display()))
+    }
+
     /// Writes it whole, then renames it over the old one.
     pub fn save(&self, state_dir: &Path) -> Result<()> {
         let path = Self::path(state_dir);
@@ -66,13 +87,29 @@ impl UpState {
 #[derive(Debug, Serialize)]
 struct Report {
     epoch: Option<u32>,
+    /// The cluster manager, if the MDS has a mirror.
+    manager: Option<ManagerRow>,
     mds: Vec<MdsRow>,
     stores: Vec<StoreRow>,
 }
 
 #[derive(Debug, Serialize)]
+struct ManagerRow {
+    kind: String,
+    addr: String,
+    /// The primary's term, its name, and what is left of its lease.
+    epoch: Option<u64>,
+    holder: Option<String>,
+    lease_left_ms: Option<u64>,
+    /// The MDSs that may take the role (the primary, and its mirror when in sync).
+    eligible: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
 struct MdsRow {
-    role: &'static str,
+    name: String,
+    /// primary, mirror (in sync: may take over), catching-up, or down.
+    role: String,
     addr: String,
     pid: Option<u32>,
     state: String,
@@ -89,26 +126,68 @@ struct StoreRow {
 }
 
 pub fn status(a: StatusArgs) -> Result<()> {
-    let (fabric, mds_addr, up) = match (&a.dir, &a.config) {
+    let (fabric, mds_addr, up, manager_spec, cluster) = match (&a.dir, &a.config) {
         (Some(dir), _) => {
-            let path = UpState::path(dir);
-            let text = std::fs::read(&path).with_context(|| {
-                format!(
-                    "reading {} (is an `orion up` using that directory?)",
-                    path.display()
-                )
-            })?;
-            let up: UpState = serde_json::from_slice(&text)
-                .with_context(|| format!("{} is damaged", path.display()))?;
-            (up.fabric.clone(), up.mds.addr.clone(), Some(up))
+            let up = UpState::load(dir)?;
+            let m = Some(up.manager.clone());
+            let cluster = crate::up_mds::CLUSTER.to_string();
+            (up.fabric.clone(), up.mds.addr.clone(), Some(up), m, cluster)
         }
         (None, config) => {
             let c = crate::config::Config::load(config.as_deref())?;
-            (c.fabric.clone(), c.client.mds.clone(), None)
+            let m = Some(c.mds.manager.clone());
+            (
+                c.fabric.clone(),
+                c.client.mds.clone(),
+                None,
+                m,
+                c.mds.cluster.clone(),
+            )
         }
     };
+    // The MDSs: those `orion up` started, or the config's `mds` addresses.
+    let mdss: Vec<Proc> = match up.as_ref().filter(|u| !u.mdss.is_empty()) {
+        Some(u) => u.mdss.clone(),
+        None => orion_proto::mds_addresses(&mds_addr)
+            .into_iter()
+            .map(|addr| Proc {
+                addr,
+                ..Default::default()
+            })
+            .collect(),
+    };
+    let manager = manager_spec
+        .as_deref()
+        .filter(|m| !m.is_empty())
+        .map(|spec| {
+            let (kind, addr) = spec.split_once(':').unwrap_or(("?", spec));
+            let mut row = ManagerRow {
+                kind: kind.into(),
+                addr: addr.into(),
+                epoch: None,
+                holder: None,
+                lease_left_ms: None,
+                eligible: Vec::new(),
+            };
+            match orion_mds::primary::open_manager(spec, &cluster, Duration::from_secs(8)) {
+                Ok(mut m) => {
+                    if let Ok(Some(p)) = m.primary() {
+                        row.epoch = Some(p.epoch);
+                        row.holder = Some(p.name);
+                        row.lease_left_ms = p.remaining.map(|d| d.as_millis() as u64);
+                    }
+                    row.eligible = m.eligible().unwrap_or_default();
+                }
+                Err(e) => eprintln!("orion status: the cluster manager at {addr}: {e:#}"),
+            }
+            row
+        });
     let cfg = ClientConfig {
-        mds: mds_addr.clone(),
+        mds: mdss
+            .iter()
+            .map(|m| m.addr.clone())
+            .collect::<Vec<_>>()
+            .join(","),
         name: "orion status".into(),
         reconnect_ms: 1000,
         op_timeout_ms: 3000,
@@ -122,15 +201,47 @@ pub fn status(a: StatusArgs) -> Result<()> {
             .and_then(|u| u.stores.iter().find(|s| s.group == g && s.index == i))
             .map(|s| s.pid)
     };
+    let alive = |pid: u32| {
+        // SAFETY: kill(2) with signal 0 only checks that the process exists.
+        pid != 0 && unsafe { libc::kill(pid as i32, 0) } == 0
+    };
+    let mds_rows = |answered: bool| -> Vec<MdsRow> {
+        mdss.iter()
+            .map(|m| {
+                let pid = (m.pid != 0).then_some(m.pid);
+                let holder = manager.as_ref().and_then(|r| r.holder.as_deref());
+                let in_sync = manager
+                    .as_ref()
+                    .is_some_and(|r| r.eligible.contains(&m.name));
+                let down = pid.is_some_and(|p| !alive(p));
+                let role = match () {
+                    _ if down => "down",
+                    _ if manager.is_none() => "primary",
+                    _ if !m.name.is_empty() && holder == Some(m.name.as_str()) => "primary",
+                    _ if in_sync => "mirror",
+                    _ if m.name.is_empty() => "standby",
+                    _ => "catching-up",
+                };
+                let state = if down || (role == "primary" && !answered) {
+                    "down"
+                } else {
+                    "up"
+                };
+                MdsRow {
+                    name: m.name.clone(),
+                    role: role.into(),
+                    addr: m.addr.clone(),
+                    pid,
+                    state: state.into(),
+                }
+            })
+            .collect()
+    };
     let report = match &map {
         Ok((epoch, stores)) => Report {
             epoch: Some(*epoch),
-            mds: vec![MdsRow {
-                role: "primary",
-                addr: mds_addr.clone(),
-                pid: up.as_ref().map(|u| u.mds.pid),
-                state: "up".into(),
-            }],
+            manager: None,
+            mds: mds_rows(true),
             stores: stores
                 .iter()
                 .map(|s| StoreRow {
@@ -149,12 +260,8 @@ pub fn status(a: StatusArgs) -> Result<()> {
         },
         Err(_) => Report {
             epoch: None,
-            mds: vec![MdsRow {
-                role: "primary",
-                addr: mds_addr.clone(),
-                pid: up.as_ref().map(|u| u.mds.pid),
-                state: "down".into(),
-            }],
+            manager: None,
+            mds: mds_rows(false),
             // What `orion up` started, in a state nobody can tell without the MDS.
             stores: up
                 .iter()
@@ -170,6 +277,7 @@ pub fn status(a: StatusArgs) -> Result<()> {
                 .collect(),
         },
     };
+    let report = Report { manager, ..report };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -186,10 +294,28 @@ fn print_table(r: &Report) {
         Some(e) => println!("epoch {e}"),
         None => println!("epoch unknown"),
     }
+    if let Some(m) = &r.manager {
+        let holder = match (&m.holder, m.epoch, m.lease_left_ms) {
+            (Some(h), Some(e), Some(ms)) => format!("{h} holds epoch {e}, {ms} ms of lease left"),
+            (Some(h), Some(e), None) => format!("{h} holds epoch {e}"),
+            _ => "no primary".into(),
+        };
+        println!(
+            "manager {} at {}: {holder}; may take over: {}",
+            m.kind,
+            m.addr,
+            if m.eligible.is_empty() {
+                "-".to_string()
+            } else {
+                m.eligible.join(", ")
+            }
+        );
+    }
     let pid = |p: Option<u32>| p.map(|p| p.to_string()).unwrap_or_else(|| "-".into());
     for m in &r.mds {
         println!(
-            "mds   {:<8} {:<22} pid {:<8} {}",
+            "mds   {:<6} {:<11} {:<22} pid {:<8} {}",
+            m.name,
             m.role,
             m.addr,
             pid(m.pid),

@@ -20,7 +20,8 @@ use clap::Args;
 
 use crate::procs::{listen_addr, Daemon};
 use crate::signals::stop_flag;
-use crate::status::{Proc, StoreProc, UpState};
+use crate::status::{StoreProc, UpState};
+use crate::up_mds;
 
 /// Replication groups `orion up` starts.
 const GROUPS: u16 = 2;
@@ -58,6 +59,10 @@ pub struct UpArgs {
     /// libfabric provider (with --backend libfabric).
     #[arg(long, default_value = "tcp;ofi_rxm")]
     pub provider: String,
+    /// One MDS, without a mirror and without the cluster manager (by default a
+    /// mirror takes over within about a second when the primary dies).
+    #[arg(long)]
+    pub no_mirror: bool,
     /// Start the daemons, then exit at once leaving nothing running (a smoke test of
     /// the setup; used by the tests).
     #[arg(long, hide = true)]
@@ -101,6 +106,7 @@ pub fn up(a: UpArgs) -> Result<()> {
     std::fs::create_dir_all(state.join("logs"))
         .with_context(|| format!("creating the state directory {}", state.display()))?;
     let state = state.canonicalize()?;
+    log_to(&state.join("logs").join("up.log"))?;
     let pools = a.pools.clone().unwrap_or_else(|| default_pool_dir(&state));
     std::fs::create_dir_all(&pools)
         .with_context(|| format!("creating the pool directory {}", pools.display()))?;
@@ -152,8 +158,13 @@ pub fn up(a: UpArgs) -> Result<()> {
         "--secret-file".into(),
         secret.display().to_string(),
     ];
-    let serve = |what: &str, pool: &Path, size: &str| -> Vec<String> {
-        let mut v: Vec<String> = vec![what.into(), "--format".into()];
+    // `format`: create the pool if it is missing (not for a mirror: its pool is a copy
+    // of the primary's).
+    let serve = |what: &str, pool: &Path, size: &str, format: bool| -> Vec<String> {
+        let mut v: Vec<String> = vec![what.into()];
+        if format {
+            v.push("--format".into());
+        }
         v.extend(["--pool".into(), pool.display().to_string()]);
         v.extend(["--pool-size".into(), size.into()]);
         v.extend(["--listen".into(), "127.0.0.1:0".into()]);
@@ -177,17 +188,36 @@ pub fn up(a: UpArgs) -> Result<()> {
     } else {
         "recovering the MDS pool and starting the MDS".to_string()
     });
-    let mut mds_args = serve("mds", &mds_pool, &a.mds_size);
-    mds_args.extend(["--replicas".into(), a.replicas.to_string()]);
-    let (mds, line) = Daemon::spawn("the MDS", &mds_args, &logs.join("mds.log"))?;
-    let mds_addr = listen_addr(&line).context("the MDS's ready line has no address")?;
+    let previous = UpState::load(&state).ok().map(|u| u.mdss);
+    let base = |pool: &Path, format: bool| {
+        let mut v = serve("mds", pool, &a.mds_size, format);
+        v.extend(["--replicas".into(), a.replicas.to_string()]);
+        v
+    };
+    let (mdss, started, primary) = up_mds::start(
+        !a.no_mirror,
+        &state,
+        &pools,
+        &logs,
+        base,
+        fresh,
+        previous.as_deref(),
+    )?;
     done(t, "");
-    rows.push(format!(
-        "  mds    pid {:<7} {:<21} pool {}",
-        mds.pid(),
-        mds_addr,
-        mds_pool.display()
-    ));
+    let mds_addr = mdss.setting.clone();
+    for (k, m) in mdss.starts.iter().enumerate() {
+        let (name, role) = match (mdss.starts.len(), k == primary) {
+            (1, _) => ("mds", ""),
+            (_, true) => (m.name.as_str(), " (primary)"),
+            (_, false) => (m.name.as_str(), " (mirror)"),
+        };
+        rows.push(format!(
+            "  {name:<7}pid {:<7} {:<21} pool {}{role}",
+            m.proc.pid,
+            m.proc.addr,
+            m.pool.display()
+        ));
+    }
     let mut up_state = UpState {
         fabric: crate::config::FabricSection {
             backend: a.backend.clone(),
@@ -195,15 +225,27 @@ pub fn up(a: UpArgs) -> Result<()> {
             secret_file: secret.clone(),
             ..Default::default()
         },
-        mds: Proc {
-            addr: mds_addr.clone(),
-            pid: mds.pid(),
-        },
+        mds: mdss.starts[primary].proc.clone(),
+        mdss: mdss.starts.iter().map(|m| m.proc.clone()).collect(),
+        manager: mdss
+            .manager
+            .as_ref()
+            .map(|m| format!("embedded:{}", m.addr))
+            .unwrap_or_default(),
         stores: Vec::new(),
     };
-    children.push(mds);
-    // How each data store starts (and starts again after it died).
-    let mut restarts: Vec<StoreStart> = Vec::new();
+    let mut restarts: Vec<Restart> = mdss
+        .starts
+        .iter()
+        .enumerate()
+        .map(|(k, m)| Restart {
+            name: m.name.clone(),
+            args: m.args.clone(),
+            log: m.log.clone(),
+            what: Which::Mds(k),
+        })
+        .collect();
+    children.extend(started);
     for (g, i, pool) in &stores {
         let name = store_name(*g, *i, a.replicas);
         let t = step(&if pool.exists() {
@@ -211,7 +253,7 @@ pub fn up(a: UpArgs) -> Result<()> {
         } else {
             format!("formatting {name}'s pool ({}) and starting it", a.ds_size)
         });
-        let mut args = serve("ds", pool, &a.ds_size);
+        let mut args = serve("ds", pool, &a.ds_size, true);
         args.extend([
             "--group".into(),
             g.to_string(),
@@ -233,13 +275,18 @@ pub fn up(a: UpArgs) -> Result<()> {
             addr,
             pool.display()
         ));
+        restarts.push(Restart {
+            name,
+            args,
+            log,
+            what: Which::Store(up_state.stores.len()),
+        });
         up_state.stores.push(StoreProc {
             group: *g,
             index: *i,
             addr,
             pid: ds.pid(),
         });
-        restarts.push(StoreStart { name, args, log });
         children.push(ds);
     }
     up_state.save(&state)?;
@@ -270,8 +317,9 @@ pub fn up(a: UpArgs) -> Result<()> {
     );
     use std::io::Write;
     let _ = std::io::stdout().flush();
-    // Serve until asked to stop, or until the MDS or the mount ends on its own; a
-    // data store that ends starts again after a pause.
+    // Serve until asked to stop, or until the mount ends on its own; an MDS or a data
+    // store that ends starts again after a pause (an MDS as the mirror of the one
+    // that took over).
     let mut failed = None;
     let mut pending: Vec<(Instant, usize)> = Vec::new();
     while !stop.load(std::sync::atomic::Ordering::SeqCst) {
@@ -305,17 +353,34 @@ pub fn up(a: UpArgs) -> Result<()> {
         if let Some(p) = pending.iter().position(|(t, _)| Instant::now() >= *t) {
             let (_, r) = pending.remove(p);
             let s = &restarts[r];
-            match Daemon::spawn(&s.name, &s.args, &s.log) {
+            // An MDS starts again as the mirror: it says ready only if it takes over.
+            let started = match s.what {
+                Which::Mds(_) => Daemon::start(&s.name, &s.args, &s.log).map(|d| (d, None)),
+                Which::Store(_) => {
+                    Daemon::spawn(&s.name, &s.args, &s.log).map(|(d, l)| (d, Some(l)))
+                }
+            };
+            match started {
                 Ok((d, line)) => {
                     eprintln!("orion up: {} started again (pid {})", s.name, d.pid());
-                    let entry = &mut up_state.stores[r];
-                    entry.pid = d.pid();
-                    entry.addr = listen_addr(&line).unwrap_or_default();
+                    match s.what {
+                        Which::Mds(k) => up_state.mdss[k].pid = d.pid(),
+                        Which::Store(k) => {
+                            let entry = &mut up_state.stores[k];
+                            entry.pid = d.pid();
+                            entry.addr = line.as_deref().and_then(listen_addr).unwrap_or_default();
+                        }
+                    }
                     if let Err(e) = up_state.save(&state) {
                         eprintln!("orion up: recording the new pid: {e:#}");
                     }
-                    // Before the mount, so that stopping takes it down before the MDS.
-                    children.insert(1, d);
+                    // Stopped in reverse order: an MDS last, a store before the MDSs,
+                    // both after the mount.
+                    let at = match s.what {
+                        Which::Mds(_) => 0,
+                        Which::Store(_) => up_state.mdss.len().max(1),
+                    };
+                    children.insert(at.min(children.len()), d);
                 }
                 Err(e) => {
                     eprintln!(
@@ -342,11 +407,37 @@ pub fn up(a: UpArgs) -> Result<()> {
     }
 }
 
-/// How `orion up` starts one data store.
-struct StoreStart {
+/// Sends this process's log (its cluster manager's) to `path`, appended to.
+fn log_to(path: &Path) -> Result<()> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("opening the log {}", path.display()))?;
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::sync::Mutex::new(file))
+        .with_ansi(false)
+        .init();
+    Ok(())
+}
+
+/// How `orion up` starts a daemon again after it died.
+struct Restart {
     name: String,
     args: Vec<String>,
     log: PathBuf,
+    what: Which,
+}
+
+/// Which entry of the state file a restarted daemon is.
+#[derive(Clone, Copy)]
+enum Which {
+    Mds(usize),
+    Store(usize),
 }
 
 /// The pool file of replica `index` of group `group` (replica 0 keeps the name of a

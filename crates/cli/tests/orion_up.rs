@@ -225,3 +225,107 @@ fn a_replicated_cluster_loses_a_store_and_the_application_sees_nothing() {
         "the files' pages were compared: {out}"
     );
 }
+
+#[test]
+fn the_primary_mds_dies_and_the_mount_goes_on_through_its_mirror() {
+    let state = tempfile::tempdir().unwrap();
+    let pools = tempfile::tempdir_in("/dev/shm").unwrap();
+    let up = Up::start(state.path(), pools.path());
+    let mnt = up.mnt.clone();
+    let status = || -> serde_json::Value {
+        let o = Command::new(ORION)
+            .args(["status", "--json", "--dir"])
+            .arg(state.path())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    // The mirror catches up before the primary is killed (else it may not take over).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while status()["mds"][1]["role"] != "mirror" {
+        assert!(std::time::Instant::now() < deadline, "{}", status());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let content =
+        |i: usize| -> Vec<u8> { (0..3000 + i * 37).map(|k| (k * 29 + i * 5) as u8).collect() };
+    // A program creating, writing, renaming and appending through the mount while the
+    // primary MDS is killed.
+    const N: usize = 400;
+    let progress = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let writer = {
+        let mnt = mnt.clone();
+        let progress = progress.clone();
+        std::thread::spawn(move || -> Result<Duration, String> {
+            let mut gap = Duration::ZERO;
+            let mut last = std::time::Instant::now();
+            for i in 0..N {
+                let (f, g) = (mnt.join(format!("f{i}")), mnt.join(format!("g{i}")));
+                std::fs::write(&f, content(i)).map_err(|e| format!("writing {i}: {e}"))?;
+                std::fs::rename(&f, &g).map_err(|e| format!("renaming {i}: {e}"))?;
+                let mut a = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&g)
+                    .map_err(|e| format!("opening {i}: {e}"))?;
+                use std::io::Write;
+                a.write_all(b"#")
+                    .map_err(|e| format!("appending {i}: {e}"))?;
+                gap = gap.max(last.elapsed());
+                last = std::time::Instant::now();
+                progress.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            Ok(gap)
+        })
+    };
+    while progress.load(std::sync::atomic::Ordering::Relaxed) < N / 4 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // SAFETY: kill(2) on a pid this test's child started.
+    unsafe { libc::kill(up.pid("mds-a"), libc::SIGKILL) };
+    let gap = writer.join().unwrap().expect("the program saw an error");
+    println!("longest gap between two iterations through the mount: {gap:?}");
+    assert!(
+        gap > Duration::from_millis(100),
+        "the kill came while it ran: {gap:?}"
+    );
+    for i in 0..N {
+        let mut want = content(i);
+        want.push(b'#');
+        let back = std::fs::read(mnt.join(format!("g{i}"))).expect("reading a file back");
+        assert!(back == want, "file g{i} differs");
+        assert!(!mnt.join(format!("f{i}")).exists(), "f{i} renamed once");
+    }
+    // mds-b serves; `orion up` starts mds-a again, which mirrors mds-b and catches up.
+    let first = up.pid("mds-a") as i64;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let j = loop {
+        let j = status();
+        let back = j["mds"][0]["pid"].as_i64() != Some(first);
+        if back && j["mds"][0]["role"] == "mirror" && j["mds"][1]["role"] == "primary" {
+            break j;
+        }
+        assert!(std::time::Instant::now() < deadline, "{j}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(j["manager"]["holder"], "mds-b", "{j}");
+    assert!(j["manager"]["epoch"].as_u64() >= Some(2), "{j}");
+    let err = up.stop();
+    assert!(
+        err.contains("mds-a exited"),
+        "orion up said the MDS died: {err}"
+    );
+    assert!(!is_mounted(&mnt));
+    for pool in ["mds.pool", "mds-mirror.pool"] {
+        let o = Command::new(ORION)
+            .args(["fsck", "--pool"])
+            .arg(pools.path().join(pool))
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "fsck {pool}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}

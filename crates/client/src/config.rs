@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClientConfig {
-    /// The metadata server ("host:port").
+    /// The metadata server ("host:port"; the primary and its mirror, comma-separated,
+    /// in any order).
     pub mds: String,
     /// Data consistency (paper §5.3): "strong" commits a write only once every data
     /// store of its group has persisted the pages; "weak" commits at once (fsync then

@@ -19,7 +19,8 @@ pub struct DsConfig {
     pub index: u16,
     /// Address to listen on for clients ("host:port"; port 0 picks a free one).
     pub listen: String,
-    /// The metadata server to join.
+    /// The metadata server to join ("host:port"; the primary and its mirror,
+    /// comma-separated).
     pub mds: String,
 }
 

@@ -12,7 +12,7 @@
 //! `acquire NAME ADDR TTL_MS` → `ok EPOCH` | `held` | `ineligible`; `renew EPOCH
 //! TTL_MS` → `ok` | `lost`; `eligible EPOCH NAME,NAME` (or `-`) → `ok` | `lost`;
 //! `eligible` → `eligible NAMES`;
-//! `primary` → `primary EPOCH NAME ADDR` | `none`; `resign EPOCH` → `ok`; anything else
+//! `primary` → `primary EPOCH NAME ADDR REMAINING_MS` | `none`; `resign EPOCH` → `ok`; anything else
 //! → `error WHY`. Leases run by the service's clock from when it read the request; the
 //! holder's [`Term::expires`] runs from before it sent it, so it ends first.
 
@@ -100,6 +100,7 @@ impl State {
                     name: name.to_string(),
                     addr: addr.to_string(),
                     epoch,
+                    remaining: None,
                 };
                 info!("{name} at {addr} is the primary, epoch {epoch}");
                 self.held = Some(Held {
@@ -164,8 +165,11 @@ impl State {
             }),
             ["primary"] => match self.current(now) {
                 Some(h) => format!(
-                    "primary {} {} {}",
-                    h.primary.epoch, h.primary.name, h.primary.addr
+                    "primary {} {} {} {}",
+                    h.primary.epoch,
+                    h.primary.name,
+                    h.primary.addr,
+                    h.until.saturating_duration_since(now).as_millis()
                 ),
                 None => "none".into(),
             },
@@ -423,12 +427,13 @@ impl Manager for EmbeddedManager {
         }
         let f: Vec<&str> = answer.split_whitespace().collect();
         match f.as_slice() {
-            ["primary", e, name, addr] => Ok(Some(Primary {
+            ["primary", e, name, addr, ms] => Ok(Some(Primary {
                 epoch: e
                     .parse()
                     .map_err(|_| anyhow!("the cluster manager answered {answer:?}"))?,
                 name: name.to_string(),
                 addr: addr.to_string(),
+                remaining: ms.parse().ok().map(Duration::from_millis),
             })),
             _ => bail!("the cluster manager answered {answer:?}"),
         }

@@ -107,6 +107,7 @@ fn parse_primary(v: &[u8]) -> Result<Primary> {
             epoch: e.parse().context("the primary record's epoch")?,
             name: name.to_string(),
             addr: addr.to_string(),
+            remaining: None,
         }),
         _ => bail!("the primary record {text:?} is not \"epoch name addr\""),
     }
@@ -247,10 +248,16 @@ impl Manager for EtcdManager {
             "reading the primary",
             client.get(self.primary_key.clone(), None),
         )?;
-        got.kvs()
-            .first()
-            .map(|kv| parse_primary(kv.value()))
-            .transpose()
+        let Some(kv) = got.kvs().first() else {
+            return Ok(None);
+        };
+        let mut p = parse_primary(kv.value())?;
+        let lease = kv.lease();
+        // What is left of the holder's lease (informative: a failed ask leaves it out).
+        if let Ok(t) = self.call("reading the lease", client.lease_time_to_live(lease, None)) {
+            p.remaining = (t.ttl() >= 0).then(|| Duration::from_secs(t.ttl() as u64));
+        }
+        Ok(Some(p))
     }
 
     fn resign(&mut self, term: Term) -> Result<()> {

@@ -27,6 +27,9 @@ pub struct Primary {
     pub addr: String,
     /// The epoch it serves under: every fail-over takes a higher one.
     pub epoch: u64,
+    /// How long its lease lasts without a renewal, as the manager sees it now (for
+    /// `orion status`; not compared).
+    pub remaining: Option<Duration>,
 }
 
 /// The primary role as its holder sees it.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use orion_manager::embedded::{EmbeddedManager, EmbeddedServer};
 use orion_manager::etcd::EtcdManager;
 use orion_manager::etcd_server::EtcdServer;
-use orion_manager::{Manager, Primary};
+use orion_manager::Manager;
 
 /// Long enough that a renewal every 200 ms keeps it on a loaded 2-CPU machine.
 const TTL: Duration = Duration::from_secs(2);
@@ -32,12 +32,13 @@ fn one_primary_at_a_time(a: &mut dyn Manager, b: &mut dyn Manager) {
     // B is a mirror in sync: A says it may take over.
     assert!(a.set_eligible(&term, &["mds-a", "mds-b"]).unwrap());
     assert_eq!(b.eligible().unwrap(), vec!["mds-a", "mds-b"]);
-    let want = Primary {
-        name: "mds-a".into(),
-        addr: "10.0.0.1:7410".into(),
-        epoch: 1,
-    };
-    assert_eq!(b.primary().unwrap(), Some(want));
+    let p = b.primary().unwrap().expect("a primary");
+    assert_eq!(
+        (p.name.as_str(), p.addr.as_str(), p.epoch),
+        ("mds-a", "10.0.0.1:7410", 1)
+    );
+    let left = p.remaining.expect("what is left of the lease");
+    assert!(left <= TTL, "{left:?}");
     // While A renews, B cannot take the role, for longer than the lease.
     let t0 = Instant::now();
     while t0.elapsed() < TTL * 3 {

@@ -1,0 +1,178 @@
+//! `orion up`'s metadata servers. By default two: a primary and its mirror (Orion
+//! §3.1), under the embedded cluster manager, which runs inside `orion up` itself (a
+//! process that outlives them; its epoch file is in the state directory). Each MDS
+//! keeps its own port across restarts, so the stores and the mount are given both
+//! addresses once. Whichever takes the role says ready; the other mirrors it, and an
+//! MDS that dies starts again (as the mirror of the one that took over).
+//!
+//! With `--no-mirror` there is one MDS and no manager, as before the mirror existed.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use orion_manager::embedded::EmbeddedServer;
+
+use crate::procs::{listen_addr, Daemon};
+use crate::status::Proc;
+
+/// The name the manager knows `orion up`'s cluster by.
+pub const CLUSTER: &str = "orion-up";
+/// The primary's lease: a fail-over on this host takes about this long.
+pub const LEASE_MS: u64 = 1000;
+
+/// How one MDS starts (and starts again).
+pub struct MdsStart {
+    pub name: String,
+    pub args: Vec<String>,
+    pub log: std::path::PathBuf,
+    pub proc: Proc,
+    pub pool: std::path::PathBuf,
+}
+
+/// The MDSs as started, the manager, and what the stores and the mount are told.
+pub struct Mdss {
+    pub manager: Option<EmbeddedServer>,
+    pub starts: Vec<MdsStart>,
+    /// The `mds` setting of stores and mounts: every MDS address.
+    pub setting: String,
+}
+
+/// A free loopback port (bound, then released for the MDS to take).
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Starts the MDSs; returns them with the first one's ready line seen (the primary's).
+pub fn start(
+    mirror: bool,
+    state: &Path,
+    pools: &Path,
+    logs: &Path,
+    base: impl Fn(&Path, bool) -> Vec<String>,
+    fresh: bool,
+    previous: Option<&[Proc]>,
+) -> Result<(Mdss, Vec<Daemon>, usize)> {
+    if !mirror {
+        let pool = pools.join("mds.pool");
+        let args = base(&pool, true);
+        let log = logs.join("mds.log");
+        let (d, line) = Daemon::spawn("the MDS", &args, &log)?;
+        let addr = listen_addr(&line).context("the MDS's ready line has no address")?;
+        let proc = Proc {
+            name: String::new(),
+            addr: addr.clone(),
+            pid: d.pid(),
+        };
+        let start = MdsStart {
+            name: "the MDS".into(),
+            args,
+            log,
+            proc,
+            pool,
+        };
+        return Ok((
+            Mdss {
+                manager: None,
+                starts: vec![start],
+                setting: addr,
+            },
+            vec![d],
+            0,
+        ));
+    }
+    let epoch_file = state.join("manager.epoch");
+    let mirror_pool = pools.join("mds-mirror.pool");
+    if !fresh && !epoch_file.exists() && mirror_pool.exists() {
+        // Without the manager's record of who was last in sync, the MDS pool is the
+        // authority; the mirror's is copied anew from it.
+        eprintln!(
+            "orion up: {} is missing: {} is taken as the file system, and the mirror \
+             copies it again",
+            epoch_file.display(),
+            pools.join("mds.pool").display()
+        );
+        std::fs::remove_file(&mirror_pool)
+            .with_context(|| format!("removing {}", mirror_pool.display()))?;
+    }
+    let manager = EmbeddedServer::start("127.0.0.1:0", &epoch_file)
+        .context("starting the embedded cluster manager")?;
+    let mut starts = Vec::new();
+    for (k, (name, pool)) in [("mds-a", pools.join("mds.pool")), ("mds-b", mirror_pool)]
+        .into_iter()
+        .enumerate()
+    {
+        let port = match previous.and_then(|p| p.get(k)) {
+            Some(p) => p.addr.rsplit(':').next().and_then(|x| x.parse().ok()),
+            None => None,
+        };
+        let addr = format!("127.0.0.1:{}", port.map_or_else(free_port, Ok)?);
+        let mut args = base(&pool, k == 0);
+        let at = args.iter().position(|a| a == "--listen").expect("--listen") + 1;
+        args[at] = addr.clone();
+        args.extend([
+            "--manager".into(),
+            format!("embedded:{}", manager.addr),
+            "--name".into(),
+            name.into(),
+            "--cluster".into(),
+            CLUSTER.into(),
+            "--lease-ms".into(),
+            LEASE_MS.to_string(),
+        ]);
+        let log = logs.join(format!("{name}.log"));
+        starts.push(MdsStart {
+            name: name.into(),
+            args,
+            log,
+            proc: Proc {
+                name: name.into(),
+                addr,
+                pid: 0,
+            },
+            pool,
+        });
+    }
+    let mut children = Vec::new();
+    for s in &mut starts {
+        let d = Daemon::start(&s.name, &s.args, &s.log)?;
+        s.proc.pid = d.pid();
+        children.push(d);
+    }
+    let setting = starts
+        .iter()
+        .map(|s| s.proc.addr.clone())
+        .collect::<Vec<_>>()
+        .join(",");
+    // The first to say ready holds the role.
+    let t0 = std::time::Instant::now();
+    let primary = loop {
+        if let Some(k) = children.iter_mut().position(|d| d.ready_now().is_some()) {
+            break k;
+        }
+        if children.iter_mut().all(|d| d.exited().is_some()) {
+            let logs: Vec<String> = starts
+                .iter()
+                .map(|s| std::fs::read_to_string(&s.log).unwrap_or_default())
+                .collect();
+            anyhow::bail!("neither MDS started:\n{}", logs.join("\n"));
+        }
+        if t0.elapsed() > std::time::Duration::from_secs(120) {
+            anyhow::bail!(
+                "no MDS took the primary role within 2 minutes (logs in {})",
+                logs.display()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    Ok((
+        Mdss {
+            manager: Some(manager),
+            starts,
+            setting,
+        },
+        children,
+        primary,
+    ))
+}
