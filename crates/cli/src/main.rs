@@ -75,6 +75,17 @@ enum Cmd {
     /// What a cluster is doing: its epoch, the MDS, every data store with its state
     /// and resync progress (from `--dir` of an `orion up`, or `--config`).
     Status(status::StatusArgs),
+    /// Run the embedded cluster manager of a one-host cluster (foreground; `orion up`
+    /// runs one itself): MDSs started with `--manager embedded:ADDR` ask it who is
+    /// primary. Real clusters use etcd (`--manager etcd:HOST:PORT,...`).
+    Manager {
+        /// host:port to listen on.
+        #[arg(long, default_value = "127.0.0.1:7400")]
+        listen: String,
+        /// Where it keeps the last epoch and who may take over (created if missing).
+        #[arg(long)]
+        dir: PathBuf,
+    },
     /// Mount the file system at a directory (FUSE; foreground: SIGTERM/SIGINT unmount).
     Mount(mount_cmd::MountArgs),
     /// Unmount a mount point, or clean up one left by a crashed `orion mount`.
@@ -289,6 +300,23 @@ fn run() -> Result<ExitCode> {
         }
         Cmd::Status(a) => {
             status::status(a)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Manager { listen, dir } => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            let stop = signals::stop_flag().context("installing signal handlers")?;
+            let server = orion_manager::embedded::EmbeddedServer::start(
+                &listen,
+                &dir.join("manager.epoch"),
+            )?;
+            daemons::announce(format!(
+                "orion manager ready: listening on {} (state in {})",
+                server.addr,
+                dir.display()
+            ));
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Mount(a) => {
