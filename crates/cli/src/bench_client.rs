@@ -8,21 +8,12 @@
 //! strong mode, an external client in weak mode, and an internal client with
 //! optimistic persistence (small writes staged and committed in batches).
 
-use std::path::Path;
-
-use anyhow::{anyhow, bail, Context, Result};
-use orion_client::{Client, ClientConfig, OpenFlags};
-use orion_fabric::{Backend, FabricConfig, Secret};
+use anyhow::{anyhow, Result};
+use orion_client::{Client, OpenFlags};
 use orion_meta::{SetAttrReq, TimeSet};
 
+use crate::bench_cluster::BenchCluster;
 use crate::bench_fabric::{measure, Lat};
-use crate::procs::{listen_addr, Daemon};
-
-fn spawn(args: &[String], log: &Path) -> Result<(Daemon, String)> {
-    let (d, line) = Daemon::spawn(&format!("orion {}", args[0]), args, log)?;
-    let addr = listen_addr(&line).ok_or_else(|| anyhow!("no address in {line:?}"))?;
-    Ok((d, addr))
-}
 
 struct Rows(Vec<(&'static str, Lat)>);
 
@@ -155,163 +146,16 @@ fn bench_one(c: &Client, tag: &str, iters: usize) -> Result<Rows> {
     Ok(Rows(rows))
 }
 
-/// An MDS and one replication group of data stores started for a benchmark, stopped
-/// (by PID) when dropped: the stores first, then the MDS.
-pub struct BenchCluster {
-    pub mds_addr: String,
-    pub fabric: FabricConfig,
-    /// `--backend`, `--provider` and `--secret-file` for further `orion` processes.
-    pub common_args: Vec<String>,
-    /// Each store's arguments, log, and process while it runs.
-    stores: Vec<(Vec<String>, std::path::PathBuf, Option<Daemon>)>,
-    _mds: Daemon,
-    _dir: tempfile::TempDir,
-}
-
-impl BenchCluster {
-    pub fn start(backend: &str, provider: &str) -> Result<BenchCluster> {
-        Self::start_replicated(backend, provider, 1)
-    }
-
-    /// With `replicas` data stores in the group.
-    pub fn start_replicated(backend: &str, provider: &str, replicas: u16) -> Result<BenchCluster> {
-        Self::start_with(backend, provider, replicas, "volatile")
-    }
-
-    /// With `replicas` data stores in the group, on pools of `store_mode`.
-    pub fn start_with(
-        backend: &str,
-        provider: &str,
-        replicas: u16,
-        store_mode: &str,
-    ) -> Result<BenchCluster> {
-        let fabric_backend = match backend {
-            "local" => Backend::Local,
-            "tcp" | "libfabric" => Backend::Libfabric,
-            other => bail!("backend {other:?}: expected local or tcp"),
-        };
-        let dir = tempfile::Builder::new()
-            .prefix("orion-bench")
-            .tempdir_in("/dev/shm")
-            .context("a directory in /dev/shm")?;
-        let secret_path = dir.path().join("secret");
-        let secret = Secret::generate();
-        std::fs::write(&secret_path, secret.expose())?;
-        let be = if backend == "local" {
-            "local"
-        } else {
-            "libfabric"
-        };
-        let p = |x: &Path| x.display().to_string();
-        let common_args: Vec<String> = vec![
-            "--backend".into(),
-            be.into(),
-            "--provider".into(),
-            provider.into(),
-            "--secret-file".into(),
-            p(&secret_path),
-        ];
-        let serve = |what: &str, size: &str, pool: &str| -> Vec<String> {
-            let mut v: Vec<String> = [what, "--format", "--pool-size", size]
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
-            v.extend(["--listen".into(), "127.0.0.1:0".into()]);
-            v.extend(["--pool".into(), p(&dir.path().join(pool))]);
-            v.extend(common_args.iter().cloned());
-            v
-        };
-        let mut mds_args = serve("mds", "256M", "mds.pool");
-        mds_args.extend(["--replicas".into(), replicas.to_string()]);
-        let (mds, mds_addr) = spawn(&mds_args, &dir.path().join("mds.log"))?;
-        let mut stores = Vec::new();
-        for i in 0..replicas {
-            let mut ds_args = serve("ds", "1G", &format!("ds0.{i}.pool"));
-            ds_args.extend([
-                "--mds".into(),
-                mds_addr.clone(),
-                "--index".into(),
-                i.to_string(),
-                "--pool-mode".into(),
-                store_mode.into(),
-            ]);
-            let log = dir.path().join(format!("ds0.{i}.log"));
-            let (ds, _) = spawn(&ds_args, &log)?;
-            stores.push((ds_args, log, Some(ds)));
-        }
-        let mut fabric = FabricConfig::new(fabric_backend, secret);
-        fabric.provider = provider.to_string();
-        Ok(BenchCluster {
-            mds_addr,
-            fabric,
-            common_args,
-            stores,
-            _mds: mds,
-            _dir: dir,
-        })
-    }
-
-    /// Kills data store `index` with SIGKILL (a crash), leaving it down.
-    pub fn kill_store(&mut self, index: usize) {
-        if let Some(mut d) = self.stores[index].2.take() {
-            d.kill();
-        }
-    }
-
-    /// Starts data store `index` again from its pool.
-    pub fn restart_store(&mut self, index: usize) -> Result<()> {
-        let (args, log, running) = &mut self.stores[index];
-        if running.is_none() {
-            *running = Some(spawn(args, log)?.0);
-        }
-        Ok(())
-    }
-
-    /// The pool file of data store `index`.
-    pub fn store_pool(&self, index: usize) -> std::path::PathBuf {
-        let args = &self.stores[index].0;
-        let at = args
-            .iter()
-            .position(|a| a == "--pool")
-            .expect("stores have a pool");
-        std::path::PathBuf::from(&args[at + 1])
-    }
-
-    /// The log of data store `index`.
-    pub fn store_log(&self, index: usize) -> String {
-        std::fs::read_to_string(&self.stores[index].1).unwrap_or_default()
-    }
-
-    pub fn client(&self, strong: bool, internal: bool) -> Result<Client> {
-        self.client_with(strong, internal, false)
-    }
-
-    pub fn client_with(&self, strong: bool, internal: bool, optimistic: bool) -> Result<Client> {
-        let cfg = ClientConfig {
-            mds: self.mds_addr.clone(),
-            consistency: if strong { "strong" } else { "weak" }.into(),
-            persistence: if optimistic {
-                "optimistic"
-            } else {
-                "pessimistic"
-            }
-            .into(),
-            internal,
-            ..ClientConfig::default()
-        };
-        Client::connect(cfg, self.fabric.clone()).map_err(|e| anyhow!("client: {e}"))
-    }
-}
-
 pub fn run(
     backend: &str,
     provider: &str,
     iters: usize,
     replicas: u16,
     store_mode: &str,
+    mirror: &str,
     json: bool,
 ) -> Result<()> {
-    let cluster = BenchCluster::start_with(backend, provider, replicas, store_mode)?;
+    let cluster = BenchCluster::start_with(backend, provider, replicas, store_mode, mirror)?;
     let client = |strong: bool, internal: bool| cluster.client(strong, internal);
     let progress = |what: &str| {
         if !json {
@@ -329,7 +173,7 @@ pub fn run(
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     if json {
         println!(
-            "{{\"backend\":\"{backend}\",\"provider\":\"{provider}\",\"iters\":{iters},\"replicas\":{replicas},\"store_mode\":\"{store_mode}\",\
+            "{{\"backend\":\"{backend}\",\"provider\":\"{provider}\",\"iters\":{iters},\"replicas\":{replicas},\"store_mode\":\"{store_mode}\",\"mirror\":\"{mirror}\",\
              \"pools\":\"/dev/shm (volatile: tmpfs emulates NVMM)\",\"kernel\":\"{}\",\
              {},\"external\":{{{}}},\"weak\":{{{}}},\"optimistic\":{{{}}}}}",
             kernel.trim(),
@@ -343,11 +187,15 @@ pub fn run(
     println!(
         "orion bench client: backend {backend}{}, {replicas} data store(s) per group, {iters} \
          ops per row, pools on /dev/shm (tmpfs emulates NVMM, as in the paper; the stores' \
-         pool mode: {store_mode}), latencies in µs",
+         pool mode: {store_mode}), {}, latencies in µs",
         if backend == "local" {
             String::new()
         } else {
             format!(" ({provider})")
+        },
+        match mirror {
+            "" => "one MDS".to_string(),
+            m => format!("an MDS mirror ({m} manager)"),
         }
     );
     println!(

@@ -16,7 +16,7 @@ use clap::Args;
 use orion_client::{Client, OpenFlags};
 use orion_meta::{SetAttrReq, TimeSet};
 
-use crate::bench_client::BenchCluster;
+use crate::bench_cluster::BenchCluster;
 use crate::daemons::Common;
 
 /// What a worker measures.

@@ -14,7 +14,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
-use crate::bench_client::BenchCluster;
+use crate::bench_cluster::BenchCluster;
 use crate::bench_fabric::{lat, Lat};
 use crate::procs::Daemon;
 

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context, Result};
 use orion_client::{MemberState, OpenFlags};
 
-use crate::bench_client::{xorshift, BenchCluster};
+use crate::bench_client::xorshift;
+use crate::bench_cluster::BenchCluster;
 
 fn fs<T>(r: orion_client::FsResult<T>) -> Result<T> {
     r.map_err(|e| anyhow!("{e}"))

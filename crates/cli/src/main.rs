@@ -10,7 +10,9 @@ use orion_meta::{Clock, LocalFs, SystemClock};
 use orion_pmem::{ModeChoice, Pool};
 
 mod bench_client;
+mod bench_cluster;
 mod bench_fabric;
+mod bench_failover;
 mod bench_local;
 mod bench_mds;
 mod bench_mount;
@@ -147,6 +149,10 @@ enum BenchCmd {
         /// notice) or msync (each store persists and notifies the MDS).
         #[arg(long, default_value = "volatile")]
         store_mode: String,
+        /// An MDS mirror under this cluster manager: embedded or etcd (every update
+        /// goes to the mirror before the primary answers).
+        #[arg(long, default_value = "")]
+        mirror: String,
         #[arg(long)]
         json: bool,
     },
@@ -161,6 +167,20 @@ enum BenchCmd {
         /// MiB written before the kill (what the store copies back).
         #[arg(long, default_value_t = 256)]
         data_mib: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// What the death of the primary MDS costs when it has a mirror: the timeline from
+    /// kill -9 to the mirror serving and the client's throughput back to 90 %.
+    Failover {
+        /// local (same-host shared memory) or tcp (libfabric with --provider).
+        #[arg(long, default_value = "local")]
+        backend: String,
+        #[arg(long, default_value = "tcp;ofi_rxm")]
+        provider: String,
+        /// The cluster manager: embedded or etcd.
+        #[arg(long, default_value = "embedded")]
+        manager: String,
         #[arg(long)]
         json: bool,
     },
@@ -298,6 +318,18 @@ fn run() -> Result<ExitCode> {
             bench_replicas::run(&backend, &provider, data_mib, json)?;
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Bench {
+            which:
+                BenchCmd::Failover {
+                    backend,
+                    provider,
+                    manager,
+                    json,
+                },
+        } => {
+            bench_failover::run(&backend, &provider, &manager, json)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Status(a) => {
             status::status(a)?;
             Ok(ExitCode::SUCCESS)
@@ -388,10 +420,19 @@ fn run() -> Result<ExitCode> {
                     iters,
                     replicas,
                     store_mode,
+                    mirror,
                     json,
                 },
         } => {
-            bench_client::run(&backend, &provider, iters, replicas, &store_mode, json)?;
+            bench_client::run(
+                &backend,
+                &provider,
+                iters,
+                replicas,
+                &store_mode,
+                &mirror,
+                json,
+            )?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Bench {
@@ -458,7 +499,7 @@ fn run() -> Result<ExitCode> {
                     bench_workloads::run(&bench_workloads::Mounted(dir), &o)?
                 }
                 _ => {
-                    let cluster = bench_client::BenchCluster::start("local", "tcp;ofi_rxm")?;
+                    let cluster = bench_cluster::BenchCluster::start("local", "tcp;ofi_rxm")?;
                     let client = cluster.client_with(true, true, optimistic)?;
                     let root = "/bench".to_string();
                     client

@@ -11,7 +11,7 @@
 //! Requests and answers (text, one line each, at most [`MAX_LINE`] bytes):
 //! `acquire NAME ADDR TTL_MS` → `ok EPOCH` | `held` | `ineligible`; `renew EPOCH
 //! TTL_MS` → `ok` | `lost`; `eligible EPOCH NAME,NAME` (or `-`) → `ok` | `lost`;
-//! `eligible` → `eligible NAMES`;
+//! `eligible` → `eligible NAMES`; `end EPOCH` → `ok`;
 //! `primary` → `primary EPOCH NAME ADDR REMAINING_MS` | `none`; `resign EPOCH` → `ok`; anything else
 //! → `error WHY`. Leases run by the service's clock from when it read the request; the
 //! holder's [`Term::expires`] runs from before it sent it, so it ends first.
@@ -173,6 +173,16 @@ impl State {
                 ),
                 None => "none".into(),
             },
+            ["end", epoch] => {
+                let Ok(epoch) = epoch.parse::<u64>() else {
+                    return "error the epoch is not a number".into();
+                };
+                if self.current(now).is_some_and(|h| h.primary.epoch == epoch) {
+                    self.held = None;
+                    info!("the term of epoch {epoch} was ended by its mirror");
+                }
+                "ok".into()
+            }
             ["resign", epoch] => {
                 let Ok(epoch) = epoch.parse::<u64>() else {
                     return "error the epoch is not a number".into();
@@ -453,6 +463,10 @@ impl Manager for EmbeddedManager {
             "lost" => Ok(false),
             other => bail!("the cluster manager answered {other:?}"),
         }
+    }
+
+    fn end_term(&mut self, epoch: u64) -> Result<()> {
+        self.call(&format!("end {epoch}")).map(|_| ())
     }
 
     fn eligible(&mut self) -> Result<Vec<String>> {

@@ -286,6 +286,23 @@ impl Manager for EtcdManager {
             .succeeded())
     }
 
+    fn end_term(&mut self, epoch: u64) -> Result<()> {
+        let mut client = self.client.clone();
+        let got = self.call(
+            "reading the primary",
+            client.get(self.primary_key.clone(), None),
+        )?;
+        let Some(kv) = got.kvs().first() else {
+            return Ok(());
+        };
+        // Only that holder's lease: a later holder's is another.
+        if parse_primary(kv.value())?.epoch == epoch {
+            let lease = kv.lease();
+            self.call("ending the term", client.lease_revoke(lease))?;
+        }
+        Ok(())
+    }
+
     fn eligible(&mut self) -> Result<Vec<String>> {
         let mut client = self.client.clone();
         let got = self.call(

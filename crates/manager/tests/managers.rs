@@ -95,6 +95,19 @@ fn one_primary_at_a_time(a: &mut dyn Manager, b: &mut dyn Manager) {
         .unwrap()
         .unwrap();
     assert_eq!(again.epoch, 4);
+    // Its mirror ends its term at once (it saw the process go): the role is free,
+    // and ending an old epoch's term changes nothing.
+    b.end_term(3).unwrap();
+    assert_eq!(b.primary().unwrap().map(|p| p.epoch), Some(4));
+    b.end_term(4).unwrap();
+    assert_eq!(b.primary().unwrap(), None);
+    let mut again = again;
+    assert!(!a.renew(&mut again).unwrap(), "the ended term learns it");
+    let again = a
+        .try_acquire("mds-a", "10.0.0.1:7410", TTL)
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.epoch, 5);
     a.resign(again).unwrap();
     // Bad input is refused, not recorded.
     assert!(a.try_acquire("two words", "y:1", TTL).is_err());
@@ -131,7 +144,7 @@ fn the_embedded_manager_keeps_one_primary_at_a_time_and_its_epochs_across_restar
     // act on its term until then (and renews into "lost").
     let mut d = connect();
     let mut held = d.try_acquire("mds-a", "h:4", TTL).unwrap().unwrap();
-    assert_eq!(held.epoch, 5);
+    assert_eq!(held.epoch, 6);
     drop(server);
     let restarted = Instant::now();
     let server = EmbeddedServer::start("127.0.0.1:0", &file).unwrap();
@@ -150,7 +163,7 @@ fn the_embedded_manager_keeps_one_primary_at_a_time_and_its_epochs_across_restar
         "a role before the old lease ended"
     );
     assert!(!held.holds(Instant::now()), "two terms at once");
-    assert_eq!(taken.epoch, 6);
+    assert_eq!(taken.epoch, 7);
     let mut d = EmbeddedManager::connect(&server.addr, Duration::from_secs(5)).unwrap();
     assert!(
         !d.renew(&mut held).unwrap(),

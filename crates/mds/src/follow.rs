@@ -94,7 +94,25 @@ impl Follower<'_> {
                 said = Some(p.epoch);
             }
             match self.mirror(&cq, &p, mode, m.as_mut(), &mut replies) {
-                Ok(why) => info!("stopped mirroring {}: {why}", p.name),
+                Ok(Ended::PrimaryGone(why)) => {
+                    info!("stopped mirroring {}: {why}", p.name);
+                    // Its process is gone (its connection reports so): a mirror in sync
+                    // ends its term at once rather than wait out the lease. Even if it
+                    // lives on, it can acknowledge nothing this mirror lacks.
+                    let in_sync = self.pool_whole()
+                        && m.eligible().is_ok_and(|e| e.iter().any(|n| n == self.name));
+                    if in_sync {
+                        match m.end_term(p.epoch) {
+                            Ok(()) => info!(
+                                "ended the term of {} (epoch {}) rather than wait for its \
+                                 lease",
+                                p.name, p.epoch
+                            ),
+                            Err(e) => warn!("ending the term of {}: {e:#}", p.name),
+                        }
+                    }
+                }
+                Ok(Ended::Other(why)) => info!("stopped mirroring {}: {why}", p.name),
                 Err(e) => {
                     debug!("mirroring {} at {}: {e:#}", p.name, p.addr);
                     std::thread::sleep(self.lease / 10);
@@ -130,7 +148,7 @@ impl Follower<'_> {
         mode: ModeChoice,
         manager: &mut dyn Manager,
         replies: &mut ReplyTable,
-    ) -> Result<String> {
+    ) -> Result<Ended> {
         let timeout = (self.lease / 2).max(Duration::from_millis(500));
         let conn = self
             .domain
@@ -218,7 +236,7 @@ impl Follower<'_> {
         epoch: u64,
         manager: &mut dyn Manager,
         replies: &mut ReplyTable,
-    ) -> Result<String> {
+    ) -> Result<Ended> {
         let members_file = self.cfg.pool.with_extension("members");
         let mut turn = Turn::default();
         let mut expect = None;
@@ -228,7 +246,7 @@ impl Follower<'_> {
         let mut next_check = Instant::now();
         loop {
             if self.stop.load(Ordering::Relaxed) {
-                return Ok("stopping".into());
+                return Ok(Ended::Other("stopping".into()));
             }
             batch.clear();
             match cq.wait(&mut batch, 16, Duration::from_millis(20)) {
@@ -241,7 +259,12 @@ impl Follower<'_> {
                 }
                 let (slot, len) = match ch.on_completion(&c) {
                     Event::Done => continue,
-                    Event::Broken(e) => return Ok(format!("the connection ended ({e})")),
+                    Event::Broken(e @ FabricError::PeerGone { .. }) => {
+                        return Ok(Ended::PrimaryGone(format!("the connection ended ({e})")))
+                    }
+                    Event::Broken(e) => {
+                        return Ok(Ended::Other(format!("the connection failed ({e})")))
+                    }
                     Event::Message { slot, len } => (slot, len),
                 };
                 ch.read_message(slot, len, &mut msg)?;
@@ -300,12 +323,22 @@ impl Follower<'_> {
                 next_check = Instant::now() + self.lease / 10;
                 match manager.primary() {
                     Ok(Some(q)) if q.epoch == epoch => {}
-                    Ok(_) => return Ok(format!("the lease of {} (epoch {epoch}) is over", p.name)),
+                    Ok(_) => {
+                        let why = format!("the lease of {} (epoch {epoch}) is over", p.name);
+                        return Ok(Ended::Other(why));
+                    }
                     Err(e) => debug!("asking the cluster manager who is primary: {e:#}"),
                 }
             }
         }
     }
+}
+
+/// Why mirroring a primary ended.
+enum Ended {
+    /// Its connection reports its process gone.
+    PrimaryGone(String),
+    Other(String),
 }
 
 /// A turn of the primary, gathered until its last message.
