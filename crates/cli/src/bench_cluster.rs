@@ -11,7 +11,7 @@ use orion_fabric::{Backend, FabricConfig, Secret};
 use orion_manager::embedded::EmbeddedServer;
 use orion_manager::etcd_server::EtcdServer;
 
-use crate::procs::{listen_addr, Daemon};
+use crate::procs::{free_port, listen_addr, mds_role_args, Daemon};
 
 fn spawn(args: &[String], log: &Path) -> Result<(Daemon, String)> {
     let (d, line) = Daemon::spawn(&format!("orion {}", args[0]), args, log)?;
@@ -53,6 +53,15 @@ pub struct BenchCluster {
     /// they stop.
     pub manager: Option<BenchManager>,
     _dir: tempfile::TempDir,
+}
+
+impl Drop for BenchCluster {
+    /// The stores first, then the MDSs, the last-started (the mirror) first: a
+    /// primary stopped before its mirror would hand it the role on the way out.
+    fn drop(&mut self) {
+        self.stores.clear();
+        while self.mdss.pop().is_some() {}
+    }
 }
 
 impl BenchCluster {
@@ -135,29 +144,12 @@ impl BenchCluster {
                 addr
             }
             Some(m) => {
-                let free = || -> Result<u16> {
-                    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-                        .local_addr()?
-                        .port())
-                };
                 let addrs = [
-                    format!("127.0.0.1:{}", free()?),
-                    format!("127.0.0.1:{}", free()?),
+                    format!("127.0.0.1:{}", free_port()?),
+                    format!("127.0.0.1:{}", free_port()?),
                 ];
-                let with_role = |mut args: Vec<String>, name: &str, addr: &str| {
-                    let at = args.iter().position(|a| a == "--listen").expect("listen") + 1;
-                    args[at] = addr.to_string();
-                    args.extend([
-                        "--manager".into(),
-                        m.spec(),
-                        "--name".into(),
-                        name.into(),
-                        "--cluster".into(),
-                        "bench".into(),
-                        "--lease-ms".into(),
-                        BENCH_LEASE_MS.to_string(),
-                    ]);
-                    args
+                let with_role = |args: Vec<String>, name: &str, addr: &str| {
+                    mds_role_args(args, addr, &m.spec(), name, "bench", BENCH_LEASE_MS)
                 };
                 let (a, _) = spawn(
                     &with_role(mds_args.clone(), "mds-a", &addrs[0]),

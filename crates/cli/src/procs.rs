@@ -143,3 +143,37 @@ pub fn listen_addr(ready: &str) -> Option<String> {
         .and_then(|r| r.split_whitespace().next())
         .map(str::to_string)
 }
+
+/// A free loopback port (bound, then released for a daemon to take).
+pub fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// `orion mds` arguments `args` set to listen at `addr` as the MDS `name` of `cluster`
+/// under the cluster manager `manager` with a lease of `lease_ms`.
+pub fn mds_role_args(
+    mut args: Vec<String>,
+    addr: &str,
+    manager: &str,
+    name: &str,
+    cluster: &str,
+    lease_ms: u64,
+) -> Vec<String> {
+    match args.iter().position(|a| a == "--listen") {
+        Some(at) if at + 1 < args.len() => args[at + 1] = addr.to_string(),
+        _ => args.extend(["--listen".into(), addr.to_string()]),
+    }
+    args.extend([
+        "--manager".into(),
+        manager.into(),
+        "--name".into(),
+        name.into(),
+        "--cluster".into(),
+        cluster.into(),
+        "--lease-ms".into(),
+        lease_ms.to_string(),
+    ]);
+    args
+}

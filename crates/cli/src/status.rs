@@ -100,7 +100,10 @@ struct ManagerRow {
     /// The primary's term, its name, and what is left of its lease.
     epoch: Option<u64>,
     holder: Option<String>,
+    holder_addr: Option<String>,
     lease_left_ms: Option<u64>,
+    /// Whether it answered (else the roles are unknown).
+    reachable: bool,
     /// The MDSs that may take the role (the primary, and its mirror when in sync).
     eligible: Vec<String>,
 }
@@ -166,15 +169,23 @@ pub fn status(a: StatusArgs) -> Result<()> {
                 addr: addr.into(),
                 epoch: None,
                 holder: None,
+                holder_addr: None,
                 lease_left_ms: None,
+                reachable: false,
                 eligible: Vec::new(),
             };
             match orion_mds::primary::open_manager(spec, &cluster, Duration::from_secs(8)) {
                 Ok(mut m) => {
-                    if let Ok(Some(p)) = m.primary() {
-                        row.epoch = Some(p.epoch);
-                        row.holder = Some(p.name);
-                        row.lease_left_ms = p.remaining.map(|d| d.as_millis() as u64);
+                    match m.primary() {
+                        Ok(Some(p)) => {
+                            row.epoch = Some(p.epoch);
+                            row.holder = Some(p.name);
+                            row.holder_addr = Some(p.addr);
+                            row.lease_left_ms = p.remaining.map(|d| d.as_millis() as u64);
+                            row.reachable = true;
+                        }
+                        Ok(None) => row.reachable = true,
+                        Err(e) => eprintln!("orion status: the cluster manager at {addr}: {e:#}"),
                     }
                     row.eligible = m.eligible().unwrap_or_default();
                 }
@@ -209,16 +220,21 @@ pub fn status(a: StatusArgs) -> Result<()> {
         mdss.iter()
             .map(|m| {
                 let pid = (m.pid != 0).then_some(m.pid);
-                let holder = manager.as_ref().and_then(|r| r.holder.as_deref());
+                let holds = manager.as_ref().is_some_and(|r| {
+                    (!m.name.is_empty() && r.holder.as_deref() == Some(m.name.as_str()))
+                        || r.holder_addr.as_deref() == Some(m.addr.as_str())
+                });
                 let in_sync = manager
                     .as_ref()
-                    .is_some_and(|r| r.eligible.contains(&m.name));
+                    .is_some_and(|r| !m.name.is_empty() && r.eligible.contains(&m.name));
                 let down = pid.is_some_and(|p| !alive(p));
                 let role = match () {
                     _ if down => "down",
                     _ if manager.is_none() => "primary",
-                    _ if !m.name.is_empty() && holder == Some(m.name.as_str()) => "primary",
+                    _ if manager.as_ref().is_some_and(|r| !r.reachable) => "unknown",
+                    _ if holds => "primary",
                     _ if in_sync => "mirror",
+                    // Without names (a config file), in sync or not cannot be told.
                     _ if m.name.is_empty() => "standby",
                     _ => "catching-up",
                 };

@@ -12,7 +12,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use orion_manager::embedded::EmbeddedServer;
 
-use crate::procs::{listen_addr, Daemon};
+use crate::procs::{free_port, listen_addr, mds_role_args, Daemon};
 use crate::status::Proc;
 
 /// The name the manager knows `orion up`'s cluster by.
@@ -35,13 +35,6 @@ pub struct Mdss {
     pub starts: Vec<MdsStart>,
     /// The `mds` setting of stores and mounts: every MDS address.
     pub setting: String,
-}
-
-/// A free loopback port (bound, then released for the MDS to take).
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 /// Starts the MDSs; returns them with the first one's ready line seen (the primary's).
@@ -84,7 +77,16 @@ pub fn start(
     }
     let epoch_file = state.join("manager.epoch");
     let mirror_pool = pools.join("mds-mirror.pool");
-    if !fresh && !epoch_file.exists() && mirror_pool.exists() {
+    if fresh {
+        // A new file system: a mirror's pool and the manager's record left by an
+        // earlier one describe that one (its record could name mds-b, whose pool is
+        // of the old cluster, as the only MDS that may serve).
+        for old in [&mirror_pool, &epoch_file] {
+            if old.exists() {
+                std::fs::remove_file(old).with_context(|| format!("removing {}", old.display()))?;
+            }
+        }
+    } else if !epoch_file.exists() && mirror_pool.exists() {
         // Without the manager's record of who was last in sync, the MDS pool is the
         // authority; the mirror's is copied anew from it.
         eprintln!(
@@ -108,19 +110,14 @@ pub fn start(
             None => None,
         };
         let addr = format!("127.0.0.1:{}", port.map_or_else(free_port, Ok)?);
-        let mut args = base(&pool, k == 0);
-        let at = args.iter().position(|a| a == "--listen").expect("--listen") + 1;
-        args[at] = addr.clone();
-        args.extend([
-            "--manager".into(),
-            format!("embedded:{}", manager.addr),
-            "--name".into(),
-            name.into(),
-            "--cluster".into(),
-            CLUSTER.into(),
-            "--lease-ms".into(),
-            LEASE_MS.to_string(),
-        ]);
+        let args = mds_role_args(
+            base(&pool, k == 0),
+            &addr,
+            &format!("embedded:{}", manager.addr),
+            name,
+            CLUSTER,
+            LEASE_MS,
+        );
         let log = logs.join(format!("{name}.log"));
         starts.push(MdsStart {
             name: name.into(),

@@ -16,6 +16,10 @@ use crate::remote::{io_err, Fail, Remote, Res};
 #[derive(Default)]
 pub struct Chunks {
     runs: VecDeque<(Gpa, u64)>,
+    /// The connection generation (`Stats::reconnects`) the runs were granted under: a
+    /// grant dies with its connection (the MDS frees its pages, or a new primary never
+    /// knew it), and a page of it may be someone else's by now.
+    granted_under: u64,
     /// Pages the next chunk request asks for (0: not asked yet).
     next_request: u32,
 }
@@ -27,6 +31,12 @@ pub const MAX_CHUNK_REQUEST: u32 = 4096;
 impl Chunks {
     /// `n` pages as runs of contiguous pages.
     pub fn take(&mut self, remote: &mut Remote, n: u64) -> Res<Vec<(Gpa, u64)>> {
+        if self.granted_under != remote.stats.reconnects {
+            // Reconnected since (a request answered from the MDS's memory after a
+            // break carries on without a re-run): these runs are no longer ours.
+            self.runs.clear();
+            self.granted_under = remote.stats.reconnects;
+        }
         let mut out = Vec::new();
         let mut have = 0;
         let mut waited = 0;

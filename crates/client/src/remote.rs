@@ -266,8 +266,16 @@ impl Remote {
             }
             warn!("lost the MDS at {} ({e}); reconnecting", self.mds_addr());
             self.reconnect()?;
-            if !req.changes_state() || asked == 3 {
+            if !req.changes_state() {
                 return Err(Fail::Reconnected);
+            }
+            if asked == 3 {
+                // Whether it was applied is unknown: running it again could apply it
+                // twice.
+                return Err(Fail::Fs(io_err(format!(
+                    "the connection to the MDS broke while asking what became of a {}",
+                    req.name()
+                ))));
             }
             asked += 1;
             r = match self.call_once(&MdsRequest::Outcome { id }) {

@@ -394,10 +394,10 @@ impl Manager for EmbeddedManager {
     fn try_acquire(&mut self, name: &str, addr: &str, ttl: Duration) -> Result<Option<Term>> {
         if name.is_empty()
             || addr.is_empty()
-            || name.contains(char::is_whitespace)
+            || name.contains(|c: char| c == ',' || c.is_whitespace())
             || addr.contains(char::is_whitespace)
         {
-            bail!("an MDS name {name:?} and address {addr:?} without spaces are needed");
+            bail!("an MDS name {name:?} (no spaces or commas) and an address {addr:?} are needed");
         }
         let ms = ttl.as_millis().max(1);
         let asked = Instant::now();

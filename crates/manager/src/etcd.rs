@@ -94,6 +94,12 @@ impl EtcdManager {
     }
 }
 
+/// The names of an eligibility record; a damaged one is an error, not "anyone".
+fn names_of(v: &[u8]) -> Result<Vec<String>> {
+    let text = std::str::from_utf8(v).context("the eligibility record is not text")?;
+    Ok(crate::parse_names(text))
+}
+
 /// etcd counts leases in whole seconds.
 fn ttl_secs(ttl: Duration) -> i64 {
     (ttl.as_millis().div_ceil(1000) as i64).max(1)
@@ -119,8 +125,11 @@ impl Manager for EtcdManager {
     }
 
     fn try_acquire(&mut self, name: &str, addr: &str, ttl: Duration) -> Result<Option<Term>> {
-        if name.is_empty() || addr.is_empty() || name.contains(char::is_whitespace) {
-            bail!("an MDS name {name:?} and address {addr:?} without spaces are needed");
+        if name.is_empty()
+            || addr.is_empty()
+            || name.contains(|c: char| c == ',' || c.is_whitespace())
+        {
+            bail!("an MDS name {name:?} (no spaces or commas) and an address {addr:?} are needed");
         }
         let mut client = self.client.clone();
         let epoch_key = self.epoch_key.clone();
@@ -144,10 +153,7 @@ impl Manager for EtcdManager {
             client.get(self.eligible_key.clone(), None),
         )?;
         let (eligible, eligible_version) = match got.kvs().first() {
-            Some(kv) => (
-                crate::parse_names(std::str::from_utf8(kv.value()).unwrap_or("")),
-                kv.version(),
-            ),
+            Some(kv) => (names_of(kv.value())?, kv.version()),
             None => (Vec::new(), 0),
         };
         if !eligible.is_empty() && !eligible.iter().any(|e| e == name) {
@@ -309,11 +315,9 @@ impl Manager for EtcdManager {
             "reading who may take the role",
             client.get(self.eligible_key.clone(), None),
         )?;
-        Ok(got
-            .kvs()
+        got.kvs()
             .first()
-            .map(|kv| crate::parse_names(std::str::from_utf8(kv.value()).unwrap_or("")))
-            .unwrap_or_default())
+            .map_or(Ok(Vec::new()), |kv| names_of(kv.value()))
     }
 }
 

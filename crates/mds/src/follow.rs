@@ -58,6 +58,7 @@ impl Follower<'_> {
         let mut said = None;
         // The replies the primary remembered, as far as this mirror has them.
         let mut replies = ReplyTable::default();
+        let mut last_failure: Option<String> = None;
         loop {
             self.turn_clients_away();
             if self.stop.load(Ordering::Relaxed) {
@@ -114,7 +115,13 @@ impl Follower<'_> {
                 }
                 Ok(Ended::Other(why)) => info!("stopped mirroring {}: {why}", p.name),
                 Err(e) => {
-                    debug!("mirroring {} at {}: {e:#}", p.name, p.addr);
+                    // Said once per reason: while a dead primary's lease runs out every
+                    // attempt fails the same way, every tenth of the lease.
+                    let why = format!("{e:#}");
+                    if last_failure.as_deref() != Some(why.as_str()) {
+                        warn!("mirroring {} at {}: {why}", p.name, p.addr);
+                        last_failure = Some(why);
+                    }
                     std::thread::sleep(self.lease / 10);
                 }
             }

@@ -38,6 +38,8 @@ pub(crate) struct Mirroring {
     must_unlist: bool,
     /// When the manager was last asked in vain (to say so once a second).
     unlist_failed: Option<Instant>,
+    /// The connection of a mirror dropped while listed, closed once it is not.
+    closing: Option<ConnId>,
     seq: u64,
     next_id: u64,
     /// Replies held until the mirror has what they depend on.
@@ -92,6 +94,9 @@ impl Mds {
         if self.mirror.conn.is_some() {
             self.mirror_lost("another mirror said hello");
         }
+        if let Some(c) = self.mirror.closing.take() {
+            self.drop_peer(c, "another mirror said hello");
+        }
         let peer = self
             .peers
             .get_mut(&conn)
@@ -109,6 +114,7 @@ impl Mds {
             name,
             copying: true,
             must_unlist: self.mirror.must_unlist,
+            unlist_failed: self.mirror.unlist_failed,
             outbox: std::mem::take(&mut self.mirror.outbox),
             next_id: self.mirror.next_id,
             ..Default::default()
@@ -148,7 +154,13 @@ impl Mds {
                 );
             }
             Some(Ok(false)) | None => {} // the term is over: the loop stops
-            Some(Err(e)) => self.mirror_lost(&format!("the cluster manager: {e:#}")),
+            Some(Err(e)) => {
+                // The call may have landed even though it failed: until the manager
+                // says otherwise, the mirror may be listed, and nothing is
+                // acknowledged without it.
+                self.mirror.must_unlist = true;
+                self.mirror_lost(&format!("the cluster manager: {e:#}"));
+            }
         }
     }
 
@@ -169,6 +181,12 @@ impl Mds {
                     self.mirror.must_unlist = false;
                     self.mirror.unlist_failed = None;
                     info!("the cluster manager knows the mirror is out of sync");
+                    // Only now is its connection closed: a mirror that saw it close
+                    // while still listed would take the role (it may: it holds every
+                    // update acknowledged), a needless fail-over.
+                    if let Some(c) = self.mirror.closing.take() {
+                        self.drop_peer(c, "dropped as out of sync");
+                    }
                 }
                 Ok(false) => return, // the term is over: the loop stops
                 Err(e) => {
@@ -194,7 +212,21 @@ impl Mds {
         }
     }
 
-    /// Drops the mirror (it went, or did not answer in time).
+    /// A clean stop: the manager lists this primary alone first, so that its mirror,
+    /// seeing the connection close, does not take over (it copies anew when the
+    /// cluster starts again).
+    pub(crate) fn mirror_stop(&mut self) {
+        if self.mirror.synced {
+            if let Some(role) = self.role.as_ref() {
+                if let Err(e) = role.set_eligible(None) {
+                    warn!("telling the cluster manager that the mirror stays behind: {e:#}");
+                }
+            }
+        }
+    }
+
+    /// Drops the mirror (it went, or did not answer in time). Its connection closes
+    /// once the manager no longer lists it (at once if it was not listed).
     pub(crate) fn mirror_lost(&mut self, why: &str) {
         let Some(conn) = self.mirror.conn.take() else {
             return;
@@ -211,7 +243,12 @@ impl Mds {
              out of sync",
             self.mirror.name
         );
-        self.drop_peer(conn, why);
+        let gone = !self.peers.get(&conn).is_some_and(|p| p.ch.conn.is_alive());
+        if self.mirror.must_unlist && !gone {
+            self.mirror.closing = Some(conn);
+        } else {
+            self.drop_peer(conn, why);
+        }
     }
 
     /// Sends the mirror what was persisted since the last call (and the cluster map

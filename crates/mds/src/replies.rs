@@ -16,14 +16,18 @@ use orion_proto::{decode_reply, encode_reply, Reply};
 
 /// Replies remembered per client (a client has few requests in flight).
 pub const PER_CLIENT: usize = 64;
-/// Clients remembered (the oldest is forgotten first).
+/// Clients remembered (the one unheard of the longest is forgotten first).
 pub const CLIENTS: usize = 4096;
+
+/// One client's remembered replies: request id and encoded reply, oldest first.
+type Remembered = VecDeque<(u64, Vec<u8>)>;
 
 #[derive(Default)]
 pub struct ReplyTable {
-    by_client: HashMap<u64, VecDeque<(u64, Vec<u8>)>>,
-    /// Clients by first sight, for forgetting the oldest.
-    order: VecDeque<u64>,
+    /// Per client: when it last had a reply remembered (a counter), and its replies.
+    by_client: HashMap<u64, (u64, Remembered)>,
+    /// Counts remembered replies: the clock of `by_client`.
+    uses: u64,
     /// Entries since the mirror last took them, when one is attached.
     pending: Option<Vec<u8>>,
 }
@@ -40,10 +44,9 @@ impl ReplyTable {
     }
 
     fn insert(&mut self, nonce: u64, id: u64, bytes: Vec<u8>) {
-        let q = self.by_client.entry(nonce).or_insert_with(|| {
-            self.order.push_back(nonce);
-            VecDeque::new()
-        });
+        self.uses += 1;
+        let (used, q) = self.by_client.entry(nonce).or_default();
+        *used = self.uses;
         if let Some(slot) = q.iter_mut().find(|(i, _)| *i == id) {
             slot.1 = bytes;
         } else {
@@ -52,16 +55,23 @@ impl ReplyTable {
                 q.pop_front();
             }
         }
-        while self.order.len() > CLIENTS {
-            if let Some(old) = self.order.pop_front() {
-                self.by_client.remove(&old);
+        if self.by_client.len() > CLIENTS {
+            // The client unheard of the longest (a scan, once per new client past the
+            // bound).
+            let oldest = self
+                .by_client
+                .iter()
+                .min_by_key(|(_, (u, _))| *u)
+                .map(|(n, _)| *n);
+            if let Some(n) = oldest {
+                self.by_client.remove(&n);
             }
         }
     }
 
     /// The reply to request `id` of client `nonce`, if it was applied and is remembered.
     pub fn recall(&self, nonce: u64, id: u64) -> Option<Reply> {
-        let q = self.by_client.get(&nonce)?;
+        let (_, q) = self.by_client.get(&nonce)?;
         let (_, bytes) = q.iter().rev().find(|(i, _)| *i == id)?;
         decode_reply(bytes).ok().map(|(_, r)| r)
     }
@@ -89,9 +99,12 @@ impl ReplyTable {
     }
 
     fn snapshot(&self) -> Vec<u8> {
+        let mut clients: Vec<_> = self.by_client.iter().collect();
+        // Oldest first, so that a mirror that applies them keeps the same order of use.
+        clients.sort_by_key(|(_, (u, _))| *u);
         let mut out = Vec::new();
-        for nonce in &self.order {
-            for (id, bytes) in self.by_client.get(nonce).into_iter().flatten() {
+        for (nonce, (_, q)) in clients {
+            for (id, bytes) in q {
                 put_entry(&mut out, *nonce, *id, bytes);
             }
         }
@@ -190,6 +203,14 @@ mod tests {
         }
         assert_eq!(t.recall(5, 100), None);
         assert!(t.recall(5, 104 + PER_CLIENT as u64).is_some());
+        // Past the bound of clients, the one unheard of the longest goes, not the first
+        // seen: client 1, still in use, stays.
+        for n in 1000..1000 + CLIENTS as u64 {
+            t.remember(n, 1, &ok);
+            t.remember(1, 99, &ok);
+        }
+        assert!(t.recall(1, 99).is_some());
+        assert_eq!(t.recall(2, 10), None, "client 2 was unheard of the longest");
         // Malformed blobs are refused without panicking.
         assert!(m.apply(&blob[..blob.len() - 1]).is_err());
         assert!(m.apply(&[1, 2, 3]).is_err());

@@ -10,9 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
-use orion_fabric::{
-    Access, Completion, CompletionQueue, ConnId, Domain, FabricConfig, Region, MAX_MESSAGE,
-};
+use orion_fabric::{Access, Completion, CompletionQueue, ConnId, Domain, Region, MAX_MESSAGE};
 use orion_format::{Gpa, Superblock, SUPERBLOCK_SIZE};
 use orion_meta::engine::EngineConfig;
 use orion_meta::{FsError, MetaEngine, SystemClock};
@@ -29,6 +27,7 @@ use crate::members::ClusterMap;
 use crate::mirror::Mirroring;
 use crate::primary::PrimaryRole;
 use crate::replies::ReplyTable;
+use crate::startup::{Ended, Listening};
 use crate::stores::Resync;
 use crate::strong::{Gates, Pending, StrongWaits, Waiting};
 use crate::{commit, namespace, MdsConfig};
@@ -96,46 +95,6 @@ pub(crate) struct Mds {
     pub(crate) replies: ReplyTable,
     /// Requests being served whose reply is to be remembered, with the client's nonce.
     remember: HashMap<(ConnId, u64), u64>,
-}
-
-/// A listening MDS: its fabric, address, completion queue, and the connections its
-/// acceptor hands over.
-pub(crate) struct Listening {
-    pub domain: Domain,
-    pub addr: String,
-    pub cq: Arc<CompletionQueue>,
-    acceptor: std::thread::JoinHandle<()>,
-    pub incoming: mpsc::Receiver<Channel>,
-}
-
-impl Listening {
-    pub(crate) fn open(
-        cfg: &MdsConfig,
-        fabric: FabricConfig,
-        stop: &Arc<AtomicBool>,
-    ) -> Result<Listening> {
-        let domain = Domain::open(fabric).context("opening the fabric")?;
-        let listener = domain
-            .listen(&cfg.listen)
-            .with_context(|| format!("listening on {}", cfg.listen))?;
-        let addr = listener.local_addr();
-        let cq = Arc::new(domain.completion_queue()?);
-        let (acceptor, incoming) = orion_proto::channel::spawn_acceptor(
-            "mds-accept",
-            &domain,
-            listener,
-            cq.clone(),
-            stop.clone(),
-            |m| warn!("{m}"),
-        )?;
-        Ok(Listening {
-            domain,
-            addr,
-            cq,
-            acceptor,
-            incoming,
-        })
-    }
 }
 
 /// Recovers the pool and serves until `stop` is set (or the primary role is lost).
@@ -263,20 +222,13 @@ pub(crate) fn serve_loop(
         mds.mirror_turn();
     }
     info!("stopping: {} connections", mds.peers.len());
+    mds.mirror_stop();
     for p in mds.peers.values() {
         p.ch.conn.close();
     }
     drop(mds);
     let _ = acceptor.join();
     Ok(Ended::Stopped)
-}
-
-/// How serving ended.
-pub(crate) enum Ended {
-    /// Asked to stop.
-    Stopped,
-    /// The primary role was lost: still listening, to mirror the new primary.
-    LostRole(Listening),
 }
 
 pub(crate) fn errno_reply(e: FsError) -> Reply {
@@ -347,6 +299,7 @@ impl Mds {
         }
         self.strong.forget_client(conn);
         self.locks.release_client(conn);
+        self.remember.retain(|(c, _), _| *c != conn);
         match peer.role {
             Role::Store { member } => self.store_left(conn, member, &peer.name, why),
             Role::Client { .. } => info!("client {} left: {why}", peer.name),
@@ -359,11 +312,13 @@ impl Mds {
         // Fencing: a primary whose term may be over acknowledges nothing, and changes
         // nothing more in reply (a process stopped and continued mid-turn gets here
         // before its loop notices; the loop stops it).
-        if self.role.as_ref().is_some_and(|r| !r.holds(Instant::now())) {
-            return;
-        }
+        // Remembered even if it does not leave: the turn's updates may still reach the
+        // mirror, and their reply must go with them.
         if let Some(nonce) = self.remember.remove(&(conn, id)) {
             self.replies.remember(nonce, id, &reply);
+        }
+        if self.role.as_ref().is_some_and(|r| !r.holds(Instant::now())) {
+            return;
         }
         if self.mirror.holds_replies() {
             return self.mirror.hold(conn, id, reply);
@@ -439,6 +394,21 @@ impl Mds {
                 // that store's notices (an unknown one's pages are asked of the
                 // stores themselves).
                 let internal = h.internal.filter(|m| self.map.knows(*m));
+                // The same client on a new connection: the old one is dead to it, and
+                // what it left parked must not apply behind an `Outcome` that said
+                // "not applied".
+                let stale: Vec<ConnId> = self
+                    .peers
+                    .iter()
+                    .filter(|(c, p)| {
+                        **c != conn
+                            && matches!(p.role, Role::Client { nonce, .. } if nonce == h.nonce)
+                    })
+                    .map(|(c, _)| *c)
+                    .collect();
+                for c in stale {
+                    self.drop_peer(c, "the client reconnected");
+                }
                 let peer = self.peers.get_mut(&conn)?;
                 peer.role = Role::Client {
                     internal,

@@ -4,20 +4,21 @@
 
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use orion_fabric::FabricConfig;
+use orion_fabric::{CompletionQueue, Domain, FabricConfig};
 use orion_format::{PoolKind, Superblock, SUPERBLOCK_SIZE};
 use orion_meta::{MetaEngine, SystemClock};
 use orion_pmem::{ModeChoice, Pool};
-use tracing::info;
+use orion_proto::Channel;
+use tracing::{info, warn};
 
 use crate::follow::{pool_cluster, Follower};
 use crate::primary::open_manager;
 use crate::replies::ReplyTable;
-use crate::server::{hex, serve_loop, Ended, Listening};
+use crate::server::{hex, serve_loop};
 use crate::{MdsConfig, Ready};
 
 /// Creates and formats an MDS pool (a new cluster).
@@ -163,6 +164,13 @@ pub fn serve(
 }
 
 fn check_config(cfg: &MdsConfig) -> Result<()> {
+    if cfg.name.contains(|c: char| c == ',' || c.is_whitespace()) {
+        bail!(
+            "name = {:?}: an MDS name has no commas or spaces (the cluster manager lists \
+             names separated by commas)",
+            cfg.name
+        );
+    }
     if cfg.replicas == 0 || cfg.replicas > 64 {
         bail!(
             "replicas = {}: a group has 1 to 64 data stores",
@@ -192,4 +200,52 @@ fn check_config(cfg: &MdsConfig) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// A listening MDS: its fabric, address, completion queue, and the connections its
+/// acceptor hands over.
+pub(crate) struct Listening {
+    pub domain: Domain,
+    pub addr: String,
+    pub cq: Arc<CompletionQueue>,
+    pub acceptor: std::thread::JoinHandle<()>,
+    pub incoming: mpsc::Receiver<Channel>,
+}
+
+impl Listening {
+    pub(crate) fn open(
+        cfg: &MdsConfig,
+        fabric: FabricConfig,
+        stop: &Arc<AtomicBool>,
+    ) -> Result<Listening> {
+        let domain = Domain::open(fabric).context("opening the fabric")?;
+        let listener = domain
+            .listen(&cfg.listen)
+            .with_context(|| format!("listening on {}", cfg.listen))?;
+        let addr = listener.local_addr();
+        let cq = Arc::new(domain.completion_queue()?);
+        let (acceptor, incoming) = orion_proto::channel::spawn_acceptor(
+            "mds-accept",
+            &domain,
+            listener,
+            cq.clone(),
+            stop.clone(),
+            |m| warn!("{m}"),
+        )?;
+        Ok(Listening {
+            domain,
+            addr,
+            cq,
+            acceptor,
+            incoming,
+        })
+    }
+}
+
+/// How serving ended.
+pub(crate) enum Ended {
+    /// Asked to stop.
+    Stopped,
+    /// The primary role was lost: still listening, to mirror the new primary.
+    LostRole(Listening),
 }
