@@ -281,3 +281,60 @@ fn the_mirror_takes_over_from_a_killed_primary_and_the_old_primary_catches_up() 
     assert!(differ.is_empty(), "pages that differ: {differ:?}");
     drop(b);
 }
+
+#[test]
+fn a_mirror_whose_pool_belongs_to_another_cluster_is_refused_and_never_serves() {
+    let s = Setup::new();
+    let _a = s.mds("mds-a", free_port(), true);
+    s.wait_log(
+        "mds-a",
+        "mds-a is the primary (epoch 1",
+        Duration::from_secs(30),
+    );
+    // mds-c formats a pool of its own (another cluster's id) but names this cluster.
+    let _c = s.mds("mds-c", free_port(), true);
+    s.wait_log(
+        "mds-c",
+        "belongs to another cluster",
+        Duration::from_secs(30),
+    );
+    assert!(
+        s.log("mds-a").contains("belongs to another cluster"),
+        "the primary says why: {}",
+        s.log("mds-a")
+    );
+    let mut m = EmbeddedManager::connect(&s.manager.addr, Duration::from_secs(5)).unwrap();
+    assert_eq!(m.primary().unwrap().map(|p| p.name), Some("mds-a".into()));
+    assert_eq!(m.eligible().unwrap(), vec!["mds-a".to_string()]);
+    assert!(!s.log("mds-c").contains("is the primary"));
+}
+
+#[test]
+fn an_mds_whose_cluster_manager_does_not_answer_says_so_and_exits() {
+    let s = Setup::new();
+    let port = free_port(); // nobody listens there
+    let o = std::process::Command::new(cluster::ORION)
+        .args([
+            "mds",
+            "--format",
+            "--pool-size",
+            "32M",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--backend", "local", "--secret-file"])
+        .arg(&s.secret)
+        .arg("--pool")
+        .arg(s.path("lonely.pool"))
+        .args([
+            "--manager",
+            &format!("etcd:127.0.0.1:{port}"),
+            "--cluster",
+            "t",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("does not answer"), "{err}");
+}

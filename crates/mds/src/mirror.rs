@@ -83,6 +83,7 @@ impl Mds {
         }
         let own = self.cluster_uuid();
         if cluster_uuid != [0; 16] && cluster_uuid != own {
+            warn!("refused {name} at {addr} as a mirror: its pool belongs to another cluster");
             return Err(FsError::Io(format!(
                 "the pool of {name} belongs to another cluster ({}; this one is {}): \
                  refusing to copy over it (delete that pool to make {name} a mirror of \
