@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use cluster::netns::Network;
 use cluster::{spawn_in, Daemon, ORION};
 use orion_fabric::Secret;
 
@@ -19,91 +20,6 @@ use orion_fabric::Secret;
 const MDS: (&str, &str) = ("m", "10.79.0.1");
 const STORES: [(&str, &str); 2] = [("s0", "10.79.0.10"), ("s1", "10.79.0.11")];
 const CLIENT: (&str, &str) = ("c", "10.79.0.20");
-
-fn ip(args: &[&str]) {
-    let st = Command::new("ip").args(args).status().expect("running ip");
-    assert!(st.success(), "ip {args:?} failed");
-}
-
-/// The namespaces of one run; deleted when dropped (after the daemons in them).
-struct Network {
-    tag: String,
-}
-
-impl Network {
-    fn create() -> Network {
-        // SAFETY: geteuid has no preconditions.
-        let root = unsafe { libc::geteuid() } == 0;
-        assert!(root, "this test creates network namespaces: run it as root");
-        let tag = format!("{}", std::process::id() % 100_000);
-        let n = Network { tag };
-        // A run killed before it could clean up may have left these names behind.
-        n.remove();
-        let hub = n.ns("hub");
-        ip(&["netns", "add", &hub]);
-        ip(&["-n", &hub, "link", "add", "br0", "type", "bridge"]);
-        ip(&["-n", &hub, "link", "set", "br0", "up"]);
-        for (host, addr) in [MDS, STORES[0], STORES[1], CLIENT] {
-            let ns = n.ns(host);
-            let (inner, outer) = (n.link(host), format!("h{host}{}", n.tag));
-            ip(&["netns", "add", &ns]);
-            ip(&[
-                "link", "add", &inner, "type", "veth", "peer", "name", &outer,
-            ]);
-            ip(&["link", "set", &inner, "netns", &ns]);
-            ip(&["link", "set", &outer, "netns", &hub]);
-            ip(&["-n", &hub, "link", "set", &outer, "master", "br0"]);
-            ip(&["-n", &hub, "link", "set", &outer, "up"]);
-            ip(&[
-                "-n",
-                &ns,
-                "addr",
-                "add",
-                &format!("{addr}/24"),
-                "dev",
-                &inner,
-            ]);
-            ip(&["-n", &ns, "link", "set", &inner, "up"]);
-            ip(&["-n", &ns, "link", "set", "lo", "up"]);
-        }
-        n
-    }
-
-    fn ns(&self, host: &str) -> String {
-        format!("orion-{host}-{}", self.tag)
-    }
-
-    /// The host's end of its link (in its namespace).
-    fn link(&self, host: &str) -> String {
-        format!("v{host}{}", self.tag)
-    }
-
-    /// Takes a host's link down or up: it is cut off from every other host.
-    fn set_link(&self, host: &str, up: bool) {
-        let state = if up { "up" } else { "down" };
-        ip(&["-n", &self.ns(host), "link", "set", &self.link(host), state]);
-    }
-}
-
-impl Network {
-    /// Deletes the namespaces (with the links in them), and links left in this one by
-    /// a setup that stopped halfway.
-    fn remove(&self) {
-        let quiet = |args: &[&str]| {
-            let _ = Command::new("ip").args(args).stderr(Stdio::null()).status();
-        };
-        for host in ["hub", MDS.0, STORES[0].0, STORES[1].0, CLIENT.0] {
-            quiet(&["netns", "del", &self.ns(host)]);
-            quiet(&["link", "del", &self.link(host)]);
-        }
-    }
-}
-
-impl Drop for Network {
-    fn drop(&mut self) {
-        self.remove();
-    }
-}
 
 /// The cluster; fields drop in order: daemons, then namespaces, then pools.
 struct Hosts {
@@ -132,7 +48,7 @@ impl Hosts {
     fn start() -> Hosts {
         let dir = tempfile::tempdir_in("/dev/shm").unwrap();
         std::fs::write(dir.path().join("secret"), Secret::generate().expose()).unwrap();
-        let net = Network::create();
+        let net = Network::create(&[MDS, STORES[0], STORES[1], CLIENT]);
         let cfg = Self::config(dir.path(), MDS.0, MDS.1, "");
         let args: Vec<String> = [
             "mds",

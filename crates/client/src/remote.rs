@@ -240,6 +240,12 @@ impl Remote {
         let mut other = Vec::new();
         let r = self.mds.call(&self.cq, id, req, self.timeout, &mut other);
         self.absorb(other);
+        if let Err(orion_fabric::Error::Timeout(_)) = &r {
+            // An MDS that answers nothing within the operation timeout (cut off, or
+            // its term over) is left like a broken one: the next address may be the
+            // primary now, and the request's outcome is asked there.
+            self.mds.conn.close();
+        }
         self.stats.rpcs += 1;
         match r.map_err(|e| io_err(format!("MDS {}: {e}", self.mds_addr())))? {
             Reply::Ok(b) => Ok(b),

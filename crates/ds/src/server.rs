@@ -10,7 +10,7 @@ use orion_fabric::{Access, CompletionQueue, ConnId, Domain, FabricConfig, OpKind
 use orion_format::{Gpa, PoolKind, Superblock, PAGE_SIZE, SUPERBLOCK_SIZE};
 use orion_pmem::{ModeChoice, Pool};
 use orion_proto::{
-    peek_id, Channel, DsHello, DsInfoReply, Event, MemberId, Message, Reply, ReplyBody,
+    is_reply, peek_id, Channel, DsHello, DsInfoReply, Event, MemberId, Message, Reply, ReplyBody,
     StoreRequest, StoreToMds, MAX_PERSISTED,
 };
 use tracing::{info, warn};
@@ -64,6 +64,8 @@ struct Store {
     mds_at: usize,
     /// When a failed join was last logged.
     join_warned: Option<Instant>,
+    /// When the MDS last sent anything (it answers every heartbeat).
+    mds_heard: Instant,
     /// Pages persisted since the last notice to the MDS.
     persisted: Vec<Gpa>,
     msg: Vec<u8>,
@@ -87,6 +89,9 @@ struct Store {
 
 /// How often a store tells the MDS it is alive.
 const HEARTBEAT: Duration = Duration::from_millis(100);
+/// How long the MDS may leave a store's heartbeats unanswered before the store takes
+/// it for gone (cut off, or no longer primary) and joins whichever MDS answers.
+const MDS_SILENCE: Duration = Duration::from_secs(2);
 
 pub fn run(
     cfg: DsConfig,
@@ -190,6 +195,7 @@ pub fn run(
         last_attempt: None,
         mds_at: 0,
         join_warned: None,
+        mds_heard: Instant::now(),
         persisted: Vec::new(),
         msg: Vec::new(),
         fabric,
@@ -346,6 +352,7 @@ impl Store {
                 }
                 info!("joined the MDS at {mds}");
                 self.mds = Some(ch);
+                self.mds_heard = Instant::now();
                 self.cancel_resync();
                 if resync {
                     self.start_resync();
@@ -369,9 +376,15 @@ impl Store {
                 match mds.on_completion(&c) {
                     Event::Broken(e) => self.lose_mds(&e.to_string()),
                     Event::Message { slot, len } => {
+                        self.mds_heard = Instant::now();
                         let mut msg = std::mem::take(&mut self.msg);
                         let read = mds.read_message(slot, len, &mut msg);
                         let _ = mds.repost(slot);
+                        if read.is_ok() && is_reply(&msg) {
+                            // The answer to a heartbeat: the MDS is there.
+                            self.msg = msg;
+                            return;
+                        }
                         match read.map(|()| StoreRequest::decode(&msg)) {
                             Ok(Ok((_, StoreRequest::Persist { pages }))) => {
                                 self.persist_asked(&pages)
@@ -436,6 +449,12 @@ impl Store {
             return;
         }
         self.beat = Instant::now();
+        if self.mds.is_some() && self.mds_heard.elapsed() > MDS_SILENCE {
+            // A primary cut off, or one whose term ended (it answers nothing then):
+            // nothing closes the connection, so the store gives up on it and joins
+            // whichever MDS answers.
+            return self.lose_mds(&format!("it answered no heartbeat for {MDS_SILENCE:?}"));
+        }
         if let Some(mds) = &mut self.mds {
             if let Err(e) = mds.send_request(0, &StoreToMds::Heartbeat) {
                 self.send_failed(&format!("sending a heartbeat: {e}"));

@@ -445,7 +445,9 @@ impl Mds {
                 self.persisted_notice(member, pages);
                 return None;
             }
-            (Role::Store { .. }, MdsInbound::Store(StoreToMds::Heartbeat)) => return None,
+            // Answered: a store that hears nothing takes this MDS for gone (cut off,
+            // or no longer primary: then no reply leaves) and joins another.
+            (Role::Store { .. }, MdsInbound::Store(StoreToMds::Heartbeat)) => Ok(ReplyBody::Empty),
             (&Role::Store { member }, MdsInbound::Store(StoreToMds::Resynced)) => {
                 self.resync_done(member)
             }

@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod netns;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -108,12 +110,25 @@ pub fn spawn_in(netns: &str, args: &[String], log: &Path) -> Result<Daemon, Stri
 /// Starts `orion <args>` without waiting for a "ready" line (an MDS that starts as a
 /// mirror prints none until it takes over); its stderr goes to `log`.
 pub fn spawn_command_unready(args: &[String], log: &Path) -> Daemon {
+    spawn_unready_in(None, args, log)
+}
+
+/// [`spawn_command_unready`] inside network namespace `netns`, if given.
+pub fn spawn_unready_in(netns: Option<&str>, args: &[String], log: &Path) -> Daemon {
     let err = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
         .unwrap();
-    let child = Command::new(ORION)
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, ORION]);
+            c
+        }
+        None => Command::new(ORION),
+    };
+    let child = cmd
         .args(args)
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())

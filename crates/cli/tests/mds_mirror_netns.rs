@@ -1,0 +1,304 @@
+//! A mirrored cluster spread over network namespaces that this test creates, one per
+//! host, over libfabric's tcp provider: the embedded cluster manager (`orion manager`),
+//! a primary MDS and its mirror, four data stores in two groups of two, and two client
+//! hosts, each running `orion mds|ds|manager|fs --config` as a real deployment would.
+//! Two client programs write files while the primary is killed (`kill -9`: the mirror
+//! takes over at once), the old primary comes back as the mirror, and then the new
+//! primary is cut off by taking its link down (its mirror takes over when its lease
+//! lapses). No write fails, and every file reads back.
+
+mod cluster;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use cluster::netns::Network;
+use cluster::{spawn_in, spawn_unready_in, Daemon, ORION};
+use orion_fabric::Secret;
+
+const MANAGER: (&str, &str) = ("k", "10.79.0.2");
+const MDS_A: (&str, &str) = ("ma", "10.79.0.1");
+const MDS_B: (&str, &str) = ("mb", "10.79.0.3");
+const STORES: [(&str, &str); 4] = [
+    ("s00", "10.79.0.10"),
+    ("s01", "10.79.0.11"),
+    ("s10", "10.79.0.12"),
+    ("s11", "10.79.0.13"),
+];
+const CLIENTS: [(&str, &str); 2] = [("c0", "10.79.0.20"), ("c1", "10.79.0.21")];
+const PORT: u16 = 7410;
+
+/// Fields drop in order: daemons, then namespaces, then pools.
+struct Hosts {
+    /// mds-a, mds-b (restarted while client threads borrow the hosts).
+    mds: std::sync::Mutex<[Option<Daemon>; 2]>,
+    stores: Vec<Daemon>,
+    _manager: Daemon,
+    net: Network,
+    dir: tempfile::TempDir,
+}
+
+fn mds_list() -> String {
+    format!("{}:{PORT},{}:{PORT}", MDS_A.1, MDS_B.1)
+}
+
+impl Hosts {
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The config of `host`: its fabric address, the MDSs, the manager.
+    fn config(dir: &Path, host: &str, addr: &str) -> PathBuf {
+        let path = dir.join(format!("{host}.toml"));
+        let text = format!(
+            "[fabric]\nbackend = \"libfabric\"\nprovider = \"tcp;ofi_rxm\"\naddress = \"{addr}\"\n\
+             secret_file = \"{}\"\n\n[client]\nmds = \"{}\"\ninternal = false\nop_timeout_ms = 5000\n\n[ds]\n\
+             mds = \"{}\"\n\n[mds]\nmanager = \"embedded:{}:7400\"\ncluster = \"t\"\n\
+             replicas = 2\nlease_ms = 1000\n",
+            dir.join("secret").display(),
+            mds_list(),
+            mds_list(),
+            MANAGER.1
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn start() -> Hosts {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        std::fs::write(dir.path().join("secret"), Secret::generate().expose()).unwrap();
+        let mut hosts = vec![MANAGER, MDS_A, MDS_B];
+        hosts.extend(STORES);
+        hosts.extend(CLIENTS);
+        let net = Network::create(&hosts);
+        for (h, a) in &hosts {
+            Self::config(dir.path(), h, a);
+        }
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
+        let root = dir.path().to_path_buf();
+        let p = |n: &str| root.join(n).display().to_string();
+        let manager = spawn_in(
+            &net.ns(MANAGER.0),
+            &s(&[
+                "manager",
+                "--listen",
+                &format!("{}:7400", MANAGER.1),
+                "--dir",
+                &p("k"),
+            ]),
+            &dir.path().join("manager.log"),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let mut h = Hosts {
+            mds: std::sync::Mutex::new([None, None]),
+            stores: Vec::new(),
+            _manager: manager,
+            net,
+            dir,
+        };
+        h.start_mds(0, true);
+        h.wait_log("mds-a.log", "mds-a is the primary (epoch 1", 30);
+        h.start_mds(1, false);
+        h.wait_log("mds-a.log", "mirror mds-b is in sync", 60);
+        for (k, (host, addr)) in STORES.iter().enumerate() {
+            let (g, i) = (k / 2, k % 2);
+            let args = s(&[
+                "ds",
+                "--config",
+                &p(&format!("{host}.toml")),
+                "--format",
+                "--pool",
+                &p(&format!("ds{g}.r{i}.pool")),
+                "--pool-size",
+                "64M",
+                "--group",
+                &g.to_string(),
+                "--index",
+                &i.to_string(),
+                "--listen",
+                &format!("{addr}:0"),
+            ]);
+            let log = h.path(&format!("ds{g}.{i}.log"));
+            let d = spawn_in(&h.net.ns(host), &args, &log).unwrap_or_else(|e| panic!("{e}"));
+            h.stores.push(d);
+        }
+        h
+    }
+
+    /// Starts MDS `k` (0: mds-a, 1: mds-b) on its host; `format`: a new cluster.
+    fn start_mds(&self, k: usize, format: bool) {
+        let ((host, addr), name) = [(MDS_A, "mds-a"), (MDS_B, "mds-b")][k];
+        let mut args: Vec<String> = vec![
+            "mds".into(),
+            "--config".into(),
+            self.path(&format!("{host}.toml")).display().to_string(),
+            "--pool".into(),
+            self.path(&format!("{name}.pool")).display().to_string(),
+            "--pool-size".into(),
+            "64M".into(),
+            "--listen".into(),
+            format!("{addr}:{PORT}"),
+            "--name".into(),
+            name.into(),
+        ];
+        if format {
+            args.push("--format".into());
+        }
+        let log = self.path(&format!("{name}.log"));
+        let d = spawn_unready_in(Some(&self.net.ns(host)), &args, &log);
+        self.mds.lock().unwrap()[k] = Some(d);
+    }
+
+    fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.path(name)).unwrap_or_default()
+    }
+
+    fn wait_log(&self, name: &str, what: &str, secs: u64) {
+        let t0 = Instant::now();
+        while !self.log(name).contains(what) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(secs),
+                "{name} never said {what:?}:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn logs(&self) -> String {
+        [
+            "manager.log",
+            "mds-a.log",
+            "mds-b.log",
+            "ds0.0.log",
+            "ds1.0.log",
+        ]
+        .iter()
+        .map(|f| {
+            let text = self.log(f);
+            let tail: Vec<&str> = text.lines().rev().take(30).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            format!("--- {f} (last lines)\n{}", tail.join("\n"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+    }
+
+    /// `orion <args>` on client host `c`, with `stdin`; killed after 120 s.
+    fn client(&self, c: usize, args: &[&str], stdin: &[u8]) -> Output {
+        use std::io::Write;
+        let cfg = self.path(&format!("{}.toml", CLIENTS[c].0));
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &self.net.ns(CLIENTS[c].0), ORION])
+            .args(&args[..1])
+            .arg("--config")
+            .arg(&cfg)
+            .args(&args[1..])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("running orion on a client host");
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        let pid = child.id();
+        let (done, watch) = std::sync::mpsc::channel::<()>();
+        let watchdog = std::thread::spawn(move || {
+            if watch.recv_timeout(Duration::from_secs(120)).is_err() {
+                // SAFETY: kill(2) on our child's PID, not yet reaped (see
+                // replicas_netns.rs).
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+        });
+        let out = child.wait_with_output().unwrap();
+        let _ = done.send(());
+        let _ = watchdog.join();
+        out
+    }
+}
+
+fn content(c: usize, n: usize) -> Vec<u8> {
+    let len = 9_000 + n * 611 + c * 77;
+    (0..len)
+        .map(|k| ((k * 13 + n * 7 + c) ^ (k >> 9)) as u8)
+        .collect()
+}
+
+#[test]
+fn a_mirrored_cluster_over_hosts_survives_its_primary_killed_and_cut_off() {
+    let h = Hosts::start();
+    let written = std::sync::atomic::AtomicUsize::new(0);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let counts = std::thread::scope(|scope| {
+        let writers: Vec<_> = (0..2)
+            .map(|c| {
+                let (h, written, stop) = (&h, &written, &stop);
+                scope.spawn(move || {
+                    let mut n = 0;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let path = format!("/c{c}-f{n}");
+                        let o = h.client(c, &["fs", "put", &path], &content(c, n));
+                        assert!(
+                            o.status.success(),
+                            "writing {path} failed: {}\n{}",
+                            String::from_utf8_lossy(&o.stderr),
+                            h.logs()
+                        );
+                        n += 1;
+                        written.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    n
+                })
+            })
+            .collect();
+        let wait_written = |more: usize| {
+            let target = written.load(std::sync::atomic::Ordering::Relaxed) + more;
+            let t0 = Instant::now();
+            while written.load(std::sync::atomic::Ordering::Relaxed) < target {
+                assert!(t0.elapsed() < Duration::from_secs(120), "writes stalled");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        };
+        wait_written(6);
+        // kill -9 of the primary: the mirror sees its process go and takes over.
+        h.mds.lock().unwrap()[0].as_mut().unwrap().kill();
+        h.wait_log("mds-b.log", "mds-b is the primary (epoch 2", 30);
+        wait_written(6);
+        // The old primary comes back as the mirror and catches up.
+        h.start_mds(0, false);
+        h.wait_log("mds-b.log", "mirror mds-a is in sync", 60);
+        wait_written(4);
+        // The new primary's host loses its link: it stops when its lease lapses, and
+        // its mirror takes the role then.
+        h.net.set_link(MDS_B.0, false);
+        h.wait_log("mds-a.log", "mds-a is the primary (epoch 3", 60);
+        wait_written(6);
+        h.net.set_link(MDS_B.0, true);
+        h.wait_log("mds-b.log", "lost the primary role (epoch 2", 60);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        writers
+            .into_iter()
+            .map(|w| w.join().unwrap())
+            .collect::<Vec<usize>>()
+    });
+    // Every file, from either client, reads back.
+    let o = h.client(0, &["fs", "tree", "/"], b"");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8(o.stdout).unwrap();
+    let mut want: Vec<String> = Vec::new();
+    for (c, &n) in counts.iter().enumerate() {
+        for i in 0..n {
+            let b = content(c, i);
+            want.push(format!(
+                "/c{c}-f{i} file {} {:08x}",
+                b.len(),
+                crc32c::crc32c(&b)
+            ));
+        }
+    }
+    want.sort();
+    let got: Vec<&str> = text.lines().collect();
+    assert_eq!(got, want, "the files read back");
+    println!("{} files written across the fail-overs", want.len());
+}
