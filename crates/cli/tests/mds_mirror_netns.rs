@@ -10,11 +10,11 @@
 mod cluster;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
-use cluster::netns::Network;
-use cluster::{spawn_in, spawn_unready_in, Daemon, ORION};
+use cluster::netns::{orion_on, Network};
+use cluster::{spawn_in, spawn_unready_in, Daemon};
 use orion_fabric::Secret;
 
 const MANAGER: (&str, &str) = ("k", "10.79.0.2");
@@ -187,34 +187,8 @@ impl Hosts {
 
     /// `orion <args>` on client host `c`, with `stdin`; killed after 120 s.
     fn client(&self, c: usize, args: &[&str], stdin: &[u8]) -> Output {
-        use std::io::Write;
         let cfg = self.path(&format!("{}.toml", CLIENTS[c].0));
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.net.ns(CLIENTS[c].0), ORION])
-            .args(&args[..1])
-            .arg("--config")
-            .arg(&cfg)
-            .args(&args[1..])
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("running orion on a client host");
-        child.stdin.take().unwrap().write_all(stdin).unwrap();
-        let pid = child.id();
-        let (done, watch) = std::sync::mpsc::channel::<()>();
-        let watchdog = std::thread::spawn(move || {
-            if watch.recv_timeout(Duration::from_secs(120)).is_err() {
-                // SAFETY: kill(2) on our child's PID, not yet reaped (see
-                // replicas_netns.rs).
-                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            }
-        });
-        let out = child.wait_with_output().unwrap();
-        let _ = done.send(());
-        let _ = watchdog.join();
-        out
+        orion_on(&self.net.ns(CLIENTS[c].0), &cfg, args, stdin)
     }
 }
 

@@ -9,10 +9,10 @@
 mod cluster;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use cluster::netns::Network;
+use cluster::netns::{orion_on, Network};
 use cluster::{spawn_in, Daemon, ORION};
 use orion_fabric::Secret;
 
@@ -120,36 +120,8 @@ impl Hosts {
 
     /// `orion <args>` on the client's host, with `stdin`.
     fn client(&self, args: &[&str], stdin: &[u8]) -> Output {
-        use std::io::Write;
         let cfg = self.path(&format!("{}.toml", CLIENT.0));
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.net.ns(CLIENT.0), ORION])
-            .args(&args[..1])
-            .arg("--config")
-            .arg(&cfg)
-            .args(&args[1..])
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("running orion on the client host");
-        child.stdin.take().unwrap().write_all(stdin).unwrap();
-        // A client that hangs is killed (its command then fails, with the logs).
-        let pid = child.id();
-        let (done, watch) = std::sync::mpsc::channel::<()>();
-        let watchdog = std::thread::spawn(move || {
-            if watch.recv_timeout(Duration::from_secs(120)).is_err() {
-                // SAFETY: kill(2) takes any PID; this one is our child's, which has run
-                // for 120 s without being reaped (were it reaped an instant ago, its
-                // PID would not have been reused yet).
-                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            }
-        });
-        let out = child.wait_with_output().unwrap();
-        let _ = done.send(());
-        let _ = watchdog.join();
-        out
+        orion_on(&self.net.ns(CLIENT.0), &cfg, args, stdin)
     }
 
     fn logs(&self) -> String {

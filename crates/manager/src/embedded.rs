@@ -56,6 +56,16 @@ pub const MAX_TTL: Duration = Duration::from_secs(60);
 const IDLE: Duration = Duration::from_secs(120);
 
 impl State {
+    /// Writes what must survive a restart (the last epoch, the TTL of its lease, who
+    /// may take the role) before an answer depends on it.
+    fn save(&self, epoch: u64, ttl_ms: u64, eligible: &[String]) -> Result<(), String> {
+        let names: Vec<&str> = eligible.iter().map(String::as_str).collect();
+        let names = crate::names_record(&names).unwrap_or_else(|_| "-".into());
+        let record = format!("{epoch} {ttl_ms} {names}\n");
+        orion_pmem::replace_durably(&self.file, record.as_bytes())
+            .map_err(|e| format!("recording epoch {epoch} in {}: {e}", self.file.display()))
+    }
+
     fn current(&mut self, now: Instant) -> Option<&Held> {
         if self.held.as_ref().is_some_and(|h| h.until <= now) {
             let h = self.held.take().expect("checked");
@@ -86,12 +96,8 @@ impl State {
                 let Some(epoch) = self.epoch.checked_add(1) else {
                     return "error no epoch is left".into();
                 };
-                let record = format!("{epoch} {ttl} {name}\n");
-                if let Err(e) = orion_pmem::replace_durably(&self.file, record.as_bytes()) {
-                    return format!(
-                        "error recording epoch {epoch} in {}: {e}",
-                        self.file.display()
-                    );
+                if let Err(e) = self.save(epoch, ttl, &[name.to_string()]) {
+                    return format!("error {e}");
                 }
                 self.epoch = epoch;
                 self.eligible = vec![name.to_string()];
@@ -122,17 +128,8 @@ impl State {
                 }
                 if ttl > self.ttl_ms {
                     // A longer lease than the one on file: the file says so first.
-                    let names: Vec<&str> = self.eligible.iter().map(String::as_str).collect();
-                    let record = format!(
-                        "{} {ttl} {}\n",
-                        self.epoch,
-                        crate::names_record(&names).unwrap_or_else(|_| "-".into())
-                    );
-                    if let Err(e) = orion_pmem::replace_durably(&self.file, record.as_bytes()) {
-                        return format!(
-                            "error recording the lease in {}: {e}",
-                            self.file.display()
-                        );
+                    if let Err(e) = self.save(self.epoch, ttl, &self.eligible) {
+                        return format!("error {e}");
                     }
                     self.ttl_ms = ttl;
                 }
@@ -148,14 +145,14 @@ impl State {
                     Some(h) if h.primary.epoch == epoch => {}
                     _ => return "lost".into(),
                 };
-                if crate::parse_names(names).iter().any(|n| n.is_empty()) {
+                let listed = crate::parse_names(names);
+                if listed.iter().any(|n| n.is_empty()) {
                     return "error empty MDS name".into();
                 }
-                let record = format!("{epoch} {} {names}\n", self.ttl_ms);
-                if let Err(e) = orion_pmem::replace_durably(&self.file, record.as_bytes()) {
-                    return format!("error recording {names} in {}: {e}", self.file.display());
+                if let Err(e) = self.save(epoch, self.ttl_ms, &listed) {
+                    return format!("error {e}");
                 }
-                self.eligible = crate::parse_names(names);
+                self.eligible = listed;
                 info!("eligible for the primary role: {names}");
                 "ok".into()
             }

@@ -100,6 +100,21 @@ fn names_of(v: &[u8]) -> Result<Vec<String>> {
     Ok(crate::parse_names(text))
 }
 
+impl EtcdManager {
+    /// The primary record and the lease it is attached to, if a primary holds the role.
+    fn primary_record(&mut self) -> Result<Option<(Primary, i64)>> {
+        let mut client = self.client.clone();
+        let got = self.call(
+            "reading the primary",
+            client.get(self.primary_key.clone(), None),
+        )?;
+        got.kvs()
+            .first()
+            .map(|kv| Ok((parse_primary(kv.value())?, kv.lease())))
+            .transpose()
+    }
+}
+
 /// etcd counts leases in whole seconds.
 fn ttl_secs(ttl: Duration) -> i64 {
     (ttl.as_millis().div_ceil(1000) as i64).max(1)
@@ -249,16 +264,10 @@ impl Manager for EtcdManager {
     }
 
     fn primary(&mut self) -> Result<Option<Primary>> {
-        let mut client = self.client.clone();
-        let got = self.call(
-            "reading the primary",
-            client.get(self.primary_key.clone(), None),
-        )?;
-        let Some(kv) = got.kvs().first() else {
+        let Some((mut p, lease)) = self.primary_record()? else {
             return Ok(None);
         };
-        let mut p = parse_primary(kv.value())?;
-        let lease = kv.lease();
+        let mut client = self.client.clone();
         // What is left of the holder's lease (informative: a failed ask leaves it out).
         if let Ok(t) = self.call("reading the lease", client.lease_time_to_live(lease, None)) {
             p.remaining = (t.ttl() >= 0).then(|| Duration::from_secs(t.ttl() as u64));
@@ -293,18 +302,12 @@ impl Manager for EtcdManager {
     }
 
     fn end_term(&mut self, epoch: u64) -> Result<()> {
-        let mut client = self.client.clone();
-        let got = self.call(
-            "reading the primary",
-            client.get(self.primary_key.clone(), None),
-        )?;
-        let Some(kv) = got.kvs().first() else {
-            return Ok(());
-        };
         // Only that holder's lease: a later holder's is another.
-        if parse_primary(kv.value())?.epoch == epoch {
-            let lease = kv.lease();
-            self.call("ending the term", client.lease_revoke(lease))?;
+        if let Some((p, lease)) = self.primary_record()? {
+            if p.epoch == epoch {
+                let mut client = self.client.clone();
+                self.call("ending the term", client.lease_revoke(lease))?;
+            }
         }
         Ok(())
     }

@@ -92,3 +92,44 @@ impl Drop for Network {
         self.remove();
     }
 }
+
+/// `orion <args>` with `--config cfg` inside network namespace `ns`, fed `stdin`; a
+/// run that hangs is killed after two minutes (its command then fails, with the logs).
+pub fn orion_on(
+    ns: &str,
+    cfg: &std::path::Path,
+    args: &[&str],
+    stdin: &[u8],
+) -> std::process::Output {
+    use std::io::Write;
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns, super::ORION])
+        .args(&args[..1])
+        .arg("--config")
+        .arg(cfg)
+        .args(&args[1..])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running orion on a host");
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let pid = child.id();
+    let (done, watch) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if watch
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .is_err()
+        {
+            // SAFETY: kill(2) takes any PID; this one is our child's, which has run for
+            // 120 s without being reaped (were it reaped an instant ago, its PID would
+            // not have been reused yet).
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+    });
+    let out = child.wait_with_output().unwrap();
+    let _ = done.send(());
+    let _ = watchdog.join();
+    out
+}
