@@ -8,30 +8,13 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use orion_client::{Client, ClientConfig};
 use orion_fabric::{Backend, FabricConfig, Secret};
-use orion_manager::embedded::EmbeddedServer;
-use orion_manager::etcd_server::EtcdServer;
 
-use crate::procs::{free_port, listen_addr, mds_role_args, Daemon};
+use crate::procs::{free_port, listen_addr, mds_role_args, Daemon, ManagerProc};
 
 fn spawn(args: &[String], log: &Path) -> Result<(Daemon, String)> {
     let (d, line) = Daemon::spawn(&format!("orion {}", args[0]), args, log)?;
     let addr = listen_addr(&line).ok_or_else(|| anyhow!("no address in {line:?}"))?;
     Ok((d, addr))
-}
-
-/// The cluster manager a mirrored benchmark cluster runs under.
-pub enum BenchManager {
-    Embedded(EmbeddedServer),
-    Etcd(EtcdServer),
-}
-
-impl BenchManager {
-    pub fn spec(&self) -> String {
-        match self {
-            BenchManager::Embedded(s) => format!("embedded:{}", s.addr),
-            BenchManager::Etcd(s) => format!("etcd:{}", s.endpoint),
-        }
-    }
 }
 
 /// The primary's lease of a mirrored benchmark cluster (etcd counts whole seconds).
@@ -51,7 +34,7 @@ pub struct BenchCluster {
     pub mds_logs: Vec<std::path::PathBuf>,
     /// Kept after the MDSs in drop order (fields drop in order): they ask it until
     /// they stop.
-    pub manager: Option<BenchManager>,
+    pub manager: Option<ManagerProc>,
     _dir: tempfile::TempDir,
 }
 
@@ -124,16 +107,7 @@ impl BenchCluster {
         mds_args.extend(["--replicas".into(), replicas.to_string()]);
         let manager = match mirror {
             "" => None,
-            "embedded" => Some(BenchManager::Embedded(EmbeddedServer::start(
-                "127.0.0.1:0",
-                &dir.path().join("manager.epoch"),
-            )?)),
-            "etcd" => {
-                let data = dir.path().join("etcd");
-                std::fs::create_dir_all(&data)?;
-                Some(BenchManager::Etcd(EtcdServer::start(&data)?))
-            }
-            other => bail!("--mirror {other:?}: expected embedded or etcd"),
+            kind => Some(ManagerProc::start(kind, dir.path())?),
         };
         let mut mdss = Vec::new();
         let mut mds_logs = vec![dir.path().join("mds.log")];

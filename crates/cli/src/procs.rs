@@ -177,3 +177,52 @@ pub fn mds_role_args(
     ]);
     args
 }
+
+/// A cluster manager this process runs for the MDSs it starts (`orion up`, the
+/// benchmarks): the embedded service in this process, or an etcd it started (stopped
+/// by PID when dropped).
+pub enum ManagerProc {
+    Embedded(orion_manager::embedded::EmbeddedServer),
+    Etcd(orion_manager::etcd_server::EtcdServer),
+}
+
+impl ManagerProc {
+    /// Starts one of `kind` ("embedded" or "etcd") keeping its state in `dir`: the
+    /// embedded service's file `manager.epoch`, or etcd's data in `etcd/`.
+    pub fn start(kind: &str, dir: &Path) -> Result<ManagerProc> {
+        match kind {
+            "embedded" => Ok(ManagerProc::Embedded(
+                orion_manager::embedded::EmbeddedServer::start(
+                    "127.0.0.1:0",
+                    &dir.join("manager.epoch"),
+                )?,
+            )),
+            "etcd" => {
+                let data = dir.join("etcd");
+                std::fs::create_dir_all(&data)
+                    .with_context(|| format!("creating {}", data.display()))?;
+                Ok(ManagerProc::Etcd(
+                    orion_manager::etcd_server::EtcdServer::start(&data)
+                        .context("starting etcd (scripts/setup installs etcd-server)")?,
+                ))
+            }
+            other => bail!("cluster manager {other:?}: expected embedded or etcd"),
+        }
+    }
+
+    /// Where its state lives below `dir` (what [`ManagerProc::start`] keeps there).
+    pub fn state_in(kind: &str, dir: &Path) -> std::path::PathBuf {
+        match kind {
+            "etcd" => dir.join("etcd"),
+            _ => dir.join("manager.epoch"),
+        }
+    }
+
+    /// The `--manager` setting of the MDSs.
+    pub fn spec(&self) -> String {
+        match self {
+            ManagerProc::Embedded(s) => format!("embedded:{}", s.addr),
+            ManagerProc::Etcd(s) => format!("etcd:{}", s.endpoint),
+        }
+    }
+}

@@ -61,8 +61,12 @@ pub struct UpArgs {
     pub provider: String,
     /// One MDS, without a mirror and without the cluster manager (by default a
     /// mirror takes over within about a second when the primary dies).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "etcd")]
     pub no_mirror: bool,
+    /// Run etcd (Debian's etcd-server, data in the state directory, stopped with the
+    /// cluster) as the cluster manager instead of the one built into `orion up`.
+    #[arg(long)]
+    pub etcd: bool,
     /// Start the daemons, then exit at once leaving nothing running (a smoke test of
     /// the setup; used by the tests).
     #[arg(long, hide = true)]
@@ -195,7 +199,11 @@ pub fn up(a: UpArgs) -> Result<()> {
         v
     };
     let (mdss, started, primary) = up_mds::start(
-        !a.no_mirror,
+        match (a.no_mirror, a.etcd) {
+            (true, _) => None,
+            (false, true) => Some("etcd"),
+            (false, false) => Some("embedded"),
+        },
         &state,
         &pools,
         &logs,
@@ -227,11 +235,7 @@ pub fn up(a: UpArgs) -> Result<()> {
         },
         mds: mdss.starts[primary].proc.clone(),
         mdss: mdss.starts.iter().map(|m| m.proc.clone()).collect(),
-        manager: mdss
-            .manager
-            .as_ref()
-            .map(|m| format!("embedded:{}", m.addr))
-            .unwrap_or_default(),
+        manager: mdss.manager.as_ref().map(|m| m.spec()).unwrap_or_default(),
         stores: Vec::new(),
     };
     let mut restarts: Vec<Restart> = mdss

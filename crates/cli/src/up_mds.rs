@@ -10,9 +10,8 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use orion_manager::embedded::EmbeddedServer;
 
-use crate::procs::{free_port, listen_addr, mds_role_args, Daemon};
+use crate::procs::{free_port, listen_addr, mds_role_args, Daemon, ManagerProc};
 use crate::status::Proc;
 
 /// The name the manager knows `orion up`'s cluster by.
@@ -31,7 +30,7 @@ pub struct MdsStart {
 
 /// The MDSs as started, the manager, and what the stores and the mount are told.
 pub struct Mdss {
-    pub manager: Option<EmbeddedServer>,
+    pub manager: Option<ManagerProc>,
     pub starts: Vec<MdsStart>,
     /// The `mds` setting of stores and mounts: every MDS address.
     pub setting: String,
@@ -39,7 +38,7 @@ pub struct Mdss {
 
 /// Starts the MDSs; returns them with the first one's ready line seen (the primary's).
 pub fn start(
-    mirror: bool,
+    manager_kind: Option<&str>,
     state: &Path,
     pools: &Path,
     logs: &Path,
@@ -47,7 +46,7 @@ pub fn start(
     fresh: bool,
     previous: Option<&[Proc]>,
 ) -> Result<(Mdss, Vec<Daemon>, usize)> {
-    if !mirror {
+    let Some(kind) = manager_kind else {
         let pool = pools.join("mds.pool");
         let args = base(&pool, true);
         let log = logs.join("mds.log");
@@ -74,8 +73,8 @@ pub fn start(
             vec![d],
             0,
         ));
-    }
-    let epoch_file = state.join("manager.epoch");
+    };
+    let epoch_file = ManagerProc::state_in(kind, state);
     let mirror_pool = pools.join("mds-mirror.pool");
     if fresh {
         // A new file system: a mirror's pool and the manager's record left by an
@@ -98,8 +97,7 @@ pub fn start(
         std::fs::remove_file(&mirror_pool)
             .with_context(|| format!("removing {}", mirror_pool.display()))?;
     }
-    let manager = EmbeddedServer::start("127.0.0.1:0", &epoch_file)
-        .context("starting the embedded cluster manager")?;
+    let manager = ManagerProc::start(kind, state).context("starting the cluster manager")?;
     let mut starts = Vec::new();
     for (k, (name, pool)) in [("mds-a", pools.join("mds.pool")), ("mds-b", mirror_pool)]
         .into_iter()
@@ -113,7 +111,7 @@ pub fn start(
         let args = mds_role_args(
             base(&pool, k == 0),
             &addr,
-            &format!("embedded:{}", manager.addr),
+            &manager.spec(),
             name,
             CLUSTER,
             LEASE_MS,

@@ -329,3 +329,52 @@ fn the_primary_mds_dies_and_the_mount_goes_on_through_its_mirror() {
         );
     }
 }
+
+#[test]
+fn orion_up_runs_etcd_as_its_cluster_manager_and_stops_it() {
+    let state = tempfile::tempdir().unwrap();
+    let pools = tempfile::tempdir_in("/dev/shm").unwrap();
+    let o = Command::new(ORION)
+        .args([
+            "up",
+            "--etcd",
+            "--check",
+            "--mds-size",
+            "64M",
+            "--ds-size",
+            "64M",
+        ])
+        .arg("--dir")
+        .arg(state.path())
+        .arg("--pools")
+        .arg(pools.path())
+        .output()
+        .unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(o.status.success(), "{out}{err}");
+    assert!(
+        out.contains("(primary)") && out.contains("(mirror)"),
+        "{out}"
+    );
+    let up: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.path().join("cluster.json")).unwrap()).unwrap();
+    assert!(
+        up["manager"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("etcd:")),
+        "{up}"
+    );
+    // etcd kept its data in the state directory, and is stopped with the cluster.
+    assert!(state.path().join("etcd").is_dir());
+    let left = Command::new("pgrep")
+        .args([
+            "-f",
+            &format!("--data-dir={}", state.path().join("etcd").display()),
+        ])
+        .output()
+        .unwrap();
+    assert!(left.stdout.is_empty(), "etcd left running");
+}
