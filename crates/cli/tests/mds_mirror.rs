@@ -47,15 +47,20 @@ impl Setup {
     /// `orion mds` named `name` on a port of its own; `format` makes a new pool (the
     /// first primary), else it starts as a mirror (with or without a pool).
     fn mds(&self, name: &str, port: u16, format: bool) -> Daemon {
+        let spec = format!("embedded:{}", self.manager.addr);
+        self.mds_under(&spec, LEASE_MS, name, port, format)
+    }
+
+    /// [`Setup::mds`] under the cluster manager `spec`, with a lease of `lease_ms`.
+    fn mds_under(&self, spec: &str, lease_ms: u64, name: &str, port: u16, format: bool) -> Daemon {
         let cfg = self.path(&format!("{name}.toml"));
         std::fs::write(
             &cfg,
             format!(
                 "[fabric]\nbackend = \"local\"\nsecret_file = \"{}\"\n\n[mds]\n\
-                 manager = \"embedded:{}\"\nname = \"{name}\"\ncluster = \"t\"\n\
-                 lease_ms = {LEASE_MS}\n",
+                 manager = \"{spec}\"\nname = \"{name}\"\ncluster = \"t\"\n\
+                 lease_ms = {lease_ms}\n",
                 self.secret.display(),
-                self.manager.addr
             ),
         )
         .unwrap();
@@ -337,4 +342,57 @@ fn an_mds_whose_cluster_manager_does_not_answer_says_so_and_exits() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(err.contains("does not answer"), "{err}");
+}
+
+#[test]
+fn with_etcd_lost_the_primary_serves_out_its_lease_and_nobody_takes_over() {
+    let s = Setup::new();
+    let data = s.path("etcd");
+    std::fs::create_dir_all(&data).unwrap();
+    let mut etcd = orion_manager::etcd_server::EtcdServer::start(&data).unwrap();
+    let spec = format!("etcd:{}", etcd.endpoint);
+    let (port_a, port_b) = (free_port(), free_port());
+    let _a = s.mds_under(&spec, 2000, "mds-a", port_a, true);
+    s.wait_log(
+        "mds-a",
+        "mds-a is the primary (epoch 1",
+        Duration::from_secs(30),
+    );
+    let _b = s.mds_under(&spec, 2000, "mds-b", port_b, false);
+    s.wait_log("mds-a", "mirror mds-b is in sync", Duration::from_secs(30));
+    let client = Client::connect(
+        ClientConfig {
+            mds: format!("127.0.0.1:{port_a},127.0.0.1:{port_b}"),
+            op_timeout_ms: 3000,
+            reconnect_ms: 3000,
+            ..ClientConfig::default()
+        },
+        s.fabric(),
+    )
+    .unwrap();
+    client.mkdir("/before", 0o755).unwrap();
+    etcd.kill();
+    // The term it holds is still good: the primary serves on, and says it cannot renew.
+    client.mkdir("/during", 0o755).unwrap();
+    s.wait_log(
+        "mds-a",
+        "renewing the primary lease",
+        Duration::from_secs(10),
+    );
+    // Then its term ends by its own clock; nobody can take over until etcd returns.
+    s.wait_log(
+        "mds-a",
+        "lost the primary role (epoch 1",
+        Duration::from_secs(10),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        client.mkdir("/after", 0o755).is_err(),
+        "an MDS served without a term"
+    );
+    assert!(
+        !s.log("mds-b").contains("mds-b is the primary"),
+        "{}",
+        s.log("mds-b")
+    );
 }
