@@ -43,6 +43,8 @@ struct State {
     eligible: Vec<String>,
     /// The TTL of the lease granted last, in milliseconds (kept with the epoch).
     ttl_ms: u64,
+    /// MDSs the simulator has cut off ([`EmbeddedServer::cut_off`]).
+    cut_off: Vec<String>,
     held: Option<Held>,
     /// After a restart: no role is handed out before then.
     quiet_until: Instant,
@@ -79,6 +81,18 @@ impl State {
 
     fn answer(&mut self, line: &str, now: Instant) -> String {
         let f: Vec<&str> = line.split_whitespace().collect();
+        // A request of an MDS that is cut off never arrives: it names it (a role
+        // asked for), or the epoch it holds.
+        let of_cut_off = match f.as_slice() {
+            ["acquire", name, ..] => self.cut_off.iter().any(|c| c == name),
+            [_, epoch, ..] => self.held.as_ref().is_some_and(|h| {
+                h.primary.epoch.to_string() == *epoch && self.cut_off.contains(&h.primary.name)
+            }),
+            _ => false,
+        };
+        if of_cut_off {
+            return "error cut off from the cluster manager (simulated)".into();
+        }
         match f.as_slice() {
             ["acquire", name, addr, ttl_ms] => {
                 let Ok(ttl) = ttl_ms.parse::<u64>() else {
@@ -202,6 +216,7 @@ impl State {
 pub struct EmbeddedServer {
     /// "127.0.0.1:port", where MDSs reach it.
     pub addr: String,
+    state: Arc<Mutex<State>>,
     stop: Arc<AtomicBool>,
     acceptor: Option<JoinHandle<()>>,
 }
@@ -229,12 +244,14 @@ impl EmbeddedServer {
             epoch,
             eligible,
             ttl_ms: last_ttl.as_millis() as u64,
+            cut_off: Vec::new(),
             held: None,
             quiet_until: Instant::now() + last_ttl,
             file: epoch_file.to_path_buf(),
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
+        let kept = state.clone();
         let acceptor = std::thread::Builder::new()
             .name("manager".into())
             .spawn(move || {
@@ -263,9 +280,23 @@ impl EmbeddedServer {
         info!("embedded cluster manager on {addr}, last epoch {epoch}");
         Ok(EmbeddedServer {
             addr,
+            state: kept,
             stop,
             acceptor: Some(acceptor),
         })
+    }
+
+    /// Fault injection for the simulator: from now on the requests of the MDS `name`
+    /// (and of the epoch it holds) fail, as if it could not reach this service. A node
+    /// the simulator kills is cut off its mock network, and this service is not on it.
+    pub fn cut_off(&self, name: &str) {
+        let mut st = self.state.lock().unwrap();
+        st.cut_off.push(name.to_string());
+    }
+
+    /// Ends [`EmbeddedServer::cut_off`] for `name` (the MDS starts again).
+    pub fn restore(&self, name: &str) {
+        self.state.lock().unwrap().cut_off.retain(|n| n != name);
     }
 }
 

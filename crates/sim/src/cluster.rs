@@ -58,37 +58,49 @@ pub struct ClientKind {
 }
 
 /// A server on its own thread: stopping it is a restart from its pool.
-struct Node {
+pub(crate) struct Node {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Result<()>>>,
 }
 
 impl Node {
     /// Starts `serve` on a thread named `name` and waits until it is ready.
-    fn start(
+    pub(crate) fn start(
         name: &str,
         serve: impl FnOnce(Arc<AtomicBool>, mpsc::Sender<()>) -> Result<()> + Send + 'static,
     ) -> Result<Node> {
+        let (node, rx) = Node::spawn(name, serve)?;
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(()) => Ok(node),
+            Err(_) => {
+                let mut node = node;
+                let r = node.stop();
+                bail!("{name} did not start: {r:?}")
+            }
+        }
+    }
+
+    /// Starts `serve` on a thread named `name`; the receiver hears when it is ready.
+    pub(crate) fn spawn(
+        name: &str,
+        serve: impl FnOnce(Arc<AtomicBool>, mpsc::Sender<()>) -> Result<()> + Send + 'static,
+    ) -> Result<(Node, mpsc::Receiver<()>)> {
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel();
         let s = stop.clone();
         let thread = std::thread::Builder::new()
             .name(name.into())
             .spawn(move || serve(s, tx))?;
-        match rx.recv_timeout(Duration::from_secs(20)) {
-            Ok(()) => Ok(Node {
+        Ok((
+            Node {
                 stop,
                 thread: Some(thread),
-            }),
-            Err(_) => {
-                stop.store(true, Ordering::Relaxed);
-                let r = thread.join();
-                bail!("{name} did not start: {r:?}")
-            }
-        }
+            },
+            rx,
+        ))
     }
 
-    fn stop(&mut self) -> Result<()> {
+    pub(crate) fn stop(&mut self) -> Result<()> {
         self.stop.store(true, Ordering::Relaxed);
         match self.thread.take() {
             Some(t) => t
@@ -101,7 +113,7 @@ impl Node {
     /// Ends the thread of a node that was cut off the network as a crashed process is:
     /// what its server returns does not matter any more, but a panic (a failed
     /// assertion before the crash) does.
-    fn reap(&mut self) -> Result<()> {
+    pub(crate) fn reap(&mut self) -> Result<()> {
         self.stop.store(true, Ordering::Relaxed);
         match self.thread.take().map(|t| t.join()) {
             Some(Err(_)) => bail!("the server thread panicked"),
@@ -132,11 +144,11 @@ pub struct Cluster {
 /// Where the MDS listens on the mock network.
 pub const MDS_ADDR: &str = "mds:7410";
 
-fn store_addr(m: MemberId) -> String {
+pub(crate) fn store_addr(m: MemberId) -> String {
     format!("ds{}.{}:7420", m.group, m.index)
 }
 
-fn store_pool(m: MemberId) -> String {
+pub(crate) fn store_pool(m: MemberId) -> String {
     format!("ds{}.{}.pool", m.group, m.index)
 }
 

@@ -9,9 +9,13 @@
 //! mock's faults (delayed and reordered completions) come from the same seed as
 //! everything else. `tests/seeds.rs` runs seeded operation sequences against a
 //! reference model (a tmpfs directory) and checks every acknowledged operation after
-//! every restart and crash.
+//! every restart and crash. [`MirroredCluster`] runs an MDS with its mirror under the
+//! embedded cluster manager and kills the primary inside operations
+//! (`tests/mirror.rs`).
 
 mod cluster;
+mod mirrored;
 
 pub use cluster::{ClientKind, Cluster, ClusterConfig, MDS_ADDR};
+pub use mirrored::{MirroredCluster, MDSS};
 pub use orion_proto::MemberId;

@@ -1,0 +1,242 @@
+//! A cluster whose MDS has a mirror (Orion §3.1): the embedded cluster manager (on
+//! loopback TCP, in this process), a primary and a mirror MDS on the mock network,
+//! each with a pool of its own, and one data store. The primary can be killed at any
+//! moment, also inside a client's operation, as a crashed process dies (cut off the
+//! network); the mirror takes over, and the killed MDS starts again as the mirror of
+//! the new primary and copies its pool.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use orion_client::{Client, ClientConfig};
+use orion_ds::DsConfig;
+use orion_fabric::mock::MockNet;
+use orion_fabric::{Backend, FabricConfig, Secret};
+use orion_manager::embedded::{EmbeddedManager, EmbeddedServer};
+use orion_manager::Manager;
+use orion_mds::MdsConfig;
+use orion_pmem::{Mode, ModeChoice, Pool};
+use orion_proto::MemberId;
+
+use crate::cluster::{store_addr, store_pool, Node};
+
+/// The MDSs' names and addresses on the mock network.
+pub const MDSS: [(&str, &str); 2] = [("mds-a", "mds-a:7410"), ("mds-b", "mds-b:7410")];
+
+pub struct MirroredCluster {
+    pub net: MockNet,
+    secret: Secret,
+    dir: tempfile::TempDir,
+    manager: EmbeddedServer,
+    mds: [Option<Node>; 2],
+    store: Option<Node>,
+}
+
+impl MirroredCluster {
+    /// Formats mds-a's pool and the store's, starts mds-a (the first primary), mds-b
+    /// (its mirror, without a pool) and the store, and waits until the mirror is in
+    /// sync.
+    pub fn start(seed: u64) -> Result<MirroredCluster> {
+        let dir = tempfile::Builder::new()
+            .prefix("orion-sim-mirror-")
+            .tempdir_in("/dev/shm")
+            .context("a directory for the pools in /dev/shm")?;
+        let volatile = ModeChoice::Force(Mode::Volatile);
+        orion_mds::format_pool(&dir.path().join("mds-a.pool"), 16 << 20, volatile)?;
+        let m = MemberId::new(0, 0);
+        orion_ds::format_pool(&dir.path().join(store_pool(m)), 32 << 20, 0, volatile)?;
+        let manager = EmbeddedServer::start("127.0.0.1:0", &dir.path().join("epoch"))?;
+        let mut c = MirroredCluster {
+            net: MockNet::new(seed),
+            secret: Secret::generate(),
+            dir,
+            manager,
+            mds: [None, None],
+            store: None,
+        };
+        c.start_mds(0)?;
+        c.wait_primary("mds-a", Duration::from_secs(20))?;
+        c.start_mds(1)?;
+        c.wait_in_sync("mds-b", Duration::from_secs(20))?;
+        let cfg = DsConfig {
+            pool: c.dir.path().join(store_pool(m)),
+            pool_mode: "volatile".into(),
+            listen: store_addr(m),
+            mds: Self::mds_setting(),
+            ..Default::default()
+        };
+        let fabric = c.fabric();
+        c.store = Some(Node::start("sim-ds0.0", move |stop, ready| {
+            orion_ds::run(cfg, fabric, stop, |_| {
+                let _ = ready.send(());
+            })
+        })?);
+        Ok(c)
+    }
+
+    fn mds_setting() -> String {
+        format!("{},{}", MDSS[0].1, MDSS[1].1)
+    }
+
+    pub fn fabric(&self) -> FabricConfig {
+        let mut f = FabricConfig::new(Backend::Mock(self.net.clone()), self.secret.clone());
+        f.connect_timeout = Duration::from_secs(5);
+        f.op_timeout = Duration::from_secs(10);
+        f
+    }
+
+    fn pool(&self, k: usize) -> std::path::PathBuf {
+        self.dir.path().join(format!("{}.pool", MDSS[k].0))
+    }
+
+    /// Starts MDS `k` (it becomes primary or mirror, as the manager decides).
+    fn start_mds(&mut self, k: usize) -> Result<()> {
+        let cfg = MdsConfig {
+            pool: self.pool(k),
+            pool_mode: "volatile".into(),
+            listen: MDSS[k].1.into(),
+            grace_ms: 20,
+            map_lease_ms: 100,
+            manager: format!("embedded:{}", self.manager.addr),
+            name: MDSS[k].0.into(),
+            cluster: "sim".into(),
+            lease_ms: 1000,
+            ..Default::default()
+        };
+        let fabric = self.fabric();
+        let (node, _ready) = Node::spawn(&format!("sim-{}", MDSS[k].0), move |stop, _ready| {
+            orion_mds::run(cfg, fabric, stop, |_| {})
+        })?;
+        self.mds[k] = Some(node);
+        Ok(())
+    }
+
+    fn ask(&self) -> Result<EmbeddedManager> {
+        EmbeddedManager::connect(&self.manager.addr, Duration::from_secs(5))
+    }
+
+    /// The MDS that holds the primary role now, by index.
+    pub fn primary(&self) -> Result<Option<usize>> {
+        let p = self.ask()?.primary()?;
+        Ok(p.and_then(|p| MDSS.iter().position(|m| m.0 == p.name)))
+    }
+
+    fn wait_primary(&self, name: &str, within: Duration) -> Result<()> {
+        let t0 = Instant::now();
+        while self.ask()?.primary()?.is_none_or(|p| p.name != name) {
+            if t0.elapsed() > within {
+                bail!("{name} did not take the primary role within {within:?}");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(())
+    }
+
+    /// Waits until the manager lets `name` take over (it holds every update).
+    pub fn wait_in_sync(&self, name: &str, within: Duration) -> Result<()> {
+        let t0 = Instant::now();
+        while !self.ask()?.eligible()?.iter().any(|n| n == name) {
+            if t0.elapsed() > within {
+                bail!("{name} did not catch up within {within:?}");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(())
+    }
+
+    /// Kills the primary as a crashed process dies (cut off the network) from another
+    /// thread after `after`, while `op` runs here; then starts it again, as the mirror
+    /// of the MDS that took over, and waits until that one serves. Returns what `op`
+    /// returned.
+    pub fn kill_primary_during<R>(&mut self, after: Duration, op: impl FnOnce() -> R) -> Result<R> {
+        let k = self.primary()?.ok_or_else(|| anyhow!("no primary"))?;
+        let mut node = self.mds[k].take().expect("the primary runs");
+        let net = self.net.clone();
+        let manager = &self.manager;
+        let r = std::thread::scope(|s| {
+            let killer = s.spawn(move || {
+                std::thread::sleep(after);
+                // Cut off everything at once: the mock network and the manager.
+                manager.cut_off(MDSS[k].0);
+                net.kill_listener(MDSS[k].1);
+            });
+            let r = op();
+            killer.join().map_err(|_| anyhow!("the killer panicked"))?;
+            Ok::<R, anyhow::Error>(r)
+        })?;
+        self.wait_primary(MDSS[1 - k].0, Duration::from_secs(20))?;
+        // The killed node's thread ends (cut off, it can do nothing on its way out);
+        // then the MDS starts again, with its name back.
+        node.reap().context("the killed MDS")?;
+        self.manager.restore(MDSS[k].0);
+        self.start_mds(k)?;
+        Ok(r)
+    }
+
+    /// A client that knows both MDSs.
+    pub fn client(&self) -> Result<Client> {
+        let cfg = ClientConfig {
+            mds: Self::mds_setting(),
+            internal: false,
+            op_timeout_ms: 10_000,
+            reconnect_ms: 20_000,
+            cache_mib: 4,
+            chunk_pages: 16,
+            name: "sim client".into(),
+            ..Default::default()
+        };
+        Client::connect(cfg, self.fabric()).map_err(|e| anyhow!("client: {e}"))
+    }
+
+    /// The pages in which the two MDS pools differ (the cluster quiet, the mirror in
+    /// sync).
+    pub fn differing_pages(&self) -> Result<Vec<u64>> {
+        let open = |k| Pool::open(&self.pool(k), ModeChoice::Force(Mode::Volatile));
+        let (a, b) = (open(0)?, open(1)?);
+        if a.len() != b.len() {
+            bail!("the pools differ in size: {} and {}", a.len(), b.len());
+        }
+        let (mut x, mut y) = (vec![0u8; 4096], vec![0u8; 4096]);
+        let mut differ = Vec::new();
+        for page in 0..a.len() / 4096 {
+            a.read(page * 4096, &mut x)?;
+            b.read(page * 4096, &mut y)?;
+            if x != y {
+                differ.push(page);
+            }
+        }
+        Ok(differ)
+    }
+
+    /// Checks both MDS pools with fsck (the cluster stopped).
+    pub fn fsck(&self) -> Result<()> {
+        for k in 0..2 {
+            let pool = Pool::open(&self.pool(k), ModeChoice::Force(Mode::Volatile))?;
+            let r = orion_meta::fsck::check(&pool, None);
+            if !r.is_clean() {
+                bail!("fsck of {}: {}: {:?}", MDSS[k].0, r.summary(), r.problems);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops every server: the store, the mirror, then the primary.
+    pub fn stop(&mut self) -> Result<()> {
+        if let Some(mut n) = self.store.take() {
+            n.stop()?;
+        }
+        let first = self.primary().ok().flatten().map_or(0, |p| 1 - p);
+        for k in [first, 1 - first] {
+            if let Some(mut n) = self.mds[k].take() {
+                n.stop()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for MirroredCluster {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
