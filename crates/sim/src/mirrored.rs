@@ -210,11 +210,11 @@ impl MirroredCluster {
 
     /// Checks both MDS pools with fsck (the cluster stopped).
     pub fn fsck(&self) -> Result<()> {
-        for k in 0..2 {
+        for (k, (name, _)) in MDSS.iter().enumerate() {
             let pool = Pool::open(&self.pool(k), ModeChoice::Force(Mode::Volatile))?;
             let r = orion_meta::fsck::check(&pool, None);
             if !r.is_clean() {
-                bail!("fsck of {}: {}: {:?}", MDSS[k].0, r.summary(), r.problems);
+                bail!("fsck of {name}: {}: {:?}", r.summary(), r.problems);
             }
         }
         Ok(())
