@@ -81,9 +81,14 @@ pub fn start(
         // earlier one describe that one (its record could name mds-b, whose pool is
         // of the old cluster, as the only MDS that may serve).
         for old in [&mirror_pool, &epoch_file] {
-            if old.exists() {
-                std::fs::remove_file(old).with_context(|| format!("removing {}", old.display()))?;
-            }
+            let gone = if old.is_dir() {
+                std::fs::remove_dir_all(old) // etcd's data
+            } else if old.exists() {
+                std::fs::remove_file(old)
+            } else {
+                Ok(())
+            };
+            gone.with_context(|| format!("removing {}", old.display()))?;
         }
     } else if !epoch_file.exists() && mirror_pool.exists() {
         // Without the manager's record of who was last in sync, the MDS pool is the

@@ -204,7 +204,16 @@ fn a_mirrored_cluster_over_hosts_survives_its_primary_killed_and_cut_off() {
     let h = Hosts::start();
     let written = std::sync::atomic::AtomicUsize::new(0);
     let stop = std::sync::atomic::AtomicBool::new(false);
+    // Whatever happens below, the writers stop (a failed assertion would otherwise
+    // leave the scope waiting for them forever).
+    struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
     let counts = std::thread::scope(|scope| {
+        let _stop_writers = StopOnDrop(&stop);
         let writers: Vec<_> = (0..2)
             .map(|c| {
                 let (h, written, stop) = (&h, &written, &stop);

@@ -107,11 +107,17 @@ fn orion_up_serves_the_same_file_system_again() {
     let pids = Command::new("pgrep")
         .args([
             "-f",
+            "--",
             &format!("--secret-file {}", state.path().join("secret").display()),
         ])
         .output()
         .unwrap();
-    assert!(pids.stdout.is_empty(), "daemons left running");
+    // Exit status 1: nothing matched (2 would be a bad pattern).
+    assert_eq!(
+        pids.status.code(),
+        Some(1),
+        "daemons left running: {pids:?}"
+    );
     let up = Up::start(state.path(), pools.path());
     assert_eq!(std::fs::read(mnt.join("hello")).unwrap(), b"hello, orion");
     assert!(mnt.join("dir").is_dir());
@@ -372,9 +378,10 @@ fn orion_up_runs_etcd_as_its_cluster_manager_and_stops_it() {
     let left = Command::new("pgrep")
         .args([
             "-f",
+            "--",
             &format!("--data-dir={}", state.path().join("etcd").display()),
         ])
         .output()
         .unwrap();
-    assert!(left.stdout.is_empty(), "etcd left running");
+    assert_eq!(left.status.code(), Some(1), "etcd left running: {left:?}");
 }

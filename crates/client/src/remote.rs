@@ -241,10 +241,21 @@ impl Remote {
         let r = self.mds.call(&self.cq, id, req, self.timeout, &mut other);
         self.absorb(other);
         if let Err(orion_fabric::Error::Timeout(_)) = &r {
-            // An MDS that answers nothing within the operation timeout (cut off, or
-            // its term over) is left like a broken one: the next address may be the
-            // primary now, and the request's outcome is asked there.
-            self.mds.conn.close();
+            // No answer within the operation timeout. An MDS that still answers a ping
+            // is slow (a commit parked for the stores): the timeout stands as before.
+            // One that does not (cut off, or its term over) is left like a broken
+            // one: the next address may be the primary now, and the request's outcome
+            // is asked there.
+            let ping_id = self.fresh_id();
+            let mut other = Vec::new();
+            let patience = self.timeout.min(Duration::from_secs(1));
+            let alive = self
+                .mds
+                .call(&self.cq, ping_id, &MdsRequest::Ping, patience, &mut other);
+            self.absorb(other);
+            if alive.is_err() {
+                self.mds.conn.close();
+            }
         }
         self.stats.rpcs += 1;
         match r.map_err(|e| io_err(format!("MDS {}: {e}", self.mds_addr())))? {

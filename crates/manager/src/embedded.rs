@@ -82,10 +82,11 @@ impl State {
     fn answer(&mut self, line: &str, now: Instant) -> String {
         let f: Vec<&str> = line.split_whitespace().collect();
         // A request of an MDS that is cut off never arrives: it names it (a role
-        // asked for), or the epoch it holds.
+        // asked for), or the epoch it holds (what only the holder sends; its mirror's
+        // `end` of that epoch does arrive).
         let of_cut_off = match f.as_slice() {
             ["acquire", name, ..] => self.cut_off.iter().any(|c| c == name),
-            [_, epoch, ..] => self.held.as_ref().is_some_and(|h| {
+            ["renew" | "eligible" | "resign", epoch, ..] => self.held.as_ref().is_some_and(|h| {
                 h.primary.epoch.to_string() == *epoch && self.cut_off.contains(&h.primary.name)
             }),
             _ => false,

@@ -445,9 +445,13 @@ impl Mds {
                 self.persisted_notice(member, pages);
                 return None;
             }
-            // Answered: a store that hears nothing takes this MDS for gone (cut off,
-            // or no longer primary: then no reply leaves) and joins another.
-            (Role::Store { .. }, MdsInbound::Store(StoreToMds::Heartbeat)) => Ok(ReplyBody::Empty),
+            // Answered at once (it acknowledges nothing, so it need not wait for the
+            // mirror): a store that hears nothing takes this MDS for gone (cut off, or
+            // no longer primary: then no reply leaves) and joins another.
+            (Role::Store { .. }, MdsInbound::Store(StoreToMds::Heartbeat)) => {
+                self.send_reply_now(conn, id, Reply::Ok(ReplyBody::Empty));
+                return None;
+            }
             (&Role::Store { member }, MdsInbound::Store(StoreToMds::Resynced)) => {
                 self.resync_done(member)
             }
