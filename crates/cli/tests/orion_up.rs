@@ -104,19 +104,12 @@ fn orion_up_serves_the_same_file_system_again() {
     let err = up.stop();
     assert!(err.contains("formatting"), "the first run formats: {err}");
     assert!(!is_mounted(&mnt), "Ctrl-C unmounts");
-    let pids = Command::new("pgrep")
-        .args([
-            "-f",
-            "--",
-            &format!("--secret-file {}", state.path().join("secret").display()),
-        ])
-        .output()
-        .unwrap();
-    // Exit status 1: nothing matched (2 would be a bad pattern).
-    assert_eq!(
-        pids.status.code(),
-        Some(1),
-        "daemons left running: {pids:?}"
+    assert!(
+        nothing_runs(&format!(
+            "--secret-file {}",
+            state.path().join("secret").display()
+        )),
+        "daemons left running"
     );
     let up = Up::start(state.path(), pools.path());
     assert_eq!(std::fs::read(mnt.join("hello")).unwrap(), b"hello, orion");
@@ -288,11 +281,12 @@ fn the_primary_mds_dies_and_the_mount_goes_on_through_its_mirror() {
     }
     // SAFETY: kill(2) on a pid this test's child started.
     unsafe { libc::kill(up.pid("mds-a"), libc::SIGKILL) };
+    let at_kill = progress.load(std::sync::atomic::Ordering::Relaxed);
     let gap = writer.join().unwrap().expect("the program saw an error");
     println!("longest gap between two iterations through the mount: {gap:?}");
     assert!(
-        gap > Duration::from_millis(100),
-        "the kill came while it ran: {gap:?}"
+        at_kill < N,
+        "the kill came while it ran ({at_kill} of {N} done)"
     );
     for i in 0..N {
         let mut want = content(i);
@@ -375,13 +369,22 @@ fn orion_up_runs_etcd_as_its_cluster_manager_and_stops_it() {
     );
     // etcd kept its data in the state directory, and is stopped with the cluster.
     assert!(state.path().join("etcd").is_dir());
-    let left = Command::new("pgrep")
-        .args([
-            "-f",
-            "--",
-            &format!("--data-dir={}", state.path().join("etcd").display()),
-        ])
+    assert!(
+        nothing_runs(&format!(
+            "--data-dir={}",
+            state.path().join("etcd").display()
+        )),
+        "etcd left running"
+    );
+}
+
+/// Whether no process's command line holds `pattern` (`pgrep -f`: exit status 1 when
+/// nothing matched; 2 would be a bad pattern, and fails the test).
+fn nothing_runs(pattern: &str) -> bool {
+    let o = Command::new("pgrep")
+        .args(["-f", "--", pattern])
         .output()
         .unwrap();
-    assert_eq!(left.status.code(), Some(1), "etcd left running: {left:?}");
+    assert_ne!(o.status.code(), Some(2), "pgrep refused {pattern:?}");
+    o.status.code() == Some(1)
 }
