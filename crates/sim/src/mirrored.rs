@@ -147,22 +147,30 @@ impl MirroredCluster {
     /// Kills the primary as a crashed process dies (cut off the network) from another
     /// thread after `after`, while `op` runs here; then starts it again, as the mirror
     /// of the MDS that took over, and waits until that one serves. Returns what `op`
-    /// returned.
-    pub fn kill_primary_during<R>(&mut self, after: Duration, op: impl FnOnce() -> R) -> Result<R> {
+    /// returned, and whether the kill came while `op` still ran (else just after).
+    pub fn kill_primary_during<R>(
+        &mut self,
+        after: Duration,
+        op: impl FnOnce() -> R,
+    ) -> Result<(R, bool)> {
         let k = self.primary()?.ok_or_else(|| anyhow!("no primary"))?;
         let mut node = self.mds[k].take().expect("the primary runs");
         let net = self.net.clone();
         let manager = &self.manager;
+        let op_done = std::sync::atomic::AtomicBool::new(false);
         let r = std::thread::scope(|s| {
+            let done = &op_done;
             let killer = s.spawn(move || {
                 std::thread::sleep(after);
                 // Cut off everything at once: the mock network and the manager.
                 manager.cut_off(MDSS[k].0);
                 net.kill_listener(MDSS[k].1);
+                !done.load(std::sync::atomic::Ordering::Acquire)
             });
             let r = op();
-            killer.join().map_err(|_| anyhow!("the killer panicked"))?;
-            Ok::<R, anyhow::Error>(r)
+            op_done.store(true, std::sync::atomic::Ordering::Release);
+            let inside = killer.join().map_err(|_| anyhow!("the killer panicked"))?;
+            Ok::<(R, bool), anyhow::Error>((r, inside))
         })?;
         self.wait_primary(MDSS[1 - k].0, Duration::from_secs(20))?;
         // The killed node's thread ends (cut off, it can do nothing on its way out);
