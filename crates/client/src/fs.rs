@@ -158,6 +158,7 @@ impl Client {
         mut f: impl FnMut(&mut Inner) -> Res<T>,
     ) -> FsResult<T> {
         let mut g = self.lock();
+        g.remote.begin_operation();
         for _ in 0..RECONNECT_RETRIES {
             g.datapath().forget_if_term_changed();
             let staged = if commit_staged || g.staging.due() {

@@ -87,7 +87,15 @@ pub struct Remote {
     term_changed: bool,
     /// Drawn once, kept across reconnections (see `Hello::nonce`).
     nonce: u64,
+    /// The requests that changed state in the current operation, with their ids: run
+    /// again after a reconnection (a later step of the operation broke), such a request
+    /// is sent under its first id, and the MDS answers it from memory instead of
+    /// applying it twice (a create that found its own file would say EEXIST).
+    applied: Vec<(MdsRequest, u64)>,
 }
+
+/// Most state-changing requests of one operation remembered for its re-runs.
+const MAX_APPLIED: usize = 64;
 
 impl Remote {
     pub fn connect(cfg: ClientConfig, fabric: FabricConfig) -> FsResult<Remote> {
@@ -142,6 +150,7 @@ impl Remote {
             term: None,
             term_changed: false,
             nonce: u64::from_le_bytes(orion_format::random_uuid()[..8].try_into().expect("8")),
+            applied: Vec::new(),
         };
         if let Err(e) = remote.hello() {
             if remote.mds.conn.is_alive() {
@@ -274,8 +283,23 @@ impl Remote {
     /// for any other request, the break is reported as [`Fail::Reconnected`] and the
     /// caller runs the operation again from fresh state.
     pub fn call(&mut self, req: &MdsRequest) -> Res<ReplyBody> {
-        let id = self.fresh_id();
+        let again = req
+            .changes_state()
+            .then(|| {
+                self.applied
+                    .iter()
+                    .find(|(r, _)| r == req)
+                    .map(|(_, id)| *id)
+            })
+            .flatten();
+        let id = again.unwrap_or_else(|| self.fresh_id());
         let mut r = self.call_with_id(id, req);
+        if r.is_ok() && req.changes_state() && again.is_none() {
+            if self.applied.len() == MAX_APPLIED {
+                self.applied.remove(0);
+            }
+            self.applied.push((req.clone(), id));
+        }
         let mut asked = 0;
         while let Err(e) = r.as_ref().map(|_| ()).map_err(|e| e.to_string()) {
             if self.mds.conn.is_alive() {
@@ -348,6 +372,11 @@ impl Remote {
                 }
             }
         }
+    }
+
+    /// A new operation starts: what the last one applied is forgotten.
+    pub fn begin_operation(&mut self) {
+        self.applied.clear();
     }
 
     /// The address of the MDS this client talks to.
