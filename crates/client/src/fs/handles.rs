@@ -171,7 +171,9 @@ impl Inner {
     pub(crate) fn open(&mut self, path: &str, flags: OpenFlags, mode: u32) -> Res<Fd> {
         let ino = match self.resolve(path, true) {
             Ok((ino, _)) => {
-                if flags.create && flags.excl {
+                // Unless this very operation created it before a reconnection made it
+                // run again.
+                if flags.create && flags.excl && !self.remote.created_in_this_operation(ino) {
                     return Err(EEXIST.into());
                 }
                 ino
