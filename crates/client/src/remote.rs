@@ -91,10 +91,9 @@ pub struct Remote {
     /// again after a reconnection (a later step of the operation broke), such a request
     /// is sent under its first id, and the MDS answers it from memory instead of
     /// applying it twice (a create that found its own file would say EEXIST).
-    applied: Vec<(MdsRequest, u64)>,
-    /// The inodes those requests created (an exclusive open run again finds its own
-    /// file: it is not someone else's).
-    created: Vec<u64>,
+    /// With each, the inode it created, if it was a create (an exclusive open run
+    /// again finds its own file: it is not someone else's).
+    applied: Vec<(MdsRequest, u64, Option<u64>)>,
 }
 
 /// Most state-changing requests of one operation remembered for its re-runs.
@@ -154,7 +153,6 @@ impl Remote {
             term_changed: false,
             nonce: u64::from_le_bytes(orion_format::random_uuid()[..8].try_into().expect("8")),
             applied: Vec::new(),
-            created: Vec::new(),
         };
         if let Err(e) = remote.hello() {
             if remote.mds.conn.is_alive() {
@@ -292,8 +290,8 @@ impl Remote {
             .then(|| {
                 self.applied
                     .iter()
-                    .find(|(r, _)| r == req)
-                    .map(|(_, id)| *id)
+                    .find(|(r, ..)| r == req)
+                    .map(|(_, id, _)| *id)
             })
             .flatten();
         let id = again.unwrap_or_else(|| self.fresh_id());
@@ -302,10 +300,11 @@ impl Remote {
             if self.applied.len() == MAX_APPLIED {
                 self.applied.remove(0);
             }
-            self.applied.push((req.clone(), id));
-            if let (MdsRequest::Create(_), Ok(ReplyBody::Attr(a))) = (req, &r) {
-                self.created.push(a.ino);
-            }
+            let created = match (req, &r) {
+                (MdsRequest::Create(_), Ok(ReplyBody::Attr(a))) => Some(a.ino),
+                _ => None,
+            };
+            self.applied.push((req.clone(), id, created));
         }
         let mut asked = 0;
         while let Err(e) = r.as_ref().map(|_| ()).map_err(|e| e.to_string()) {
@@ -384,13 +383,12 @@ impl Remote {
     /// A new operation starts: what the last one applied is forgotten.
     pub fn begin_operation(&mut self) {
         self.applied.clear();
-        self.created.clear();
     }
 
     /// Whether this operation created `ino` in an earlier run (before a reconnection
     /// made it run again).
     pub fn created_in_this_operation(&self, ino: u64) -> bool {
-        self.created.contains(&ino)
+        self.applied.iter().any(|(.., c)| *c == Some(ino))
     }
 
     /// The address of the MDS this client talks to.

@@ -185,23 +185,17 @@ impl State {
                 ),
                 None => "none".into(),
             },
-            ["end", epoch] => {
+            // The holder gives the role up, or its mirror saw it die: the role is free.
+            [what @ ("end" | "resign"), epoch] => {
                 let Ok(epoch) = epoch.parse::<u64>() else {
                     return "error the epoch is not a number".into();
                 };
                 if self.current(now).is_some_and(|h| h.primary.epoch == epoch) {
                     self.held = None;
-                    info!("the term of epoch {epoch} was ended by its mirror");
-                }
-                "ok".into()
-            }
-            ["resign", epoch] => {
-                let Ok(epoch) = epoch.parse::<u64>() else {
-                    return "error the epoch is not a number".into();
-                };
-                if self.current(now).is_some_and(|h| h.primary.epoch == epoch) {
-                    self.held = None;
-                    info!("the primary of epoch {epoch} resigned");
+                    match *what {
+                        "end" => info!("the term of epoch {epoch} was ended by its mirror"),
+                        _ => info!("the primary of epoch {epoch} resigned"),
+                    }
                 }
                 "ok".into()
             }
@@ -421,13 +415,7 @@ impl Manager for EmbeddedManager {
     }
 
     fn try_acquire(&mut self, name: &str, addr: &str, ttl: Duration) -> Result<Option<Term>> {
-        if name.is_empty()
-            || addr.is_empty()
-            || name.contains(|c: char| c == ',' || c.is_whitespace())
-            || addr.contains(char::is_whitespace)
-        {
-            bail!("an MDS name {name:?} (no spaces or commas) and an address {addr:?} are needed");
-        }
+        crate::check_candidate(name, addr)?;
         let ms = ttl.as_millis().max(1);
         let asked = Instant::now();
         let answer = self.call(&format!("acquire {name} {addr} {ms}"))?;

@@ -140,12 +140,7 @@ impl Manager for EtcdManager {
     }
 
     fn try_acquire(&mut self, name: &str, addr: &str, ttl: Duration) -> Result<Option<Term>> {
-        if name.is_empty()
-            || addr.is_empty()
-            || name.contains(|c: char| c == ',' || c.is_whitespace())
-        {
-            bail!("an MDS name {name:?} (no spaces or commas) and an address {addr:?} are needed");
-        }
+        crate::check_candidate(name, addr)?;
         let mut client = self.client.clone();
         let epoch_key = self.epoch_key.clone();
         let got = self.call("reading the epoch", client.get(epoch_key.clone(), None))?;

@@ -51,6 +51,22 @@ impl Term {
     }
 }
 
+/// Refuses an MDS name or address the records cannot hold (names are listed with
+/// commas, records are split at spaces).
+pub(crate) fn check_candidate(name: &str, addr: &str) -> Result<()> {
+    if name.is_empty()
+        || addr.is_empty()
+        || name.contains(|c: char| c == ',' || c.is_whitespace())
+        || addr.contains(char::is_whitespace)
+    {
+        anyhow::bail!(
+            "an MDS name {name:?} (no spaces or commas) and an address {addr:?} (no spaces) \
+             are needed"
+        );
+    }
+    Ok(())
+}
+
 /// Encodes a list of MDS names for a manager's record ("-" when empty).
 pub(crate) fn names_record(names: &[&str]) -> Result<String> {
     if names
