@@ -1,10 +1,12 @@
 //! The mirror's side (Orion §3.1): an MDS that does not hold the primary role mirrors
 //! the one that does, and takes the role when the primary's lease lapses and the
 //! cluster manager lets it (it is in sync). It connects to the primary, copies the
-//! primary's pool one-sided into its own, then applies, in order, what the primary
-//! persists ([`crate::mirror`]); each `Apply` is answered once it is in the pool. Its
-//! pool is then always a state the primary's media passed through, which recovery
-//! handles, so taking over is the ordinary start of an MDS on its own pool.
+//! primary's pool one-sided into its own, then hands the primary a ring
+//! ([`crate::ring`]) and applies, in order, what the primary writes there
+//! ([`crate::mirror`]). Its pool is then always a state the primary's media passed
+//! through, which recovery handles; what the ring holds beyond it is applied before
+//! this MDS takes the role, so taking over is the ordinary start of an MDS on its own
+//! pool.
 //!
 //! While it copies, a marker file beside the pool says the pool is torn: an MDS whose
 //! pool carries it never asks for the role (the manager would not grant it either,
@@ -12,11 +14,12 @@
 //! Clients that reach a mirror are turned away (their connection is closed), and they
 //! try the next MDS address they know.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use crate::ring::{ring_path, RingReader};
 use anyhow::{anyhow, bail, Context, Result};
 use orion_fabric::{Access, CompletionQueue, Domain, Error as FabricError, RemoteRegion};
 use orion_format::{PoolKind, Superblock, SUPERBLOCK_SIZE};
@@ -64,6 +67,7 @@ impl Follower<'_> {
             if self.stop.load(Ordering::Relaxed) {
                 return Ok(None);
             }
+            self.drain_ring(mode, &mut replies)?;
             if self.pool_whole() {
                 match PrimaryRole::try_take(&mut manager, self.name, self.addr, self.lease) {
                     Ok(Some(role)) => return Ok(Some((role, replies))),
@@ -180,9 +184,30 @@ impl Follower<'_> {
             .context("marking the pool as being copied")?;
         *replies = ReplyTable::default(); // the primary sends them all once copied
         let pool = open_sized(&self.cfg.pool, region.len, mode)?;
+        let ring_file = ring_path(&self.cfg.pool);
+        let ring = RingReader::create(&ring_file, mode)?;
+        let ring_region = self
+            .domain
+            .register_file(&ring_file, 0, ring.pool.len() as usize, Access::REMOTE_ALL)
+            .context("registering the mirror's ring with the fabric")?;
         self.copy(cq, &ch, &region, &pool, p)?;
-        ch.send_request(2, &MirrorToMds::Copied)?;
-        self.apply(cq, &mut ch, &pool, p, epoch, manager, replies)
+        ring.mark_copied()?;
+        let durable_on_delivery = ring.pool.durable_on_delivery();
+        ch.send_request(
+            2,
+            &MirrorToMds::Copied {
+                ring: ring_region.remote(),
+                durable_on_delivery,
+            },
+        )?;
+        let mut applier = Applier::new(ring, &pool, replies, &self.cfg.pool);
+        let ended = self.follow_ring(cq, &mut ch, &mut applier, p, epoch, manager);
+        // The session ends here: once the connection is closed and the ring's key
+        // revoked, nothing more lands in the ring; what did is applied next
+        // (`drain_ring`), before this MDS may take the role.
+        ch.conn.close();
+        ring_region.revoke();
+        ended
     }
 
     /// Copies the primary's whole pool, one-sided.
@@ -231,25 +256,21 @@ impl Follower<'_> {
         Ok(())
     }
 
-    /// Applies what the primary sends, a whole turn at a time, answering each message,
-    /// until the connection ends or the primary's lease is gone.
-    #[allow(clippy::too_many_arguments)]
-    fn apply(
+    /// Applies what the primary writes into the ring, entry by entry, as its
+    /// immediates wake this MDS (and every 20 ms regardless), until the connection
+    /// ends or the primary's lease is gone. A mirror whose memory needs a flush says
+    /// how far it applied after each round.
+    fn follow_ring(
         &self,
         cq: &CompletionQueue,
         ch: &mut Channel,
-        pool: &Pool,
+        applier: &mut Applier,
         p: &Primary,
         epoch: u64,
         manager: &mut dyn Manager,
-        replies: &mut ReplyTable,
     ) -> Result<Ended> {
-        let members_file = self.cfg.pool.with_extension("members");
-        let mut turn = Turn::default();
-        let mut expect = None;
-        let mut whole = false;
+        let durable_on_delivery = applier.ring.pool.durable_on_delivery();
         let mut batch = Vec::with_capacity(16);
-        let mut msg = Vec::new();
         let mut next_check = Instant::now();
         loop {
             if self.stop.load(Ordering::Relaxed) {
@@ -264,66 +285,24 @@ impl Follower<'_> {
                 if c.conn != ch.conn.id() {
                     continue;
                 }
-                let (slot, len) = match ch.on_completion(&c) {
-                    Event::Done => continue,
+                match ch.on_completion(&c) {
+                    Event::Done => {} // an immediate: the ring has more
                     Event::Broken(e @ FabricError::PeerGone { .. }) => {
                         return Ok(Ended::PrimaryGone(format!("the connection ended ({e})")))
                     }
                     Event::Broken(e) => {
                         return Ok(Ended::Other(format!("the connection failed ({e})")))
                     }
-                    Event::Message { slot, len } => (slot, len),
-                };
-                ch.read_message(slot, len, &mut msg)?;
-                ch.repost(slot)?;
-                let (
-                    id,
-                    MdsToMirror::Apply {
-                        seq,
-                        records,
-                        members,
-                        replies: remembered,
-                        last,
-                    },
-                ) = MdsToMirror::decode(&msg)
-                    .map_err(|e| anyhow!("a malformed message from the primary: {e}"))?;
-                if let Some(e) = expect.filter(|e| *e != seq) {
-                    bail!("message {e} from the primary was lost (got {seq})");
+                    Event::Message { slot, .. } => {
+                        // The primary sends nothing two-sided after its first answer.
+                        ch.repost(slot)?;
+                        bail!("an unexpected message from the primary");
+                    }
                 }
-                expect = Some(seq + 1);
-                turn.records.extend_from_slice(&records);
-                turn.members = members.or(turn.members.take());
-                turn.replies.extend_from_slice(&remembered);
-                if !last {
-                    ch.send_reply(id, &Reply::Ok(ReplyBody::Empty))?;
-                    continue;
-                }
-                let t = std::mem::take(&mut turn);
-                let applied = pool
-                    .apply_records(&t.records)
-                    .map_err(anyhow::Error::from)
-                    .and_then(|_| match &t.members {
-                        Some(m) => orion_pmem::replace_durably(&members_file, m)
-                            .with_context(|| format!("writing {}", members_file.display())),
-                        None => Ok(()),
-                    })
-                    .and_then(|_| replies.apply(&t.replies).map_err(anyhow::Error::msg));
-                if let Err(e) = applied {
-                    let reply = Reply::Err {
-                        errno: libc::EIO,
-                        message: format!("{e:#}"),
-                    };
-                    let _ = ch.send_reply(id, &reply);
-                    return Err(e);
-                }
-                ch.send_reply(id, &Reply::Ok(ReplyBody::Empty))?;
-                if !whole {
-                    // The pool is whole again once the copy is followed by the
-                    // primary's first records (its backlog): from now on a crash
-                    // leaves a state the primary's media passed through.
-                    std::fs::remove_file(self.marker()).context("removing the copy marker")?;
-                    whole = true;
-                }
+            }
+            if applier.apply_whole()? > 0 && !durable_on_delivery {
+                let upto = applier.ring.head();
+                ch.send_request(3, &MirrorToMds::Applied { upto })?;
             }
             self.turn_clients_away();
             if Instant::now() >= next_check {
@@ -339,6 +318,106 @@ impl Follower<'_> {
             }
         }
     }
+
+    /// Applies what a mirroring session left in the ring (it ended, or this process
+    /// died in it), then removes the ring: called before this MDS may take the role,
+    /// and before it mirrors anew. A ring whose entries cannot be applied leaves the
+    /// pool marked torn (it is copied again; this MDS never takes over with it).
+    fn drain_ring(&self, mode: ModeChoice, replies: &mut ReplyTable) -> Result<()> {
+        let path = ring_path(&self.cfg.pool);
+        let Some(ring) = RingReader::open(&path, mode)? else {
+            return Ok(());
+        };
+        if ring.copied()? && pool_cluster(&self.cfg.pool).is_some() {
+            let pool = Pool::open(&self.cfg.pool, mode)
+                .with_context(|| format!("opening MDS pool {}", self.cfg.pool.display()))?;
+            let mut applier = Applier::new(ring, &pool, replies, &self.cfg.pool);
+            match applier.apply_whole() {
+                Ok(0) => {}
+                Ok(n) => info!("applied {n} entries the primary left in the ring"),
+                Err(e) => {
+                    warn!("the ring cannot be applied ({e:#}): this MDS copies the pool again");
+                    orion_pmem::replace_durably(&self.marker(), b"copying\n")
+                        .context("marking the pool as torn")?;
+                }
+            }
+        }
+        std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))
+    }
+}
+
+/// Applies ring entries to the mirror's pool, in order, each as it comes: the records
+/// are the primary's persists in order, so the pool always holds a state the
+/// primary's media passed through.
+struct Applier<'a> {
+    ring: RingReader,
+    pool: &'a Pool,
+    replies: &'a mut ReplyTable,
+    members_file: PathBuf,
+    marker: PathBuf,
+    /// The pool was whole before this ring (no copy marker).
+    whole: bool,
+    expect: Option<u64>,
+    entry: Vec<u8>,
+}
+
+impl<'a> Applier<'a> {
+    fn new(
+        ring: RingReader,
+        pool: &'a Pool,
+        replies: &'a mut ReplyTable,
+        pool_path: &Path,
+    ) -> Applier<'a> {
+        let marker = pool_path.with_extension("copying");
+        Applier {
+            ring,
+            pool,
+            replies,
+            members_file: pool_path.with_extension("members"),
+            whole: !marker.exists(),
+            marker,
+            expect: None,
+            entry: Vec::new(),
+        }
+    }
+
+    /// Applies every whole entry from the head; returns how many.
+    fn apply_whole(&mut self) -> Result<usize> {
+        let mut n = 0;
+        while let Some(next) = self.ring.peek(&mut self.entry)? {
+            let (
+                _,
+                MdsToMirror::Apply {
+                    seq,
+                    records,
+                    members,
+                    replies,
+                    last,
+                },
+            ) = MdsToMirror::decode(&self.entry)
+                .map_err(|e| anyhow!("a malformed entry in the ring: {e}"))?;
+            if let Some(e) = self.expect.filter(|e| *e != seq) {
+                bail!("entry {e} of the primary is missing from the ring (got {seq})");
+            }
+            self.expect = Some(seq + 1);
+            self.pool.apply_records(&records)?;
+            if let Some(m) = members {
+                orion_pmem::replace_durably(&self.members_file, &m)
+                    .with_context(|| format!("writing {}", self.members_file.display()))?;
+            }
+            self.replies.apply(&replies).map_err(anyhow::Error::msg)?;
+            if last && !self.whole && self.ring.copied()? {
+                // The copy followed by the primary's first turn (what it persisted
+                // while the mirror copied) is a state its media passed through: from
+                // now on a crash leaves a whole pool.
+                std::fs::remove_file(&self.marker).context("removing the copy marker")?;
+                self.whole = true;
+            }
+            self.ring.advance(next)?;
+            n += 1;
+        }
+        Ok(n)
+    }
 }
 
 /// Why mirroring a primary ended.
@@ -346,14 +425,6 @@ enum Ended {
     /// Its connection reports its process gone.
     PrimaryGone(String),
     Other(String),
-}
-
-/// A turn of the primary, gathered until its last message.
-#[derive(Default)]
-struct Turn {
-    records: Vec<u8>,
-    members: Option<Vec<u8>>,
-    replies: Vec<u8>,
 }
 
 /// The cluster of the MDS pool at `path`, if it is one.

@@ -20,6 +20,7 @@ mod mirror;
 pub mod namespace;
 pub mod primary;
 pub mod replies;
+mod ring;
 pub mod server;
 mod startup;
 pub mod stores;

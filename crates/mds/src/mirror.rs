@@ -1,25 +1,31 @@
 //! The primary's side of the MDS mirror (Orion §3.1, Mojim-style). A mirror says hello
 //! ([`Mds::mirror_hello`]); the primary starts recording what its pool persists
 //! (`orion_pmem::tap`) and hands the mirror its pool to copy one-sided. When the mirror
-//! has copied it ([`Mds::mirror_copied`]), the primary sends what it persisted since,
-//! tells the cluster manager that the mirror may take over, and from then on holds
-//! every reply until the mirror has applied what the turn persisted
-//! ([`Mds::mirror_turn`]): nothing is acknowledged that the mirror lacks.
+//! has copied it, it hands over a ring in its memory ([`Mds::mirror_copied`], the ring's
+//! format in [`crate::ring`]); the primary writes there what it persisted since, tells
+//! the cluster manager that the mirror may take over, and from then on every turn ends
+//! by writing what the turn persisted into the ring, one-sided; the turn's replies
+//! leave once those writes completed ([`Mds::mirror_turn`]), or, when the mirror's
+//! memory needs a flush, once it said it applied them: nothing is acknowledged that
+//! the mirror lacks.
 //!
-//! A mirror that fails to answer in time, or goes, is dropped; before any reply leaves
-//! without it, the manager is told it may no longer take over (the replies wait until
-//! the manager has heard it, or the term ends). The mirror then says hello again and
-//! copies the pool anew.
+//! A mirror whose ring stays full (a quarter of the lease), or goes, is dropped; before
+//! any reply leaves without it, the manager is told it may no longer take over (the
+//! replies wait until the manager has heard it, or the term ends). The mirror then
+//! says hello again and copies the pool anew.
 
 use std::time::{Duration, Instant};
 
-use orion_fabric::ConnId;
+use orion_fabric::{Access, ConnId, OpKind, Region, RemoteRegion};
 use orion_meta::{FsError, FsResult};
 use orion_pmem::tap::{push_record, record_end, RECORD_HEADER};
-use orion_proto::{decode_reply, Event, MdsToMirror, Reply, ReplyBody, MAX_APPLY_RECORDS};
+use orion_proto::channel::USER_WR_BASE;
+use orion_proto::{Event, MdsInbound, MdsToMirror, Message, MirrorToMds, ReplyBody};
+use orion_proto::{Reply, MAX_APPLY_RECORDS};
 use tracing::{info, warn};
 
 use crate::replies;
+use crate::ring::{self, RingWriter};
 use crate::server::{Mds, Role};
 
 /// The primary's mirror, if any, and the replies held for it.
@@ -40,15 +46,42 @@ pub(crate) struct Mirroring {
     unlist_failed: Option<Instant>,
     /// The connection of a mirror dropped while listed, closed once it is not.
     closing: Option<ConnId>,
+    /// The mirror's ring, once it copied the pool.
+    ring: Option<RingSide>,
+    /// Numbers the ring's entries.
     seq: u64,
-    next_id: u64,
     /// Replies held until the mirror has what they depend on.
     outbox: Vec<(ConnId, u64, Reply)>,
     /// The version of the cluster map file the mirror has.
     members_sent: Option<u64>,
     records: Vec<u8>,
+    payload: Vec<u8>,
     msg: Vec<u8>,
 }
+
+/// The mirror's ring as the primary writes it.
+struct RingSide {
+    writer: RingWriter,
+    /// A write that completed is durable in the mirror (its pool is volatile);
+    /// otherwise replies wait for its `Applied`.
+    durable_on_delivery: bool,
+    /// What the one-sided writes are made from, and where the head is read into.
+    staging: Region,
+    head_buf: Region,
+    /// The mirror's last `Applied`.
+    applied: u64,
+    /// The tail when the mirror was last woken.
+    woken_at: u64,
+    next_wr: u64,
+}
+
+/// Bytes staged for one round of ring writes.
+const STAGING: usize = 1 << 20;
+/// A mirror durable on delivery is woken (an immediate with the last write of a turn)
+/// once this much was written since it was last woken, or when the ring is short of
+/// room; else it looks every 20 ms. Waking it for every turn cost the primary's
+/// clients ~10 µs per update here: two cores shared by client, primary and mirror.
+const WAKE_BYTES: u64 = 1 << 20;
 
 impl Mirroring {
     /// Whether a reply must wait for the end of the turn.
@@ -117,7 +150,6 @@ impl Mds {
             must_unlist: self.mirror.must_unlist,
             unlist_failed: self.mirror.unlist_failed,
             outbox: std::mem::take(&mut self.mirror.outbox),
-            next_id: self.mirror.next_id,
             ..Default::default()
         };
         Ok(ReplyBody::MirrorStart {
@@ -127,14 +159,39 @@ impl Mds {
         })
     }
 
-    /// The mirror has copied the pool: it gets what was persisted since, and is then
-    /// in sync.
-    pub(crate) fn mirror_copied(&mut self, conn: ConnId) {
+    /// The mirror has copied the pool and offers `ring`: it gets what was persisted
+    /// since, and is then in sync.
+    pub(crate) fn mirror_copied(
+        &mut self,
+        conn: ConnId,
+        ring: RemoteRegion,
+        durable_on_delivery: bool,
+    ) {
         if self.mirror.conn != Some(conn) || !self.mirror.copying {
             warn!("a mirror said it copied the pool out of turn");
             return;
         }
         let t0 = Instant::now();
+        let side = RingWriter::new(ring).and_then(|writer| {
+            let region = |len| {
+                self.domain
+                    .alloc_region(len, Access::LOCAL)
+                    .map_err(|e| format!("memory for the mirror's ring writes: {e}"))
+            };
+            Ok(RingSide {
+                writer,
+                durable_on_delivery,
+                staging: region(STAGING)?,
+                head_buf: region(64)?,
+                applied: 0,
+                woken_at: 0,
+                next_wr: USER_WR_BASE,
+            })
+        });
+        match side {
+            Ok(side) => self.mirror.ring = Some(side),
+            Err(e) => return self.mirror_lost(&e),
+        }
         let backlog = self.engine.pool().persisted_backlog();
         // Every reply remembered so far goes with the backlog, and each new one after.
         self.replies.for_mirror(true);
@@ -239,6 +296,7 @@ impl Mds {
         }
         self.mirror.synced = false;
         self.mirror.copying = false;
+        self.mirror.ring = None;
         warn!(
             "mirror {} lost ({why}): replies wait until the cluster manager knows it is \
              out of sync",
@@ -252,9 +310,9 @@ impl Mds {
         }
     }
 
-    /// Sends the mirror what was persisted since the last call (and the cluster map
-    /// file if it changed, and the replies remembered), and waits until it has applied
-    /// it.
+    /// Writes into the mirror's ring what was persisted since the last call (and the
+    /// cluster map file if it changed, and the replies remembered), and waits until
+    /// the mirror holds it.
     fn ship_to_mirror(&mut self) -> Result<(), String> {
         let Some(conn) = self.mirror.conn else {
             return Ok(());
@@ -265,7 +323,7 @@ impl Mds {
         let members =
             (self.mirror.members_sent != Some(saves)).then(|| self.map.durable_text().into_bytes());
         let replies = self.replies.take_pending();
-        let r = self.send_turn(conn, &log, members, &replies);
+        let r = self.write_turn(conn, turn_entries(&log, members, &replies)?);
         if r.is_ok() {
             self.mirror.members_sent = Some(saves);
         }
@@ -273,119 +331,227 @@ impl Mds {
         r
     }
 
-    /// Sends one turn in as many `Apply` messages as it takes, the last marked so.
-    fn send_turn(
-        &mut self,
-        conn: ConnId,
-        log: &[u8],
-        members: Option<Vec<u8>>,
-        replies: &[u8],
-    ) -> Result<(), String> {
-        // A record longer than a message goes in parts: a persist of many lines is not
-        // atomic on the primary's media either.
-        const PART: usize = MAX_APPLY_RECORDS - RECORD_HEADER;
-        let apply = |records, members, replies| MdsToMirror::Apply {
-            seq: 0,
-            records,
-            members,
-            replies,
-            last: false,
-        };
-        let mut messages = Vec::new();
-        let mut piece = Vec::with_capacity(MAX_APPLY_RECORDS);
-        let mut at = 0;
-        while at < log.len() {
-            let end = record_end(log, at).ok_or("a torn persist record")?;
-            let off = u64::from_le_bytes(log[at..at + 8].try_into().expect("8 bytes"));
-            for (i, bytes) in log[at + RECORD_HEADER..end].chunks(PART).enumerate() {
-                if piece.len() + RECORD_HEADER + bytes.len() > MAX_APPLY_RECORDS {
-                    messages.push(apply(std::mem::take(&mut piece), None, Vec::new()));
-                }
-                push_record(&mut piece, off + (i * PART) as u64, bytes);
-            }
-            at = end;
-        }
-        if !piece.is_empty() {
-            messages.push(apply(piece, None, Vec::new()));
-        }
-        if members.is_some() {
-            messages.push(apply(Vec::new(), members, Vec::new()));
-        }
-        for p in replies::pieces(replies, MAX_APPLY_RECORDS) {
-            messages.push(apply(Vec::new(), None, p.to_vec()));
-        }
-        let n = messages.len();
-        for (i, mut m) in messages.into_iter().enumerate() {
+    /// Writes one turn's entries into the ring (the last one wakes the mirror), then
+    /// waits until the writes completed, and, for a mirror not durable on delivery,
+    /// until it applied them.
+    fn write_turn(&mut self, conn: ConnId, entries: Vec<MdsToMirror>) -> Result<(), String> {
+        let deadline = Instant::now() + self.mirror_timeout();
+        let mut writes = Vec::new();
+        let mut payload = std::mem::take(&mut self.mirror.payload);
+        let n = entries.len();
+        let mut r = Ok(());
+        for (i, mut m) in entries.into_iter().enumerate() {
             let MdsToMirror::Apply { seq, last, .. } = &mut m;
             self.mirror.seq += 1;
             *seq = self.mirror.seq;
             *last = i + 1 == n;
-            self.apply_on_mirror(conn, &m)?;
+            payload.clear();
+            m.encode(&mut payload, 0);
+            r = self.frame_entry(conn, &payload, &mut writes, deadline);
+            if r.is_err() {
+                break;
+            }
+        }
+        self.mirror.payload = payload;
+        r?;
+        let ring = self.mirror.ring.as_ref().ok_or("the mirror has no ring")?;
+        let wake = !ring.durable_on_delivery || ring.writer.tail() - ring.woken_at >= WAKE_BYTES;
+        self.post_ring_writes(conn, &mut writes, wake, deadline)?;
+        let ring = self.mirror.ring.as_ref().ok_or("the mirror has no ring")?;
+        if !ring.durable_on_delivery {
+            let upto = ring.writer.tail();
+            self.await_mirror(conn, deadline, &mut 0, Some(upto))?;
         }
         Ok(())
     }
 
-    /// One `Apply` to the mirror, waited for on the loop's completion queue (what
-    /// comes for other connections meanwhile is handled on the next turn).
-    fn apply_on_mirror(&mut self, conn: ConnId, req: &MdsToMirror) -> Result<(), String> {
-        self.mirror.next_id += 1;
-        let id = self.mirror.next_id;
+    /// Frames one entry after those in `writes`; when the ring has no room, those go
+    /// out first and the mirror's head is read until it has (or `deadline` passes).
+    fn frame_entry(
+        &mut self,
+        conn: ConnId,
+        payload: &[u8],
+        writes: &mut Vec<(u64, Vec<u8>)>,
+        deadline: Instant,
+    ) -> Result<(), String> {
+        loop {
+            let ring = self.mirror.ring.as_mut().ok_or("the mirror has no ring")?;
+            if ring.writer.frame(payload, writes)? {
+                return Ok(());
+            }
+            self.post_ring_writes(conn, writes, true, deadline)?;
+            self.read_ring_head(conn, deadline)?;
+        }
+    }
+
+    /// Reads the mirror's ring head one-sided (after a short pause when it has not
+    /// moved: the mirror is applying).
+    fn read_ring_head(&mut self, conn: ConnId, deadline: Instant) -> Result<(), String> {
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "its ring stayed full for {:?}",
+                self.mirror_timeout()
+            ));
+        }
+        let ring = self.mirror.ring.as_mut().ok_or("the mirror has no ring")?;
+        let wr = ring.next_wr;
+        ring.next_wr += 1;
         let peer = self
             .peers
-            .get_mut(&conn)
+            .get(&conn)
             .ok_or("the mirror's connection is gone")?;
         peer.ch
-            .send_request(id, req)
-            .map_err(|e| format!("sending to the mirror: {e}"))?;
-        let timeout = self.mirror_timeout();
-        let deadline = Instant::now() + timeout;
+            .conn
+            .post_read(wr, &ring.head_buf, 0, &ring.writer.region, ring::HEAD, 8)
+            .map_err(|e| format!("reading its ring head: {e}"))?;
+        self.await_mirror(conn, deadline, &mut 1, None)?;
+        let ring = self.mirror.ring.as_mut().ok_or("the mirror has no ring")?;
+        let before = ring.writer.tail();
+        let head = ring.head_buf.load_u64(0).map_err(|e| e.to_string())?;
+        ring.writer.set_head(head)?;
+        if head < before {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        Ok(())
+    }
+
+    /// Posts `writes` (staged in rounds of at most [`STAGING`] bytes), the last with an
+    /// immediate that wakes the mirror when `notify`, and waits for them to complete.
+    fn post_ring_writes(
+        &mut self,
+        conn: ConnId,
+        writes: &mut Vec<(u64, Vec<u8>)>,
+        notify: bool,
+        deadline: Instant,
+    ) -> Result<(), String> {
+        let n = writes.len();
+        let mut k = 0;
+        while k < n {
+            let ring = self.mirror.ring.as_mut().ok_or("the mirror has no ring")?;
+            let peer = self
+                .peers
+                .get(&conn)
+                .ok_or("the mirror's connection is gone")?;
+            let mut staged = 0usize;
+            let mut posted = 0usize;
+            while k < n && staged + writes[k].1.len() <= STAGING {
+                let (off, bytes) = &writes[k];
+                ring.staging
+                    .write(staged as u64, bytes)
+                    .map_err(|e| e.to_string())?;
+                let wr = ring.next_wr;
+                ring.next_wr += 1;
+                let r = if notify && k + 1 == n {
+                    ring.woken_at = ring.writer.tail();
+                    let imm = ring.writer.tail() as u32;
+                    peer.ch.conn.post_write_imm(
+                        wr,
+                        &ring.staging,
+                        staged as u64,
+                        &ring.writer.region,
+                        *off,
+                        bytes.len(),
+                        imm,
+                    )
+                } else {
+                    peer.ch.conn.post_write(
+                        wr,
+                        &ring.staging,
+                        staged as u64,
+                        &ring.writer.region,
+                        *off,
+                        bytes.len(),
+                    )
+                };
+                r.map_err(|e| format!("writing its ring: {e}"))?;
+                staged += bytes.len();
+                posted += 1;
+                k += 1;
+            }
+            if posted == 0 {
+                return Err(format!("a ring write of {} bytes", writes[k].1.len()));
+            }
+            self.await_mirror(conn, deadline, &mut posted, None)?;
+        }
+        writes.clear();
+        Ok(())
+    }
+
+    /// Waits on the loop's completion queue until `ops` one-sided operations on the
+    /// mirror's connection completed and, with `applied`, the mirror said it applied
+    /// the ring up to there. What comes for other connections meanwhile is handled on
+    /// the next turn.
+    fn await_mirror(
+        &mut self,
+        conn: ConnId,
+        deadline: Instant,
+        ops: &mut usize,
+        applied: Option<u64>,
+    ) -> Result<(), String> {
         let mut batch = Vec::with_capacity(16);
         let mut msg = std::mem::take(&mut self.mirror.msg);
         let r = loop {
+            let ring = self.mirror.ring.as_ref().ok_or("the mirror has no ring")?;
+            if *ops == 0 && applied.is_none_or(|u| ring.applied >= u) {
+                break Ok(());
+            }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                break Err(format!("no answer within {timeout:?}"));
+                break Err(format!("no answer within {:?}", self.mirror_timeout()));
             }
             batch.clear();
             let _ = self.cq.wait(&mut batch, 16, left);
-            let mut answer = None;
+            let mut failed = None;
             for c in batch.drain(..) {
                 if c.conn != conn {
                     self.deferred.push(c);
                     continue;
                 }
+                if c.wr_id >= USER_WR_BASE
+                    && matches!(c.kind, OpKind::Read | OpKind::Write | OpKind::WriteImm)
+                {
+                    *ops = ops.saturating_sub(1);
+                    if let Err(e) = c.status {
+                        failed = Some(format!("its ring: {e}"));
+                    }
+                    continue;
+                }
                 let Some(peer) = self.peers.get_mut(&conn) else {
-                    answer = Some(Err("the mirror's connection is gone".to_string()));
+                    failed = Some("the mirror's connection is gone".into());
                     continue;
                 };
                 match peer.ch.on_completion(&c) {
                     Event::Done => {}
-                    Event::Broken(e) => answer = Some(Err(format!("connection: {e}"))),
+                    Event::Broken(e) => failed = Some(format!("connection: {e}")),
                     Event::Message { slot, len } => {
                         let read = peer.ch.read_message(slot, len, &mut msg);
                         let repost = peer.ch.repost(slot);
                         if let Err(e) = read.and(repost) {
-                            answer = Some(Err(format!("connection: {e}")));
+                            failed = Some(format!("connection: {e}"));
                             continue;
                         }
-                        match decode_reply(&msg) {
-                            Ok((rid, Reply::Ok(_))) if rid == id => {
-                                answer = answer.or(Some(Ok(())));
+                        match MdsInbound::decode(&msg) {
+                            Ok((_, MdsInbound::Mirror(MirrorToMds::Applied { upto }))) => {
+                                self.mirror_applied(upto)
                             }
-                            Ok((rid, Reply::Err { message, .. })) if rid == id => {
-                                answer = Some(Err(format!("the mirror refused: {message}")));
-                            }
-                            _ => {}
+                            _ => failed = Some("an unexpected message from the mirror".into()),
                         }
                     }
                 }
             }
-            if let Some(a) = answer {
-                break a;
+            if let Some(e) = failed {
+                break Err(e);
             }
         };
         self.mirror.msg = msg;
         r
+    }
+
+    /// The mirror says it applied its ring up to `upto`.
+    pub(crate) fn mirror_applied(&mut self, upto: u64) {
+        if let Some(ring) = self.mirror.ring.as_mut() {
+            ring.applied = ring.applied.max(upto);
+        }
     }
 
     /// How long the primary waits for its mirror before going on without it: a
@@ -393,4 +559,46 @@ impl Mds {
     fn mirror_timeout(&self) -> Duration {
         (Duration::from_millis(self.cfg.lease_ms) / 4).max(Duration::from_millis(100))
     }
+}
+
+/// One turn as ring entries: the persist records in as many entries as it takes (a
+/// record longer than an entry goes in parts: a persist of many lines is not atomic
+/// on the primary's media either), then the cluster map file, then the replies.
+fn turn_entries(
+    log: &[u8],
+    members: Option<Vec<u8>>,
+    replies: &[u8],
+) -> Result<Vec<MdsToMirror>, String> {
+    const PART: usize = MAX_APPLY_RECORDS - RECORD_HEADER;
+    let apply = |records, members, replies| MdsToMirror::Apply {
+        seq: 0,
+        records,
+        members,
+        replies,
+        last: false,
+    };
+    let mut entries = Vec::new();
+    let mut piece = Vec::with_capacity(MAX_APPLY_RECORDS.min(log.len() + 64));
+    let mut at = 0;
+    while at < log.len() {
+        let end = record_end(log, at).ok_or("a torn persist record")?;
+        let off = u64::from_le_bytes(log[at..at + 8].try_into().expect("8 bytes"));
+        for (i, bytes) in log[at + RECORD_HEADER..end].chunks(PART).enumerate() {
+            if piece.len() + RECORD_HEADER + bytes.len() > MAX_APPLY_RECORDS {
+                entries.push(apply(std::mem::take(&mut piece), None, Vec::new()));
+            }
+            push_record(&mut piece, off + (i * PART) as u64, bytes);
+        }
+        at = end;
+    }
+    if !piece.is_empty() {
+        entries.push(apply(piece, None, Vec::new()));
+    }
+    if members.is_some() {
+        entries.push(apply(Vec::new(), members, Vec::new()));
+    }
+    for p in replies::pieces(replies, MAX_APPLY_RECORDS) {
+        entries.push(apply(Vec::new(), None, p.to_vec()));
+    }
+    Ok(entries)
 }

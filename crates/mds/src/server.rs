@@ -67,7 +67,7 @@ pub(crate) struct Mds {
     pub cfg: MdsConfig,
     pub engine: MetaEngine,
     /// Keeps the fabric domain (and the registered pool) alive while serving.
-    _domain: Domain,
+    pub(crate) domain: Domain,
     pub(crate) pool_region: Region,
     pub(crate) superblock: Vec<u8>,
     pub(crate) cq: Arc<CompletionQueue>,
@@ -153,7 +153,7 @@ pub(crate) fn serve_loop(
     let mut mds = Mds {
         cfg,
         engine,
-        _domain: domain,
+        domain,
         pool_region,
         superblock,
         cq: cq.clone(),
@@ -200,7 +200,7 @@ pub(crate) fn serve_loop(
             for p in mds.peers.values() {
                 p.ch.conn.close();
             }
-            let domain = mds._domain.clone();
+            let domain = mds.domain.clone();
             // The pool is unmapped and unregistered before the mirror copies into it.
             drop(mds);
             return Ok(Ended::LostRole(Listening {
@@ -437,8 +437,18 @@ impl Mds {
                     cluster_uuid,
                 }),
             ) => self.mirror_hello(conn, name, addr, cluster_uuid),
-            (Role::Mirror, MdsInbound::Mirror(MirrorToMds::Copied)) => {
-                self.mirror_copied(conn);
+            (
+                Role::Mirror,
+                MdsInbound::Mirror(MirrorToMds::Copied {
+                    ring,
+                    durable_on_delivery,
+                }),
+            ) => {
+                self.mirror_copied(conn, ring, durable_on_delivery);
+                return None;
+            }
+            (Role::Mirror, MdsInbound::Mirror(MirrorToMds::Applied { upto })) => {
+                self.mirror_applied(upto);
                 return None;
             }
             (&Role::Store { member }, MdsInbound::Store(StoreToMds::Persisted { pages })) => {

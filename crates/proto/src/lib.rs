@@ -20,8 +20,8 @@ pub use msg::*;
 
 /// Magic of every message ("OR") and the protocol version both ends must speak.
 pub const MAGIC: u16 = 0x524F;
-/// Version 5: the MDS mirror's messages, and the primary's term in a client's hello.
-pub const VERSION: u8 = 5;
+/// Version 6: the MDS mirror's ring (one-sided writes of the primary's persists).
+pub const VERSION: u8 = 6;
 /// Bytes of the header: magic, version, kind, pad, request id.
 pub const HEADER: usize = 16;
 

@@ -30,19 +30,31 @@ pub struct MirroredCluster {
     manager: EmbeddedServer,
     mds: [Option<Node>; 2],
     store: Option<Node>,
+    /// The MDS pools' mode: volatile (a mirror durable on delivery) or msync (one that
+    /// must flush, and says how far it applied).
+    mds_mode: Mode,
 }
 
 impl MirroredCluster {
     /// Formats mds-a's pool and the store's, starts mds-a (the first primary), mds-b
     /// (its mirror, without a pool) and the store, and waits until the mirror is in
-    /// sync.
+    /// sync. The MDS pools are volatile.
     pub fn start(seed: u64) -> Result<MirroredCluster> {
+        Self::start_with(seed, Mode::Volatile)
+    }
+
+    /// [`MirroredCluster::start`] with MDS pools of `mds_mode`.
+    pub fn start_with(seed: u64, mds_mode: Mode) -> Result<MirroredCluster> {
         let dir = tempfile::Builder::new()
             .prefix("orion-sim-mirror-")
             .tempdir_in("/dev/shm")
             .context("a directory for the pools in /dev/shm")?;
         let volatile = ModeChoice::Force(Mode::Volatile);
-        orion_mds::format_pool(&dir.path().join("mds-a.pool"), 16 << 20, volatile)?;
+        orion_mds::format_pool(
+            &dir.path().join("mds-a.pool"),
+            16 << 20,
+            ModeChoice::Force(mds_mode),
+        )?;
         let m = MemberId::new(0, 0);
         orion_ds::format_pool(&dir.path().join(store_pool(m)), 32 << 20, 0, volatile)?;
         let manager = EmbeddedServer::start("127.0.0.1:0", &dir.path().join("epoch"))?;
@@ -53,6 +65,7 @@ impl MirroredCluster {
             manager,
             mds: [None, None],
             store: None,
+            mds_mode,
         };
         c.start_mds(0)?;
         c.wait_primary("mds-a", Duration::from_secs(20))?;
@@ -93,7 +106,7 @@ impl MirroredCluster {
     fn start_mds(&mut self, k: usize) -> Result<()> {
         let cfg = MdsConfig {
             pool: self.pool(k),
-            pool_mode: "volatile".into(),
+            pool_mode: self.mds_mode.name().into(),
             listen: MDSS[k].1.into(),
             grace_ms: 20,
             map_lease_ms: 100,

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use orion_client::{Client, OpenFlags};
+use orion_pmem::Mode;
 use orion_sim::MirroredCluster;
 use rand::{Rng, SeedableRng};
 
@@ -80,8 +81,8 @@ fn step(c: &Client, rng: &mut rand::rngs::StdRng, model: &mut BTreeMap<String, V
 }
 
 /// Runs one seed; returns how many kills came inside an operation.
-fn run_seed(seed: u64) -> u32 {
-    let mut cluster = MirroredCluster::start(seed).expect("the cluster starts");
+fn run_seed(seed: u64, mds_mode: Mode) -> u32 {
+    let mut cluster = MirroredCluster::start_with(seed, mds_mode).expect("the cluster starts");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let client = cluster.client().unwrap();
     client.mkdir("/d", 0o755).unwrap();
@@ -138,7 +139,9 @@ fn run_seed(seed: u64) -> u32 {
     cluster.stop().unwrap();
     cluster.fsck().unwrap();
     println!(
-        "seed {seed}: {} files, {kills} kills of the primary, {inside_ops} inside an operation",
+        "seed {seed} ({} MDS pools): {} files, {kills} kills of the primary, {inside_ops} \
+         inside an operation",
+        mds_mode.name(),
         model.len()
     );
     inside_ops
@@ -156,7 +159,7 @@ fn the_primary_killed_inside_operations_loses_and_repeats_nothing() {
         .unwrap_or(3);
     let mut inside = 0;
     for seed in 1..=seeds {
-        match std::panic::catch_unwind(|| run_seed(seed)) {
+        match std::panic::catch_unwind(|| run_seed(seed, Mode::Volatile)) {
             Ok(n) => inside += n,
             Err(_) => panic!(
                 "seed {seed} failed: replay with ORION_SIM_MIRROR_SEEDS={seed} (seeds 1 to N \
@@ -166,4 +169,18 @@ fn the_primary_killed_inside_operations_loses_and_repeats_nothing() {
     }
     // The test is about kills inside operations: some must have been.
     assert!(inside > 0, "no kill came inside an operation");
+}
+
+/// A mirror whose pool needs a flush (msync) is not durable when the primary's write
+/// lands in its ring: the primary waits until it says it applied the turn.
+#[test]
+fn a_mirror_that_must_flush_says_so_before_the_primary_acknowledges() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let seed = 101;
+    if std::panic::catch_unwind(|| run_seed(seed, Mode::Msync)).is_err() {
+        panic!("seed {seed} with msync pools failed");
+    }
 }

@@ -1,11 +1,15 @@
 //! The messages between the primary MDS and its mirror (Orion §3.1). The mirror
 //! introduces itself on a connection of its own to the primary ([`MirrorToMds::Hello`],
 //! decoded by the primary among its [`super::MdsInbound`] messages), copies the
-//! primary's pool one-sided, says so ([`MirrorToMds::Copied`]), and from then on the
-//! primary sends what it persists on the same connection ([`MdsToMirror::Apply`]),
-//! waiting for each answer before it acknowledges anything that depends on it.
+//! primary's pool one-sided, and says so, handing over a ring in its memory
+//! ([`MirrorToMds::Copied`]). From then on the primary writes what it persists into
+//! that ring one-sided, as [`MdsToMirror::Apply`] entries, and acknowledges what
+//! depends on them once the writes completed (or, for a mirror whose memory needs a
+//! flush, once it said [`MirrorToMds::Applied`]).
 
-use super::{header, read_header, text, uuid, wire_kinds, Message};
+use orion_fabric::RemoteRegion;
+
+use super::{header, read_header, region, text, uuid, wire_kinds, Message};
 use crate::codec::{ProtoError, Reader, Writer};
 
 /// Most bytes of persist records, of the cluster map, and of replies, together, that one
@@ -26,9 +30,18 @@ pub enum MirrorToMds {
         /// that cluster's metadata.
         cluster_uuid: [u8; 16],
     },
-    /// It has copied the whole pool: the primary sends what it persisted since the
-    /// hello. No reply.
-    Copied,
+    /// It has copied the whole pool: the primary writes what it persisted since the
+    /// hello into `ring` (a region of the mirror's, remotely writable). No reply.
+    Copied {
+        ring: RemoteRegion,
+        /// A write delivered into the ring is durable there (a volatile pool, as a
+        /// store's `durable_on_delivery`); otherwise the primary waits for
+        /// [`MirrorToMds::Applied`].
+        durable_on_delivery: bool,
+    },
+    /// Every ring entry before `upto` (a ring position) is applied and persisted. No
+    /// reply.
+    Applied { upto: u64 },
 }
 
 wire_kinds! {
@@ -36,6 +49,7 @@ wire_kinds! {
     pub enum MirrorToMdsKind {
         Hello = 48,
         Copied = 49,
+        Applied = 50,
     }
 }
 
@@ -43,13 +57,13 @@ wire_kinds! {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MdsToMirror {
     /// Persist records (`orion_pmem::tap`) to apply in order, the cluster map file
-    /// (when it changed) and remembered replies to add. A turn of the primary may take
-    /// several messages; the mirror applies them together when the `last` one comes,
-    /// so a primary that dies in the middle of sending a turn leaves none of it (the
-    /// replies it remembers never come without the updates they answer). Each message
-    /// is answered; the last once everything is in the pool.
+    /// (when it changed) and remembered replies to add: one entry of the mirror's
+    /// ring. A turn of the primary may take several entries, the last marked. The
+    /// mirror applies each as it comes: the records are the primary's persists in
+    /// order, so any prefix of them is a state the primary's media passed through, and
+    /// a turn's replies come after the records they answer.
     Apply {
-        /// Counts the primary's messages: a gap means one was lost.
+        /// Counts the primary's entries: a gap means one was lost.
         seq: u64,
         records: Vec<u8>,
         members: Option<Vec<u8>>,
@@ -69,19 +83,31 @@ impl MirrorToMds {
     pub fn kind(&self) -> MirrorToMdsKind {
         match self {
             MirrorToMds::Hello { .. } => MirrorToMdsKind::Hello,
-            MirrorToMds::Copied => MirrorToMdsKind::Copied,
+            MirrorToMds::Copied { .. } => MirrorToMdsKind::Copied,
+            MirrorToMds::Applied { .. } => MirrorToMdsKind::Applied,
         }
     }
 
     pub(crate) fn encode_body(&self, w: &mut Writer) {
-        if let MirrorToMds::Hello {
-            name,
-            addr,
-            cluster_uuid,
-        } = self
-        {
-            w.bytes(name.as_bytes()).bytes(addr.as_bytes());
-            w.buf.extend_from_slice(cluster_uuid);
+        match self {
+            MirrorToMds::Hello {
+                name,
+                addr,
+                cluster_uuid,
+            } => {
+                w.bytes(name.as_bytes()).bytes(addr.as_bytes());
+                w.buf.extend_from_slice(cluster_uuid);
+            }
+            MirrorToMds::Copied {
+                ring,
+                durable_on_delivery,
+            } => {
+                w.buf.extend_from_slice(&ring.encode());
+                w.bool(*durable_on_delivery);
+            }
+            MirrorToMds::Applied { upto } => {
+                w.u64(*upto);
+            }
         }
     }
 
@@ -95,7 +121,13 @@ impl MirrorToMds {
                 addr: text(r, "mirror address")?,
                 cluster_uuid: uuid(r)?,
             },
-            MirrorToMdsKind::Copied => MirrorToMds::Copied,
+            MirrorToMdsKind::Copied => MirrorToMds::Copied {
+                ring: region(r)?,
+                durable_on_delivery: r.bool("durable on delivery")?,
+            },
+            MirrorToMdsKind::Applied => MirrorToMds::Applied {
+                upto: r.u64("applied position")?,
+            },
         })
     }
 }
@@ -122,6 +154,7 @@ impl Message for MirrorToMds {
         match self.kind() {
             MirrorToMdsKind::Hello => "mirror hello",
             MirrorToMdsKind::Copied => "mirror copied",
+            MirrorToMdsKind::Applied => "mirror applied",
         }
     }
 }

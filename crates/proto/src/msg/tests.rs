@@ -246,7 +246,15 @@ fn mirror_messages_round_trip_and_the_primary_decodes_the_mirrors() {
             addr: "10.0.0.2:7410".into(),
             cluster_uuid: [9; 16],
         },
-        MirrorToMds::Copied,
+        MirrorToMds::Copied {
+            ring: orion_fabric::RemoteRegion {
+                key: 7,
+                addr: 4096,
+                len: 16 << 20,
+            },
+            durable_on_delivery: true,
+        },
+        MirrorToMds::Applied { upto: 1 << 40 },
     ] {
         b.clear();
         m.encode(&mut b, 5);
