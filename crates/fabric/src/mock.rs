@@ -40,6 +40,26 @@ pub struct Faults {
     pub break_conn: f64,
 }
 
+/// The state of the link between two nodes (domains that listen), set with
+/// [`MockNet::set_link`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Link {
+    /// Traffic flows (subject to the network's [`Faults`]).
+    Up,
+    /// A partition: an operation across it fails as a transport gives up on a peer
+    /// that stopped answering (a timeout, not "gone": neither side can tell a cut from
+    /// a stall), the connection breaks at both ends, and new connections across it
+    /// time out.
+    Cut,
+    /// Connections across it break with this probability per operation, as an RC
+    /// queue pair goes to the error state when its packets are lost for good: a
+    /// reliable connection loses no message without breaking.
+    Flaky(f64),
+}
+
+/// How long an operation across a cut link takes to fail (a transport's retries).
+const CUT_TIMEOUT: Duration = Duration::from_millis(50);
+
 /// An in-process network of mock domains. Clone it into each [`FabricConfig`] that should
 /// share the network.
 #[derive(Clone)]
@@ -52,6 +72,8 @@ struct NetInner {
     faults: Mutex<(Faults, StdRng)>,
     domains: Mutex<HashMap<u64, Weak<DomainState>>>,
     next_port: AtomicU32,
+    /// Links that are not [`Link::Up`], by the pair of domain ids (smaller first).
+    links: Mutex<HashMap<(u64, u64), Link>>,
 }
 
 impl MockNet {
@@ -62,12 +84,31 @@ impl MockNet {
                 faults: Mutex::new((Faults::default(), StdRng::seed_from_u64(seed))),
                 domains: Mutex::new(HashMap::new()),
                 next_port: AtomicU32::new(1),
+                links: Mutex::new(HashMap::new()),
             }),
         }
     }
 
     pub fn set_faults(&self, f: Faults) {
         self.inner.faults.lock().unwrap().0 = f;
+    }
+
+    /// Sets the link between the nodes listening at `a` and `b`; false if either
+    /// address has no listener.
+    pub fn set_link(&self, a: &str, b: &str, link: Link) -> bool {
+        let ids = {
+            let ls = self.inner.listeners.lock().unwrap();
+            ls.get(a).map(|l| l.domain).zip(ls.get(b).map(|l| l.domain))
+        };
+        let Some((x, y)) = ids else {
+            return false;
+        };
+        let mut links = self.inner.links.lock().unwrap();
+        match link {
+            Link::Up => links.remove(&(x.min(y), x.max(y))),
+            l => links.insert((x.min(y), x.max(y)), l),
+        };
+        true
     }
 
     /// Kills a domain: its peers see `PeerGone`, its own operations fail.
@@ -126,6 +167,17 @@ impl MockNet {
 }
 
 impl NetInner {
+    fn link(&self, x: u64, y: u64) -> Link {
+        let links = self.links.lock().unwrap();
+        if links.is_empty() {
+            return Link::Up;
+        }
+        links
+            .get(&(x.min(y), x.max(y)))
+            .copied()
+            .unwrap_or(Link::Up)
+    }
+
     fn plan(&self) -> Faults {
         self.faults.lock().unwrap().0.clone()
     }
@@ -240,6 +292,10 @@ impl DomainImpl for MockDomain {
             .get(addr)
             .cloned()
             .ok_or_else(|| Error::gone(addr, "nothing listens there"))?;
+        if self.net.link(self.state.id, queue.domain) == Link::Cut {
+            std::thread::sleep(timeout);
+            return Err(Error::Timeout(timeout));
+        }
         let (mut mine, theirs) = UnixStream::pair().map_err(|e| Error::io("socketpair", e))?;
         mine.set_read_timeout(Some(timeout)).ok();
         theirs.set_read_timeout(Some(timeout)).ok();
@@ -456,7 +512,18 @@ impl MockConn {
     fn execute(&self, op: &PostOp) -> Result<()> {
         let peer = self.live_peer()?;
         let plan = self.net.plan();
-        if self.net.roll(plan.break_conn) {
+        let link = self.net.link(self.domain.id, peer.domain.id);
+        if link == Link::Cut {
+            std::thread::sleep(CUT_TIMEOUT);
+            self.close();
+            peer.close();
+            return Err(Error::Timeout(CUT_TIMEOUT));
+        }
+        let flaky = match link {
+            Link::Flaky(p) => self.net.roll(p),
+            _ => false,
+        };
+        if flaky || self.net.roll(plan.break_conn) {
             self.close();
             peer.close();
             return Err(Error::gone(

@@ -125,3 +125,90 @@ fn a_broken_connection_fails_its_work_at_both_ends() {
     assert_eq!(got[0].wr_id, 1);
     assert!(got[0].status.is_err(), "{got:?}");
 }
+
+/// Two nodes that both listen (a link is named by its ends' addresses; the listeners
+/// are returned to keep the names), connected.
+#[allow(clippy::type_complexity)]
+fn linked(
+    s: &Setup,
+) -> (
+    Node,
+    Node,
+    [orion_fabric::Listener; 2],
+    orion_fabric::Connection,
+    orion_fabric::Connection,
+) {
+    let a = s.node(s.secret());
+    let b = s.node(s.secret());
+    let la = a.domain.listen("node-a:1").unwrap();
+    let lb = b.domain.listen("node-b:1").unwrap();
+    let t = std::thread::spawn(move || {
+        let c = lb.accept(&b.cq, Duration::from_secs(10)).unwrap();
+        (b, lb, c)
+    });
+    let conn = a.domain.connect("node-b:1", &a.cq).unwrap();
+    let (b, lb, accepted) = t.join().unwrap();
+    (a, b, [la, lb], conn, accepted)
+}
+
+#[test]
+fn a_cut_link_times_out_its_operations_and_connections_until_healed() {
+    use orion_fabric::mock::Link;
+    let s = Setup::mock();
+    let net = s.net.clone().unwrap();
+    let (a, b, _names, conn, _accepted) = linked(&s);
+    let (an, bn) = ("node-a:1", "node-b:1");
+    let target = b.domain.alloc_region(4096, Access::REMOTE_ALL).unwrap();
+    let buf = a.domain.alloc_region(4096, Access::LOCAL).unwrap();
+    assert!(net.set_link(an, bn, Link::Cut));
+    assert!(!net.set_link(an, "nowhere:1", Link::Cut), "no such node");
+    // An operation across the cut fails with a timeout (not "gone"), and breaks the
+    // connection.
+    let r = conn
+        .post_write(1, &buf, 0, &target.remote(), 0, 64)
+        .and_then(|_| {
+            let mut out = Vec::new();
+            let c =
+                a.cq.wait_for(conn.id(), 1, &mut out, Duration::from_secs(5))?;
+            c.status
+        });
+    assert!(matches!(r, Err(Error::Timeout(_))), "{r:?}");
+    assert!(!conn.is_alive());
+    // New connections across it time out as well, until it heals.
+    let _l = b.domain.listen("node-b:2").unwrap();
+    let r = a
+        .domain
+        .connect_within("node-b:2", &a.cq, Duration::from_millis(100));
+    assert!(matches!(r, Err(Error::Timeout(_))), "{:?}", r.err());
+    net.set_link(an, bn, Link::Up);
+    let t = std::thread::spawn(move || _l.accept(&b.cq, Duration::from_secs(10)).map(|_| ()));
+    a.domain.connect("node-b:2", &a.cq).unwrap();
+    t.join().unwrap().unwrap();
+}
+
+#[test]
+fn a_flaky_link_breaks_its_connections_at_random() {
+    use orion_fabric::mock::Link;
+    let s = Setup::mock();
+    let net = s.net.clone().unwrap();
+    let (a, _b, _names, conn, _accepted) = linked(&s);
+    let (an, bn) = ("node-a:1", "node-b:1");
+    assert!(net.set_link(an, bn, Link::Flaky(0.2)));
+    let buf = a.domain.alloc_region(4096, Access::LOCAL).unwrap();
+    let mut sent = 0;
+    let broke = loop {
+        match conn.post_send(sent, &buf, 0, 64) {
+            Ok(()) => sent += 1,
+            Err(e) => break e,
+        }
+        assert!(
+            sent < 1000,
+            "a link breaking one operation in five never broke"
+        );
+    };
+    assert!(
+        matches!(broke, Error::PeerGone { .. } | Error::Closed),
+        "{broke:?}"
+    );
+    assert!(!conn.is_alive());
+}

@@ -185,18 +185,28 @@ impl State {
                 ),
                 None => "none".into(),
             },
-            // The holder gives the role up, or its mirror saw it die: the role is free.
-            [what @ ("end" | "resign"), epoch] => {
+            // The holder gives the role up: the role is free.
+            ["resign", epoch] => {
                 let Ok(epoch) = epoch.parse::<u64>() else {
                     return "error the epoch is not a number".into();
                 };
                 if self.current(now).is_some_and(|h| h.primary.epoch == epoch) {
                     self.held = None;
-                    match *what {
-                        "end" => info!("the term of epoch {epoch} was ended by its mirror"),
-                        _ => info!("the primary of epoch {epoch} resigned"),
-                    }
+                    info!("the primary of epoch {epoch} resigned");
                 }
+                "ok".into()
+            }
+            // Its mirror saw it go, and is still eligible: the role is free.
+            ["end", epoch, by] => {
+                let Ok(epoch) = epoch.parse::<u64>() else {
+                    return "error the epoch is not a number".into();
+                };
+                let holds = self.current(now).is_some_and(|h| h.primary.epoch == epoch);
+                if !holds || !self.eligible.iter().any(|e| e == by) {
+                    return "refused".into();
+                }
+                self.held = None;
+                info!("the term of epoch {epoch} was ended by its mirror {by}");
                 "ok".into()
             }
             _ => format!(
@@ -482,8 +492,13 @@ impl Manager for EmbeddedManager {
         }
     }
 
-    fn end_term(&mut self, epoch: u64) -> Result<()> {
-        self.call(&format!("end {epoch}")).map(|_| ())
+    fn end_term(&mut self, epoch: u64, by: &str) -> Result<bool> {
+        crate::names_record(&[by])?;
+        match self.call(&format!("end {epoch} {by}"))?.as_str() {
+            "ok" => Ok(true),
+            "refused" => Ok(false),
+            other => bail!("the cluster manager answered {other:?}"),
+        }
     }
 
     fn eligible(&mut self) -> Result<Vec<String>> {

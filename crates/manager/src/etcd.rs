@@ -253,6 +253,14 @@ impl Manager for EtcdManager {
         if ttl <= 0 {
             return Ok(false); // lapsed: etcd deleted the primary key with it
         }
+        // The lease lives, but the role is this term's only while its record is: a
+        // mirror may have ended the term by deleting it.
+        let ours = self
+            .primary_record()?
+            .is_some_and(|(p, lease)| p.epoch == term.epoch && lease == term.lease);
+        if !ours {
+            return Ok(false);
+        }
         term.expires = asked + term.ttl;
         self.keeper = Some((term.lease, keeper, stream));
         Ok(true)
@@ -296,15 +304,44 @@ impl Manager for EtcdManager {
             .succeeded())
     }
 
-    fn end_term(&mut self, epoch: u64) -> Result<()> {
-        // Only that holder's lease: a later holder's is another.
-        if let Some((p, lease)) = self.primary_record()? {
-            if p.epoch == epoch {
-                let mut client = self.client.clone();
-                self.call("ending the term", client.lease_revoke(lease))?;
-            }
+    fn end_term(&mut self, epoch: u64, by: &str) -> Result<bool> {
+        // Only that holder's record (a later holder's is another), and only while the
+        // list that names `by` is the one in etcd: deleting the record ends the term
+        // (its holder's renewals find it gone); the lease is revoked after, to free
+        // nothing more than the record but not to outlive it.
+        let Some((p, lease)) = self.primary_record()? else {
+            return Ok(false);
+        };
+        if p.epoch != epoch {
+            return Ok(false);
         }
-        Ok(())
+        let mut client = self.client.clone();
+        let got = self.call(
+            "reading who may take the role",
+            client.get(self.eligible_key.clone(), None),
+        )?;
+        let Some(kv) = got.kvs().first() else {
+            return Ok(false);
+        };
+        if !names_of(kv.value())?.iter().any(|n| n == by) {
+            return Ok(false);
+        }
+        let txn = Txn::new()
+            .when([
+                Compare::lease(self.primary_key.clone(), CompareOp::Equal, lease),
+                Compare::version(self.eligible_key.clone(), CompareOp::Equal, kv.version()),
+            ])
+            .and_then([TxnOp::delete(self.primary_key.clone(), None)]);
+        if !self.call("ending the term", client.txn(txn))?.succeeded() {
+            return Ok(false);
+        }
+        if let Err(e) = self.call(
+            "revoking the ended term's lease",
+            client.lease_revoke(lease),
+        ) {
+            tracing::warn!("{e:#}: it lapses by itself");
+        }
+        Ok(true)
     }
 
     fn eligible(&mut self) -> Result<Vec<String>> {

@@ -107,11 +107,14 @@ pub trait Manager: Send {
     fn set_eligible(&mut self, term: &Term, names: &[&str]) -> Result<bool>;
     /// The MDSs that may take the role (empty: any, as before the first primary).
     fn eligible(&mut self) -> Result<Vec<String>>;
-    /// Ends the term of `epoch` now, if it still holds the role: its mirror saw the
-    /// primary's process go and need not wait for the lease to lapse. Safe even when
-    /// the primary lives on: it acknowledges nothing its mirror has not applied unless
-    /// the manager first lists it alone, which the ended term can no longer do.
-    fn end_term(&mut self, epoch: u64) -> Result<()>;
+    /// Ends the term of `epoch` now, if it still holds the role and `by` is still
+    /// eligible (checked in the same step): its mirror saw the primary's connection
+    /// go and need not wait for the lease to lapse. True when the term ended. Safe
+    /// even when the primary lives on: it acknowledges nothing its mirror lacks
+    /// unless the manager first lists it alone, after which this is refused; a
+    /// primary that dropped its mirror and closed the connection (having listed
+    /// itself alone first) is therefore never ended by it.
+    fn end_term(&mut self, epoch: u64, by: &str) -> Result<bool>;
     /// Renews the lease of `term`; false when it was lost (it lapsed, or was revoked):
     /// the holder is no longer primary.
     fn renew(&mut self, term: &mut Term) -> Result<bool>;

@@ -95,11 +95,15 @@ fn one_primary_at_a_time(a: &mut dyn Manager, b: &mut dyn Manager) {
         .unwrap()
         .unwrap();
     assert_eq!(again.epoch, 4);
-    // Its mirror ends its term at once (it saw the process go): the role is free,
-    // and ending an old epoch's term changes nothing.
-    b.end_term(3).unwrap();
+    // B, not listed, may not end A's term (A dropped it and closed its connection).
+    assert!(!b.end_term(4, "mds-b").unwrap());
     assert_eq!(b.primary().unwrap().map(|p| p.epoch), Some(4));
-    b.end_term(4).unwrap();
+    // Listed again, its mirror ends its term at once (it saw the process go): the role
+    // is free, and ending an old epoch's term changes nothing.
+    assert!(a.set_eligible(&again, &["mds-a", "mds-b"]).unwrap());
+    assert!(!b.end_term(3, "mds-b").unwrap());
+    assert_eq!(b.primary().unwrap().map(|p| p.epoch), Some(4));
+    assert!(b.end_term(4, "mds-b").unwrap());
     assert_eq!(b.primary().unwrap(), None);
     let mut again = again;
     assert!(!a.renew(&mut again).unwrap(), "the ended term learns it");

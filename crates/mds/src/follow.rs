@@ -102,17 +102,19 @@ impl Follower<'_> {
                 Ok(Ended::PrimaryGone(why)) => {
                     info!("stopped mirroring {}: {why}", p.name);
                     // Its process is gone (its connection reports so): a mirror in sync
-                    // ends its term at once rather than wait out the lease. Even if it
-                    // lives on, it can acknowledge nothing this mirror lacks.
-                    let in_sync = self.pool_whole()
-                        && m.eligible().is_ok_and(|e| e.iter().any(|n| n == self.name));
-                    if in_sync {
-                        match m.end_term(p.epoch) {
-                            Ok(()) => info!(
+                    // ends its term at once rather than wait out the lease, if the
+                    // manager still lists it (a primary that dropped it listed itself
+                    // alone first). Even if it lives on, it can acknowledge nothing this
+                    // mirror lacks. What it left in the ring is applied first.
+                    self.drain_ring(mode, &mut replies)?;
+                    if self.pool_whole() {
+                        match m.end_term(p.epoch, self.name) {
+                            Ok(true) => info!(
                                 "ended the term of {} (epoch {}) rather than wait for its \
                                  lease",
                                 p.name, p.epoch
                             ),
+                            Ok(false) => {}
                             Err(e) => warn!("ending the term of {}: {e:#}", p.name),
                         }
                     }
@@ -346,16 +348,20 @@ impl Follower<'_> {
     }
 }
 
-/// Applies ring entries to the mirror's pool, in order, each as it comes: the records
-/// are the primary's persists in order, so the pool always holds a state the
-/// primary's media passed through.
+/// Applies ring entries to the mirror's pool in order, a whole turn of the primary
+/// at a time: a turn's remembered replies come after its records, and a mirror that
+/// took over with the records of a turn but not its replies would answer "unknown" to
+/// a client whose request did apply, which then runs it again (an exclusive create
+/// would find its own file). While the copied pool is being completed (the first
+/// turn, what the primary persisted during the copy, which may outgrow the ring) the
+/// entries apply one by one: the mirror may not take over before it is whole.
 struct Applier<'a> {
     ring: RingReader,
     pool: &'a Pool,
     replies: &'a mut ReplyTable,
     members_file: PathBuf,
     marker: PathBuf,
-    /// The pool was whole before this ring (no copy marker).
+    /// The pool is whole (no copy marker).
     whole: bool,
     expect: Option<u64>,
     entry: Vec<u8>,
@@ -381,42 +387,64 @@ impl<'a> Applier<'a> {
         }
     }
 
-    /// Applies every whole entry from the head; returns how many.
+    /// Applies every whole turn (or entry, while the pool is not whole) from the
+    /// head; returns how many.
     fn apply_whole(&mut self) -> Result<usize> {
         let mut n = 0;
-        while let Some(next) = self.ring.peek(&mut self.entry)? {
-            let (
-                _,
-                MdsToMirror::Apply {
-                    seq,
-                    records,
-                    members,
-                    replies,
-                    last,
-                },
-            ) = MdsToMirror::decode(&self.entry)
-                .map_err(|e| anyhow!("a malformed entry in the ring: {e}"))?;
-            if let Some(e) = self.expect.filter(|e| *e != seq) {
-                bail!("entry {e} of the primary is missing from the ring (got {seq})");
+        let mut turn = Vec::new();
+        loop {
+            turn.clear();
+            let mut pos = self.ring.head();
+            let end = loop {
+                let Some(next) = self.ring.peek_at(pos, &mut self.entry)? else {
+                    break None;
+                };
+                let (_, entry) = MdsToMirror::decode(&self.entry)
+                    .map_err(|e| anyhow!("a malformed entry in the ring: {e}"))?;
+                let MdsToMirror::Apply { last, .. } = entry;
+                turn.push(entry);
+                pos = next;
+                if last || !self.whole {
+                    break Some(next);
+                }
+            };
+            let Some(end) = end else {
+                return Ok(n);
+            };
+            for entry in turn.drain(..) {
+                self.apply(entry)?;
             }
-            self.expect = Some(seq + 1);
-            self.pool.apply_records(&records)?;
-            if let Some(m) = members {
-                orion_pmem::replace_durably(&self.members_file, &m)
-                    .with_context(|| format!("writing {}", self.members_file.display()))?;
-            }
-            self.replies.apply(&replies).map_err(anyhow::Error::msg)?;
-            if last && !self.whole && self.ring.copied()? {
-                // The copy followed by the primary's first turn (what it persisted
-                // while the mirror copied) is a state its media passed through: from
-                // now on a crash leaves a whole pool.
-                std::fs::remove_file(&self.marker).context("removing the copy marker")?;
-                self.whole = true;
-            }
-            self.ring.advance(next)?;
+            self.ring.advance(end)?;
             n += 1;
         }
-        Ok(n)
+    }
+
+    fn apply(&mut self, entry: MdsToMirror) -> Result<()> {
+        let MdsToMirror::Apply {
+            seq,
+            records,
+            members,
+            replies,
+            last,
+        } = entry;
+        if let Some(e) = self.expect.filter(|e| *e != seq) {
+            bail!("entry {e} of the primary is missing from the ring (got {seq})");
+        }
+        self.expect = Some(seq + 1);
+        self.pool.apply_records(&records)?;
+        if let Some(m) = members {
+            orion_pmem::replace_durably(&self.members_file, &m)
+                .with_context(|| format!("writing {}", self.members_file.display()))?;
+        }
+        self.replies.apply(&replies).map_err(anyhow::Error::msg)?;
+        if last && !self.whole && self.ring.copied()? {
+            // The copy followed by the primary's first turn (what it persisted while
+            // the mirror copied) is a state its media passed through: from now on a
+            // crash leaves a whole pool.
+            std::fs::remove_file(&self.marker).context("removing the copy marker")?;
+            self.whole = true;
+        }
+        Ok(())
     }
 }
 
@@ -450,4 +478,82 @@ fn open_sized(path: &Path, len: u64, mode: ModeChoice) -> Result<Pool> {
         Pool::create(path, len, mode)
     };
     pool.with_context(|| format!("the mirror's pool {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::RingWriter;
+    use orion_fabric::RemoteRegion;
+    use orion_pmem::tap::push_record;
+    use orion_pmem::Mode;
+
+    fn entry(seq: u64, off: u64, byte: u8, last: bool) -> Vec<u8> {
+        let mut records = Vec::new();
+        push_record(&mut records, off, &[byte; 64]);
+        let mut b = Vec::new();
+        MdsToMirror::Apply {
+            seq,
+            records,
+            members: None,
+            replies: Vec::new(),
+            last,
+        }
+        .encode(&mut b, 0);
+        b
+    }
+
+    #[test]
+    fn a_whole_pool_applies_a_turn_only_once_all_of_it_is_in_the_ring() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let mode = ModeChoice::Force(Mode::Volatile);
+        let pool_path = dir.path().join("m.pool");
+        let pool = Pool::create(&pool_path, 1 << 20, mode).unwrap();
+        let ring = RingReader::create(&ring_path(&pool_path), mode).unwrap();
+        ring.mark_copied().unwrap();
+        let ring_pool = Pool::open(&ring_path(&pool_path), mode).unwrap();
+        let mut w = RingWriter::new(RemoteRegion {
+            key: 1,
+            addr: 0,
+            len: ring_pool.len(),
+        })
+        .unwrap();
+        let mut replies = ReplyTable::default();
+        let mut a = Applier::new(ring, &pool, &mut replies, &pool_path);
+        assert!(a.whole, "no copy marker: the pool is whole");
+        // A turn of two entries, of which only the first has landed.
+        let mut out = Vec::new();
+        w.frame(&entry(1, 4096, 0xaa, false), &mut out).unwrap();
+        let first = std::mem::take(&mut out);
+        w.frame(&entry(2, 8192, 0xbb, true), &mut out).unwrap();
+        for (off, b) in &first {
+            ring_pool.write(*off, b).unwrap();
+        }
+        assert_eq!(a.apply_whole().unwrap(), 0, "half a turn is not applied");
+        assert_eq!(pool.read_vec(4096, 64).unwrap(), vec![0u8; 64]);
+        for (off, b) in &out {
+            ring_pool.write(*off, b).unwrap();
+        }
+        assert_eq!(a.apply_whole().unwrap(), 1);
+        assert_eq!(pool.read_vec(4096, 64).unwrap(), vec![0xaau8; 64]);
+        assert_eq!(pool.read_vec(8192, 64).unwrap(), vec![0xbbu8; 64]);
+        assert_eq!(a.ring.head(), w.tail());
+        // While the pool is not whole (the first turn after a copy), entries apply one
+        // by one: that turn may outgrow the ring.
+        a.whole = false;
+        let mut out = Vec::new();
+        w.frame(&entry(3, 12288, 0xcc, false), &mut out).unwrap();
+        for (off, b) in &out {
+            ring_pool.write(*off, b).unwrap();
+        }
+        assert_eq!(a.apply_whole().unwrap(), 1);
+        assert_eq!(pool.read_vec(12288, 64).unwrap(), vec![0xccu8; 64]);
+        // An entry out of order is refused.
+        let mut out = Vec::new();
+        w.frame(&entry(9, 0, 1, true), &mut out).unwrap();
+        for (off, b) in &out {
+            ring_pool.write(*off, b).unwrap();
+        }
+        assert!(a.apply_whole().is_err());
+    }
 }

@@ -55,7 +55,6 @@ pub(crate) struct Mirroring {
     /// The version of the cluster map file the mirror has.
     members_sent: Option<u64>,
     records: Vec<u8>,
-    payload: Vec<u8>,
     msg: Vec<u8>,
 }
 
@@ -336,24 +335,34 @@ impl Mds {
     /// until it applied them.
     fn write_turn(&mut self, conn: ConnId, entries: Vec<MdsToMirror>) -> Result<(), String> {
         let deadline = Instant::now() + self.mirror_timeout();
-        let mut writes = Vec::new();
-        let mut payload = std::mem::take(&mut self.mirror.payload);
         let n = entries.len();
-        let mut r = Ok(());
-        for (i, mut m) in entries.into_iter().enumerate() {
-            let MdsToMirror::Apply { seq, last, .. } = &mut m;
-            self.mirror.seq += 1;
-            *seq = self.mirror.seq;
-            *last = i + 1 == n;
-            payload.clear();
-            m.encode(&mut payload, 0);
-            r = self.frame_entry(conn, &payload, &mut writes, deadline);
-            if r.is_err() {
-                break;
-            }
+        let payloads: Vec<Vec<u8>> = entries
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut m)| {
+                let MdsToMirror::Apply { seq, last, .. } = &mut m;
+                self.mirror.seq += 1;
+                *seq = self.mirror.seq;
+                *last = i + 1 == n;
+                let mut b = Vec::new();
+                m.encode(&mut b, 0);
+                b
+            })
+            .collect();
+        // An in-sync mirror applies a turn only once all of it is in the ring: one
+        // that could not fit would never apply. (The first turn, while the mirror
+        // completes its copy, applies entry by entry.)
+        let ring = self.mirror.ring.as_ref().ok_or("the mirror has no ring")?;
+        if self.mirror.synced && !ring.writer.holds_together(payloads.iter().map(Vec::len)) {
+            let bytes: usize = payloads.iter().map(Vec::len).sum();
+            return Err(format!(
+                "a turn of {bytes} bytes does not fit its ring whole"
+            ));
         }
-        self.mirror.payload = payload;
-        r?;
+        let mut writes = Vec::new();
+        for payload in &payloads {
+            self.frame_entry(conn, payload, &mut writes, deadline)?;
+        }
         let ring = self.mirror.ring.as_ref().ok_or("the mirror has no ring")?;
         let wake = !ring.durable_on_delivery || ring.writer.tail() - ring.woken_at >= WAKE_BYTES;
         self.post_ring_writes(conn, &mut writes, wake, deadline)?;

@@ -23,8 +23,9 @@ use anyhow::{bail, Context, Result};
 use orion_fabric::RemoteRegion;
 use orion_pmem::{ModeChoice, Pool};
 
-/// Bytes of a ring: the largest entry is ~180 KiB (three parts of an `Apply`), and a
-/// primary runs short of room only when its mirror stalls.
+/// Bytes of a ring: the largest entry is ~180 KiB (three parts of an `Apply`), a turn
+/// of the primary must fit whole (it persists a few KiB per request), and a primary
+/// runs short of room only when its mirror stalls.
 pub(crate) const RING_BYTES: u64 = 16 << 20;
 /// Where the mirror keeps its head.
 pub(crate) const HEAD: u64 = 0;
@@ -94,6 +95,13 @@ impl RingWriter {
     /// The position after the last entry framed.
     pub(crate) fn tail(&self) -> u64 {
         self.tail
+    }
+
+    /// Whether entries of these payload lengths fit the ring together, however the
+    /// laps fall (the mirror applies a turn only once all of it is there).
+    pub(crate) fn holds_together(&self, lens: impl Iterator<Item = usize>) -> bool {
+        // Each entry may waste up to its own size at a lap's end.
+        lens.map(|l| 2 * framed_len(l)).sum::<u64>() <= self.cap
     }
 
     /// The mirror's head, read one-sided from [`HEAD`].
@@ -202,24 +210,25 @@ impl RingReader {
         self.head
     }
 
-    /// The payload of the next whole entry into `out`, and the position after it;
-    /// `None` while there is none (yet). Wrap markers are followed.
-    pub(crate) fn peek(&mut self, out: &mut Vec<u8>) -> Result<Option<u64>> {
+    /// The payload of the whole entry at `pos` (or, past a wrap marker there, at the
+    /// next lap's start) into `out`, and the position after it; `None` while there is
+    /// none (yet).
+    pub(crate) fn peek_at(&self, mut pos: u64, out: &mut Vec<u8>) -> Result<Option<u64>> {
         for _ in 0..2 {
-            let at = self.head % self.cap;
+            let at = pos % self.cap;
             let mut h = [0u8; ENTRY_HEADER];
             self.pool.read(DATA + at, &mut h)?;
-            let pos = u64::from_le_bytes(h[..8].try_into().expect("8 bytes"));
+            let found = u64::from_le_bytes(h[..8].try_into().expect("8 bytes"));
             let len = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes"));
             let crc = u32::from_le_bytes(h[12..].try_into().expect("4 bytes"));
-            if pos != self.head {
+            if found != pos {
                 return Ok(None);
             }
             if len == WRAP {
                 if crc != checksum(pos, WRAP, &[]) {
                     return Ok(None);
                 }
-                self.head += self.cap - at;
+                pos += self.cap - at;
                 continue;
             }
             let size = framed_len(len as usize);
@@ -234,6 +243,12 @@ impl RingReader {
             return Ok(Some(pos + size));
         }
         Ok(None) // two wrap markers in a row: none is whole
+    }
+
+    /// [`RingReader::peek_at`] the head.
+    #[cfg(test)]
+    pub(crate) fn peek(&self, out: &mut Vec<u8>) -> Result<Option<u64>> {
+        self.peek_at(self.head, out)
     }
 
     /// Moves the head to `next` (everything before it is applied) and persists it.
@@ -355,7 +370,7 @@ mod tests {
         deliver(&r, &out);
         let path = ring_path(&d.path().join("m.pool"));
         drop(r);
-        let mut again = RingReader::open(&path, ModeChoice::Force(Mode::Volatile))
+        let again = RingReader::open(&path, ModeChoice::Force(Mode::Volatile))
             .unwrap()
             .unwrap();
         assert_eq!(again.head(), next);
@@ -367,12 +382,17 @@ mod tests {
     }
 
     #[test]
-    fn the_writer_refuses_a_head_that_moves_backwards_or_past_its_tail() {
+    fn the_writer_refuses_a_head_that_moves_backwards_and_a_turn_that_cannot_fit() {
         let (_d, _r, mut w, _) = rings(3);
         let mut out = Vec::new();
         w.frame(b"x", &mut out).unwrap();
         assert!(w.set_head(w.tail() + 64).is_err());
         w.set_head(w.tail()).unwrap();
         assert!(w.set_head(0).is_err());
+        // A turn fits whole only with room for every entry and its lap's end.
+        let quarter = (RING_BYTES / 4) as usize;
+        assert!(w.holds_together([1000, 5000].into_iter()));
+        assert!(w.holds_together([quarter / 2; 3].into_iter()));
+        assert!(!w.holds_together([quarter; 3].into_iter()));
     }
 }

@@ -17,5 +17,5 @@ mod cluster;
 mod mirrored;
 
 pub use cluster::{ClientKind, Cluster, ClusterConfig, MDS_ADDR};
-pub use mirrored::{MirroredCluster, MDSS};
+pub use mirrored::{MdsFault, MirroredCluster, MDSS};
 pub use orion_proto::MemberId;

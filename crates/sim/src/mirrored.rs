@@ -1,16 +1,18 @@
 //! A cluster whose MDS has a mirror (Orion §3.1): the embedded cluster manager (on
 //! loopback TCP, in this process), a primary and a mirror MDS on the mock network,
-//! each with a pool of its own, and one data store. The primary can be killed at any
-//! moment, also inside a client's operation, as a crashed process dies (cut off the
-//! network); the mirror takes over, and the killed MDS starts again as the mirror of
-//! the new primary and copies its pool.
+//! each with a pool of its own, and one data store. At any moment, also inside a
+//! client's operation, the primary can be killed as a crashed process dies (cut off
+//! the network), cut off from its mirror and the manager, or split from its mirror,
+//! or its link to the mirror can break at random ([`MdsFault`]). The mirror takes
+//! over when the primary's term ends; a killed MDS starts again as the mirror of the
+//! new primary and copies its pool.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use orion_client::{Client, ClientConfig};
 use orion_ds::DsConfig;
-use orion_fabric::mock::MockNet;
+use orion_fabric::mock::{Link, MockNet};
 use orion_fabric::{Backend, FabricConfig, Secret};
 use orion_manager::embedded::{EmbeddedManager, EmbeddedServer};
 use orion_manager::Manager;
@@ -22,6 +24,22 @@ use crate::cluster::{store_addr, store_pool, Node};
 
 /// The MDSs' names and addresses on the mock network.
 pub const MDSS: [(&str, &str); 2] = [("mds-a", "mds-a:7410"), ("mds-b", "mds-b:7410")];
+
+/// What strikes the primary MDS in [`MirroredCluster::fault_during`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum MdsFault {
+    /// Its process dies (cut off from everything at once).
+    Kill,
+    /// It is cut off from its mirror and from the cluster manager, while clients and
+    /// the store still reach it: its lease lapses and the mirror takes over.
+    Isolate,
+    /// The link between it and its mirror is cut: it goes on alone, and the mirror
+    /// may not take over until it caught up again.
+    Split,
+    /// Connections between it and its mirror break at random, with this probability
+    /// per operation (a reliable connection loses messages only by breaking).
+    Flaky(f64),
+}
 
 pub struct MirroredCluster {
     pub net: MockNet,
@@ -134,6 +152,21 @@ impl MirroredCluster {
         Ok(p.and_then(|p| MDSS.iter().position(|m| m.0 == p.name)))
     }
 
+    /// Waits until some MDS holds the primary role (a fault may have ended a term,
+    /// and the next has not begun); returns its index.
+    pub fn wait_any_primary(&self, within: Duration) -> Result<usize> {
+        let t0 = Instant::now();
+        loop {
+            if let Some(k) = self.primary()? {
+                return Ok(k);
+            }
+            if t0.elapsed() > within {
+                bail!("no MDS took the primary role within {within:?}");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     fn wait_primary(&self, name: &str, within: Duration) -> Result<()> {
         let t0 = Instant::now();
         while self.ask()?.primary()?.is_none_or(|p| p.name != name) {
@@ -157,40 +190,73 @@ impl MirroredCluster {
         Ok(())
     }
 
-    /// Kills the primary as a crashed process dies (cut off the network) from another
-    /// thread after `after`, while `op` runs here; then starts it again, as the mirror
-    /// of the MDS that took over, and waits until that one serves. Returns what `op`
-    /// returned, and whether the kill came while `op` still ran (else just after).
-    pub fn kill_primary_during<R>(
+    /// Lets `fault` strike the primary from another thread after `after`, while `op`
+    /// runs here; then ends it (the killed MDS starts again, as the mirror of the one
+    /// that took over; a cut link heals) and waits until an MDS serves. Returns what
+    /// `op` returned, and whether the fault struck while `op` still ran.
+    pub fn fault_during<R>(
         &mut self,
+        fault: MdsFault,
         after: Duration,
         op: impl FnOnce() -> R,
     ) -> Result<(R, bool)> {
         let k = self.primary()?.ok_or_else(|| anyhow!("no primary"))?;
-        let mut node = self.mds[k].take().expect("the primary runs");
+        let ((name, addr), (_, mirror)) = (MDSS[k], MDSS[1 - k]);
         let net = self.net.clone();
         let manager = &self.manager;
         let op_done = std::sync::atomic::AtomicBool::new(false);
         let r = std::thread::scope(|s| {
             let done = &op_done;
-            let killer = s.spawn(move || {
+            let striker = s.spawn(move || {
                 std::thread::sleep(after);
-                // Cut off everything at once: the mock network and the manager.
-                manager.cut_off(MDSS[k].0);
-                net.kill_listener(MDSS[k].1);
+                match fault {
+                    // Everything at once, as a crashed process: the mock network and
+                    // the manager.
+                    MdsFault::Kill => {
+                        manager.cut_off(name);
+                        net.kill_listener(addr);
+                    }
+                    MdsFault::Isolate => {
+                        manager.cut_off(name);
+                        net.set_link(addr, mirror, Link::Cut);
+                    }
+                    MdsFault::Split => {
+                        net.set_link(addr, mirror, Link::Cut);
+                    }
+                    MdsFault::Flaky(p) => {
+                        net.set_link(addr, mirror, Link::Flaky(p));
+                    }
+                }
                 !done.load(std::sync::atomic::Ordering::Acquire)
             });
             let r = op();
             op_done.store(true, std::sync::atomic::Ordering::Release);
-            let inside = killer.join().map_err(|_| anyhow!("the killer panicked"))?;
+            let inside = striker
+                .join()
+                .map_err(|_| anyhow!("the striker panicked"))?;
             Ok::<(R, bool), anyhow::Error>((r, inside))
         })?;
-        self.wait_primary(MDSS[1 - k].0, Duration::from_secs(20))?;
-        // The killed node's thread ends (cut off, it can do nothing on its way out);
-        // then the MDS starts again, with its name back.
-        node.reap().context("the killed MDS")?;
-        self.manager.restore(MDSS[k].0);
-        self.start_mds(k)?;
+        match fault {
+            MdsFault::Kill => {
+                self.wait_primary(MDSS[1 - k].0, Duration::from_secs(20))?;
+                // The killed node's thread ends (cut off, it can do nothing on its way
+                // out); then the MDS starts again, with its name back.
+                let mut node = self.mds[k].take().expect("the primary runs");
+                node.reap().context("the killed MDS")?;
+                self.manager.restore(name);
+                self.start_mds(k)?;
+            }
+            MdsFault::Isolate => {
+                // Its lease lapses; the mirror, still listed, takes over. Then it
+                // reaches everyone again, and mirrors the new primary.
+                self.wait_primary(MDSS[1 - k].0, Duration::from_secs(20))?;
+                self.net.set_link(addr, mirror, Link::Up);
+                self.manager.restore(name);
+            }
+            MdsFault::Split | MdsFault::Flaky(_) => {
+                self.net.set_link(addr, mirror, Link::Up);
+            }
+        }
         Ok(r)
     }
 

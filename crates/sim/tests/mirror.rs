@@ -1,17 +1,19 @@
-//! The primary MDS is killed at random moments, inside clients' operations, while a
-//! mirror holds every update it acknowledged: each operation still succeeds, once (an
-//! exclusive create never finds its own file, a rename never loses its source, an
-//! append never lands twice), the file system matches the model at the end, the two
-//! MDS pools are byte-identical once the last mirror caught up, and fsck is clean on
-//! both. Seeded: `ORION_SIM_MIRROR_SEEDS=N` runs N seeds (3 by default), and a failing
-//! seed prints itself.
+//! The primary MDS is killed, cut off from its mirror and the cluster manager, split
+//! from its mirror, or its link to the mirror breaks at random, at random moments,
+//! inside clients' operations, while a mirror holds every update it acknowledged: each
+//! operation still succeeds, once (an exclusive create never finds its own file, a
+//! rename never loses its source, an append never lands twice), the file system
+//! matches the model at the end, the two MDS pools are byte-identical once the last
+//! mirror caught up, and fsck is clean on both. Seeded: `ORION_SIM_MIRROR_SEEDS=N`
+//! runs seeds 1 to N (3 by default), `ORION_SIM_MIRROR_SEED=S` only seed S, and a
+//! failing seed prints itself.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use orion_client::{Client, OpenFlags};
 use orion_pmem::Mode;
-use orion_sim::MirroredCluster;
+use orion_sim::{MdsFault, MirroredCluster};
 use rand::{Rng, SeedableRng};
 
 fn content(n: u64) -> Vec<u8> {
@@ -80,36 +82,64 @@ fn step(c: &Client, rng: &mut rand::rngs::StdRng, model: &mut BTreeMap<String, V
     }
 }
 
-/// Runs one seed; returns how many kills came inside an operation.
-fn run_seed(seed: u64, mds_mode: Mode) -> u32 {
+/// What one seed did.
+#[derive(Default)]
+struct Tally {
+    /// Faults by kind: kill, isolate, split, flaky.
+    faults: [u32; 4],
+    /// Faults that struck inside an operation.
+    inside: u32,
+    /// Fail-overs (the primary changed).
+    failovers: u32,
+}
+
+/// Runs one seed.
+fn run_seed(seed: u64, mds_mode: Mode) -> Tally {
     let mut cluster = MirroredCluster::start_with(seed, mds_mode).expect("the cluster starts");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let client = cluster.client().unwrap();
     client.mkdir("/d", 0o755).unwrap();
     let mut model = BTreeMap::new();
-    let mut kills = 0;
-    let mut inside_ops = 0u32;
-    for n in 0..60u64 {
+    let mut tally = Tally::default();
+    let mut n = 0u64;
+    while n < 60 {
         // Each operation draws from a generator of its own, seeded from the run's.
         let mut op_rng = rand::rngs::StdRng::seed_from_u64(rng.gen());
-        let kill = rng.gen_range(0..8) == 0;
-        let after = Duration::from_micros(rng.gen_range(0..300));
-        if !kill {
+        if rng.gen_range(0..8) != 0 {
             step(&client, &mut op_rng, &mut model, n);
+            n += 1;
             continue;
         }
-        // Killed after a random moment inside this operation (or just after it).
+        // A fault strikes at a random moment inside a burst of operations (or just
+        // after it).
+        let (kind, fault) = match rng.gen_range(0..10) {
+            0..=3 => (0, MdsFault::Kill),
+            4..=5 => (1, MdsFault::Isolate),
+            6..=7 => (2, MdsFault::Split),
+            _ => (3, MdsFault::Flaky(0.3)),
+        };
+        let burst = rng.gen_range(1..=4);
+        let after = Duration::from_micros(rng.gen_range(0..300 * burst));
+        let before = cluster.primary().unwrap();
         let ((), inside) = cluster
-            .kill_primary_during(after, || step(&client, &mut op_rng, &mut model, n))
-            .unwrap_or_else(|e| panic!("{e:#}"));
-        kills += 1;
-        inside_ops += inside as u32;
-        // The restarted MDS catches up before a later kill may hit the new primary.
-        let p = cluster.primary().unwrap().expect("a primary");
+            .fault_during(fault, after, || {
+                for i in 0..burst {
+                    step(&client, &mut op_rng, &mut model, n + i);
+                }
+            })
+            .unwrap_or_else(|e| panic!("{fault:?}: {e:#}"));
+        n += burst;
+        tally.faults[kind] += 1;
+        tally.inside += inside as u32;
+        // The mirror catches up before a later fault may hit the primary.
+        let p = cluster
+            .wait_any_primary(Duration::from_secs(20))
+            .unwrap_or_else(|e| panic!("after {fault:?}: {e:#}"));
+        tally.failovers += (Some(p) != before) as u32;
         let mirror = orion_sim::MDSS[1 - p].0;
         cluster
             .wait_in_sync(mirror, Duration::from_secs(30))
-            .unwrap();
+            .unwrap_or_else(|e| panic!("after {fault:?}: {e:#}"));
     }
     // Everything acknowledged is there, once.
     let mut names: Vec<String> = client
@@ -138,37 +168,52 @@ fn run_seed(seed: u64, mds_mode: Mode) -> u32 {
     );
     cluster.stop().unwrap();
     cluster.fsck().unwrap();
+    let [kill, isolate, split, flaky] = tally.faults;
     println!(
-        "seed {seed} ({} MDS pools): {} files, {kills} kills of the primary, {inside_ops} \
-         inside an operation",
+        "seed {seed} ({} MDS pools): {} files; faults: {kill} kills, {isolate} isolations, \
+         {split} splits, {flaky} flaky links, {} inside an operation; {} fail-overs",
         mds_mode.name(),
-        model.len()
+        model.len(),
+        tally.inside,
+        tally.failovers,
     );
-    inside_ops
+    tally
 }
 
 #[test]
-fn the_primary_killed_inside_operations_loses_and_repeats_nothing() {
+fn the_primary_killed_cut_off_or_split_from_its_mirror_loses_and_repeats_nothing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
-    let seeds: u64 = std::env::var("ORION_SIM_MIRROR_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3);
-    let mut inside = 0;
-    for seed in 1..=seeds {
+    let var = |name| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
+    let seeds = match (var("ORION_SIM_MIRROR_SEED"), var("ORION_SIM_MIRROR_SEEDS")) {
+        (Some(one), _) => one..=one,
+        (None, n) => 1..=n.unwrap_or(3),
+    };
+    let many = seeds.clone().count() >= 3;
+    let mut all = Tally::default();
+    for seed in seeds {
         match std::panic::catch_unwind(|| run_seed(seed, Mode::Volatile)) {
-            Ok(n) => inside += n,
-            Err(_) => panic!(
-                "seed {seed} failed: replay with ORION_SIM_MIRROR_SEEDS={seed} (seeds 1 to N \
-                 run)"
-            ),
+            Ok(t) => {
+                all.inside += t.inside;
+                all.failovers += t.failovers;
+                for (a, b) in all.faults.iter_mut().zip(t.faults) {
+                    *a += b;
+                }
+            }
+            Err(_) => panic!("seed {seed} failed: replay it with ORION_SIM_MIRROR_SEED={seed}"),
         }
     }
-    // The test is about kills inside operations: some must have been.
-    assert!(inside > 0, "no kill came inside an operation");
+    // The test is about faults inside operations, of every kind: there must have been
+    // some, and fail-overs.
+    assert!(all.inside > 0, "no fault struck inside an operation");
+    assert!(all.failovers > 0, "no fail-over");
+    assert!(
+        !many || all.faults.iter().all(|n| *n > 0),
+        "not every kind of fault struck: {:?}",
+        all.faults
+    );
 }
 
 /// A mirror whose pool needs a flush (msync) is not durable when the primary's write
