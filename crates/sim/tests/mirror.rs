@@ -159,9 +159,16 @@ fn run_seed(seed: u64, mds_mode: Mode) -> Tally {
         assert!(read(&client, path) == *b, "{path} differs");
     }
     drop(client);
-    // The mirror holds the same bytes as the primary.
-    std::thread::sleep(Duration::from_millis(200));
-    let differ = cluster.differing_pages().unwrap();
+    // The mirror holds the same bytes as the primary once it applied its ring (it
+    // looks every 20 ms when idle).
+    let t0 = std::time::Instant::now();
+    let differ = loop {
+        let differ = cluster.differing_pages().unwrap();
+        if differ.is_empty() || t0.elapsed() > Duration::from_secs(5) {
+            break differ;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert!(
         differ.is_empty(),
         "pages that differ between the pools: {differ:?}"
