@@ -12,7 +12,9 @@
 //! `acquire NAME ADDR TTL_MS` → `ok EPOCH` | `held` | `ineligible`; `renew EPOCH
 //! TTL_MS` → `ok` | `lost`; `eligible EPOCH NAME,NAME` (or `-`) → `ok` | `lost`;
 //! `eligible` → `eligible NAMES`; `end EPOCH` → `ok`;
-//! `primary` → `primary EPOCH NAME ADDR REMAINING_MS` | `none`; `resign EPOCH` → `ok`; anything else
+//! `primary` → `primary EPOCH NAME ADDR REMAINING_MS` | `none`; `resign EPOCH` → `ok`;
+//! `map-save EPOCH MAP` → `ok` | `lost`; `map` → `map MAP` | `none` (a cluster map's
+//! lines joined by `|`, kept in a file of its own beside the epoch's); anything else
 //! → `error WHY`. Leases run by the service's clock from when it read the request; the
 //! holder's [`Term::expires`] runs from before it sent it, so it ends first.
 
@@ -29,8 +31,8 @@ use tracing::{info, warn};
 
 use crate::{Manager, Primary, Term};
 
-/// The longest request or answer line.
-pub const MAX_LINE: usize = 512;
+/// The longest request or answer line (a cluster map and a few words).
+pub const MAX_LINE: usize = crate::MAX_MAP + 64;
 
 struct Held {
     primary: Primary,
@@ -49,6 +51,9 @@ struct State {
     /// After a restart: no role is handed out before then.
     quiet_until: Instant,
     file: PathBuf,
+    /// The cluster map, its lines joined by `|`, as kept in `map_file`.
+    map: Option<String>,
+    map_file: PathBuf,
 }
 
 /// The longest lease granted (a restarted service waits this long before it grants).
@@ -86,9 +91,11 @@ impl State {
         // `end` of that epoch does arrive).
         let of_cut_off = match f.as_slice() {
             ["acquire", name, ..] => self.cut_off.iter().any(|c| c == name),
-            ["renew" | "eligible" | "resign", epoch, ..] => self.held.as_ref().is_some_and(|h| {
-                h.primary.epoch.to_string() == *epoch && self.cut_off.contains(&h.primary.name)
-            }),
+            ["renew" | "eligible" | "resign" | "map-save", epoch, ..] => {
+                self.held.as_ref().is_some_and(|h| {
+                    h.primary.epoch.to_string() == *epoch && self.cut_off.contains(&h.primary.name)
+                })
+            }
             _ => false,
         };
         if of_cut_off {
@@ -171,6 +178,30 @@ impl State {
                 info!("eligible for the primary role: {names}");
                 "ok".into()
             }
+            // The map has spaces of its own: it is the rest of the line.
+            ["map-save", epoch, _, ..] => {
+                let Ok(epoch) = epoch.parse::<u64>() else {
+                    return "error the epoch is not a number".into();
+                };
+                let map = line.splitn(3, ' ').nth(2).unwrap_or("").trim();
+                match self.current(now) {
+                    Some(h) if h.primary.epoch == epoch => {}
+                    _ => return "lost".into(),
+                };
+                let text = map.replace('|', "\n");
+                if let Err(e) = crate::check_map(&text) {
+                    return format!("error {e}");
+                }
+                if let Err(e) = orion_pmem::replace_durably(&self.map_file, text.as_bytes()) {
+                    return format!("error recording the cluster map: {e}");
+                }
+                self.map = Some(map.to_string());
+                "ok".into()
+            }
+            ["map"] => match &self.map {
+                Some(m) => format!("map {m}"),
+                None => "none".into(),
+            },
             ["eligible"] => format!("eligible {}", {
                 let names: Vec<&str> = self.eligible.iter().map(String::as_str).collect();
                 crate::names_record(&names).unwrap_or_else(|_| "-".into())
@@ -241,6 +272,16 @@ impl EmbeddedServer {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => (0, Duration::ZERO, Vec::new()),
             Err(e) => return Err(e).with_context(|| format!("{}", epoch_file.display())),
         };
+        let map_file = epoch_file.with_extension("map");
+        let map = match std::fs::read_to_string(&map_file) {
+            Ok(t) => {
+                crate::check_map(&t)
+                    .with_context(|| format!("{} is damaged", map_file.display()))?;
+                Some(t.lines().collect::<Vec<_>>().join("|"))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e).with_context(|| format!("{}", map_file.display())),
+        };
         let listener =
             TcpListener::bind(listen).with_context(|| format!("listening on {listen}"))?;
         listener.set_nonblocking(true)?;
@@ -253,6 +294,8 @@ impl EmbeddedServer {
             held: None,
             quiet_until: Instant::now() + last_ttl,
             file: epoch_file.to_path_buf(),
+            map,
+            map_file,
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
@@ -498,6 +541,28 @@ impl Manager for EmbeddedManager {
             "ok" => Ok(true),
             "refused" => Ok(false),
             other => bail!("the cluster manager answered {other:?}"),
+        }
+    }
+
+    fn save_map(&mut self, term: &Term, map: &str) -> Result<bool> {
+        crate::check_map(map)?;
+        let joined = map.lines().collect::<Vec<_>>().join("|");
+        match self
+            .call(&format!("map-save {} {joined}", term.epoch))?
+            .as_str()
+        {
+            "ok" => Ok(true),
+            "lost" => Ok(false),
+            other => bail!("the cluster manager answered {other:?}"),
+        }
+    }
+
+    fn map(&mut self) -> Result<Option<String>> {
+        let answer = self.call("map")?;
+        match (answer.as_str(), answer.strip_prefix("map ")) {
+            ("none", _) => Ok(None),
+            (_, Some(m)) => Ok(Some(m.split('|').map(|l| format!("{l}\n")).collect())),
+            _ => bail!("the cluster manager answered {answer:?}"),
         }
     }
 

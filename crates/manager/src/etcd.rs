@@ -24,6 +24,7 @@ pub struct EtcdManager {
     primary_key: String,
     epoch_key: String,
     eligible_key: String,
+    map_key: String,
     timeout: Duration,
     /// The keep-alive stream of the lease held, if any.
     keeper: Option<(i64, LeaseKeeper, LeaseKeepAliveStream)>,
@@ -70,6 +71,7 @@ impl EtcdManager {
             primary_key: format!("/orion/{cluster}/primary"),
             epoch_key: format!("/orion/{cluster}/epoch"),
             eligible_key: format!("/orion/{cluster}/eligible"),
+            map_key: format!("/orion/{cluster}/map"),
             timeout,
             keeper: None,
         })
@@ -342,6 +344,41 @@ impl Manager for EtcdManager {
             tracing::warn!("{e:#}: it lapses by itself");
         }
         Ok(true)
+    }
+
+    fn save_map(&mut self, term: &Term, map: &str) -> Result<bool> {
+        crate::check_map(map)?;
+        let mut client = self.client.clone();
+        // Only while this term's record of the role is the one in etcd.
+        let txn = Txn::new()
+            .when([
+                Compare::value(
+                    self.epoch_key.clone(),
+                    CompareOp::Equal,
+                    term.epoch.to_string(),
+                ),
+                Compare::lease(self.primary_key.clone(), CompareOp::Equal, term.lease),
+            ])
+            .and_then([TxnOp::put(self.map_key.clone(), map, None)]);
+        Ok(self
+            .call("recording the cluster map", client.txn(txn))?
+            .succeeded())
+    }
+
+    fn map(&mut self) -> Result<Option<String>> {
+        let mut client = self.client.clone();
+        let got = self.call(
+            "reading the cluster map",
+            client.get(self.map_key.clone(), None),
+        )?;
+        got.kvs()
+            .first()
+            .map(|kv| {
+                std::str::from_utf8(kv.value())
+                    .map(str::to_string)
+                    .context("the cluster map is not text")
+            })
+            .transpose()
     }
 
     fn eligible(&mut self) -> Result<Vec<String>> {

@@ -122,4 +122,28 @@ pub trait Manager: Send {
     fn primary(&mut self) -> Result<Option<Primary>>;
     /// Gives the role up at once (a clean stop), so a mirror need not wait the lease.
     fn resign(&mut self, term: Term) -> Result<()>;
+    /// Records the cluster map (the replication groups' members, their states and the
+    /// map's epoch, as text of at most [`MAX_MAP`] bytes) as the holder of `term`:
+    /// the map's home with a manager, from which each new primary starts. False when
+    /// the term is over.
+    fn save_map(&mut self, term: &Term, map: &str) -> Result<bool>;
+    /// The cluster map saved last, if any.
+    fn map(&mut self) -> Result<Option<String>>;
+}
+
+/// The largest cluster map a manager keeps (a member takes ~60 bytes).
+pub const MAX_MAP: usize = 48 * 1024;
+
+/// Refuses a cluster map a manager cannot keep.
+pub(crate) fn check_map(map: &str) -> Result<()> {
+    if map.len() > MAX_MAP {
+        anyhow::bail!(
+            "a cluster map of {} bytes: at most {MAX_MAP} are kept",
+            map.len()
+        );
+    }
+    if map.contains(['|', '\r']) || map.trim().is_empty() {
+        anyhow::bail!("a cluster map is non-empty lines without '|'");
+    }
+    Ok(())
 }

@@ -68,6 +68,17 @@ fn one_primary_at_a_time(a: &mut dyn Manager, b: &mut dyn Manager) {
     );
     assert_eq!(taken.epoch, 2);
     assert_eq!(a.primary().unwrap().map(|p| p.name), Some("mds-b".into()));
+    // The cluster map: the holder records it, every MDS reads it, an old term cannot
+    // overwrite it, and bad maps are refused.
+    let map = "epoch 7\nmember 0 0 00112233445566778899aabbccddeeff in-sync 3\n";
+    assert!(b.save_map(&taken, map).unwrap());
+    assert_eq!(a.map().unwrap().as_deref(), Some(map));
+    assert!(!a.save_map(&term, "epoch 1\n").unwrap(), "A's term is over");
+    assert!(b.save_map(&taken, "with | bar\n").is_err());
+    assert!(b
+        .save_map(&taken, &"x".repeat(orion_manager::MAX_MAP + 1))
+        .is_err());
+    assert_eq!(b.map().unwrap().as_deref(), Some(map));
     // Taking the role makes B the only one eligible: A missed what B does now.
     assert_eq!(a.eligible().unwrap(), vec!["mds-b".to_string()]);
     // A comes back: its lease is gone, and it learns so; it cannot change the list.
@@ -154,6 +165,8 @@ fn the_embedded_manager_keeps_one_primary_at_a_time_and_its_epochs_across_restar
     let server = EmbeddedServer::start("127.0.0.1:0", &file).unwrap();
     let mut c = EmbeddedManager::connect(&server.addr, Duration::from_secs(5)).unwrap();
     assert_eq!(c.primary().unwrap(), None);
+    // The cluster map survives the restart.
+    assert!(c.map().unwrap().is_some_and(|m| m.starts_with("epoch 7\n")));
     let taken = loop {
         // Who may take the role survives the restart too: only mds-a.
         assert!(c.try_acquire("mds-x", "h:9", TTL).unwrap().is_none());

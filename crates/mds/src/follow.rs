@@ -359,7 +359,6 @@ struct Applier<'a> {
     ring: RingReader,
     pool: &'a Pool,
     replies: &'a mut ReplyTable,
-    members_file: PathBuf,
     marker: PathBuf,
     /// The pool is whole (no copy marker).
     whole: bool,
@@ -379,7 +378,6 @@ impl<'a> Applier<'a> {
             ring,
             pool,
             replies,
-            members_file: pool_path.with_extension("members"),
             whole: !marker.exists(),
             marker,
             expect: None,
@@ -423,7 +421,6 @@ impl<'a> Applier<'a> {
         let MdsToMirror::Apply {
             seq,
             records,
-            members,
             replies,
             last,
         } = entry;
@@ -432,10 +429,6 @@ impl<'a> Applier<'a> {
         }
         self.expect = Some(seq + 1);
         self.pool.apply_records(&records)?;
-        if let Some(m) = members {
-            orion_pmem::replace_durably(&self.members_file, &m)
-                .with_context(|| format!("writing {}", self.members_file.display()))?;
-        }
         self.replies.apply(&replies).map_err(anyhow::Error::msg)?;
         if last && !self.whole && self.ring.copied()? {
             // The copy followed by the primary's first turn (what it persisted while
@@ -495,7 +488,6 @@ mod tests {
         MdsToMirror::Apply {
             seq,
             records,
-            members: None,
             replies: Vec::new(),
             last,
         }

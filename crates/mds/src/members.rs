@@ -7,17 +7,20 @@
 //! A member is *in sync* when it holds every page committed in its group. One that
 //! did not take writes while a commit named its group's pages is not, and must copy
 //! what it missed from an in-sync peer before it serves reads. That flag, the members'
-//! pools and the epoch are kept in a small file beside the MDS pool (written whole,
-//! then renamed), so an MDS that restarts does not take a stale replica for a good
-//! one. The fail-over issue moves this to the cluster manager.
+//! pools and the epoch are the durable part of the map ([`MapHome`]): kept by the
+//! cluster manager, or, for an MDS without one, in a small file beside its pool
+//! (written whole, then renamed), so an MDS that restarts or takes over does not take a
+//! stale replica for a good one.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use orion_fabric::ConnId;
 use orion_proto::{DsHello, Epoch, MemberId, MemberState, StoreInfo};
+
+use crate::primary::MapSaver;
 
 /// One data store of a replication group.
 #[derive(Clone, Debug)]
@@ -77,38 +80,57 @@ pub enum Admission {
     Resync { from: MemberId },
 }
 
+/// Where the durable part of the map lives.
+pub enum MapHome {
+    /// Nowhere: in memory only (tests).
+    Memory,
+    /// A file beside the pool of an MDS without a cluster manager.
+    File(PathBuf),
+    /// The cluster manager, written as the holder of the primary role. `legacy` is
+    /// where a file may remain (an MDS of an earlier release, or run without the
+    /// manager): read while the manager has no map, removed once it has one.
+    Manager { saver: MapSaver, legacy: PathBuf },
+}
+
 pub struct ClusterMap {
     epoch: Epoch,
     replicas: u16,
     members: BTreeMap<MemberId, Member>,
-    /// Where the durable part lives (none: kept in memory only).
-    file: Option<PathBuf>,
-    /// How many times the durable part was written (a mirror gets each new version).
-    saves: std::cell::Cell<u64>,
+    home: MapHome,
+}
+
+fn read_file(path: &Path) -> Result<Option<String>> {
+    match std::fs::read_to_string(path) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
 }
 
 impl ClusterMap {
-    /// The map of a cluster with `replicas` stores per group, loaded from `file` if it
-    /// exists (every member starts down: stores join again).
-    pub fn load(file: Option<PathBuf>, replicas: u16) -> Result<ClusterMap> {
+    /// The map of a cluster with `replicas` stores per group, loaded from its home if
+    /// it is there (every member starts down: stores join again).
+    pub fn load(home: MapHome, replicas: u16) -> Result<ClusterMap> {
         assert!(replicas >= 1, "a group has at least one replica");
+        let (text, from) = match &home {
+            MapHome::Memory => (None, String::new()),
+            MapHome::File(path) => (read_file(path)?, path.display().to_string()),
+            MapHome::Manager { saver, legacy } => match saver.load()? {
+                Some(t) => (Some(t), "the cluster manager's".into()),
+                None => (read_file(legacy)?, legacy.display().to_string()),
+            },
+        };
         let mut map = ClusterMap {
             epoch: 1,
             replicas,
             members: BTreeMap::new(),
-            file,
-            saves: std::cell::Cell::new(0),
+            home,
         };
-        let Some(path) = map.file.clone() else {
+        let Some(text) = text else {
             return Ok(map);
         };
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(map),
-            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-        };
         map.parse(&text)
-            .with_context(|| format!("{} is damaged", path.display()))?;
+            .with_context(|| format!("the cluster map in {from} is damaged"))?;
         // A restart is a change: no message of the last run matches the new epoch.
         map.epoch += 1;
         Ok(map)
@@ -158,20 +180,29 @@ impl ClusterMap {
         Ok(())
     }
 
-    /// Writes the durable part: whole to a temporary file, synced, then renamed.
+    /// Writes the durable part to its home (a file: whole to a temporary file,
+    /// synced, then renamed).
     fn save(&self) -> Result<()> {
-        let Some(path) = &self.file else {
-            return Ok(());
-        };
-        orion_pmem::replace_durably(path, self.durable_text().as_bytes())
-            .with_context(|| format!("writing {}", path.display()))?;
-        self.saves.set(self.saves.get() + 1);
-        Ok(())
-    }
-
-    /// How many times the durable part was written.
-    pub fn saves(&self) -> u64 {
-        self.saves.get()
+        match &self.home {
+            MapHome::Memory => Ok(()),
+            MapHome::File(path) => {
+                orion_pmem::replace_durably(path, self.durable_text().as_bytes())
+                    .with_context(|| format!("writing {}", path.display()))
+            }
+            MapHome::Manager { saver, legacy } => {
+                saver.save(&self.durable_text())?;
+                match std::fs::remove_file(legacy) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        tracing::warn!(
+                            "removing {} (the manager keeps the map): {e}",
+                            legacy.display()
+                        )
+                    }
+                    _ => {}
+                }
+                Ok(())
+            }
+        }
     }
 
     /// The durable part, as the file holds it.
@@ -460,7 +491,7 @@ mod tests {
 
     #[test]
     fn a_replica_whose_host_restarted_copies_everything_unless_it_is_the_best_left() {
-        let mut map = ClusterMap::load(None, 2).unwrap();
+        let mut map = ClusterMap::load(MapHome::Memory, 2).unwrap();
         let (a, b) = (MemberId::new(0, 0), MemberId::new(0, 1));
         map.join(&hello(0, 0, 1), false, 10).unwrap();
         map.join(&hello(0, 1, 2), true, 11).unwrap();
@@ -497,7 +528,7 @@ mod tests {
 
     #[test]
     fn a_replica_away_misses_exactly_the_pages_committed_meanwhile() {
-        let mut map = ClusterMap::load(None, 2).unwrap();
+        let mut map = ClusterMap::load(MapHome::Memory, 2).unwrap();
         let (a, b) = (MemberId::new(0, 0), MemberId::new(0, 1));
         map.join(&hello(0, 0, 1), false, 10).unwrap();
         map.join(&hello(0, 1, 2), true, 11).unwrap();
@@ -540,7 +571,7 @@ mod tests {
     fn a_replica_that_missed_a_commit_resyncs_from_an_in_sync_peer_even_after_a_restart() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("mds.pool.members");
-        let mut map = ClusterMap::load(Some(file.clone()), 2).unwrap();
+        let mut map = ClusterMap::load(MapHome::File(file.clone()), 2).unwrap();
         let e0 = map.epoch();
         assert_eq!(map.join(&hello(0, 0, 1), false, 10).unwrap(), Admission::Up);
         // The second place of a group that may hold data starts empty.
@@ -575,7 +606,7 @@ mod tests {
         map.committed_to(0, [7u64, 9].into_iter()).unwrap();
         // The MDS restarts: the map comes back with replica 1 stale.
         let before = map.epoch();
-        let mut map = ClusterMap::load(Some(file), 2).unwrap();
+        let mut map = ClusterMap::load(MapHome::File(file), 2).unwrap();
         assert!(map.epoch() > before, "a restart moves the epoch on");
         assert!(!map.serves(0), "nobody serves until stores join again");
         let err = map.join(&hello(0, 1, 2), false, 20).unwrap_err();
@@ -614,7 +645,7 @@ mod tests {
 
     #[test]
     fn a_pool_serves_one_place_and_indexes_stay_below_replicas() {
-        let mut map = ClusterMap::load(None, 2).unwrap();
+        let mut map = ClusterMap::load(MapHome::Memory, 2).unwrap();
         map.join(&hello(0, 0, 1), false, 1).unwrap();
         let e = map.join(&hello(1, 0, 1), false, 2).unwrap_err();
         assert!(e.to_string().contains("already group 0 replica 0"), "{e}");
@@ -638,7 +669,7 @@ mod tests {
 
     #[test]
     fn no_commit_while_a_resync_has_lost_its_source() {
-        let mut map = ClusterMap::load(None, 2).unwrap();
+        let mut map = ClusterMap::load(MapHome::Memory, 2).unwrap();
         map.join(&hello(0, 0, 1), false, 1).unwrap();
         map.join(&hello(0, 1, 2), true, 2).unwrap(); // resyncing from replica 0
         assert!(map.settled(0, Duration::ZERO));

@@ -52,8 +52,6 @@ pub(crate) struct Mirroring {
     seq: u64,
     /// Replies held until the mirror has what they depend on.
     outbox: Vec<(ConnId, u64, Reply)>,
-    /// The version of the cluster map file the mirror has.
-    members_sent: Option<u64>,
     records: Vec<u8>,
     msg: Vec<u8>,
 }
@@ -194,7 +192,9 @@ impl Mds {
         let backlog = self.engine.pool().persisted_backlog();
         // Every reply remembered so far goes with the backlog, and each new one after.
         self.replies.for_mirror(true);
-        if let Err(e) = self.ship_to_mirror() {
+        // Written even when empty: its last entry is what tells the mirror its copy is
+        // whole.
+        if let Err(e) = self.ship_to_mirror(true) {
             return self.mirror_lost(&e);
         }
         let name = self.mirror.name.clone();
@@ -225,7 +225,7 @@ impl Mds {
     /// replies held for it leave.
     pub(crate) fn mirror_turn(&mut self) {
         if self.mirror.synced {
-            if let Err(e) = self.ship_to_mirror() {
+            if let Err(e) = self.ship_to_mirror(false) {
                 self.mirror_lost(&e);
             }
         }
@@ -309,23 +309,17 @@ impl Mds {
         }
     }
 
-    /// Writes into the mirror's ring what was persisted since the last call (and the
-    /// cluster map file if it changed, and the replies remembered), and waits until
-    /// the mirror holds it.
-    fn ship_to_mirror(&mut self) -> Result<(), String> {
+    /// Writes into the mirror's ring what was persisted since the last call, and the
+    /// replies remembered (a turn of one empty entry if there is nothing and
+    /// `even_empty`), and waits until the mirror holds them.
+    fn ship_to_mirror(&mut self, even_empty: bool) -> Result<(), String> {
         let Some(conn) = self.mirror.conn else {
             return Ok(());
         };
         let mut log = std::mem::take(&mut self.mirror.records);
         self.engine.pool().take_persisted(&mut log);
-        let saves = self.map.saves();
-        let members =
-            (self.mirror.members_sent != Some(saves)).then(|| self.map.durable_text().into_bytes());
         let replies = self.replies.take_pending();
-        let r = self.write_turn(conn, turn_entries(&log, members, &replies)?);
-        if r.is_ok() {
-            self.mirror.members_sent = Some(saves);
-        }
+        let r = turn_entries(&log, &replies, even_empty).and_then(|e| self.write_turn(conn, e));
         self.mirror.records = log;
         r
     }
@@ -572,17 +566,13 @@ impl Mds {
 
 /// One turn as ring entries: the persist records in as many entries as it takes (a
 /// record longer than an entry goes in parts: a persist of many lines is not atomic
-/// on the primary's media either), then the cluster map file, then the replies.
-fn turn_entries(
-    log: &[u8],
-    members: Option<Vec<u8>>,
-    replies: &[u8],
-) -> Result<Vec<MdsToMirror>, String> {
+/// on the primary's media either), then the replies; one empty entry for an empty turn
+/// if `even_empty`.
+fn turn_entries(log: &[u8], replies: &[u8], even_empty: bool) -> Result<Vec<MdsToMirror>, String> {
     const PART: usize = MAX_APPLY_RECORDS - RECORD_HEADER;
-    let apply = |records, members, replies| MdsToMirror::Apply {
+    let apply = |records, replies| MdsToMirror::Apply {
         seq: 0,
         records,
-        members,
         replies,
         last: false,
     };
@@ -594,20 +584,20 @@ fn turn_entries(
         let off = u64::from_le_bytes(log[at..at + 8].try_into().expect("8 bytes"));
         for (i, bytes) in log[at + RECORD_HEADER..end].chunks(PART).enumerate() {
             if piece.len() + RECORD_HEADER + bytes.len() > MAX_APPLY_RECORDS {
-                entries.push(apply(std::mem::take(&mut piece), None, Vec::new()));
+                entries.push(apply(std::mem::take(&mut piece), Vec::new()));
             }
             push_record(&mut piece, off + (i * PART) as u64, bytes);
         }
         at = end;
     }
     if !piece.is_empty() {
-        entries.push(apply(piece, None, Vec::new()));
-    }
-    if members.is_some() {
-        entries.push(apply(Vec::new(), members, Vec::new()));
+        entries.push(apply(piece, Vec::new()));
     }
     for p in replies::pieces(replies, MAX_APPLY_RECORDS) {
-        entries.push(apply(Vec::new(), None, p.to_vec()));
+        entries.push(apply(Vec::new(), p.to_vec()));
+    }
+    if entries.is_empty() && even_empty {
+        entries.push(apply(Vec::new(), Vec::new()));
     }
     Ok(entries)
 }

@@ -34,6 +34,8 @@ pub struct PrimaryRole {
     pub name: String,
     /// When the term ends, in microseconds after `base` (renewals move it on).
     expires_us: Arc<AtomicU64>,
+    /// Set when this MDS gives the term up before it ends ([`MapSaver`]).
+    given_up: Arc<AtomicBool>,
     base: Instant,
     held: Arc<Mutex<Held>>,
     stop: Arc<AtomicBool>,
@@ -108,6 +110,7 @@ impl PrimaryRole {
             kind,
             name: name.to_string(),
             expires_us,
+            given_up: Arc::new(AtomicBool::new(false)),
             base,
             held,
             stop,
@@ -117,7 +120,7 @@ impl PrimaryRole {
 
     /// Whether the term lasts beyond `now` plus [`MARGIN`].
     pub fn holds(&self, now: Instant) -> bool {
-        now + MARGIN < self.ends()
+        now + MARGIN < self.ends() && !self.given_up.load(Ordering::Acquire)
     }
 
     /// When the term ends, by this host's clock, as far as the last renewal says.
@@ -133,6 +136,54 @@ impl PrimaryRole {
         let mut names = vec![self.name.as_str()];
         names.extend(mirror);
         manager.set_eligible(term, &names)
+    }
+}
+
+impl PrimaryRole {
+    /// What saves the cluster map in the manager under this term.
+    pub fn map_saver(&self) -> MapSaver {
+        MapSaver {
+            held: self.held.clone(),
+            given_up: self.given_up.clone(),
+        }
+    }
+}
+
+/// Saves the cluster map in the cluster manager, its home there, as the holder of the
+/// term. A primary that cannot record a change of the map gives its term up (its loop
+/// stops, it acknowledges nothing more): it may not act on a map the next primary
+/// would not find. The manager being unreachable ends the term within a lease anyway.
+pub struct MapSaver {
+    held: Arc<Mutex<Held>>,
+    given_up: Arc<AtomicBool>,
+}
+
+impl MapSaver {
+    pub fn save(&self, map: &str) -> Result<()> {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let Held { manager, term } = &mut *held;
+        let saved = manager.save_map(term, map);
+        if !matches!(saved, Ok(true)) {
+            self.given_up.store(true, Ordering::Release);
+        }
+        match saved {
+            Ok(true) => Ok(()),
+            Ok(false) => bail!("the primary term of epoch {} is over", term.epoch),
+            Err(e) => Err(e.context(format!(
+                "recording the cluster map in the cluster manager (giving the primary role \
+                 of epoch {} up)",
+                term.epoch
+            ))),
+        }
+    }
+
+    /// The map the manager keeps, if any.
+    pub fn load(&self) -> Result<Option<String>> {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .manager
+            .map()
     }
 }
 

@@ -23,7 +23,7 @@ use tracing::{debug, info, warn};
 
 use crate::chunks::{self, ChunkGrants, Group};
 use crate::locks::Locks;
-use crate::members::ClusterMap;
+use crate::members::{ClusterMap, MapHome};
 use crate::mirror::Mirroring;
 use crate::primary::PrimaryRole;
 use crate::replies::ReplyTable;
@@ -148,8 +148,14 @@ pub(crate) fn serve_loop(
     );
     let strong = StrongWaits::new(Duration::from_millis(cfg.persist_timeout_ms));
     let map_file = cfg.pool.with_extension("members");
-    let map = ClusterMap::load(Some(map_file.clone()), cfg.replicas)
-        .with_context(|| format!("the cluster map {}", map_file.display()))?;
+    let home = match &role {
+        Some(r) => MapHome::Manager {
+            saver: r.map_saver(),
+            legacy: map_file,
+        },
+        None => MapHome::File(map_file),
+    };
+    let map = ClusterMap::load(home, cfg.replicas).context("loading the cluster map")?;
     let mut mds = Mds {
         cfg,
         engine,

@@ -152,6 +152,11 @@ impl MirroredCluster {
         Ok(p.and_then(|p| MDSS.iter().position(|m| m.0 == p.name)))
     }
 
+    /// The cluster map the manager keeps (its home with a manager).
+    pub fn manager_map(&self) -> Result<Option<String>> {
+        self.ask()?.map()
+    }
+
     /// Waits until some MDS holds the primary role (a fault may have ended a term,
     /// and the next has not begun); returns its index.
     pub fn wait_any_primary(&self, within: Duration) -> Result<usize> {

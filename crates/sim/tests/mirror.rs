@@ -175,6 +175,17 @@ fn run_seed(seed: u64, mds_mode: Mode) -> Tally {
     );
     cluster.stop().unwrap();
     cluster.fsck().unwrap();
+    // The cluster map lives in the manager: every primary saved it there, and it names
+    // the store, in sync.
+    let map = cluster
+        .manager_map()
+        .unwrap()
+        .expect("the manager keeps the cluster map");
+    assert!(
+        map.lines()
+            .any(|l| l.starts_with("member 0 0 ") && l.contains(" in-sync ")),
+        "{map}"
+    );
     let [kill, isolate, split, flaky] = tally.faults;
     println!(
         "seed {seed} ({} MDS pools): {} files; faults: {kill} kills, {isolate} isolations, \

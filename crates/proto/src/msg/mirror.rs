@@ -12,8 +12,8 @@ use orion_fabric::RemoteRegion;
 use super::{header, read_header, region, text, uuid, wire_kinds, Message};
 use crate::codec::{ProtoError, Reader, Writer};
 
-/// Most bytes of persist records, of the cluster map, and of replies, together, that one
-/// [`MdsToMirror::Apply`] carries (it fits a message).
+/// Most bytes of persist records and of replies, together, that one
+/// [`MdsToMirror::Apply`] carries.
 pub const MAX_APPLY_RECORDS: usize = 60 * 1024;
 
 /// What a mirror tells the primary.
@@ -56,9 +56,9 @@ wire_kinds! {
 /// What the primary sends its mirror.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MdsToMirror {
-    /// Persist records (`orion_pmem::tap`) to apply in order, the cluster map file
-    /// (when it changed) and remembered replies to add: one entry of the mirror's
-    /// ring. A turn of the primary may take several entries, the last marked. The
+    /// Persist records (`orion_pmem::tap`) to apply in order, and remembered replies
+    /// to add: one entry of the mirror's ring (the cluster map lives in the cluster
+    /// manager). A turn of the primary may take several entries, the last marked. The
     /// mirror applies each as it comes: the records are the primary's persists in
     /// order, so any prefix of them is a state the primary's media passed through, and
     /// a turn's replies come after the records they answer.
@@ -66,7 +66,6 @@ pub enum MdsToMirror {
         /// Counts the primary's entries: a gap means one was lost.
         seq: u64,
         records: Vec<u8>,
-        members: Option<Vec<u8>>,
         replies: Vec<u8>,
         last: bool,
     },
@@ -167,16 +166,11 @@ impl Message for MdsToMirror {
         let MdsToMirror::Apply {
             seq,
             records,
-            members,
             replies,
             last,
         } = self;
         header(&mut w, MdsToMirrorKind::Apply as u8, id);
-        w.u64(*seq).bytes(records).bool(members.is_some());
-        if let Some(m) = members {
-            w.bytes(m);
-        }
-        w.bytes(replies).bool(*last);
+        w.u64(*seq).bytes(records).bytes(replies).bool(*last);
         *out = w.buf;
     }
 
@@ -186,11 +180,6 @@ impl Message for MdsToMirror {
         let MdsToMirrorKind::Apply = MdsToMirrorKind::try_from(kind)?;
         let seq = r.u64("sequence")?;
         let records = r.bytes(MAX_APPLY_RECORDS, "persist records")?.to_vec();
-        let members = if r.bool("members")? {
-            Some(r.bytes(MAX_APPLY_RECORDS, "cluster map")?.to_vec())
-        } else {
-            None
-        };
         let replies = r.bytes(MAX_APPLY_RECORDS, "replies")?.to_vec();
         let last = r.bool("last")?;
         r.finish()?;
@@ -199,7 +188,6 @@ impl Message for MdsToMirror {
             MdsToMirror::Apply {
                 seq,
                 records,
-                members,
                 replies,
                 last,
             },

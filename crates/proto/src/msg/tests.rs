@@ -265,15 +265,13 @@ fn mirror_messages_round_trip_and_the_primary_decodes_the_mirrors() {
         MdsToMirror::Apply {
             seq: 1,
             records: vec![1, 2, 3],
-            members: None,
             replies: vec![4],
             last: false,
         },
         MdsToMirror::Apply {
             seq: u64::MAX,
             records: Vec::new(),
-            members: Some(b"map".to_vec()),
-            replies: Vec::new(),
+            replies: b"replies".to_vec(),
             last: true,
         },
     ] {
@@ -287,7 +285,6 @@ fn mirror_messages_round_trip_and_the_primary_decodes_the_mirrors() {
     MdsToMirror::Apply {
         seq: 1,
         records: vec![0; MAX_APPLY_RECORDS + 1],
-        members: None,
         replies: Vec::new(),
         last: true,
     }
