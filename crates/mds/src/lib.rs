@@ -9,6 +9,10 @@
 //! commit waits until the data stores report its pages persisted ([`strong`]). Data
 //! stores form replication groups whose members, states and epoch the cluster map
 //! keeps ([`members`]); joins, departures and resyncs are handled in [`stores`].
+//! With a cluster manager an MDS serves only while it holds the primary role
+//! ([`primary`]); until then it mirrors the primary (`follow`), which writes what it
+//! persists into a ring in the mirror's memory (`mirror`, `ring`); the start loops
+//! between the two (`startup`).
 
 pub mod chunks;
 pub mod commit;
