@@ -66,6 +66,11 @@ enum Cmd {
         /// each group must hold the same bytes in every page a file names.
         #[arg(long, num_args = 1.., conflicts_with = "data_pool")]
         replicas: Vec<PathBuf>,
+        /// The pool of POOL's mirror MDS: both are checked, and must hold the same
+        /// bytes (stop the cluster, or let it be quiet, first: the mirror applies
+        /// behind the primary).
+        #[arg(long, conflicts_with_all = ["data_pool", "replicas"])]
+        mirror: Option<PathBuf>,
     },
     /// Run the metadata server (foreground; SIGTERM stops it cleanly).
     Mds(daemons::MdsArgs),
@@ -363,10 +368,14 @@ fn run() -> Result<ExitCode> {
             pool,
             data_pool,
             replicas,
+            mirror,
         } => {
             let meta = Pool::open(&pool, ModeChoice::Auto)?;
             if !replicas.is_empty() {
                 return fsck_replicas(&pool, &meta, &replicas);
+            }
+            if let Some(mirror) = mirror {
+                return fsck_mirror(&pool, &meta, &mirror);
             }
             let data_path =
                 data_pool.or_else(|| Some(data_pool_path(&pool)).filter(|p| p.exists()));
@@ -563,6 +572,42 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `orion fsck --pool MDS --mirror POOL`: both MDS pools' checks, then the two compared
+/// page by page.
+fn fsck_mirror(pool: &Path, meta: &Pool, mirror: &Path) -> anyhow::Result<ExitCode> {
+    let other = Pool::open(mirror, ModeChoice::Auto)?;
+    let mut clean = true;
+    for (path, p) in [(pool, meta), (mirror, &other)] {
+        let report = orion_meta::fsck::check(p, None);
+        for problem in &report.problems {
+            println!("problem in {}: {problem}", path.display());
+        }
+        println!("orion fsck {}: {}", path.display(), report.summary());
+        clean &= report.is_clean();
+    }
+    let differ = orion_meta::fsck::differing_pages(meta, &other).map_err(anyhow::Error::msg)?;
+    if differ.is_empty() {
+        println!(
+            "the pools are identical ({} pages)",
+            meta.len() / orion_format::PAGE_SIZE
+        );
+    } else {
+        let shown: Vec<String> = differ.iter().take(10).map(u64::to_string).collect();
+        println!(
+            "the pools differ in {} pages: {}{}",
+            differ.len(),
+            shown.join(", "),
+            if differ.len() > 10 { ", ..." } else { "" }
+        );
+        clean = false;
+    }
+    Ok(if clean {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 /// `orion fsck --pool MDS --replicas POOL...`: the MDS pool's check, then the replicas

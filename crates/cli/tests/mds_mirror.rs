@@ -116,29 +116,49 @@ fn content(i: usize) -> Vec<u8> {
     (0..5000 + i * 7).map(|j| (j * 31 + i * 7) as u8).collect()
 }
 
-/// Differing 4 KiB pages of two files.
-fn differing_pages(a: &Path, b: &Path) -> Vec<u64> {
-    let (x, y) = (std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
-    assert_eq!(x.len(), y.len(), "the pools differ in size");
-    x.chunks(4096)
-        .zip(y.chunks(4096))
-        .enumerate()
-        .filter(|(_, (p, q))| p != q)
-        .map(|(i, _)| i as u64)
-        .collect()
+/// The pages in which two MDS pools differ, once the mirror applied its ring (it
+/// applies behind the primary, every 20 ms when idle); what is left after 5 s.
+fn differing_after_the_ring(a: &Path, b: &Path) -> Vec<u64> {
+    let t0 = Instant::now();
+    loop {
+        let open = |p| orion_pmem::Pool::open(p, orion_pmem::ModeChoice::Auto).unwrap();
+        let differ = orion_meta::fsck::differing_pages(&open(a), &open(b)).unwrap();
+        if differ.is_empty() || t0.elapsed() > Duration::from_secs(5) {
+            return differ;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
-fn the_mirror_takes_over_from_a_killed_primary_and_the_old_primary_catches_up() {
+fn the_mirror_takes_over_from_a_killed_primary_under_the_embedded_manager() {
     let s = Setup::new();
+    let spec = format!("embedded:{}", s.manager.addr);
+    kill_loop(&s, &spec, LEASE_MS);
+}
+
+/// etcd counts leases in whole seconds: its 1 s lease.
+#[test]
+fn the_mirror_takes_over_from_a_killed_primary_under_etcd() {
+    let s = Setup::new();
+    let data = s.path("etcd");
+    std::fs::create_dir_all(&data).unwrap();
+    let etcd = orion_manager::etcd_server::EtcdServer::start(&data).unwrap();
+    kill_loop(&s, &format!("etcd:{}", etcd.endpoint), 1000);
+}
+
+/// Two clients in a loop; the primary (under the manager `spec`) is killed in the
+/// middle; then the old primary comes back as the mirror, catches up, and the pools
+/// are compared with `orion fsck --mirror`.
+fn kill_loop(s: &Setup, spec: &str, lease_ms: u64) {
     let (port_a, port_b) = (free_port(), free_port());
-    let mut a = s.mds("mds-a", port_a, true);
+    let mut a = s.mds_under(spec, lease_ms, "mds-a", port_a, true);
     s.wait_log(
         "mds-a",
         "mds-a is the primary (epoch 1",
         Duration::from_secs(30),
     );
-    let b = s.mds("mds-b", port_b, false);
+    let b = s.mds_under(spec, lease_ms, "mds-b", port_b, false);
     s.wait_log("mds-a", "mirror mds-b is in sync", Duration::from_secs(30));
     let mds = format!("127.0.0.1:{port_a},127.0.0.1:{port_b}");
     let ds_args: Vec<String> = [
@@ -233,13 +253,15 @@ fn the_mirror_takes_over_from_a_killed_primary_and_the_old_primary_catches_up() 
     let gap = gaps.iter().map(|(_, g)| *g).max().unwrap();
     println!(
         "longest gap between two acknowledged operations of a client: {gap:?} (the primary \
-         was killed; lease {LEASE_MS} ms)"
+         was killed; lease {lease_ms} ms)"
     );
-    // Liveness, not speed (the fail-over benchmark measures that): no client waited
-    // out its reconnection timeout.
+    // The fail-over issue's bound: under a second, with either manager. The mirror
+    // sees the process go and ends its term without waiting for the lease (~100-250
+    // ms here with the tests of this file running at once; `orion bench failover`
+    // measures the timeline).
     assert!(
-        gap < Duration::from_secs(10),
-        "a client stalled for {gap:?}"
+        gap < Duration::from_secs(1),
+        "a client waited {gap:?} for the fail-over"
     );
     s.wait_log(
         "mds-b",
@@ -249,7 +271,7 @@ fn the_mirror_takes_over_from_a_killed_primary_and_the_old_primary_catches_up() 
     if std::env::var_os("ORION_TEST_LOGS").is_some() {
         println!("mds-b:\n{}", s.log("mds-b"));
     }
-    let mut m = EmbeddedManager::connect(&s.manager.addr, Duration::from_secs(5)).unwrap();
+    let mut m = orion_mds::primary::open_manager(spec, "t", Duration::from_secs(4)).unwrap();
     assert_eq!(m.primary().unwrap().map(|p| p.name), Some("mds-b".into()));
 
     // Every acknowledged operation is there, once.
@@ -257,7 +279,7 @@ fn the_mirror_takes_over_from_a_killed_primary_and_the_old_primary_catches_up() 
     for k in 0..2 {
         let names: Vec<String> = client
             .readdir(&format!("/c{k}"))
-            .unwrap()
+            .unwrap_or_else(|e| panic!("readdir /c{k}: {e}\nmds-b:\n{}", s.log("mds-b")))
             .into_iter()
             .map(|e| String::from_utf8_lossy(&e.name).into_owned())
             .filter(|n| n != "." && n != "..")
@@ -276,24 +298,47 @@ fn the_mirror_takes_over_from_a_killed_primary_and_the_old_primary_catches_up() 
 
     // The old primary comes back: it may not take the role (the mirror served since),
     // so it mirrors mds-b, and the two pools end up holding the same bytes.
-    let _a = s.mds("mds-a", port_a, false);
+    let a = s.mds_under(spec, lease_ms, "mds-a", port_a, false);
     s.wait_log("mds-b", "mirror mds-a is in sync", Duration::from_secs(30));
     let fd = client.open("/after", OpenFlags::create(), 0o644).unwrap();
     client.pwrite(fd, 0, b"after the catch-up").unwrap();
     client.close(fd).unwrap();
     drop(gaps);
-    // The mirror applies its ring behind the primary (every 20 ms when idle): the
-    // pools are the same once it did.
-    let t0 = Instant::now();
-    let differ = loop {
-        let differ = differing_pages(&s.path("mds-a.pool"), &s.path("mds-b.pool"));
-        if differ.is_empty() || t0.elapsed() > Duration::from_secs(5) {
-            break differ;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let (pa, pb) = (s.path("mds-a.pool"), s.path("mds-b.pool"));
+    let differ = differing_after_the_ring(&pa, &pb);
     assert!(differ.is_empty(), "pages that differ: {differ:?}");
-    drop(b);
+    // The cluster quiet and stopped, the tool says so too, and fsck is clean on both.
+    drop((a, b));
+    let out = std::process::Command::new(cluster::ORION)
+        .args(["fsck", "--pool"])
+        .arg(&pb)
+        .arg("--mirror")
+        .arg(&pa)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.contains("the pools are identical"),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A page changed in one of them is named.
+    let pool = orion_pmem::Pool::open(&pa, orion_pmem::ModeChoice::Auto).unwrap();
+    pool.write(7 * 4096 + 100, &[0xee]).unwrap();
+    pool.persist(7 * 4096 + 100, 1).unwrap();
+    drop(pool);
+    let out = std::process::Command::new(cluster::ORION)
+        .args(["fsck", "--pool"])
+        .arg(&pb)
+        .arg("--mirror")
+        .arg(&pa)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success() && said.contains("the pools differ in 1 pages: 7"),
+        "{said}"
+    );
 }
 
 #[test]

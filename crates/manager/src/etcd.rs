@@ -30,6 +30,9 @@ pub struct EtcdManager {
     keeper: Option<(i64, LeaseKeeper, LeaseKeepAliveStream)>,
 }
 
+/// How long the first contact with etcd may take.
+const FIRST_CONTACT: Duration = Duration::from_secs(5);
+
 impl EtcdManager {
     /// Connects to etcd at `endpoints` ("host:port", comma-separated) for the cluster
     /// named `cluster`; each call gives up after `timeout`.
@@ -53,16 +56,25 @@ impl EtcdManager {
         if urls.is_empty() {
             bail!("no etcd endpoint given");
         }
+        // The first contact may take longer than a call may (an etcd that just started
+        // on a loaded host answers its first request late): no lease depends on it.
+        // Each later call is cut at `timeout` (`call`).
+        let first = timeout.max(FIRST_CONTACT);
         let opts = ConnectOptions::new()
-            .with_connect_timeout(timeout)
-            .with_timeout(timeout);
+            .with_connect_timeout(first)
+            .with_timeout(first);
         let client = rt
             .block_on(async {
-                let mut c = Client::connect(urls, Some(opts)).await?;
-                // The connection is lazy: ask something, so that a missing etcd is said now.
-                c.status().await?;
-                Ok::<_, etcd_client::Error>(c)
+                tokio::time::timeout(first, async {
+                    let mut c = Client::connect(urls, Some(opts)).await?;
+                    // The connection is lazy: ask something, so that a missing etcd is
+                    // said now.
+                    c.status().await?;
+                    Ok::<_, etcd_client::Error>(c)
+                })
+                .await
             })
+            .map_err(|_| anyhow!("etcd at {endpoints} does not answer within {first:?}"))?
             .map_err(|e| anyhow!("etcd at {endpoints} does not answer: {e}"))?;
         Ok(EtcdManager {
             rt,

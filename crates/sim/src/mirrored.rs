@@ -281,23 +281,10 @@ impl MirroredCluster {
     }
 
     /// The pages in which the two MDS pools differ (the cluster quiet, the mirror in
-    /// sync).
+    /// sync and done applying).
     pub fn differing_pages(&self) -> Result<Vec<u64>> {
         let open = |k| Pool::open(&self.pool(k), ModeChoice::Force(Mode::Volatile));
-        let (a, b) = (open(0)?, open(1)?);
-        if a.len() != b.len() {
-            bail!("the pools differ in size: {} and {}", a.len(), b.len());
-        }
-        let (mut x, mut y) = (vec![0u8; 4096], vec![0u8; 4096]);
-        let mut differ = Vec::new();
-        for page in 0..a.len() / 4096 {
-            a.read(page * 4096, &mut x)?;
-            b.read(page * 4096, &mut y)?;
-            if x != y {
-                differ.push(page);
-            }
-        }
-        Ok(differ)
+        orion_meta::fsck::differing_pages(&open(0)?, &open(1)?).map_err(anyhow::Error::msg)
     }
 
     /// Checks both MDS pools with fsck (the cluster stopped).
