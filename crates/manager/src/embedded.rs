@@ -11,7 +11,8 @@
 //! Requests and answers (text, one line each, at most [`MAX_LINE`] bytes):
 //! `acquire NAME ADDR TTL_MS` → `ok EPOCH` | `held` | `ineligible`; `renew EPOCH
 //! TTL_MS` → `ok` | `lost`; `eligible EPOCH NAME,NAME` (or `-`) → `ok` | `lost`;
-//! `eligible` → `eligible NAMES`; `end EPOCH` → `ok`;
+//! `eligible` → `eligible NAMES`; `end EPOCH NAME` → `ok` | `refused` (NAME is not
+//! eligible, or EPOCH's term is over);
 //! `primary` → `primary EPOCH NAME ADDR REMAINING_MS` | `none`; `resign EPOCH` → `ok`;
 //! `map-save EPOCH MAP` → `ok` | `lost`; `map` → `map MAP` | `none` (a cluster map's
 //! lines joined by `|`, kept in a file of its own beside the epoch's); anything else
@@ -87,10 +88,10 @@ impl State {
     fn answer(&mut self, line: &str, now: Instant) -> String {
         let f: Vec<&str> = line.split_whitespace().collect();
         // A request of an MDS that is cut off never arrives: it names it (a role
-        // asked for), or the epoch it holds (what only the holder sends; its mirror's
-        // `end` of that epoch does arrive).
+        // asked for, a term ended as its mirror), or the epoch it holds (what only the
+        // holder sends).
         let of_cut_off = match f.as_slice() {
-            ["acquire", name, ..] => self.cut_off.iter().any(|c| c == name),
+            ["acquire", name, ..] | ["end", _, name] => self.cut_off.iter().any(|c| c == name),
             ["renew" | "eligible" | "resign" | "map-save", epoch, ..] => {
                 self.held.as_ref().is_some_and(|h| {
                     h.primary.epoch.to_string() == *epoch && self.cut_off.contains(&h.primary.name)

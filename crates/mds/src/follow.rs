@@ -52,15 +52,16 @@ const COPY_CHUNK: usize = 1 << 20;
 impl Follower<'_> {
     /// Mirrors whichever MDS is primary until this one takes the role (`Some`) or is
     /// stopped (`None`).
+    /// `replies` are those this MDS remembered as primary, if it was (they stand until
+    /// it mirrors another).
     pub(crate) fn until_primary(
         &self,
         mut manager: Option<Box<dyn Manager>>,
+        mut replies: ReplyTable,
     ) -> Result<Option<(PrimaryRole, ReplyTable)>> {
         let mode: ModeChoice = self.cfg.pool_mode.parse().map_err(anyhow::Error::msg)?;
         let cq = self.domain.completion_queue()?;
         let mut said = None;
-        // The replies the primary remembered, as far as this mirror has them.
-        let mut replies = ReplyTable::default();
         let mut last_failure: Option<String> = None;
         loop {
             self.turn_clients_away();
@@ -327,21 +328,27 @@ impl Follower<'_> {
     /// pool marked torn (it is copied again; this MDS never takes over with it).
     fn drain_ring(&self, mode: ModeChoice, replies: &mut ReplyTable) -> Result<()> {
         let path = ring_path(&self.cfg.pool);
-        let Some(ring) = RingReader::open(&path, mode)? else {
+        if !path.exists() {
             return Ok(());
-        };
-        if ring.copied()? && pool_cluster(&self.cfg.pool).is_some() {
+        }
+        let applied = RingReader::open(&path, mode).and_then(|ring| {
+            let Some(ring) = ring else {
+                return Ok(0);
+            };
+            if !ring.copied()? || pool_cluster(&self.cfg.pool).is_none() {
+                return Ok(0); // the copy it continued never completed: nothing to apply
+            }
             let pool = Pool::open(&self.cfg.pool, mode)
                 .with_context(|| format!("opening MDS pool {}", self.cfg.pool.display()))?;
-            let mut applier = Applier::new(ring, &pool, replies, &self.cfg.pool);
-            match applier.apply_whole() {
-                Ok(0) => {}
-                Ok(n) => info!("applied {n} entries the primary left in the ring"),
-                Err(e) => {
-                    warn!("the ring cannot be applied ({e:#}): this MDS copies the pool again");
-                    orion_pmem::replace_durably(&self.marker(), b"copying\n")
-                        .context("marking the pool as torn")?;
-                }
+            Applier::new(ring, &pool, replies, &self.cfg.pool).apply_whole()
+        });
+        match applied {
+            Ok(0) => {}
+            Ok(n) => info!("applied {n} turns the primary left in the ring"),
+            Err(e) => {
+                warn!("the ring cannot be applied ({e:#}): this MDS copies the pool again");
+                orion_pmem::replace_durably(&self.marker(), b"copying\n")
+                    .context("marking the pool as torn")?;
             }
         }
         std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))
@@ -427,7 +434,10 @@ impl<'a> Applier<'a> {
         if let Some(e) = self.expect.filter(|e| *e != seq) {
             bail!("entry {e} of the primary is missing from the ring (got {seq})");
         }
-        self.expect = Some(seq + 1);
+        self.expect = Some(
+            seq.checked_add(1)
+                .ok_or_else(|| anyhow!("entry {seq} of the primary is the last there can be"))?,
+        );
         self.pool.apply_records(&records)?;
         self.replies.apply(&replies).map_err(anyhow::Error::msg)?;
         if last && !self.whole && self.ring.copied()? {

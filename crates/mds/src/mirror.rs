@@ -125,9 +125,6 @@ impl Mds {
         if self.mirror.conn.is_some() {
             self.mirror_lost("another mirror said hello");
         }
-        if let Some(c) = self.mirror.closing.take() {
-            self.drop_peer(c, "another mirror said hello");
-        }
         let peer = self
             .peers
             .get_mut(&conn)
@@ -144,8 +141,12 @@ impl Mds {
             conn: Some(conn),
             name,
             copying: true,
+            // An old mirror the manager may still list keeps its connection until the
+            // manager lists another set (a close it saw while listed would end this
+            // term: a needless fail-over).
             must_unlist: self.mirror.must_unlist,
             unlist_failed: self.mirror.unlist_failed,
+            closing: self.mirror.closing.take(),
             outbox: std::mem::take(&mut self.mirror.outbox),
             ..Default::default()
         };
@@ -203,6 +204,13 @@ impl Mds {
             Some(Ok(true)) => {
                 self.mirror.copying = false;
                 self.mirror.synced = true;
+                // The list names this primary and the new mirror only: an old mirror
+                // still to be taken off it is off it.
+                self.mirror.must_unlist = false;
+                self.mirror.unlist_failed = None;
+                if let Some(c) = self.mirror.closing.take() {
+                    self.drop_peer(c, "another mirror took its place");
+                }
                 info!(
                     "mirror {name} is in sync ({} KiB sent after its copy in {:?}): it may \
                      take over",
@@ -328,7 +336,9 @@ impl Mds {
     /// waits until the writes completed, and, for a mirror not durable on delivery,
     /// until it applied them.
     fn write_turn(&mut self, conn: ConnId, entries: Vec<MdsToMirror>) -> Result<(), String> {
-        let deadline = Instant::now() + self.mirror_timeout();
+        // Moved on whenever the mirror makes progress: only a mirror that stalls for
+        // the whole timeout is dropped, not one applying a long first turn.
+        let mut deadline = Instant::now() + self.mirror_timeout();
         let n = entries.len();
         let payloads: Vec<Vec<u8>> = entries
             .into_iter()
@@ -355,15 +365,23 @@ impl Mds {
         }
         let mut writes = Vec::new();
         for payload in &payloads {
-            self.frame_entry(conn, payload, &mut writes, deadline)?;
+            self.frame_entry(conn, payload, &mut writes, &mut deadline)?;
         }
         let ring = self.mirror.ring.as_ref().ok_or("the mirror has no ring")?;
         let wake = !ring.durable_on_delivery || ring.writer.tail() - ring.woken_at >= WAKE_BYTES;
-        self.post_ring_writes(conn, &mut writes, wake, deadline)?;
+        self.post_ring_writes(conn, &mut writes, wake, &mut deadline)?;
         let ring = self.mirror.ring.as_ref().ok_or("the mirror has no ring")?;
         if !ring.durable_on_delivery {
             let upto = ring.writer.tail();
-            self.await_mirror(conn, deadline, &mut 0, Some(upto))?;
+            self.await_mirror(conn, &mut deadline, &mut 0, Some(upto))?;
+        }
+        // A completed write lands in the mirror's memory, but on the local backend
+        // also in the file of a mirror whose process just died, which its successor
+        // may already have drained: a turn is acknowledged only if the mirror's
+        // process outlived its writes.
+        let alive = self.peers.get(&conn).is_some_and(|p| p.ch.conn.is_alive());
+        if !alive {
+            return Err("its process is gone".into());
         }
         Ok(())
     }
@@ -375,7 +393,7 @@ impl Mds {
         conn: ConnId,
         payload: &[u8],
         writes: &mut Vec<(u64, Vec<u8>)>,
-        deadline: Instant,
+        deadline: &mut Instant,
     ) -> Result<(), String> {
         loop {
             let ring = self.mirror.ring.as_mut().ok_or("the mirror has no ring")?;
@@ -388,9 +406,9 @@ impl Mds {
     }
 
     /// Reads the mirror's ring head one-sided (after a short pause when it has not
-    /// moved: the mirror is applying).
-    fn read_ring_head(&mut self, conn: ConnId, deadline: Instant) -> Result<(), String> {
-        if Instant::now() >= deadline {
+    /// moved: the mirror is applying); its progress moves `deadline` on.
+    fn read_ring_head(&mut self, conn: ConnId, deadline: &mut Instant) -> Result<(), String> {
+        if Instant::now() >= *deadline {
             return Err(format!(
                 "its ring stayed full for {:?}",
                 self.mirror_timeout()
@@ -408,11 +426,14 @@ impl Mds {
             .post_read(wr, &ring.head_buf, 0, &ring.writer.region, ring::HEAD, 8)
             .map_err(|e| format!("reading its ring head: {e}"))?;
         self.await_mirror(conn, deadline, &mut 1, None)?;
+        let timeout = self.mirror_timeout();
         let ring = self.mirror.ring.as_mut().ok_or("the mirror has no ring")?;
-        let before = ring.writer.tail();
+        let before = ring.writer.head();
         let head = ring.head_buf.load_u64(0).map_err(|e| e.to_string())?;
         ring.writer.set_head(head)?;
-        if head < before {
+        if head > before {
+            *deadline = Instant::now() + timeout;
+        } else {
             std::thread::sleep(Duration::from_micros(50));
         }
         Ok(())
@@ -425,7 +446,7 @@ impl Mds {
         conn: ConnId,
         writes: &mut Vec<(u64, Vec<u8>)>,
         notify: bool,
-        deadline: Instant,
+        deadline: &mut Instant,
     ) -> Result<(), String> {
         let n = writes.len();
         let mut k = 0;
@@ -482,12 +503,12 @@ impl Mds {
 
     /// Waits on the loop's completion queue until `ops` one-sided operations on the
     /// mirror's connection completed and, with `applied`, the mirror said it applied
-    /// the ring up to there. What comes for other connections meanwhile is handled on
-    /// the next turn.
+    /// the ring up to there (each `Applied` that moves on moves `deadline` on). What
+    /// comes for other connections meanwhile is handled on the next turn.
     fn await_mirror(
         &mut self,
         conn: ConnId,
-        deadline: Instant,
+        deadline: &mut Instant,
         ops: &mut usize,
         applied: Option<u64>,
     ) -> Result<(), String> {
@@ -535,7 +556,11 @@ impl Mds {
                         }
                         match MdsInbound::decode(&msg) {
                             Ok((_, MdsInbound::Mirror(MirrorToMds::Applied { upto }))) => {
-                                self.mirror_applied(upto)
+                                let before = self.mirror.ring.as_ref().map_or(0, |r| r.applied);
+                                self.mirror_applied(upto);
+                                if upto > before {
+                                    *deadline = Instant::now() + self.mirror_timeout();
+                                }
                             }
                             _ => failed = Some("an unexpected message from the mirror".into()),
                         }

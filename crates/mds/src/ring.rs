@@ -23,9 +23,10 @@ use anyhow::{bail, Context, Result};
 use orion_fabric::RemoteRegion;
 use orion_pmem::{ModeChoice, Pool};
 
-/// Bytes of a ring: the largest entry is ~180 KiB (three parts of an `Apply`), a turn
-/// of the primary must fit whole (it persists a few KiB per request), and a primary
-/// runs short of room only when its mirror stalls.
+/// Bytes of a ring: the largest entry is ~60 KiB (an `Apply` of
+/// [`orion_proto::MAX_APPLY_RECORDS`]), a turn of the primary must fit whole (it
+/// persists a few KiB per request), and a primary runs short of room only when its
+/// mirror stalls.
 pub(crate) const RING_BYTES: u64 = 16 << 20;
 /// Where the mirror keeps its head.
 pub(crate) const HEAD: u64 = 0;
@@ -78,7 +79,7 @@ pub(crate) struct RingWriter {
 impl RingWriter {
     pub(crate) fn new(region: RemoteRegion) -> Result<RingWriter, String> {
         let cap = capacity(region.len);
-        if cap < 4 * framed_len(3 * orion_proto::MAX_APPLY_RECORDS) {
+        if cap < 16 * framed_len(orion_proto::MAX_APPLY_RECORDS + 256) {
             return Err(format!(
                 "the mirror's ring is {} bytes: too small for its entries",
                 region.len
@@ -95,6 +96,11 @@ impl RingWriter {
     /// The position after the last entry framed.
     pub(crate) fn tail(&self) -> u64 {
         self.tail
+    }
+
+    /// The mirror's head as last read.
+    pub(crate) fn head(&self) -> u64 {
+        self.head
     }
 
     /// Whether entries of these payload lengths fit the ring together, however the
@@ -224,23 +230,30 @@ impl RingReader {
             if found != pos {
                 return Ok(None);
             }
+            // Positions near the end of u64 (a damaged head) hold nothing whole.
             if len == WRAP {
                 if crc != checksum(pos, WRAP, &[]) {
                     return Ok(None);
                 }
-                pos += self.cap - at;
+                let Some(next) = pos.checked_add(self.cap - at) else {
+                    return Ok(None);
+                };
+                pos = next;
                 continue;
             }
             let size = framed_len(len as usize);
             if at + size > self.cap {
                 return Ok(None); // not an entry this ring could hold: not whole
             }
+            let Some(next) = pos.checked_add(size) else {
+                return Ok(None);
+            };
             out.resize(len as usize, 0);
             self.pool.read(DATA + at + ENTRY_HEADER as u64, out)?;
             if crc != checksum(pos, len, out) {
                 return Ok(None);
             }
-            return Ok(Some(pos + size));
+            return Ok(Some(next));
         }
         Ok(None) // two wrap markers in a row: none is whole
     }

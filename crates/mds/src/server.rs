@@ -207,15 +207,19 @@ pub(crate) fn serve_loop(
                 p.ch.conn.close();
             }
             let domain = mds.domain.clone();
+            // What it remembered answers the retries of its clients if it takes the
+            // role again before it mirrors another primary.
+            let replies = std::mem::take(&mut mds.replies);
             // The pool is unmapped and unregistered before the mirror copies into it.
             drop(mds);
-            return Ok(Ended::LostRole(Listening {
+            let l = Listening {
                 domain,
                 addr,
                 cq,
                 acceptor,
                 incoming: rx,
-            }));
+            };
+            return Ok(Ended::LostRole(l, replies));
         }
         for c in batch.drain(..) {
             mds.on_completion(c);

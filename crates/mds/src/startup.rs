@@ -87,6 +87,8 @@ pub fn run(
     };
     let lease = Duration::from_millis(cfg.lease_ms);
     let mut ready = Some(ready);
+    // The replies remembered as primary, kept across a lost role (see `Ended`).
+    let mut replies = ReplyTable::default();
     loop {
         let manager = open_manager(&cfg.manager, &cluster, lease).context("the cluster manager")?;
         let follower = Follower {
@@ -98,7 +100,7 @@ pub fn run(
             stop: &stop,
             incoming: &l.incoming,
         };
-        let Some((role, replies)) = follower.until_primary(Some(manager))? else {
+        let Some((role, kept)) = follower.until_primary(Some(manager), replies)? else {
             return Ok(()); // stopped while mirroring
         };
         let pool = Pool::open(&cfg.pool, mode)
@@ -114,12 +116,15 @@ pub fn run(
             pool,
             l,
             Some(role),
-            replies,
+            kept,
             stop.clone(),
             announce,
         )? {
             Ended::Stopped => return Ok(()),
-            Ended::LostRole(again) => l = again,
+            Ended::LostRole(again, kept) => {
+                l = again;
+                replies = kept;
+            }
         }
     }
 }
@@ -159,7 +164,7 @@ pub fn serve(
     let l = Listening::open(&cfg, fabric, &stop)?;
     match serve_loop(cfg, pool, l, None, ReplyTable::default(), stop, ready)? {
         Ended::Stopped => Ok(()),
-        Ended::LostRole(_) => bail!("an MDS without a cluster manager lost a role it never had"),
+        Ended::LostRole(..) => bail!("an MDS without a cluster manager lost a role it never had"),
     }
 }
 
@@ -246,6 +251,7 @@ impl Listening {
 pub(crate) enum Ended {
     /// Asked to stop.
     Stopped,
-    /// The primary role was lost: still listening, to mirror the new primary.
-    LostRole(Listening),
+    /// The primary role was lost: still listening, to mirror the new primary, with the
+    /// replies it remembered (they hold until it mirrors another primary).
+    LostRole(Listening, ReplyTable),
 }

@@ -3,7 +3,8 @@
 //! each with a pool of its own, and one data store. At any moment, also inside a
 //! client's operation, the primary can be killed as a crashed process dies (cut off
 //! the network), cut off from its mirror and the manager, or split from its mirror,
-//! or its link to the mirror can break at random ([`MdsFault`]). The mirror takes
+//! its link to the mirror can break at random, or its mirror can be killed
+//! ([`MdsFault`]). The mirror takes
 //! over when the primary's term ends; a killed MDS starts again as the mirror of the
 //! new primary and copies its pool.
 
@@ -39,6 +40,9 @@ pub enum MdsFault {
     /// Connections between it and its mirror break at random, with this probability
     /// per operation (a reliable connection loses messages only by breaking).
     Flaky(f64),
+    /// Its mirror's process dies (and starts again: it drains what its ring holds,
+    /// then copies the pool anew).
+    KillMirror,
 }
 
 pub struct MirroredCluster {
@@ -206,7 +210,7 @@ impl MirroredCluster {
         op: impl FnOnce() -> R,
     ) -> Result<(R, bool)> {
         let k = self.primary()?.ok_or_else(|| anyhow!("no primary"))?;
-        let ((name, addr), (_, mirror)) = (MDSS[k], MDSS[1 - k]);
+        let ((name, addr), (mirror_name, mirror)) = (MDSS[k], MDSS[1 - k]);
         let net = self.net.clone();
         let manager = &self.manager;
         let op_done = std::sync::atomic::AtomicBool::new(false);
@@ -230,6 +234,10 @@ impl MirroredCluster {
                     }
                     MdsFault::Flaky(p) => {
                         net.set_link(addr, mirror, Link::Flaky(p));
+                    }
+                    MdsFault::KillMirror => {
+                        manager.cut_off(mirror_name);
+                        net.kill_listener(mirror);
                     }
                 }
                 !done.load(std::sync::atomic::Ordering::Acquire)
@@ -260,6 +268,12 @@ impl MirroredCluster {
             }
             MdsFault::Split | MdsFault::Flaky(_) => {
                 self.net.set_link(addr, mirror, Link::Up);
+            }
+            MdsFault::KillMirror => {
+                let mut node = self.mds[1 - k].take().expect("the mirror runs");
+                node.reap().context("the killed mirror")?;
+                self.manager.restore(mirror_name);
+                self.start_mds(1 - k)?;
             }
         }
         Ok(r)
