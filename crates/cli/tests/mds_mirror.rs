@@ -309,13 +309,16 @@ fn kill_loop(s: &Setup, spec: &str, lease_ms: u64) {
     assert!(differ.is_empty(), "pages that differ: {differ:?}");
     // The cluster quiet and stopped, the tool says so too, and fsck is clean on both.
     drop((a, b));
-    let out = std::process::Command::new(cluster::ORION)
-        .args(["fsck", "--pool"])
-        .arg(&pb)
-        .arg("--mirror")
-        .arg(&pa)
-        .output()
-        .unwrap();
+    let fsck_mirror = || {
+        std::process::Command::new(cluster::ORION)
+            .args(["fsck", "--pool"])
+            .arg(&pb)
+            .arg("--mirror")
+            .arg(&pa)
+            .output()
+            .unwrap()
+    };
+    let out = fsck_mirror();
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && said.contains("the pools are identical"),
@@ -327,13 +330,7 @@ fn kill_loop(s: &Setup, spec: &str, lease_ms: u64) {
     pool.write(7 * 4096 + 100, &[0xee]).unwrap();
     pool.persist(7 * 4096 + 100, 1).unwrap();
     drop(pool);
-    let out = std::process::Command::new(cluster::ORION)
-        .args(["fsck", "--pool"])
-        .arg(&pb)
-        .arg("--mirror")
-        .arg(&pa)
-        .output()
-        .unwrap();
+    let out = fsck_mirror();
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
         !out.status.success() && said.contains("the pools differ in 1 pages: 7"),

@@ -408,6 +408,15 @@ pub struct EmbeddedManager {
 }
 
 impl EmbeddedManager {
+    /// Sends `request`; `ok` is true, `no` false, anything else an error.
+    fn ask_yes_no(&mut self, request: &str, no: &str) -> Result<bool> {
+        match self.call(request)?.as_str() {
+            "ok" => Ok(true),
+            answer if answer == no => Ok(false),
+            other => bail!("the cluster manager answered {other:?}"),
+        }
+    }
+
     /// Reaches the service at `addr`; each call gives up after `timeout`.
     pub fn connect(addr: &str, timeout: Duration) -> Result<EmbeddedManager> {
         let mut m = EmbeddedManager {
@@ -526,36 +535,18 @@ impl Manager for EmbeddedManager {
 
     fn set_eligible(&mut self, term: &Term, names: &[&str]) -> Result<bool> {
         let record = crate::names_record(names)?;
-        match self
-            .call(&format!("eligible {} {record}", term.epoch))?
-            .as_str()
-        {
-            "ok" => Ok(true),
-            "lost" => Ok(false),
-            other => bail!("the cluster manager answered {other:?}"),
-        }
+        self.ask_yes_no(&format!("eligible {} {record}", term.epoch), "lost")
     }
 
     fn end_term(&mut self, epoch: u64, by: &str) -> Result<bool> {
         crate::names_record(&[by])?;
-        match self.call(&format!("end {epoch} {by}"))?.as_str() {
-            "ok" => Ok(true),
-            "refused" => Ok(false),
-            other => bail!("the cluster manager answered {other:?}"),
-        }
+        self.ask_yes_no(&format!("end {epoch} {by}"), "refused")
     }
 
     fn save_map(&mut self, term: &Term, map: &str) -> Result<bool> {
         crate::check_map(map)?;
         let joined = map.lines().collect::<Vec<_>>().join("|");
-        match self
-            .call(&format!("map-save {} {joined}", term.epoch))?
-            .as_str()
-        {
-            "ok" => Ok(true),
-            "lost" => Ok(false),
-            other => bail!("the cluster manager answered {other:?}"),
-        }
+        self.ask_yes_no(&format!("map-save {} {joined}", term.epoch), "lost")
     }
 
     fn map(&mut self) -> Result<Option<String>> {

@@ -89,6 +89,29 @@ impl EtcdManager {
         })
     }
 
+    /// Writes `value` at `key` only while `term`'s record of the role is the one in
+    /// etcd (its epoch, its lease); false when the term is over.
+    fn put_as_holder(
+        &mut self,
+        term: &Term,
+        key: String,
+        value: String,
+        what: &str,
+    ) -> Result<bool> {
+        let mut client = self.client.clone();
+        let txn = Txn::new()
+            .when([
+                Compare::value(
+                    self.epoch_key.clone(),
+                    CompareOp::Equal,
+                    term.epoch.to_string(),
+                ),
+                Compare::lease(self.primary_key.clone(), CompareOp::Equal, term.lease),
+            ])
+            .and_then([TxnOp::put(key, value, None)]);
+        Ok(self.call(what, client.txn(txn))?.succeeded())
+    }
+
     /// Runs one etcd call with this manager's deadline.
     fn call<T>(
         &self,
@@ -301,21 +324,8 @@ impl Manager for EtcdManager {
 
     fn set_eligible(&mut self, term: &Term, names: &[&str]) -> Result<bool> {
         let record = crate::names_record(names)?;
-        let mut client = self.client.clone();
-        // Only while this term's record of the role is still the one in etcd.
-        let txn = Txn::new()
-            .when([
-                Compare::value(
-                    self.epoch_key.clone(),
-                    CompareOp::Equal,
-                    term.epoch.to_string(),
-                ),
-                Compare::lease(self.primary_key.clone(), CompareOp::Equal, term.lease),
-            ])
-            .and_then([TxnOp::put(self.eligible_key.clone(), record, None)]);
-        Ok(self
-            .call("recording who may take the role", client.txn(txn))?
-            .succeeded())
+        let key = self.eligible_key.clone();
+        self.put_as_holder(term, key, record, "recording who may take the role")
     }
 
     fn end_term(&mut self, epoch: u64, by: &str) -> Result<bool> {
@@ -360,21 +370,8 @@ impl Manager for EtcdManager {
 
     fn save_map(&mut self, term: &Term, map: &str) -> Result<bool> {
         crate::check_map(map)?;
-        let mut client = self.client.clone();
-        // Only while this term's record of the role is the one in etcd.
-        let txn = Txn::new()
-            .when([
-                Compare::value(
-                    self.epoch_key.clone(),
-                    CompareOp::Equal,
-                    term.epoch.to_string(),
-                ),
-                Compare::lease(self.primary_key.clone(), CompareOp::Equal, term.lease),
-            ])
-            .and_then([TxnOp::put(self.map_key.clone(), map, None)]);
-        Ok(self
-            .call("recording the cluster map", client.txn(txn))?
-            .succeeded())
+        let key = self.map_key.clone();
+        self.put_as_holder(term, key, map.to_string(), "recording the cluster map")
     }
 
     fn map(&mut self) -> Result<Option<String>> {
