@@ -17,6 +17,7 @@ mod bench_local;
 mod bench_mds;
 mod bench_mount;
 mod bench_replicas;
+mod bench_threads;
 mod bench_workloads;
 mod config;
 mod daemons;
@@ -189,6 +190,24 @@ enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// How the client library scales with threads: 4 KiB writes, reads and create +
+    /// stat + unlink from 1, 2, 4, 8 threads, through one shared client and through a
+    /// client per thread, against an MDS and a data store it starts (and stops).
+    Threads {
+        /// local (same-host shared memory) or tcp (libfabric with --provider).
+        #[arg(long, default_value = "local")]
+        backend: String,
+        #[arg(long, default_value = "tcp;ofi_rxm")]
+        provider: String,
+        /// Thread counts, comma-separated.
+        #[arg(long, default_value = "1,2,4,8", value_delimiter = ',')]
+        threads: Vec<usize>,
+        /// Milliseconds per row.
+        #[arg(long, default_value_t = 1000)]
+        millis: u64,
+        #[arg(long)]
+        json: bool,
+    },
     /// MDS throughput (empty RPCs, log commits, tail reads) with 1, 2, 4 and 8 client
     /// processes, against an MDS and a data store it starts (and stops).
     Mds {
@@ -333,6 +352,22 @@ fn run() -> Result<ExitCode> {
                 },
         } => {
             bench_failover::run(&backend, &provider, &manager, json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Bench {
+            which:
+                BenchCmd::Threads {
+                    backend,
+                    provider,
+                    threads,
+                    millis,
+                    json,
+                },
+        } => {
+            if threads.is_empty() || threads.iter().any(|&n| n == 0 || n > 256) {
+                anyhow::bail!("--threads: 1 to 256 threads per row, comma-separated");
+            }
+            bench_threads::run(&backend, &provider, &threads, millis, json)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Status(a) => {
