@@ -494,6 +494,58 @@ fn permissions_checked_by_the_file_system_alone() {
     assert_eq!(std::fs::read(p("ro/f")).unwrap(), b"public");
 }
 
+/// A write or truncation by a process without CAP_FSETID drops the file's setuid bit,
+/// and its setgid bit when group-execute is set, as on Linux's own file systems: an
+/// unprivileged writer cannot plant code in a setuid program. Root's writes keep them.
+#[test]
+fn a_write_by_an_unprivileged_user_drops_setuid_and_setgid() {
+    let cluster = Cluster::start("local", 1);
+    std::fs::set_permissions(cluster.dir.path(), PermissionsExt::from_mode(0o755)).unwrap();
+    let m = cluster.mount("m", &[]);
+    let p = |s: &str| m.path.join(s);
+    let mode = |s: &str| std::fs::metadata(p(s)).unwrap().permissions().mode() & 0o7777;
+    for (name, bits) in [
+        ("suid", 0o4777),
+        ("sgid", 0o2777),
+        ("sgid-no-gx", 0o2747),
+        ("cut", 0o6777),
+        ("roots", 0o4777),
+    ] {
+        std::fs::write(p(name), b"#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(p(name), PermissionsExt::from_mode(bits)).unwrap();
+    }
+    for script in [
+        "printf x >> suid",
+        "printf x >> sgid",
+        "printf x >> sgid-no-gx",
+        "truncate -s 1 cut",
+    ] {
+        let (ok, err) = as_nobody(&m.path, script);
+        assert!(ok, "{script}: {err}");
+    }
+    assert_eq!(mode("suid"), 0o777);
+    assert_eq!(mode("sgid"), 0o777);
+    assert_eq!(
+        mode("sgid-no-gx"),
+        0o2747,
+        "setgid without group-execute stays"
+    );
+    assert_eq!(mode("cut"), 0o777);
+    assert_eq!(std::fs::metadata(p("cut")).unwrap().len(), 1);
+    assert_eq!(std::fs::read(p("suid")).unwrap(), b"#!/bin/sh\nx");
+    // Root has CAP_FSETID: its writes keep the bits.
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(p("roots"))
+        .unwrap();
+    std::io::Write::write_all(&mut f, b"y").unwrap();
+    drop(f);
+    assert_eq!(mode("roots"), 0o4777);
+    // Another user still may not chmod.
+    let (ok, err) = as_nobody(&m.path, "chmod 777 sgid-no-gx");
+    assert!(!ok && err.contains("Operation not permitted"), "{err}");
+}
+
 /// An ordinary user mounts (fusermount3, allow_other through fuse.conf's
 /// user_allow_other), and another user works in it with their own identity. The
 /// local backend shares memory files among one user's processes, so this cluster

@@ -394,15 +394,22 @@ impl Filesystem for OrionFs {
     fn write(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: KOpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        // The writer lacks CAP_FSETID: its write first drops the setid bits, as Linux
+        // does on its own file systems (the kernel leaves that to FUSE ones).
+        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            if let Err(e) = self.client.kill_setid(ino.0) {
+                return reply.error(errno(e));
+            }
+        }
         match self.client.pwrite(Fd(fh.0), offset, data) {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(e)),

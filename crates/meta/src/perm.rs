@@ -71,6 +71,18 @@ pub fn check_delete(dir: &Attr, victim: &Attr, cred: &Cred) -> FsResult<()> {
 /// Checks a setattr and returns it as it may be applied: a chmod by a caller outside
 /// the file's group drops the setgid bit, as Linux does. `opened_for_write` says a
 /// truncation comes through a file handle opened for writing (ftruncate).
+/// The mode a write or truncation by a process without `CAP_FSETID` leaves, as
+/// Linux does: setuid goes, and setgid with it when group-execute is set (without
+/// group-execute it marks mandatory locking, and stays). Otherwise an unprivileged
+/// writer could plant code in a setuid program.
+pub fn without_setid(mode: u32) -> u32 {
+    let mut m = mode & !libc::S_ISUID;
+    if m & libc::S_IXGRP != 0 {
+        m &= !libc::S_ISGID;
+    }
+    m
+}
+
 pub fn check_setattr(
     a: &Attr,
     req: &SetAttrReq,
@@ -80,7 +92,13 @@ pub fn check_setattr(
     let mut req = req.clone();
     let owner = cred.is_root() || cred.uid == a.uid;
     if let Some(mode) = req.mode {
-        if !owner {
+        // A truncation's mode that only drops the setid bits is the kernel killing
+        // them for an unprivileged writer (FUSE sends it with the size): allowed to
+        // whoever may truncate.
+        let kills_setid = mode & 0o7777 == without_setid(a.mode & 0o7777)
+            && mode & 0o7777 != a.mode & 0o7777
+            && req.size.is_some();
+        if !owner && !kills_setid {
             return Err(EPERM);
         }
         let gid = req.gid.unwrap_or(a.gid);
@@ -114,6 +132,37 @@ pub fn check_setattr(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unprivileged_write_drops_setuid_and_executable_setgid() {
+        assert_eq!(without_setid(0o4777), 0o777);
+        assert_eq!(without_setid(0o6755), 0o755);
+        assert_eq!(without_setid(0o2745), 0o2745, "setgid without g+x stays");
+        assert_eq!(without_setid(0o1777), 0o1777, "sticky stays");
+        let a = attr(FileType::Regular, 0o4777, 1, 1);
+        let nobody = Cred {
+            uid: 65534,
+            gid: 65534,
+            in_group: &|_| false,
+        };
+        let kill = SetAttrReq {
+            mode: Some(0o777),
+            size: Some(0),
+            ..Default::default()
+        };
+        assert!(check_setattr(&a, &kill, &nobody, false).is_ok());
+        let chmod = SetAttrReq {
+            mode: Some(0o777),
+            ..Default::default()
+        };
+        assert_eq!(check_setattr(&a, &chmod, &nobody, false).err(), Some(EPERM));
+        let more = SetAttrReq {
+            mode: Some(0o776),
+            size: Some(0),
+            ..Default::default()
+        };
+        assert_eq!(check_setattr(&a, &more, &nobody, false).err(), Some(EPERM));
+    }
 
     fn attr(ftype: FileType, mode: u32, uid: u32, gid: u32) -> Attr {
         let mut a = crate::index::InodeState::new(2, ftype).attr;

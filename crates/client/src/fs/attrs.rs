@@ -51,6 +51,25 @@ impl Client {
         self.run(|i| i.setattr(ino, req))
     }
 
+    /// Drops the setuid bit of `ino`, and its setgid bit when group-execute is set
+    /// (`perm::without_setid`): what a write by a process without `CAP_FSETID` does
+    /// first (the FUSE mount is told so with each such write). Nothing is committed
+    /// when neither is set.
+    pub fn kill_setid(&self, ino: u64) -> FsResult<()> {
+        self.run(|i| {
+            let mode = i.getattr(ino)?.mode;
+            let kept = orion_meta::perm::without_setid(mode & 0o7777);
+            if kept == mode & 0o7777 {
+                return Ok(());
+            }
+            let req = SetAttrReq {
+                mode: Some(kept),
+                ..Default::default()
+            };
+            i.setattr(ino, &req).map(|_| ())
+        })
+    }
+
     pub fn truncate(&self, path: &str, size: u64) -> FsResult<()> {
         self.setattr_path(
             path,
