@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cluster::{is_mounted, Cluster, Mount, ORION};
+use cluster::{as_nobody, is_mounted, Cluster, Mount, ORION};
 use proptest::prelude::*;
 use support::oracle::{oracle_snapshot, run_oracle, wait_past};
 use support::*;
@@ -317,25 +317,6 @@ fn errno_of(r: std::io::Result<impl Sized>) -> i32 {
 }
 
 /// Runs `script` as uid/gid 65534 (nobody) and returns its exit status and stderr.
-fn as_nobody(dir: &Path, script: &str) -> (bool, String) {
-    let o = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "sh",
-            "-c",
-        ])
-        .arg(script)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    (
-        o.status.success(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
-
 #[test]
 fn errors_through_the_mount() {
     let cluster = Cluster::start_sized("local", 1, "16M");
@@ -424,162 +405,6 @@ fn a_full_local_store_spills_to_the_other_group() {
         std::fs::read(m.path.join("big")).unwrap() == data,
         "24 MiB over two 16 MiB stores"
     );
-}
-
-/// The file system's own permission checks, with the kernel's turned off: each
-/// refusal and each grant below comes from `OrionFs`.
-#[test]
-fn permissions_checked_by_the_file_system_alone() {
-    let cluster = Cluster::start("local", 1);
-    std::fs::set_permissions(cluster.dir.path(), PermissionsExt::from_mode(0o755)).unwrap();
-    let m = cluster.mount("m", &["--no-kernel-permissions"]);
-    let p = |s: &str| m.path.join(s);
-    let mode = |s: &str, m: u32| std::fs::set_permissions(p(s), PermissionsExt::from_mode(m));
-    std::fs::create_dir(p("ro")).unwrap();
-    std::fs::write(p("ro/f"), b"public").unwrap();
-    std::fs::write(p("ro/secret"), b"s").unwrap();
-    mode("ro/secret", 0o600).unwrap();
-    std::fs::write(p("ro/tool"), b"#!/bin/sh\necho ran\n").unwrap();
-    mode("ro/tool", 0o700).unwrap();
-    std::fs::write(p("ro/open"), b"").unwrap();
-    mode("ro/open", 0o666).unwrap();
-    std::fs::create_dir(p("closed")).unwrap();
-    mode("closed", 0o700).unwrap();
-    std::fs::write(p("ro/team"), b"team").unwrap();
-    mode("ro/team", 0o640).unwrap();
-    std::os::unix::fs::chown(p("ro/team"), None, Some(1000)).unwrap();
-    std::fs::create_dir(p("tmp")).unwrap();
-    mode("tmp", 0o1777).unwrap();
-    std::fs::write(p("tmp/roots"), b"r").unwrap();
-    let denied = |script: &str, why: &str| {
-        let (ok, err) = as_nobody(&m.path, script);
-        assert!(!ok && err.contains(why), "{script}: {err}");
-    };
-    denied("echo x > ro/new", "Permission denied");
-    denied("echo x >> ro/f", "Permission denied");
-    denied("cat ro/secret", "Permission denied");
-    denied("./ro/tool", "Permission denied");
-    denied("ls closed", "Permission denied");
-    denied("cd closed", "can't cd");
-    denied("mkdir ro/d", "Permission denied");
-    denied("rm ro/f", "Permission denied");
-    denied("mv ro/f ro/g", "Permission denied");
-    denied("ln ro/f tmp/hard && ln -s x ro/sym", "Permission denied");
-    denied("chmod 777 ro/f", "Operation not permitted");
-    denied("chown nobody ro/f", "Operation not permitted");
-    denied("touch -d 2001-01-01 ro/open", "Operation not permitted");
-    denied("truncate -s 0 ro/f", "Permission denied");
-    denied("rm -f tmp/roots", "Operation not permitted");
-    denied("setfattr -n user.x -v 1 ro/f", "Permission denied");
-    denied("setfattr -n trusted.x -v 1 tmp", "Operation not permitted");
-    denied("cat ro/team", "Permission denied");
-    for ok in [
-        "cat ro/f",
-        "touch ro/open",
-        "echo more >> ro/open",
-        "echo n > tmp/mine && mv tmp/mine tmp/moved && rm tmp/moved",
-        "mkdir tmp/d && setfattr -n user.k -v v tmp/d && getfattr -n user.k tmp/d",
-    ] {
-        let (ran, err) = as_nobody(&m.path, ok);
-        assert!(ran, "{ok}: {err}");
-    }
-    // A supplementary group of the caller opens the group class.
-    let o = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--groups=1000", "cat"])
-        .arg(p("ro/team"))
-        .output()
-        .unwrap();
-    assert_eq!(o.stdout, b"team", "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(std::fs::read(p("tmp/roots")).unwrap(), b"r");
-    assert_eq!(std::fs::read(p("ro/f")).unwrap(), b"public");
-}
-
-/// A write or truncation by a process without CAP_FSETID drops the file's setuid bit,
-/// and its setgid bit when group-execute is set, as on Linux's own file systems: an
-/// unprivileged writer cannot plant code in a setuid program. Root's writes keep them.
-#[test]
-fn a_write_by_an_unprivileged_user_drops_setuid_and_setgid() {
-    let cluster = Cluster::start("local", 1);
-    std::fs::set_permissions(cluster.dir.path(), PermissionsExt::from_mode(0o755)).unwrap();
-    let m = cluster.mount("m", &[]);
-    let p = |s: &str| m.path.join(s);
-    let mode = |s: &str| std::fs::metadata(p(s)).unwrap().permissions().mode() & 0o7777;
-    for (name, bits) in [
-        ("suid", 0o4777),
-        ("sgid", 0o2777),
-        ("sgid-no-gx", 0o2747),
-        ("cut", 0o6777),
-        ("roots", 0o4777),
-    ] {
-        std::fs::write(p(name), b"#!/bin/sh\n").unwrap();
-        std::fs::set_permissions(p(name), PermissionsExt::from_mode(bits)).unwrap();
-    }
-    for script in [
-        "printf x >> suid",
-        "printf x >> sgid",
-        "printf x >> sgid-no-gx",
-        "truncate -s 1 cut",
-    ] {
-        let (ok, err) = as_nobody(&m.path, script);
-        assert!(ok, "{script}: {err}");
-    }
-    assert_eq!(mode("suid"), 0o777);
-    assert_eq!(mode("sgid"), 0o777);
-    assert_eq!(
-        mode("sgid-no-gx"),
-        0o2747,
-        "setgid without group-execute stays"
-    );
-    assert_eq!(mode("cut"), 0o777);
-    assert_eq!(std::fs::metadata(p("cut")).unwrap().len(), 1);
-    assert_eq!(std::fs::read(p("suid")).unwrap(), b"#!/bin/sh\nx");
-    // Root has CAP_FSETID: its writes keep the bits.
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(p("roots"))
-        .unwrap();
-    std::io::Write::write_all(&mut f, b"y").unwrap();
-    drop(f);
-    assert_eq!(mode("roots"), 0o4777);
-    // Another user still may not chmod.
-    let (ok, err) = as_nobody(&m.path, "chmod 777 sgid-no-gx");
-    assert!(!ok && err.contains("Operation not permitted"), "{err}");
-}
-
-/// An ordinary user mounts (fusermount3, allow_other through fuse.conf's
-/// user_allow_other), and another user works in it with their own identity. The
-/// local backend shares memory files among one user's processes, so this cluster
-/// runs on libfabric's tcp provider, where a user with the secret may connect.
-#[test]
-fn an_unprivileged_user_mounts_and_others_use_it() {
-    let cluster = Cluster::start("libfabric", 1);
-    std::fs::set_permissions(cluster.dir.path(), PermissionsExt::from_mode(0o755)).unwrap();
-    let m = cluster
-        .mount_as("user-mount", 65534)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
-    let line = mounts
-        .lines()
-        .find(|l| l.split(' ').nth(1) == m.path.to_str())
-        .expect("mounted");
-    assert!(line.contains("user_id=65534"), "{line}");
-    // Root (another user than the mounter) gets in thanks to allow_other.
-    std::fs::create_dir(m.path.join("by-root")).unwrap();
-    std::fs::write(m.path.join("by-root/f"), b"root's").unwrap();
-    let (ok, err) = as_nobody(&m.path, "echo x > by-root/g");
-    assert!(!ok && err.contains("Permission denied"), "{err}");
-    std::fs::create_dir(m.path.join("shared")).unwrap();
-    std::fs::set_permissions(m.path.join("shared"), PermissionsExt::from_mode(0o1777)).unwrap();
-    let (ok, err) = as_nobody(
-        &m.path,
-        "mkdir shared/mine && echo hi > shared/mine/f && cat by-root/f",
-    );
-    assert!(ok, "{err}");
-    let md = std::fs::metadata(m.path.join("shared/mine/f")).unwrap();
-    assert_eq!(std::os::unix::fs::MetadataExt::uid(&md), 65534);
-    let path = m.path.clone();
-    drop(m);
-    assert!(!is_mounted(&path), "SIGTERM unmounts a user's mount too");
 }
 
 #[test]

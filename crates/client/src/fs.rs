@@ -93,6 +93,9 @@ pub(crate) struct Inner {
     pages: PageCache,
     staging: Staging,
     handles: HashMap<u64, Handle>,
+    /// Inodes this client unlinked while it held them open: the MDS keeps them until
+    /// the last descriptor closes (`MdsRequest::Release`).
+    orphans: std::collections::HashSet<u64>,
     next_fd: u64,
     uid: u32,
     gid: u32,
@@ -120,6 +123,7 @@ impl Client {
             pages,
             staging: Staging::new(optimistic, stage_for),
             handles: HashMap::new(),
+            orphans: Default::default(),
             next_fd: 3,
             uid,
             gid,
@@ -210,6 +214,35 @@ impl Inner {
 
     pub(crate) fn rpc(&mut self, req: MdsRequest) -> Res<ReplyBody> {
         self.remote.call(&req)
+    }
+
+    /// Unlinks `name` in `parent`; a file this client holds open stays usable through
+    /// its descriptors (link count 0) until the last of them closes.
+    pub(crate) fn unlink_name(&mut self, parent: u64, name: Vec<u8>) -> Res<()> {
+        let open = match self.handles.is_empty() {
+            true => None,
+            false => self
+                .lookup(parent, &name)
+                .ok()
+                .filter(|ino| self.handles.values().any(|h| h.ino == *ino)),
+        };
+        match open {
+            None => self.rpc(MdsRequest::Unlink { parent, name }).map(|_| ()),
+            Some(ino) => {
+                self.rpc(MdsRequest::UnlinkOpen { parent, name })?;
+                self.orphans.insert(ino);
+                Ok(())
+            }
+        }
+    }
+
+    /// After a descriptor of `ino` closed: the last one of an unlinked file lets the
+    /// MDS destroy it.
+    pub(crate) fn release_if_orphan(&mut self, ino: u64) -> Res<()> {
+        if self.handles.values().any(|h| h.ino == ino) || !self.orphans.remove(&ino) {
+            return Ok(());
+        }
+        self.rpc(MdsRequest::Release { ino }).map(|_| ())
     }
 
     /// Commits the entries `build` makes from a current copy of the inode,

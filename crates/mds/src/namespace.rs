@@ -2,11 +2,57 @@
 //! directory (paper §4.1). They run on the metadata engine, which journals changes to
 //! several inodes and commits single-inode ones with one tail store.
 
+use orion_fabric::ConnId;
 use orion_format::{Entry, FileType, SYMLINK_MAX};
 use orion_meta::error::{EINVAL, ENAMETOOLONG, ENOENT, ENOTDIR};
 use orion_meta::index::Body;
 use orion_meta::{FsResult, MetaEngine, NewNode, StatFs};
 use orion_proto::{Create, ReplyBody};
+use tracing::warn;
+
+use crate::server::Mds;
+
+impl Mds {
+    /// An unlink by a client that holds the file open: the inode stays while it does
+    /// (POSIX: an open file outlives its last name), remembered with the client.
+    pub(crate) fn unlink_open(
+        &mut self,
+        conn: ConnId,
+        parent: u64,
+        name: &[u8],
+    ) -> FsResult<ReplyBody> {
+        if let Some(ino) = self.engine.unlink_open(parent, name)? {
+            if let Some(p) = self.peers.get_mut(&conn) {
+                p.orphans.push(ino);
+            } else {
+                self.release_orphans(&[ino]);
+            }
+        }
+        Ok(ReplyBody::Empty)
+    }
+
+    /// The client closed its last descriptor of an inode it unlinked while open.
+    pub(crate) fn release(&mut self, conn: ConnId, ino: u64) -> FsResult<ReplyBody> {
+        let held = self.peers.get_mut(&conn).and_then(|p| {
+            let at = p.orphans.iter().position(|i| *i == ino)?;
+            Some(p.orphans.swap_remove(at))
+        });
+        if let Some(ino) = held {
+            self.release_orphans(&[ino]);
+        }
+        Ok(ReplyBody::Empty)
+    }
+
+    /// Destroys unlinked inodes nobody holds any more (a client released them, or
+    /// went away); one still linked somewhere (a link made meanwhile) stays.
+    pub(crate) fn release_orphans(&mut self, inos: &[u64]) {
+        for &ino in inos {
+            if let Err(e) = self.engine.release_orphan(ino) {
+                warn!("releasing unlinked inode {ino}: {e}");
+            }
+        }
+    }
+}
 
 pub fn create(engine: &mut MetaEngine, c: &Create) -> FsResult<ReplyBody> {
     let mut extra = Vec::new();

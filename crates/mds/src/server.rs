@@ -61,6 +61,8 @@ pub(crate) struct Peer {
     /// When it last sent anything (data stores only: one sends a heartbeat every
     /// 100 ms).
     pub heard: Instant,
+    /// Inodes it unlinked while holding them open (kept until it releases them).
+    pub orphans: Vec<u64>,
 }
 
 pub(crate) struct Mds {
@@ -265,6 +267,7 @@ impl Mds {
                     grants: ChunkGrants::default(),
                     name,
                     heard: Instant::now(),
+                    orphans: Vec::new(),
                 },
             );
         }
@@ -299,6 +302,7 @@ impl Mds {
             return;
         };
         peer.ch.conn.close();
+        self.release_orphans(&peer.orphans);
         // Pages of chunks the client never committed go back to their groups now: no
         // file names them, so no reader can hold them.
         for (g, n) in peer.grants.uncommitted() {
@@ -577,6 +581,8 @@ impl Mds {
             MdsRequest::Unlink { parent, name } => {
                 self.engine.unlink(parent, &name).map(|_| ReplyBody::Empty)
             }
+            MdsRequest::UnlinkOpen { parent, name } => self.unlink_open(conn, parent, &name),
+            MdsRequest::Release { ino } => self.release(conn, ino),
             MdsRequest::Rmdir { parent, name } => {
                 self.engine.rmdir(parent, &name).map(|_| ReplyBody::Empty)
             }

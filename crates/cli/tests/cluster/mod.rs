@@ -411,3 +411,24 @@ impl Drop for Mount {
         }
     }
 }
+
+/// Runs `script` with `sh -c` in `dir` as nobody (uid and gid 65534, no groups):
+/// whether it succeeded, and what it said on stderr.
+pub fn as_nobody(dir: &Path, script: &str) -> (bool, String) {
+    let o = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+        ])
+        .arg(script)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}

@@ -25,7 +25,10 @@ impl Client {
     /// file after this returns sees them).
     pub fn close(&self, fd: Fd) -> FsResult<()> {
         let h = self.lock().handles.remove(&fd.0).ok_or(EBADF)?;
-        self.run_data(|i| i.datapath().settle(h.ino, h.gen))
+        self.run_data(|i| {
+            i.datapath().settle(h.ino, h.gen)?;
+            i.release_if_orphan(h.ino)
+        })
     }
 
     /// Commits the writes staged for an open file, and reports any that failed to

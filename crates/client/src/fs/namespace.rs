@@ -45,7 +45,7 @@ impl Client {
     pub fn unlink(&self, path: &str) -> FsResult<()> {
         self.run(|i| {
             let (parent, name) = i.resolve_parent(path)?;
-            i.rpc(MdsRequest::Unlink { parent, name }).map(|_| ())
+            i.unlink_name(parent, name)
         })
     }
 
@@ -119,13 +119,7 @@ impl Client {
     pub fn unlink_at(&self, parent: u64, name: &[u8]) -> FsResult<()> {
         check_name(name)?;
         let name = name.to_vec();
-        self.run(|i| {
-            i.rpc(MdsRequest::Unlink {
-                parent,
-                name: name.clone(),
-            })
-            .map(|_| ())
-        })
+        self.run(|i| i.unlink_name(parent, name.clone()))
     }
 
     pub fn rmdir_at(&self, parent: u64, name: &[u8]) -> FsResult<()> {

@@ -7,6 +7,26 @@ use crate::error::*;
 
 impl MetaEngine {
     pub fn unlink(&mut self, parent: u64, name: &[u8]) -> FsResult<()> {
+        self.unlink_keeping(parent, name, false).map(|_| ())
+    }
+
+    /// unlink of a file its caller holds open: with its last link gone, the inode
+    /// stays, with a link count of 0, until [`MetaEngine::release_orphan`] (recovery
+    /// reclaims it if the MDS stops first). Returns the inode when it is kept so.
+    pub fn unlink_open(&mut self, parent: u64, name: &[u8]) -> FsResult<Option<u64>> {
+        self.unlink_keeping(parent, name, true)
+    }
+
+    /// Destroys an inode kept by [`MetaEngine::unlink_open`], if it still has no link
+    /// (a link made meanwhile keeps it).
+    pub fn release_orphan(&mut self, ino: u64) -> FsResult<()> {
+        match self.inode(ino) {
+            Ok(i) if i.state.attr.nlink == 0 => self.destroy(ino),
+            _ => Ok(()),
+        }
+    }
+
+    fn unlink_keeping(&mut self, parent: u64, name: &[u8], keep: bool) -> FsResult<Option<u64>> {
         if name.len() > NAME_MAX {
             return Err(ENAMETOOLONG);
         }
@@ -33,19 +53,23 @@ impl MetaEngine {
                 name: name.to_vec(),
             })],
         )];
-        if nlink > 1 {
+        let kept = keep && nlink <= 1;
+        if nlink > 1 || kept {
             u.push((
                 ent.ino,
                 vec![Entry::LinkChange {
-                    nlink: nlink - 1,
+                    nlink: nlink.saturating_sub(1),
                     ctime: now,
                 }],
             ));
         }
         self.commit(u, true)?;
+        if kept {
+            return Ok(Some(ent.ino));
+        }
         if nlink <= 1 {
             self.destroy(ent.ino)?;
         }
-        Ok(())
+        Ok(None)
     }
 }

@@ -29,6 +29,16 @@ pub enum MdsRequest {
         parent: u64,
         name: Vec<u8>,
     },
+    /// An unlink by a client that holds the file open: its last link goes, but the
+    /// inode stays (link count 0) until that client releases it or goes away.
+    UnlinkOpen {
+        parent: u64,
+        name: Vec<u8>,
+    },
+    /// The client closed the last descriptor of a file it unlinked while open.
+    Release {
+        ino: u64,
+    },
     Rmdir {
         parent: u64,
         name: Vec<u8>,
@@ -88,6 +98,8 @@ wire_kinds! {
         TestLock = 17,
         ReleaseLocks = 18,
         Outcome = 19,
+        UnlinkOpen = 20,
+        Release = 21,
     }
 }
 
@@ -141,6 +153,8 @@ impl MdsRequest {
             MdsRequest::Commit(_) => MdsKind::Commit,
             MdsRequest::Create(_) => MdsKind::Create,
             MdsRequest::Unlink { .. } => MdsKind::Unlink,
+            MdsRequest::UnlinkOpen { .. } => MdsKind::UnlinkOpen,
+            MdsRequest::Release { .. } => MdsKind::Release,
             MdsRequest::Rmdir { .. } => MdsKind::Rmdir,
             MdsRequest::Rename { .. } => MdsKind::Rename,
             MdsRequest::Link { .. } => MdsKind::Link,
@@ -161,6 +175,8 @@ impl MdsRequest {
             MdsRequest::Commit(_)
                 | MdsRequest::Create(_)
                 | MdsRequest::Unlink { .. }
+                | MdsRequest::UnlinkOpen { .. }
+                | MdsRequest::Release { .. }
                 | MdsRequest::Rmdir { .. }
                 | MdsRequest::Rename { .. }
                 | MdsRequest::Link { .. }
@@ -200,8 +216,13 @@ impl MdsRequest {
                     None => w.u8(0),
                 };
             }
-            MdsRequest::Unlink { parent, name } | MdsRequest::Rmdir { parent, name } => {
+            MdsRequest::Unlink { parent, name }
+            | MdsRequest::UnlinkOpen { parent, name }
+            | MdsRequest::Rmdir { parent, name } => {
                 w.u64(*parent).bytes(name);
+            }
+            MdsRequest::Release { ino } => {
+                w.u64(*ino);
             }
             MdsRequest::Rename {
                 old_parent,
@@ -279,6 +300,13 @@ impl MdsRequest {
                 parent: r.u64("parent")?,
                 name: name(r)?,
             },
+            MdsKind::UnlinkOpen => MdsRequest::UnlinkOpen {
+                parent: r.u64("parent")?,
+                name: name(r)?,
+            },
+            MdsKind::Release => MdsRequest::Release {
+                ino: r.u64("inode")?,
+            },
             MdsKind::Rmdir => MdsRequest::Rmdir {
                 parent: r.u64("parent")?,
                 name: name(r)?,
@@ -341,6 +369,8 @@ impl Message for MdsRequest {
             MdsKind::Commit => "log commit",
             MdsKind::Create => "create",
             MdsKind::Unlink => "unlink",
+            MdsKind::UnlinkOpen => "unlink of an open file",
+            MdsKind::Release => "release",
             MdsKind::Rmdir => "rmdir",
             MdsKind::Rename => "rename",
             MdsKind::Link => "link",

@@ -67,6 +67,11 @@ fn sample_requests() -> Vec<MdsRequest> {
         }),
         MdsRequest::ReleaseLocks { ino: 9, owner: 77 },
         MdsRequest::Outcome { id: 12 },
+        MdsRequest::UnlinkOpen {
+            parent: 3,
+            name: b"open".to_vec(),
+        },
+        MdsRequest::Release { ino: 44 },
     ]
 }
 
