@@ -220,20 +220,30 @@ impl Inner {
     /// its descriptors (link count 0) until the last of them closes.
     pub(crate) fn unlink_name(&mut self, parent: u64, name: Vec<u8>) -> Res<()> {
         let open = match self.handles.is_empty() {
-            true => None,
-            false => self
-                .lookup(parent, &name)
-                .ok()
-                .filter(|ino| self.handles.values().any(|h| h.ino == *ino)),
+            true => false,
+            false => match self.lookup(parent, &name) {
+                Ok(ino) => self.handles.values().any(|h| h.ino == ino),
+                Err(Fail::Fs(orion_meta::FsError::Errno(libc::ENOENT))) => false,
+                Err(e) => return Err(e),
+            },
         };
-        match open {
-            None => self.rpc(MdsRequest::Unlink { parent, name }).map(|_| ()),
-            Some(ino) => {
-                self.rpc(MdsRequest::UnlinkOpen { parent, name })?;
+        if !open {
+            return self.rpc(MdsRequest::Unlink { parent, name }).map(|_| ());
+        }
+        // The inode the MDS kept (it may differ from the one looked up if the name
+        // was replaced meanwhile; 0 when other links keep it).
+        match self.rpc(MdsRequest::UnlinkOpen { parent, name })? {
+            ReplyBody::Ino(0) => {}
+            ReplyBody::Ino(ino) => {
                 self.orphans.insert(ino);
-                Ok(())
+            }
+            other => {
+                return Err(Fail::Fs(io_err(format!(
+                    "unlink: unexpected reply {other:?}"
+                ))))
             }
         }
+        Ok(())
     }
 
     /// After a descriptor of `ino` closed: the last one of an unlinked file lets the

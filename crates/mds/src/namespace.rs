@@ -14,21 +14,22 @@ use crate::server::Mds;
 
 impl Mds {
     /// An unlink by a client that holds the file open: the inode stays while it does
-    /// (POSIX: an open file outlives its last name), remembered with the client.
+    /// (POSIX: an open file outlives its last name), remembered with the client. The
+    /// reply names the inode kept (0: other links keep it, nothing is held).
     pub(crate) fn unlink_open(
         &mut self,
         conn: ConnId,
         parent: u64,
         name: &[u8],
     ) -> FsResult<ReplyBody> {
-        if let Some(ino) = self.engine.unlink_open(parent, name)? {
-            if let Some(p) = self.peers.get_mut(&conn) {
-                p.orphans.push(ino);
-            } else {
-                self.release_orphans(&[ino]);
-            }
+        let Some(ino) = self.engine.unlink_open(parent, name)? else {
+            return Ok(ReplyBody::Ino(0));
+        };
+        match self.peers.get_mut(&conn) {
+            Some(p) => p.orphans.push(ino),
+            None => self.release_orphans(&[ino]),
         }
-        Ok(ReplyBody::Empty)
+        Ok(ReplyBody::Ino(ino))
     }
 
     /// The client closed its last descriptor of an inode it unlinked while open.
@@ -44,9 +45,13 @@ impl Mds {
     }
 
     /// Destroys unlinked inodes nobody holds any more (a client released them, or
-    /// went away); one still linked somewhere (a link made meanwhile) stays.
+    /// went away); one still linked somewhere (a link made meanwhile), or that another
+    /// client holds too (it linked and unlinked it again), stays.
     pub(crate) fn release_orphans(&mut self, inos: &[u64]) {
         for &ino in inos {
+            if self.peers.values().any(|p| p.orphans.contains(&ino)) {
+                continue;
+            }
             if let Err(e) = self.engine.release_orphan(ino) {
                 warn!("releasing unlinked inode {ino}: {e}");
             }

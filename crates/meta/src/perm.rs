@@ -68,9 +68,6 @@ pub fn check_delete(dir: &Attr, victim: &Attr, cred: &Cred) -> FsResult<()> {
     Ok(())
 }
 
-/// Checks a setattr and returns it as it may be applied: a chmod by a caller outside
-/// the file's group drops the setgid bit, as Linux does. `opened_for_write` says a
-/// truncation comes through a file handle opened for writing (ftruncate).
 /// The mode a write or truncation by a process without `CAP_FSETID` leaves, as
 /// Linux does: setuid goes, and setgid with it when group-execute is set (without
 /// group-execute it marks mandatory locking, and stays). Otherwise an unprivileged
@@ -83,6 +80,9 @@ pub fn without_setid(mode: u32) -> u32 {
     m
 }
 
+/// Checks a setattr and returns it as it may be applied: a chmod by a caller outside
+/// the file's group drops the setgid bit, as Linux does. `opened_for_write` says a
+/// truncation comes through a file handle opened for writing (ftruncate).
 pub fn check_setattr(
     a: &Attr,
     req: &SetAttrReq,

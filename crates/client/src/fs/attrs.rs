@@ -56,7 +56,8 @@ impl Client {
     /// first (the FUSE mount is told so with each such write). Nothing is committed
     /// when neither is set.
     pub fn kill_setid(&self, ino: u64) -> FsResult<()> {
-        self.run(|i| {
+        // A data call: staged writes commit when due, not before every write.
+        self.run_data(|i| {
             let mode = i.getattr(ino)?.mode;
             let kept = orion_meta::perm::without_setid(mode & 0o7777);
             if kept == mode & 0o7777 {

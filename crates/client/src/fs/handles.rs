@@ -26,8 +26,11 @@ impl Client {
     pub fn close(&self, fd: Fd) -> FsResult<()> {
         let h = self.lock().handles.remove(&fd.0).ok_or(EBADF)?;
         self.run_data(|i| {
-            i.datapath().settle(h.ino, h.gen)?;
-            i.release_if_orphan(h.ino)
+            // The last descriptor of an unlinked file lets it go even when its staged
+            // writes failed to commit (what close reports).
+            let settled = i.datapath().settle(h.ino, h.gen);
+            let released = i.release_if_orphan(h.ino);
+            settled.and(released)
         })
     }
 
