@@ -249,9 +249,10 @@ impl Inner {
     /// After a descriptor of `ino` closed: the last one of an unlinked file lets the
     /// MDS destroy it.
     pub(crate) fn release_if_orphan(&mut self, ino: u64) -> Res<()> {
-        if self.handles.values().any(|h| h.ino == ino) || !self.orphans.remove(&ino) {
+        if !self.orphans.contains(&ino) || self.handles.values().any(|h| h.ino == ino) {
             return Ok(());
         }
+        self.orphans.remove(&ino);
         self.rpc(MdsRequest::Release { ino }).map(|_| ())
     }
 

@@ -403,14 +403,20 @@ impl Filesystem for OrionFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        // The writer lacks CAP_FSETID: its write first drops the setid bits, as Linux
-        // does on its own file systems (the kernel leaves that to FUSE ones).
-        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-            if let Err(e) = self.client.kill_setid(ino.0) {
-                return reply.error(errno(e));
-            }
-        }
-        match self.client.pwrite(Fd(fh.0), offset, data) {
+        // The writer lacks CAP_FSETID: its write drops the setid bits, as Linux does on
+        // its own file systems (the kernel leaves that to FUSE ones). Checked before
+        // (by the client's copy of the inode) and again after, by the copy the write
+        // refreshed: bits another client set meanwhile go too.
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        let killed = |r: FsResult<usize>| match kill {
+            true => r.and_then(|n| self.client.kill_setid(ino.0).map(|_| n)),
+            false => r,
+        };
+        let before = match kill {
+            true => self.client.kill_setid(ino.0),
+            false => Ok(()),
+        };
+        match killed(before.and_then(|_| self.client.pwrite(Fd(fh.0), offset, data))) {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(e)),
         }

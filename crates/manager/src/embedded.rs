@@ -90,15 +90,17 @@ impl State {
         // A request of an MDS that is cut off never arrives: it names it (a role
         // asked for, a term ended as its mirror), or the epoch it holds (what only the
         // holder sends).
-        let of_cut_off = match f.as_slice() {
-            ["acquire", name, ..] | ["end", _, name] => self.cut_off.iter().any(|c| c == name),
-            ["renew" | "eligible" | "resign" | "map-save", epoch, ..] => {
-                self.held.as_ref().is_some_and(|h| {
-                    h.primary.epoch.to_string() == *epoch && self.cut_off.contains(&h.primary.name)
-                })
-            }
-            _ => false,
-        };
+        let of_cut_off = !self.cut_off.is_empty()
+            && match f.as_slice() {
+                ["acquire", name, ..] | ["end", _, name] => self.cut_off.iter().any(|c| c == name),
+                ["renew" | "eligible" | "resign" | "map-save", epoch, ..] => {
+                    self.held.as_ref().is_some_and(|h| {
+                        h.primary.epoch.to_string() == *epoch
+                            && self.cut_off.contains(&h.primary.name)
+                    })
+                }
+                _ => false,
+            };
         if of_cut_off {
             return "error cut off from the cluster manager (simulated)".into();
         }

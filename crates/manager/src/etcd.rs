@@ -140,15 +140,23 @@ fn names_of(v: &[u8]) -> Result<Vec<String>> {
 impl EtcdManager {
     /// The primary record and the lease it is attached to, if a primary holds the role.
     fn primary_record(&mut self) -> Result<Option<(Primary, i64)>> {
-        let mut client = self.client.clone();
-        let got = self.call(
-            "reading the primary",
-            client.get(self.primary_key.clone(), None),
-        )?;
-        got.kvs()
-            .first()
+        let key = self.primary_key.clone();
+        self.get_one(key, "reading the primary")?
             .map(|kv| Ok((parse_primary(kv.value())?, kv.lease())))
             .transpose()
+    }
+
+    /// The list of MDSs that may take the role, as etcd keeps it.
+    fn eligible_record(&mut self) -> Result<Option<etcd_client::KeyValue>> {
+        let key = self.eligible_key.clone();
+        self.get_one(key, "reading who may take the role")
+    }
+
+    /// The key-value pair at `key`, if any.
+    fn get_one(&mut self, key: String, what: &str) -> Result<Option<etcd_client::KeyValue>> {
+        let mut client = self.client.clone();
+        let got = self.call(what, client.get(key, None))?;
+        Ok(got.kvs().first().cloned())
     }
 }
 
@@ -195,11 +203,7 @@ impl Manager for EtcdManager {
         if self.primary()?.is_some() {
             return Ok(None);
         }
-        let got = self.call(
-            "reading who may take the role",
-            client.get(self.eligible_key.clone(), None),
-        )?;
-        let (eligible, eligible_version) = match got.kvs().first() {
+        let (eligible, eligible_version) = match self.eligible_record()? {
             Some(kv) => (names_of(kv.value())?, kv.version()),
             None => (Vec::new(), 0),
         };
@@ -339,12 +343,7 @@ impl Manager for EtcdManager {
         if p.epoch != epoch {
             return Ok(false);
         }
-        let mut client = self.client.clone();
-        let got = self.call(
-            "reading who may take the role",
-            client.get(self.eligible_key.clone(), None),
-        )?;
-        let Some(kv) = got.kvs().first() else {
+        let Some(kv) = self.eligible_record()? else {
             return Ok(false);
         };
         if !names_of(kv.value())?.iter().any(|n| n == by) {
@@ -356,6 +355,7 @@ impl Manager for EtcdManager {
                 Compare::version(self.eligible_key.clone(), CompareOp::Equal, kv.version()),
             ])
             .and_then([TxnOp::delete(self.primary_key.clone(), None)]);
+        let mut client = self.client.clone();
         if !self.call("ending the term", client.txn(txn))?.succeeded() {
             return Ok(false);
         }
@@ -375,13 +375,8 @@ impl Manager for EtcdManager {
     }
 
     fn map(&mut self) -> Result<Option<String>> {
-        let mut client = self.client.clone();
-        let got = self.call(
-            "reading the cluster map",
-            client.get(self.map_key.clone(), None),
-        )?;
-        got.kvs()
-            .first()
+        let key = self.map_key.clone();
+        self.get_one(key, "reading the cluster map")?
             .map(|kv| {
                 std::str::from_utf8(kv.value())
                     .map(str::to_string)
@@ -391,13 +386,7 @@ impl Manager for EtcdManager {
     }
 
     fn eligible(&mut self) -> Result<Vec<String>> {
-        let mut client = self.client.clone();
-        let got = self.call(
-            "reading who may take the role",
-            client.get(self.eligible_key.clone(), None),
-        )?;
-        got.kvs()
-            .first()
+        self.eligible_record()?
             .map_or(Ok(Vec::new()), |kv| names_of(kv.value()))
     }
 }

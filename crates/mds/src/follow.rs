@@ -203,7 +203,7 @@ impl Follower<'_> {
                 durable_on_delivery,
             },
         )?;
-        let mut applier = Applier::new(ring, &pool, replies, &self.cfg.pool);
+        let mut applier = Applier::new(ring, &pool, replies, self.marker());
         let ended = self.follow_ring(cq, &mut ch, &mut applier, p, epoch, manager);
         // The session ends here: once the connection is closed and the ring's key
         // revoked, nothing more lands in the ring; what did is applied next
@@ -340,7 +340,7 @@ impl Follower<'_> {
             }
             let pool = Pool::open(&self.cfg.pool, mode)
                 .with_context(|| format!("opening MDS pool {}", self.cfg.pool.display()))?;
-            Applier::new(ring, &pool, replies, &self.cfg.pool).apply_whole()
+            Applier::new(ring, &pool, replies, self.marker()).apply_whole()
         });
         match applied {
             Ok(0) => {}
@@ -378,9 +378,8 @@ impl<'a> Applier<'a> {
         ring: RingReader,
         pool: &'a Pool,
         replies: &'a mut ReplyTable,
-        pool_path: &Path,
+        marker: PathBuf,
     ) -> Applier<'a> {
-        let marker = pool_path.with_extension("copying");
         Applier {
             ring,
             pool,
@@ -521,7 +520,12 @@ mod tests {
         })
         .unwrap();
         let mut replies = ReplyTable::default();
-        let mut a = Applier::new(ring, &pool, &mut replies, &pool_path);
+        let mut a = Applier::new(
+            ring,
+            &pool,
+            &mut replies,
+            pool_path.with_extension("copying"),
+        );
         assert!(a.whole, "no copy marker: the pool is whole");
         // A turn of two entries, of which only the first has landed.
         let mut out = Vec::new();

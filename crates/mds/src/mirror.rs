@@ -336,6 +336,9 @@ impl Mds {
     /// waits until the writes completed, and, for a mirror not durable on delivery,
     /// until it applied them.
     fn write_turn(&mut self, conn: ConnId, entries: Vec<MdsToMirror>) -> Result<(), String> {
+        if entries.is_empty() {
+            return Ok(()); // an idle turn: nothing to write, wait for or check
+        }
         // Moved on whenever the mirror makes progress: only a mirror that stalls for
         // the whole timeout is dropped, not one applying a long first turn.
         let mut deadline = Instant::now() + self.mirror_timeout();

@@ -161,42 +161,48 @@ impl MirroredCluster {
         self.ask()?.map()
     }
 
-    /// Waits until some MDS holds the primary role (a fault may have ended a term,
-    /// and the next has not begun); returns its index.
-    pub fn wait_any_primary(&self, within: Duration) -> Result<usize> {
+    /// Asks `f` every 5 ms until it answers, for at most `within`; `what` says what
+    /// did not happen when it never does.
+    fn wait_for<T>(
+        &self,
+        what: &str,
+        within: Duration,
+        mut f: impl FnMut(&mut EmbeddedManager) -> Result<Option<T>>,
+    ) -> Result<T> {
         let t0 = Instant::now();
         loop {
-            if let Some(k) = self.primary()? {
-                return Ok(k);
+            if let Some(t) = f(&mut self.ask()?)? {
+                return Ok(t);
             }
             if t0.elapsed() > within {
-                bail!("no MDS took the primary role within {within:?}");
+                bail!("{what} within {within:?}");
             }
             std::thread::sleep(Duration::from_millis(5));
         }
     }
 
+    /// Waits until some MDS holds the primary role (a fault may have ended a term,
+    /// and the next has not begun); returns its index.
+    pub fn wait_any_primary(&self, within: Duration) -> Result<usize> {
+        self.wait_for("no MDS took the primary role", within, |m| {
+            Ok(m.primary()?
+                .and_then(|p| MDSS.iter().position(|x| x.0 == p.name)))
+        })
+    }
+
     fn wait_primary(&self, name: &str, within: Duration) -> Result<()> {
-        let t0 = Instant::now();
-        while self.ask()?.primary()?.is_none_or(|p| p.name != name) {
-            if t0.elapsed() > within {
-                bail!("{name} did not take the primary role within {within:?}");
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        Ok(())
+        let what = format!("{name} did not take the primary role");
+        self.wait_for(&what, within, |m| {
+            Ok(m.primary()?.filter(|p| p.name == name).map(|_| ()))
+        })
     }
 
     /// Waits until the manager lets `name` take over (it holds every update).
     pub fn wait_in_sync(&self, name: &str, within: Duration) -> Result<()> {
-        let t0 = Instant::now();
-        while !self.ask()?.eligible()?.iter().any(|n| n == name) {
-            if t0.elapsed() > within {
-                bail!("{name} did not catch up within {within:?}");
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        Ok(())
+        let what = format!("{name} did not catch up");
+        self.wait_for(&what, within, |m| {
+            Ok(m.eligible()?.iter().any(|n| n == name).then_some(()))
+        })
     }
 
     /// Lets `fault` strike the primary from another thread after `after`, while `op`

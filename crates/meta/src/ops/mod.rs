@@ -19,9 +19,7 @@ pub use setattr::setattr_entry;
 use crate::engine::{MetaEngine, ROOT_INO};
 use crate::error::*;
 
-pub(crate) const S_ISUID: u32 = 0o4000;
 pub(crate) const S_ISGID: u32 = 0o2000;
-pub(crate) const S_IXGRP: u32 = 0o010;
 /// Most links an inode may have (one below the u32 maximum, as ext4's limit is far
 /// below it too).
 pub(crate) const MAX_LINKS: u32 = u32::MAX - 1;

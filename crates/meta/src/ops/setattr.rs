@@ -6,7 +6,6 @@ use orion_format::{attr_mask as m, Entry, FileType, SetAttrRec};
 use crate::engine::{MetaEngine, SetAttrReq, TimeSet};
 use crate::error::*;
 use crate::index::Attr;
-use crate::ops::S_ISGID;
 
 /// The set-attribute entry for `req` on an inode with attributes `a` (`has_pages`:
 /// a regular file holding data pages), or `None` when nothing changes. The MDS and
@@ -48,10 +47,7 @@ pub fn setattr_entry(
     }
     if (req.uid.is_some() || req.gid.is_some()) && a.ftype != FileType::Directory {
         // chown clears setuid, and setgid when group-executable (as Linux does).
-        mode &= !super::S_ISUID;
-        if mode & super::S_IXGRP != 0 {
-            mode &= !S_ISGID;
-        }
+        mode = crate::perm::without_setid(mode);
         if mode != a.mode || rec.mask & m::MODE != 0 {
             rec.mask |= m::MODE;
         }
