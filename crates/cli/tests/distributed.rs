@@ -282,6 +282,43 @@ fn an_mds_killed_mid_workload_loses_no_acknowledged_operation() {
     }
 }
 
+/// A client that holds a delegated chunk across an MDS restart must not write into
+/// it: the restarted MDS freed the chunk's uncommitted pages and may have granted them
+/// to a client that reconnected first. (On the local fabric a one-sided read of the
+/// MDS pool still works through a dead MDS's connection, so the idle client's first
+/// write would not notice the restart before writing its pages.)
+#[test]
+fn a_client_idle_across_an_mds_restart_overwrites_no_page_of_another() {
+    let mut c = Cluster::start("local", 1);
+    // One lane: the write below runs on the connection that took the chunk.
+    let mut cfg = c.client_config(true, true);
+    cfg.lanes = 1;
+    let idle = Client::connect(cfg, c.fabric()).unwrap();
+    let page = |fill: u8| vec![fill; 4096];
+    put(&idle, "/first", &page(1));
+    let rw = OpenFlags {
+        read: true,
+        write: true,
+        create: true,
+        ..Default::default()
+    };
+    let fd = idle.open("/late", rw, 0o644).unwrap();
+    c.restart_mds();
+    let busy = c.client(true, true);
+    for i in 0..16u8 {
+        put(&busy, &format!("/b{i}"), &page(0x10 + i));
+    }
+    // The idle client's next write takes pages: not from its old chunk.
+    idle.pwrite(fd, 0, &page(0xee)).unwrap();
+    idle.close(fd).unwrap();
+    for i in 0..16u8 {
+        let intact = get(&busy, &format!("/b{i}")) == page(0x10 + i);
+        assert!(intact, "/b{i} was overwritten");
+    }
+    assert!(get(&busy, "/late") == page(0xee), "/late");
+    assert!(get(&busy, "/first") == page(1), "/first");
+}
+
 /// A raw connection to the MDS that sends whatever the test wants.
 fn raw(c: &Cluster) -> (Domain, orion_fabric::CompletionQueue, Channel) {
     let d = Domain::open(c.fabric()).unwrap();

@@ -16,12 +16,16 @@ use crate::remote::{io_err, Fail, Remote, Res};
 #[derive(Default)]
 pub struct Chunks {
     runs: VecDeque<(Gpa, u64)>,
-    /// The connection generation (`Stats::reconnects`) the runs were granted under: a
-    /// grant dies with its connection (the MDS frees its pages, or a new primary never
-    /// knew it), and a page of it may be someone else's by now.
+    /// The MDS sessions of the client (`Remote::sessions`) when the runs were
+    /// granted: a grant dies with its connection (the MDS frees its pages, or a new
+    /// primary never knew it), and a page of it may be someone else's by now.
     granted_under: u64,
     /// Pages the next chunk request asks for (0: not asked yet).
     next_request: u32,
+    /// The most pages a request asks for (0: [`MAX_CHUNK_REQUEST`]): a client's lanes
+    /// share [`MAX_CHUNK_REQUEST`], so that a client holds no more unused pages with
+    /// many lanes than with one.
+    most: u32,
 }
 
 /// The most pages one chunk request asks for (16 MiB): past it, the RPC and the
@@ -29,24 +33,41 @@ pub struct Chunks {
 pub const MAX_CHUNK_REQUEST: u32 = 4096;
 
 impl Chunks {
+    /// The chunks of one of `lanes` lanes of a client.
+    pub fn for_lane(lanes: usize) -> Chunks {
+        Chunks {
+            most: (MAX_CHUNK_REQUEST / lanes.max(1) as u32).max(1),
+            ..Default::default()
+        }
+    }
+
     /// `n` pages as runs of contiguous pages.
     pub fn take(&mut self, remote: &mut Remote, n: u64) -> Res<Vec<(Gpa, u64)>> {
-        if self.granted_under != remote.stats.reconnects {
-            // Reconnected since (a request answered from the MDS's memory after a
-            // break carries on without a re-run): these runs are no longer ours.
+        let sessions = remote.sessions();
+        if self.granted_under != sessions || !remote.mds_seems_alive() {
+            // This lane or another one of the client reconnected since (a request
+            // answered from the MDS's memory after a break carries on without a
+            // re-run), or this lane's connection is broken: the MDS restarted or
+            // another took over, and may have granted these pages to a lane that
+            // reconnected first. Writing into them would overwrite its data: they
+            // are no longer ours (the chunk request below reconnects).
             self.runs.clear();
-            self.granted_under = remote.stats.reconnects;
+            self.granted_under = sessions;
         }
         let mut out = Vec::new();
         let mut have = 0;
         let mut waited = 0;
         while have < n {
             let Some((g, k)) = self.runs.pop_front() else {
+                let most = match self.most {
+                    0 => MAX_CHUNK_REQUEST,
+                    m => m,
+                };
                 if self.next_request == 0 {
-                    self.next_request = remote.cfg.chunk_pages.max(1);
+                    self.next_request = remote.cfg.chunk_pages.clamp(1, most);
                 }
                 let want = (n - have).max(self.next_request as u64).min(1 << 17) as u32;
-                self.next_request = (self.next_request * 2).min(MAX_CHUNK_REQUEST);
+                self.next_request = (self.next_request * 2).min(most);
                 match remote.call(&MdsRequest::AllocChunk {
                     group: remote.internal_group(),
                     pages: want,

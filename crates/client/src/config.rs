@@ -43,6 +43,16 @@ pub struct ClientConfig {
     pub reconnect_ms: u64,
     /// A name for the MDS's logs (defaults to host and process id).
     pub name: String,
+    /// Connections ("lanes", each with its own state) a client opens at most, on
+    /// first need: calls on different inodes run in parallel on different lanes, so
+    /// this bounds how many threads of one process (a mount's request threads, a
+    /// program under the preload library) the client serves at once. 1 to
+    /// [`MAX_LANES`]. One by default for now: each lane holds chunks of its own, and
+    /// until an idle lane gives its unused pages back when the pool runs short, many
+    /// lanes leave a nearly full store refusing writes (`ENOSPC`) early.
+    ///
+    /// [`MAX_LANES`]: crate::fs::MAX_LANES
+    pub lanes: usize,
 }
 
 impl Default for ClientConfig {
@@ -58,6 +68,7 @@ impl Default for ClientConfig {
             op_timeout_ms: 30_000,
             reconnect_ms: 30_000,
             name: String::new(),
+            lanes: 1,
         }
     }
 }

@@ -15,6 +15,7 @@ mod staged;
 mod write;
 
 use std::num::NonZeroUsize;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use lru::LruCache;
@@ -32,41 +33,59 @@ const PS: u64 = PAGE_SIZE;
 /// Most bytes one log commit covers; longer writes commit in pieces.
 pub const MAX_PIECE: u64 = 4 << 20;
 
+/// Cached pages by address, with when each was read or written.
+type Lru = LruCache<Gpa, (Instant, Box<[u8]>)>;
+
 /// Data pages read from remote stores, by address. A page address can name new
 /// content only after the page was freed and the MDS's grace period passed, so an
 /// entry is trusted for half the grace period after it was read or written, and read
-/// again after that.
+/// again after that. One cache serves every lane of a client (its own lock, held for
+/// a copy, never across I/O).
 pub struct PageCache {
-    lru: LruCache<Gpa, (Instant, Box<[u8]>)>,
+    lru: Mutex<Lru>,
 }
 
 impl PageCache {
     pub fn new(mib: u64) -> PageCache {
         let pages = (mib * (1 << 20) / PS).max(1) as usize;
         PageCache {
-            lru: LruCache::new(NonZeroUsize::new(pages).expect("at least one page")),
+            lru: Mutex::new(LruCache::new(
+                NonZeroUsize::new(pages).expect("at least one page"),
+            )),
         }
     }
 
-    pub(crate) fn get(&mut self, g: &Gpa, ttl: Duration) -> Option<&[u8]> {
-        let fresh = self.lru.peek(g).is_some_and(|(t, _)| t.elapsed() < ttl);
+    fn lru(&self) -> MutexGuard<'_, Lru> {
+        self.lru.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Copies the page at `g` into `out` if a fresh copy is cached.
+    pub(crate) fn get_into(&self, g: &Gpa, ttl: Duration, out: &mut [u8]) -> bool {
+        let mut lru = self.lru();
+        let fresh = lru.peek(g).is_some_and(|(t, _)| t.elapsed() < ttl);
         if !fresh {
-            self.lru.pop(g);
-            return None;
+            lru.pop(g);
+            return false;
         }
-        self.lru.get(g).map(|(_, p)| &p[..])
+        match lru.get(g) {
+            Some((_, p)) => {
+                out.copy_from_slice(p);
+                true
+            }
+            None => false,
+        }
     }
 
     pub(crate) fn has(&self, g: &Gpa, ttl: Duration) -> bool {
-        self.lru.peek(g).is_some_and(|(t, _)| t.elapsed() < ttl)
+        self.lru().peek(g).is_some_and(|(t, _)| t.elapsed() < ttl)
     }
 
-    pub(crate) fn put(&mut self, g: Gpa, page: &[u8]) {
-        self.lru.put(g, (Instant::now(), page.into()));
+    pub(crate) fn put(&self, g: Gpa, page: &[u8]) {
+        self.lru().put(g, (Instant::now(), page.into()));
     }
 
-    pub(crate) fn clear(&mut self) {
-        self.lru.clear();
+    pub(crate) fn clear(&self) {
+        self.lru().clear();
     }
 }
 
@@ -75,7 +94,7 @@ pub struct DataPath<'a> {
     pub remote: &'a mut Remote,
     pub cache: &'a mut InodeCache,
     pub chunks: &'a mut Chunks,
-    pub pages: &'a mut PageCache,
+    pub pages: &'a PageCache,
     pub staging: &'a mut Staging,
 }
 

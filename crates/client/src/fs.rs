@@ -1,26 +1,27 @@
 //! The POSIX-shaped API: paths, file handles and the calls FUSE and the preload
-//! library will wrap. Every call takes the client's lock, so a `Client` may be shared
-//! by threads; each call runs again from fresh state if the MDS connection had to be
-//! re-established meanwhile (the MDS restarted).
+//! library wrap. A `Client` may be shared by threads: each call runs on one of its
+//! lanes (`lanes`: a connection with its own state), calls on different inodes in
+//! parallel; each call runs again from fresh state if the MDS connection had to be
+//! re-established meanwhile (the MDS restarted, or its mirror took over).
 //!
-//! This file holds the client's state and how a call runs; the calls live by family
-//! in `fs/`: `paths` (resolution), `namespace`, `attrs`, `xattrs`, `handles` (open
-//! files, reads and writes, fsync, fallocate), `locks`, and the optimistic flusher.
+//! This file holds a lane's state and the client's handle on its lanes; the calls
+//! live by family in `fs/`: `paths` (resolution), `namespace`, `attrs`, `xattrs`,
+//! `handles` (open files, reads and writes, fsync, fallocate), `locks`, and the
+//! optimistic flusher.
 
 mod attrs;
 mod flusher;
 mod handles;
+mod lanes;
 mod locks;
 mod namespace;
 mod paths;
 mod xattrs;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
-use orion_fabric::FabricConfig;
+use orion_fabric::{Domain, FabricConfig};
 use orion_format::{Entry, FileType, Gpa};
 use orion_meta::{Clock, FsResult, InodeState, SystemClock};
 use orion_proto::{Commit, Epoch, MdsRequest, ReplyBody, StoreInfo};
@@ -33,10 +34,9 @@ use crate::remote::{io_err, Fail, Remote, Res};
 use crate::staging::Staging;
 use crate::{ClientConfig, Stats};
 use flusher::flusher;
+pub use lanes::MAX_LANES;
+pub(crate) use lanes::{lock, Lanes, OpenFiles, Pick};
 use paths::check_name;
-
-/// Times a call runs again after the MDS connection was re-established.
-const RECONNECT_RETRIES: usize = 4;
 
 /// How to open a file (the flags of open(2) that matter to a file system).
 #[derive(Clone, Copy, Debug, Default)]
@@ -86,23 +86,24 @@ pub struct DirEntry {
     pub ftype: FileType,
 }
 
+/// One lane's state (see `lanes`): what is bound to its connection, and its
+/// copies of inodes.
 pub(crate) struct Inner {
     remote: Remote,
     cache: InodeCache,
     chunks: Chunks,
-    pages: PageCache,
+    pages: Arc<PageCache>,
     staging: Staging,
-    handles: HashMap<u64, Handle>,
-    /// Inodes this client unlinked while it held them open: the MDS keeps them until
-    /// the last descriptor closes (`MdsRequest::Release`).
-    orphans: std::collections::HashSet<u64>,
-    next_fd: u64,
+    /// Shared by every lane of the client.
+    open: Arc<Mutex<OpenFiles>>,
+    /// This lane's number.
+    lane: usize,
     uid: u32,
     gid: u32,
 }
 
 pub struct Client {
-    inner: Arc<Mutex<Inner>>,
+    lanes: Arc<Lanes>,
     /// Commits staged writes when they are due (optimistic persistence only).
     flusher: Option<JoinHandle<()>>,
 }
@@ -110,86 +111,56 @@ pub struct Client {
 impl Client {
     /// Connects to the MDS named in `cfg` and to every data store it lists.
     pub fn connect(cfg: ClientConfig, fabric: FabricConfig) -> FsResult<Client> {
-        let pages = PageCache::new(cfg.cache_mib);
-        let optimistic = cfg.optimistic().map_err(io_err)?;
-        let stage_for = Duration::from_millis(cfg.stage_ms.max(1));
-        let remote = Remote::connect(cfg, fabric)?;
-        // SAFETY: geteuid and getegid only read the process's credentials.
-        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        let inner = Arc::new(Mutex::new(Inner {
-            remote,
-            cache: InodeCache::default(),
-            chunks: Chunks::default(),
-            pages,
-            staging: Staging::new(optimistic, stage_for),
-            handles: HashMap::new(),
-            orphans: Default::default(),
-            next_fd: 3,
-            uid,
-            gid,
-        }));
-        let flusher = if optimistic {
-            let weak = Arc::downgrade(&inner);
+        let domain = Domain::open(fabric).map_err(|e| io_err(format!("fabric: {e}")))?;
+        let lanes = Arc::new(Lanes::connect(cfg, domain)?);
+        let flusher = if lanes.optimistic() {
+            let weak = Arc::downgrade(&lanes);
             let t = std::thread::Builder::new()
                 .name("orion-flusher".into())
                 .spawn(move || flusher(weak))
                 .map_err(|e| io_err(format!("starting the flusher thread: {e}")))?;
-            lock(&inner).staging.set_flusher(t.thread().clone());
+            let _ = lanes.flusher.set(t.thread().clone());
+            for (_, m) in lanes.existing() {
+                lock(m).staging.set_flusher(t.thread().clone());
+            }
             Some(t)
         } else {
             None
         };
-        Ok(Client { inner, flusher })
+        Ok(Client { lanes, flusher })
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
-        lock(&self.inner)
-    }
-
-    /// Runs a call that is not a read or write: what is staged commits first.
+    /// Runs a call that is not a read or write (on the first free lane): what is
+    /// staged commits first.
     pub(crate) fn run<T>(&self, f: impl FnMut(&mut Inner) -> Res<T>) -> FsResult<T> {
-        self.run_with(true, f)
+        self.lanes.run(Pick::Any, true, f)
     }
 
-    /// Runs a read or write: staged writes commit first only when they are due.
-    pub(crate) fn run_data<T>(&self, f: impl FnMut(&mut Inner) -> Res<T>) -> FsResult<T> {
-        self.run_with(false, f)
+    /// [`Self::run`] for a call about inode `ino`, on its lane.
+    pub(crate) fn run_on<T>(&self, ino: u64, f: impl FnMut(&mut Inner) -> Res<T>) -> FsResult<T> {
+        self.lanes.run(Pick::Inode(ino), true, f)
     }
 
-    pub(crate) fn run_with<T>(
-        &self,
-        commit_staged: bool,
-        mut f: impl FnMut(&mut Inner) -> Res<T>,
-    ) -> FsResult<T> {
-        let mut g = self.lock();
-        g.remote.begin_operation();
-        for _ in 0..RECONNECT_RETRIES {
-            g.datapath().forget_if_term_changed();
-            let staged = if commit_staged || g.staging.due() {
-                g.datapath().flush_all()
-            } else {
-                Ok(())
-            };
-            match staged.and_then(|_| f(&mut g)) {
-                Ok(v) => return Ok(v),
-                Err(Fail::Fs(e)) => return Err(e),
-                Err(Fail::Reconnected) => g.datapath().reconnected(),
-                // Refused, with the new map in hand: the operation writes again.
-                Err(Fail::MapChanged) => {}
-            }
-        }
-        Err(io_err("the MDS connection keeps breaking"))
+    /// Runs a read or write of `ino` on its lane: staged writes commit first only
+    /// when they are due.
+    pub(crate) fn run_data<T>(&self, ino: u64, f: impl FnMut(&mut Inner) -> Res<T>) -> FsResult<T> {
+        self.lanes.run(Pick::Inode(ino), false, f)
     }
 
-    /// What the client has done so far.
+    /// The open files (locked for a lookup; never held across I/O).
+    pub(crate) fn open_files(&self) -> MutexGuard<'_, OpenFiles> {
+        lock(&self.lanes.open)
+    }
+
+    /// What the client has done so far (every lane's counters, added up).
     pub fn stats(&self) -> Stats {
-        self.lock().remote.stats.clone()
+        self.lanes.stats()
     }
 
     /// The cluster map as the MDS describes it now: its epoch and every data store,
     /// with its state.
     pub fn cluster_map(&self) -> FsResult<(Epoch, Vec<StoreInfo>)> {
-        self.run_with(false, |g| {
+        self.lanes.run(Pick::Any, false, |g| {
             g.remote.refresh_stores()?;
             Ok((g.remote.epoch, g.remote.map.clone()))
         })
@@ -197,7 +168,10 @@ impl Client {
 
     /// The group of the data store this client maps directly, if any.
     pub fn internal_group(&self) -> Option<u16> {
-        self.lock().remote.internal_group()
+        self.lanes
+            .run(Pick::Lane(0), false, |g| Ok(g.remote.internal_group()))
+            .ok()
+            .flatten()
     }
 }
 
@@ -207,7 +181,7 @@ impl Inner {
             remote: &mut self.remote,
             cache: &mut self.cache,
             chunks: &mut self.chunks,
-            pages: &mut self.pages,
+            pages: &self.pages,
             staging: &mut self.staging,
         }
     }
@@ -219,10 +193,11 @@ impl Inner {
     /// Unlinks `name` in `parent`; a file this client holds open stays usable through
     /// its descriptors (link count 0) until the last of them closes.
     pub(crate) fn unlink_name(&mut self, parent: u64, name: Vec<u8>) -> Res<()> {
-        let open = match self.handles.is_empty() {
-            true => false,
-            false => match self.lookup(parent, &name) {
-                Ok(ino) => self.handles.values().any(|h| h.ino == ino),
+        let any_open = !lock(&self.open).handles.is_empty();
+        let open = match any_open {
+            false => false,
+            true => match self.lookup(parent, &name) {
+                Ok(ino) => lock(&self.open).holds(ino),
                 Err(Fail::Fs(orion_meta::FsError::Errno(libc::ENOENT))) => false,
                 Err(e) => return Err(e),
             },
@@ -235,7 +210,7 @@ impl Inner {
         match self.rpc(MdsRequest::UnlinkOpen { parent, name })? {
             ReplyBody::Ino(0) => {}
             ReplyBody::Ino(ino) => {
-                self.orphans.insert(ino);
+                lock(&self.open).orphans.insert(ino, self.lane);
             }
             other => {
                 return Err(Fail::Fs(io_err(format!(
@@ -244,16 +219,6 @@ impl Inner {
             }
         }
         Ok(())
-    }
-
-    /// After a descriptor of `ino` closed: the last one of an unlinked file lets the
-    /// MDS destroy it.
-    pub(crate) fn release_if_orphan(&mut self, ino: u64) -> Res<()> {
-        if !self.orphans.contains(&ino) || self.handles.values().any(|h| h.ino == ino) {
-            return Ok(());
-        }
-        self.orphans.remove(&ino);
-        self.rpc(MdsRequest::Release { ino }).map(|_| ())
     }
 
     /// Commits the entries `build` makes from a current copy of the inode,
@@ -295,21 +260,20 @@ impl Inner {
     }
 }
 
-fn lock(inner: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
-    inner.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl Drop for Client {
     /// Commits what is staged (a client dropped without closing its files loses no
     /// acknowledged write it could still commit) and stops the flusher.
     fn drop(&mut self) {
-        {
-            let mut g = self.lock();
+        for (_, m) in self.lanes.existing() {
+            let mut g = lock(m);
             if let Err(Fail::Reconnected) = g.datapath().flush_all() {
                 g.datapath().reconnected();
             }
-            g.staging.closing = true;
+            self.lanes.note_staged(&g);
         }
+        self.lanes
+            .closing
+            .store(true, std::sync::atomic::Ordering::Release);
         if let Some(t) = self.flusher.take() {
             t.thread().unpark();
             let _ = t.join();
@@ -319,5 +283,5 @@ impl Drop for Client {
 
 /// Reads one data page (a symlink target, an xattr value) through the data path.
 fn read_page(i: &mut Inner, gpa: Gpa, buf: &mut [u8]) -> Res<()> {
-    fetch(&mut i.remote, &mut i.pages, &[Some(gpa)], buf)
+    fetch(&mut i.remote, &i.pages, &[Some(gpa)], buf)
 }

@@ -4,11 +4,11 @@
 //! here; callers see [`Fail::Reconnected`] and re-run their operation.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use orion_fabric::{
-    Access, Completion, CompletionQueue, Domain, FabricConfig, OpKind, Region, RemoteRegion,
-};
+use orion_fabric::{Access, Completion, CompletionQueue, Domain, OpKind, Region, RemoteRegion};
 use orion_format::{PoolKind, Superblock, PAGE_SIZE};
 use orion_meta::{FsError, FsResult};
 
@@ -94,15 +94,33 @@ pub struct Remote {
     /// With each, the inode it created, if it was a create (an exclusive open run
     /// again finds its own file: it is not someone else's).
     applied: Vec<(MdsRequest, u64, Option<u64>)>,
+    /// Which lane of its client this connection is (the MDS's logs name it).
+    lane: usize,
+    /// MDS connections every lane of the client re-established so far (see
+    /// [`Remote::sessions`]).
+    sessions: Arc<AtomicU64>,
+    /// When the MDS was last known alive (see [`Remote::mds_seems_alive`]).
+    mds_seen: Instant,
 }
+
+/// How long an MDS known alive is trusted without looking again. A fail-over or a
+/// restart takes far longer (tens of milliseconds at least) before the next MDS
+/// acknowledges anything, so a read of the old MDS's pool within this time returns
+/// nothing older than what is acknowledged anywhere.
+const MDS_TRUST: Duration = Duration::from_millis(1);
 
 /// Most state-changing requests of one operation remembered for its re-runs.
 const MAX_APPLIED: usize = 64;
 
 impl Remote {
-    pub fn connect(cfg: ClientConfig, fabric: FabricConfig) -> FsResult<Remote> {
+    /// Opens lane `lane` of a client (see `fs::lanes`) on `domain`.
+    pub fn connect(
+        cfg: ClientConfig,
+        domain: Domain,
+        lane: usize,
+        sessions: Arc<AtomicU64>,
+    ) -> FsResult<Remote> {
         let strong = cfg.strong().map_err(io_err)?;
-        let domain = Domain::open(fabric).map_err(|e| io_err(format!("fabric: {e}")))?;
         let cq = domain.completion_queue().map_err(io_err)?;
         let io = domain
             .alloc_region(IO_PAGES * PAGE_SIZE as usize, Access::LOCAL)
@@ -153,6 +171,9 @@ impl Remote {
             term_changed: false,
             nonce: u64::from_le_bytes(orion_format::random_uuid()[..8].try_into().expect("8")),
             applied: Vec::new(),
+            lane,
+            sessions,
+            mds_seen: Instant::now(),
         };
         if let Err(e) = remote.hello() {
             if remote.mds.conn.is_alive() {
@@ -169,11 +190,14 @@ impl Remote {
     /// Introduces this client, learns the MDS pool and the data stores, connects to
     /// the stores, and tells the MDS which group it is internal to.
     fn hello(&mut self) -> FsResult<()> {
-        let name = if self.cfg.name.is_empty() {
+        let mut name = if self.cfg.name.is_empty() {
             format!("pid {}", std::process::id())
         } else {
             self.cfg.name.clone()
         };
+        if self.lane > 0 {
+            name += &format!(" lane {}", self.lane);
+        }
         let mut hello = Hello {
             internal: self.internal,
             strong: self.strong,
@@ -269,6 +293,9 @@ impl Remote {
             }
         }
         self.stats.rpcs += 1;
+        if r.is_ok() {
+            self.mds_seen = Instant::now();
+        }
         match r.map_err(|e| io_err(format!("MDS {}: {e}", self.mds_addr())))? {
             Reply::Ok(b) => Ok(b),
             Reply::Err { errno, message } => Err(match errno {
@@ -360,6 +387,7 @@ impl Remote {
             match attempt {
                 Ok(()) => {
                     self.stats.reconnects += 1;
+                    self.sessions.fetch_add(1, Ordering::AcqRel);
                     info!("reconnected to the MDS at {addr}");
                     return Ok(());
                 }
@@ -378,6 +406,29 @@ impl Remote {
                 }
             }
         }
+    }
+
+    /// How many times a lane of this client re-established its MDS connection: a
+    /// chunk granted before a change is no longer trusted by any lane.
+    pub fn sessions(&self) -> u64 {
+        self.sessions.load(Ordering::Acquire)
+    }
+
+    /// Whether the MDS connection is up: looked at when the MDS was last known
+    /// alive more than [`MDS_TRUST`] ago. A one-sided operation alone does not tell:
+    /// on the local fabric it still reaches the pool file of an MDS whose process
+    /// died (an RDMA queue pair to a dead node fails instead), and a client that
+    /// goes on reading it would miss what the next MDS acknowledged, or write into
+    /// pages of a chunk that MDS never knew (design note 55).
+    pub fn mds_seems_alive(&mut self) -> bool {
+        if self.mds_seen.elapsed() < MDS_TRUST {
+            return true;
+        }
+        let alive = self.mds.conn.is_alive();
+        if alive {
+            self.mds_seen = Instant::now();
+        }
+        alive
     }
 
     /// A new operation starts: what the last one applied is forgotten.
@@ -413,6 +464,11 @@ impl Remote {
 
     /// Reads `buf.len()` bytes of the MDS pool at `off`, one-sided.
     pub fn read_mds(&mut self, off: u64, buf: &mut [u8]) -> Res<()> {
+        if !self.mds_seems_alive() {
+            warn!("lost the MDS at {}; reconnecting", self.mds_addr());
+            self.reconnect()?;
+            return Err(Fail::Reconnected);
+        }
         let conn = self.mds.conn.clone();
         let pool = self.mds_pool;
         let r = self.one_sided(

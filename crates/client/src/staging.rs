@@ -76,8 +76,6 @@ pub struct Staging {
     /// The flusher sleeps until woken (it does after a while with nothing staged;
     /// while writes keep coming it wakes by itself, so a write seldom pays a wake-up).
     pub flusher_asleep: bool,
-    /// The client is going away: the flusher stops.
-    pub closing: bool,
 }
 
 impl Staging {

@@ -30,3 +30,23 @@ pub struct Stats {
     pub remote_reads: u64,
     pub cache_hits: u64,
 }
+
+impl Stats {
+    /// Adds `o`'s counters to these (a client's lanes count separately).
+    pub fn add(&mut self, o: &Stats) {
+        self.rpcs += o.rpcs;
+        self.commits += o.commits;
+        self.staged_writes += o.staged_writes;
+        self.tail_reads += o.tail_reads;
+        self.tail_hits += o.tail_hits;
+        self.refetches += o.refetches;
+        self.loads += o.loads;
+        self.rebuilds += o.rebuilds;
+        self.reexecutions += o.reexecutions;
+        self.reconnects += o.reconnects;
+        self.store_retries += o.store_retries;
+        self.map_changes += o.map_changes;
+        self.remote_reads += o.remote_reads;
+        self.cache_hits += o.cache_hits;
+    }
+}

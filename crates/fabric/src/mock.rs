@@ -74,6 +74,9 @@ struct NetInner {
     next_port: AtomicU32,
     /// Links that are not [`Link::Up`], by the pair of domain ids (smaller first).
     links: Mutex<HashMap<(u64, u64), Link>>,
+    /// Extra time an operation posted from one node to another takes, by (poster,
+    /// peer) domain ids: a slow sender (set with [`MockNet::slow_posts`]).
+    slow: Mutex<HashMap<(u64, u64), Duration>>,
 }
 
 impl MockNet {
@@ -85,6 +88,7 @@ impl MockNet {
                 domains: Mutex::new(HashMap::new()),
                 next_port: AtomicU32::new(1),
                 links: Mutex::new(HashMap::new()),
+                slow: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -107,6 +111,27 @@ impl MockNet {
         match link {
             Link::Up => links.remove(&(x.min(y), x.max(y))),
             l => links.insert((x.min(y), x.max(y)), l),
+        };
+        true
+    }
+
+    /// Makes every operation the node listening at `from` posts to the one at `to`
+    /// take `delay` longer (in the poster's thread, as a congested sender blocks), or
+    /// as long as usual again with `None`; false if either address has no listener.
+    pub fn slow_posts(&self, from: &str, to: &str, delay: Option<Duration>) -> bool {
+        let ids = {
+            let ls = self.inner.listeners.lock().unwrap();
+            ls.get(from)
+                .map(|l| l.domain)
+                .zip(ls.get(to).map(|l| l.domain))
+        };
+        let Some(pair) = ids else {
+            return false;
+        };
+        let mut slow = self.inner.slow.lock().unwrap();
+        match delay {
+            Some(d) => slow.insert(pair, d),
+            None => slow.remove(&pair),
         };
         true
     }
@@ -518,6 +543,16 @@ impl MockConn {
             self.close();
             peer.close();
             return Err(Error::Timeout(CUT_TIMEOUT));
+        }
+        let slow = self
+            .net
+            .slow
+            .lock()
+            .unwrap()
+            .get(&(self.domain.id, peer.domain.id))
+            .copied();
+        if let Some(d) = slow {
+            std::thread::sleep(d);
         }
         let flaky = match link {
             Link::Flaky(p) => self.net.roll(p),

@@ -144,7 +144,7 @@ pub struct Cluster {
 /// Where the MDS listens on the mock network.
 pub const MDS_ADDR: &str = "mds:7410";
 
-pub(crate) fn store_addr(m: MemberId) -> String {
+pub fn store_addr(m: MemberId) -> String {
     format!("ds{}.{}:7420", m.group, m.index)
 }
 

@@ -16,6 +16,6 @@
 mod cluster;
 mod mirrored;
 
-pub use cluster::{ClientKind, Cluster, ClusterConfig, MDS_ADDR};
+pub use cluster::{store_addr, ClientKind, Cluster, ClusterConfig, MDS_ADDR};
 pub use mirrored::{MdsFault, MirroredCluster, MDSS};
 pub use orion_proto::MemberId;

@@ -37,7 +37,7 @@ impl DataPath<'_> {
 /// Fills `out` (whole pages) with the pages at `gpas` (`None`: a hole, zeros).
 pub(crate) fn fetch(
     remote: &mut Remote,
-    pages: &mut PageCache,
+    pages: &PageCache,
     gpas: &[Option<Gpa>],
     out: &mut [u8],
 ) -> Res<()> {
@@ -51,13 +51,10 @@ pub(crate) fn fetch(
         };
         let local = remote.reads_locally(g.group());
         let ttl = remote.grace / 2;
-        if !local {
-            if let Some(p) = pages.get(&g, ttl) {
-                out[at..at + PS as usize].copy_from_slice(p);
-                remote.stats.cache_hits += 1;
-                i += 1;
-                continue;
-            }
+        if !local && pages.get_into(&g, ttl, &mut out[at..at + PS as usize]) {
+            remote.stats.cache_hits += 1;
+            i += 1;
+            continue;
         }
         // A run of consecutive addresses not cached: one read.
         let mut n = 1;

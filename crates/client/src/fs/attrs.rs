@@ -29,7 +29,7 @@ impl Client {
 
     /// Attributes by inode number (current: the tail is checked).
     pub fn getattr(&self, ino: u64) -> FsResult<Attr> {
-        self.run(|i| i.getattr(ino))
+        self.run_on(ino, |i| i.getattr(ino))
     }
 
     /// Looks `name` up in directory `parent`.
@@ -48,7 +48,7 @@ impl Client {
     }
 
     pub fn setattr(&self, ino: u64, req: &SetAttrReq) -> FsResult<Attr> {
-        self.run(|i| i.setattr(ino, req))
+        self.run_on(ino, |i| i.setattr(ino, req))
     }
 
     /// Drops the setuid bit of `ino`, and its setgid bit when group-execute is set
@@ -59,7 +59,7 @@ impl Client {
     /// refreshes that copy), else of the MDS.
     pub fn kill_setid(&self, ino: u64) -> FsResult<()> {
         // A data call: staged writes commit when due, not before every write.
-        self.run_data(|i| {
+        self.run_data(ino, |i| {
             let mode = match i.cache.cached(ino) {
                 Some(c) => c.state.attr.mode,
                 None => i.getattr(ino)?.mode,

@@ -17,20 +17,36 @@ impl Client {
     /// Opens inode `ino` (it exists: FUSE looked it up); O_CREAT and O_EXCL do not
     /// apply here.
     pub fn open_ino(&self, ino: u64, flags: OpenFlags) -> FsResult<Fd> {
-        self.run(|i| i.open_ino(ino, flags))
+        self.run_on(ino, |i| i.open_ino(ino, flags))
     }
 
     /// Closes a file handle; commits the writes staged for the file first and
     /// reports any that failed to commit (close-to-open: a client that opens the
     /// file after this returns sees them).
     pub fn close(&self, fd: Fd) -> FsResult<()> {
-        let h = self.lock().handles.remove(&fd.0).ok_or(EBADF)?;
-        self.run_data(|i| {
-            // The last descriptor of an unlinked file lets it go even when its staged
-            // writes failed to commit (what close reports).
-            let settled = i.datapath().settle(h.ino, h.gen);
-            let released = i.release_if_orphan(h.ino);
-            settled.and(released)
+        let h = self.open_files().handles.remove(&fd.0).ok_or(EBADF)?;
+        let settled = self.run_data(h.ino, |i| i.datapath().settle(h.ino, h.gen));
+        // The last descriptor of an unlinked file lets it go even when its staged
+        // writes failed to commit (what close reports).
+        let released = self.release_if_orphan(h.ino);
+        settled.and(released)
+    }
+
+    /// After a descriptor of `ino` closed: the last one of a file this client
+    /// unlinked lets the MDS destroy it (through the lane that asked it to keep it).
+    fn release_if_orphan(&self, ino: u64) -> FsResult<()> {
+        let lane = {
+            let mut open = self.open_files();
+            if open.holds(ino) {
+                return Ok(());
+            }
+            match open.orphans.remove(&ino) {
+                Some(lane) => lane,
+                None => return Ok(()),
+            }
+        };
+        self.lanes.run(Pick::Lane(lane), false, |i| {
+            i.rpc(MdsRequest::Release { ino }).map(|_| ())
         })
     }
 
@@ -39,18 +55,17 @@ impl Client {
     pub fn flush(&self, fd: Fd) -> FsResult<()> {
         let (ino, _, _) = self.handle(fd)?;
         let gen = self.generation(fd)?;
-        self.run_data(|i| i.datapath().settle(ino, gen))
+        self.run_data(ino, |i| i.datapath().settle(ino, gen))
     }
 
     pub(crate) fn handle(&self, fd: Fd) -> FsResult<(u64, OpenFlags, u64)> {
-        let g = self.lock();
-        let h = g.handles.get(&fd.0).ok_or(EBADF)?;
+        let open = self.open_files();
+        let h = open.handles.get(&fd.0).ok_or(EBADF)?;
         Ok((h.ino, h.flags, h.pos))
     }
 
     pub(crate) fn generation(&self, fd: Fd) -> FsResult<u64> {
-        let g = self.lock();
-        Ok(g.handles.get(&fd.0).ok_or(EBADF)?.gen)
+        Ok(self.open_files().handles.get(&fd.0).ok_or(EBADF)?.gen)
     }
 
     pub fn pread(&self, fd: Fd, off: u64, len: usize) -> FsResult<Vec<u8>> {
@@ -59,13 +74,13 @@ impl Client {
             return Err(EBADF);
         }
         let gen = self.generation(fd)?;
-        self.run_data(|i| i.datapath().read(ino, gen, off, len))
+        self.run_data(ino, |i| i.datapath().read(ino, gen, off, len))
     }
 
     pub fn read(&self, fd: Fd, len: usize) -> FsResult<Vec<u8>> {
         let (_, _, pos) = self.handle(fd)?;
         let out = self.pread(fd, pos, len)?;
-        if let Some(h) = self.lock().handles.get_mut(&fd.0) {
+        if let Some(h) = self.open_files().handles.get_mut(&fd.0) {
             h.pos = pos + out.len() as u64;
         }
         Ok(out)
@@ -80,7 +95,9 @@ impl Client {
             return Ok(0);
         }
         let gen = self.generation(fd)?;
-        self.run_data(|i| i.datapath().write(ino, gen, off, data, flags.append))?;
+        self.run_data(ino, |i| {
+            i.datapath().write(ino, gen, off, data, flags.append)
+        })?;
         Ok(data.len())
     }
 
@@ -93,16 +110,17 @@ impl Client {
             return Ok(0);
         }
         let gen = self.generation(fd)?;
-        let at = self.run_data(|i| i.datapath().write(ino, gen, pos, data, flags.append))?;
-        if let Some(h) = self.lock().handles.get_mut(&fd.0) {
+        let at = self.run_data(ino, |i| {
+            i.datapath().write(ino, gen, pos, data, flags.append)
+        })?;
+        if let Some(h) = self.open_files().handles.get_mut(&fd.0) {
             h.pos = at + data.len() as u64;
         }
         Ok(data.len())
     }
 
     pub fn seek(&self, fd: Fd, pos: u64) -> FsResult<()> {
-        let mut g = self.lock();
-        g.handles.get_mut(&fd.0).ok_or(EBADF)?.pos = pos;
+        self.open_files().handles.get_mut(&fd.0).ok_or(EBADF)?.pos = pos;
         Ok(())
     }
 
@@ -132,7 +150,7 @@ impl Client {
     pub fn fsync(&self, fd: Fd) -> FsResult<()> {
         let (ino, _, _) = self.handle(fd)?;
         let gen = self.generation(fd)?;
-        self.run_data(|i| {
+        self.run_data(ino, |i| {
             i.datapath().settle(ino, gen)?;
             i.remote.flush_stores()
         })
@@ -147,7 +165,7 @@ impl Client {
             return Err(EBADF);
         }
         let gen = self.generation(fd)?;
-        self.run(|i| {
+        self.run_on(ino, |i| {
             let state = &i.cache.refresh(&mut i.remote, ino)?.state;
             let plan = FallocPlan::new(state, off, len, mode)?;
             for &(s, e) in &plan.zero_ranges {
@@ -212,9 +230,10 @@ impl Inner {
             )?;
         }
         let gen = self.cache.refresh(&mut self.remote, ino)?.generation;
-        let fd = self.next_fd;
-        self.next_fd += 1;
-        self.handles.insert(
+        let mut open = lock(&self.open);
+        let fd = open.next_fd;
+        open.next_fd += 1;
+        open.handles.insert(
             fd,
             Handle {
                 ino,

@@ -173,14 +173,14 @@ impl Client {
 
     /// The entries of directory `ino`, with "." and "..".
     pub fn readdir_ino(&self, ino: u64) -> FsResult<Vec<DirEntry>> {
-        self.run(|i| {
+        self.run_on(ino, |i| {
             let parent = i.parent(ino)?;
             i.readdir(ino, parent)
         })
     }
 
     pub fn readlink_ino(&self, ino: u64) -> FsResult<Vec<u8>> {
-        self.run(|i| i.readlink(ino))
+        self.run_on(ino, |i| i.readlink(ino))
     }
 }
 

@@ -29,12 +29,12 @@ impl Client {
     /// setxattr(2) on inode `ino`: the value goes to a data page, then a conditional
     /// log commit names it.
     pub fn setxattr_ino(&self, ino: u64, name: &[u8], value: &[u8], mode: SetMode) -> FsResult<()> {
-        self.run(|i| i.setxattr(ino, name, value, mode))
+        self.run_on(ino, |i| i.setxattr(ino, name, value, mode))
     }
 
     /// getxattr(2): the value, read one-sided from its page.
     pub fn getxattr_ino(&self, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
-        self.run(|i| {
+        self.run_on(ino, |i| {
             let c = i.cache.refresh(&mut i.remote, ino)?;
             let (gpa, len) = xattr::lookup(&c.state, name)?;
             let mut buf = vec![0u8; PAGE_SIZE as usize];
@@ -46,7 +46,7 @@ impl Client {
 
     /// listxattr(2): NUL-terminated names; trusted.* only when `privileged`.
     pub fn listxattr_ino(&self, ino: u64, privileged: bool) -> FsResult<Vec<u8>> {
-        self.run(|i| {
+        self.run_on(ino, |i| {
             let c = i.cache.refresh(&mut i.remote, ino)?;
             Ok(xattr::list(&c.state, |ns| {
                 privileged || ns != xattr::Namespace::Trusted
@@ -55,7 +55,7 @@ impl Client {
     }
 
     pub fn removexattr_ino(&self, ino: u64, name: &[u8]) -> FsResult<()> {
-        self.run(|i| {
+        self.run_on(ino, |i| {
             i.commit_checked(ino, |state, now| {
                 xattr::remove_entry(state, name, now).map(|e| vec![e])
             })
@@ -75,7 +75,7 @@ impl Client {
     }
 
     pub fn listxattr(&self, path: &str) -> FsResult<Vec<u8>> {
-        let privileged = self.lock().uid == 0;
+        let privileged = self.lanes.uid == 0;
         self.listxattr_ino(self.stat(path)?.ino, privileged)
     }
 

@@ -1,0 +1,288 @@
+//! Lanes: how the threads of one process share a client without waiting for each
+//! other's network round trips.
+//!
+//! A lane is a whole connection to the cluster with the state bound to it: its MDS
+//! connection (the MDS's chunk grants, remembered replies and kept inodes are per
+//! connection), its completion queue and I/O buffer, its store connections, its
+//! delegated chunks, its copies of inodes and its staged writes. A call holds one
+//! lane for its whole run, network waits included, and no other lock across I/O, so
+//! calls on different lanes run in parallel: what a verbs program gets from a queue
+//! pair per thread, without a poller thread handing completions over (a hand-over
+//! costs a thread wake-up, 35-60 µs on this VM).
+//!
+//! Which lane: a call about one inode (a read, write, fsync, lock, getattr,
+//! setattr of an inode) runs on that inode's lane (`ino % lanes`), so the calls on
+//! one file keep their order and find its staged writes and its cached copy there;
+//! any other call (path resolution, a directory change) takes the first free lane.
+//! Lanes open on first use, up to `ClientConfig::lanes`. What the lanes share: the
+//! open files ([`OpenFiles`], locked for a lookup, never across I/O), the DRAM cache
+//! of data pages (it has its own lock) and the flusher.
+//!
+//! Lanes stay coherent with each other as separate clients do: every use of a cached
+//! inode checks its log tail one-sided (paper §4.3). The one rule that crosses lanes
+//! is optimistic persistence's "whatever is not a data call commits what is staged
+//! first": such a call first commits the staged writes of every lane that has any.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+use orion_fabric::Domain;
+use orion_meta::FsResult;
+use tracing::warn;
+
+use super::{Handle, Inner};
+use crate::alloc::Chunks;
+use crate::arbitration::InodeCache;
+use crate::datapath::PageCache;
+use crate::remote::{io_err, Fail, Remote, Res};
+use crate::staging::Staging;
+use crate::{ClientConfig, Stats};
+
+/// Times a call runs again after the MDS connection was re-established.
+const RECONNECT_RETRIES: usize = 4;
+/// Most lanes a client opens (the staged-lanes mask is one word).
+pub const MAX_LANES: usize = 64;
+
+/// The open files of a client, shared by its lanes.
+#[derive(Default)]
+pub(crate) struct OpenFiles {
+    pub handles: HashMap<u64, Handle>,
+    pub next_fd: u64,
+    /// Inodes this client unlinked while it held them open, with the lane whose MDS
+    /// connection keeps them: the MDS keeps such an inode until that connection
+    /// releases it (`MdsRequest::Release`, at the last close) or goes away.
+    pub orphans: HashMap<u64, usize>,
+}
+
+impl OpenFiles {
+    pub fn holds(&self, ino: u64) -> bool {
+        self.handles.values().any(|h| h.ino == ino)
+    }
+}
+
+/// Which lane a call runs on.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Pick {
+    /// The first free lane.
+    Any,
+    /// The lane of this inode.
+    Inode(u64),
+    /// This lane.
+    Lane(usize),
+}
+
+pub(crate) struct Lanes {
+    cfg: ClientConfig,
+    domain: Domain,
+    slots: Vec<OnceLock<Mutex<Inner>>>,
+    /// Held while a lane opens (one opens at a time, and only once).
+    opening: Mutex<()>,
+    /// Bit `i`: lane `i` has staged writes (optimistic persistence).
+    staged: AtomicU64,
+    /// MDS connections the lanes re-established (`Remote::sessions`).
+    sessions: Arc<AtomicU64>,
+    pub open: Arc<Mutex<OpenFiles>>,
+    pub pages: Arc<PageCache>,
+    optimistic: bool,
+    stage_for: Duration,
+    pub flusher: OnceLock<Thread>,
+    pub closing: AtomicBool,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Lanes {
+    /// Opens the first lane (so that a client that cannot reach the cluster fails at
+    /// once); the others open when calls need them.
+    pub fn connect(cfg: ClientConfig, domain: Domain) -> FsResult<Lanes> {
+        let lanes = cfg.lanes;
+        if lanes == 0 || lanes > MAX_LANES {
+            return Err(io_err(format!(
+                "lanes {lanes}: expected 1 to {MAX_LANES} (connections a client opens)"
+            )));
+        }
+        let optimistic = cfg.optimistic().map_err(io_err)?;
+        // SAFETY: geteuid and getegid only read the process's credentials.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let l = Lanes {
+            pages: Arc::new(PageCache::new(cfg.cache_mib)),
+            stage_for: Duration::from_millis(cfg.stage_ms.max(1)),
+            slots: (0..lanes).map(|_| OnceLock::new()).collect(),
+            cfg,
+            domain,
+            opening: Mutex::new(()),
+            staged: AtomicU64::new(0),
+            sessions: Arc::new(AtomicU64::new(0)),
+            open: Arc::new(Mutex::new(OpenFiles {
+                next_fd: 3,
+                ..Default::default()
+            })),
+            optimistic,
+            flusher: OnceLock::new(),
+            closing: AtomicBool::new(false),
+            uid,
+            gid,
+        };
+        l.open_lane(0, false)?;
+        Ok(l)
+    }
+
+    pub fn optimistic(&self) -> bool {
+        self.optimistic
+    }
+
+    /// The lanes open so far, with their numbers.
+    pub fn existing(&self) -> impl Iterator<Item = (usize, &Mutex<Inner>)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.get().map(|m| (i, m)))
+    }
+
+    /// Lane `i`, opened if it was not. A lane opened while the MDS restarts or fails
+    /// over waits for it as a broken connection does (`reconnect_ms`).
+    fn open_lane(&self, i: usize, patient: bool) -> FsResult<&Mutex<Inner>> {
+        if let Some(m) = self.slots[i].get() {
+            return Ok(m);
+        }
+        let _one = self.opening.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = self.slots[i].get() {
+            return Ok(m);
+        }
+        let deadline = Instant::now() + Duration::from_millis(self.cfg.reconnect_ms);
+        let remote = loop {
+            let sessions = self.sessions.clone();
+            match Remote::connect(self.cfg.clone(), self.domain.clone(), i, sessions) {
+                Ok(r) => break r,
+                Err(e) if !patient || Instant::now() >= deadline => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        let mut staging = Staging::new(self.optimistic, self.stage_for);
+        if let Some(t) = self.flusher.get() {
+            staging.set_flusher(t.clone());
+        }
+        let inner = Inner {
+            remote,
+            cache: InodeCache::default(),
+            chunks: Chunks::for_lane(self.slots.len()),
+            pages: self.pages.clone(),
+            staging,
+            open: self.open.clone(),
+            lane: i,
+            uid: self.uid,
+            gid: self.gid,
+        };
+        Ok(self.slots[i].get_or_init(|| Mutex::new(inner)))
+    }
+
+    /// Takes a lane for a call.
+    fn take(&self, pick: Pick) -> FsResult<(usize, MutexGuard<'_, Inner>)> {
+        let n = self.slots.len();
+        let i = match pick {
+            Pick::Inode(ino) => (ino % n as u64) as usize,
+            Pick::Lane(i) => i,
+            Pick::Any => {
+                // The lowest free lane: a lone thread keeps to lane 0 and its warm
+                // copies of directories.
+                for (i, m) in self.existing() {
+                    match m.try_lock() {
+                        Ok(g) => return Ok((i, g)),
+                        Err(TryLockError::Poisoned(e)) => return Ok((i, e.into_inner())),
+                        Err(TryLockError::WouldBlock) => {}
+                    }
+                }
+                match self.slots.iter().position(|s| s.get().is_none()) {
+                    // Every lane is busy and there is room for another.
+                    Some(i) => match self.open_lane(i, false) {
+                        Ok(_) => i,
+                        Err(e) => {
+                            warn!("could not open another connection to the cluster: {e}");
+                            0
+                        }
+                    },
+                    None => 0,
+                }
+            }
+        };
+        let m = self.open_lane(i, true)?;
+        Ok((i, lock(m)))
+    }
+
+    /// Runs `f` on a lane; after a reconnection, from fresh state again. With
+    /// `commit_staged` (every call but a read or write), what any lane has staged
+    /// commits first.
+    pub fn run<T>(
+        &self,
+        pick: Pick,
+        commit_staged: bool,
+        f: impl FnMut(&mut Inner) -> Res<T>,
+    ) -> FsResult<T> {
+        if commit_staged {
+            let mut mask = self.staged.load(Ordering::Acquire);
+            while mask != 0 {
+                let j = mask.trailing_zeros() as usize;
+                mask &= mask - 1;
+                let mut g = lock(self.open_lane(j, true)?);
+                self.run_locked(&mut g, true, |_| Ok(()))?;
+            }
+        }
+        let (_, mut g) = self.take(pick)?;
+        self.run_locked(&mut g, commit_staged, f)
+    }
+
+    fn run_locked<T>(
+        &self,
+        g: &mut Inner,
+        commit_staged: bool,
+        mut f: impl FnMut(&mut Inner) -> Res<T>,
+    ) -> FsResult<T> {
+        g.remote.begin_operation();
+        let r = (|| {
+            for _ in 0..RECONNECT_RETRIES {
+                g.datapath().forget_if_term_changed();
+                let staged = if commit_staged || g.staging.due() {
+                    g.datapath().flush_all()
+                } else {
+                    Ok(())
+                };
+                match staged.and_then(|_| f(g)) {
+                    Ok(v) => return Ok(v),
+                    Err(Fail::Fs(e)) => return Err(e),
+                    Err(Fail::Reconnected) => g.datapath().reconnected(),
+                    // Refused, with the new map in hand: the operation writes again.
+                    Err(Fail::MapChanged) => {}
+                }
+            }
+            Err(io_err("the MDS connection keeps breaking"))
+        })();
+        self.note_staged(g);
+        r
+    }
+
+    /// Keeps the staged-lanes mask true for lane `g` (under its lock).
+    pub fn note_staged(&self, g: &Inner) {
+        let bit = 1u64 << g.lane;
+        if g.staging.is_empty() {
+            self.staged.fetch_and(!bit, Ordering::AcqRel);
+        } else {
+            self.staged.fetch_or(bit, Ordering::AcqRel);
+        }
+    }
+
+    /// The counters of every lane, added up.
+    pub fn stats(&self) -> Stats {
+        let mut s = Stats::default();
+        for (_, m) in self.existing() {
+            s.add(&lock(m).remote.stats);
+        }
+        s
+    }
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

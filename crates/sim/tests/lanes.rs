@@ -1,0 +1,270 @@
+//! Threads sharing one client (a mount's request threads, a program's threads under
+//! the preload library): calls on different inodes run on different lanes, so one
+//! slow call holds up no other, and calls from many threads at once leave every file
+//! as a model of each thread's own calls says.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use orion_client::{Client, FileType, OpenFlags};
+use orion_pmem::Mode;
+use orion_sim::{store_addr, ClientKind, Cluster, ClusterConfig, MemberId, MDS_ADDR};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const EXTERNAL: ClientKind = ClientKind {
+    internal: false,
+    optimistic: false,
+    weak: false,
+};
+
+fn rw_create() -> OpenFlags {
+    OpenFlags {
+        read: true,
+        write: true,
+        create: true,
+        ..Default::default()
+    }
+}
+
+fn read_all(c: &Client, path: &str) -> Vec<u8> {
+    let fd = c.open(path, OpenFlags::read(), 0).unwrap();
+    let size = c.fstat(fd).unwrap().size as usize;
+    let b = c.pread(fd, 0, size + 1).unwrap();
+    c.close(fd).unwrap();
+    b
+}
+
+/// A strong write waits at the MDS for the store's persist notice; with the store's
+/// sends to the MDS slowed down, it takes half a second. Meanwhile another thread's
+/// calls on other inodes through the same client finish: they run on other lanes.
+/// (With one lane, they wait behind the write and this fails.)
+#[test]
+fn calls_on_other_inodes_do_not_wait_for_a_slow_write() {
+    let mut cluster = Cluster::start(ClusterConfig {
+        seed: 3,
+        store_mode: Mode::Msync,
+        ..Default::default()
+    })
+    .unwrap();
+    // Two lanes, both open before the store slows down (opening one connects to
+    // the store, which waits behind its slow sends).
+    let c = Arc::new(cluster.client_with(EXTERNAL, |cfg| cfg.lanes = 2).unwrap());
+    let fd = c.open("/slow", rw_create(), 0o644).unwrap();
+    c.pwrite(fd, 0, &[1u8; 4096]).unwrap();
+    c.mkdir("/d", 0o755).unwrap();
+    for i in 0..2 {
+        let a = c
+            .mknod(&format!("/w{i}"), FileType::Regular, 0o644)
+            .unwrap();
+        c.getattr(a.ino).unwrap();
+    }
+
+    let store = store_addr(MemberId { group: 0, index: 0 });
+    let delay = Duration::from_millis(500);
+    assert!(cluster.net.slow_posts(&store, MDS_ADDR, Some(delay)));
+    let done = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (c, done) = (c.clone(), done.clone());
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            let r = c.pwrite(fd, 0, &[2u8; 4096]);
+            done.store(true, Ordering::Release);
+            (r, t.elapsed())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    // Path calls (not about one inode): they take whichever lane is free.
+    let t = Instant::now();
+    c.mkdir("/d/x", 0o755).unwrap();
+    c.mknod("/d/f", FileType::Regular, 0o644).unwrap();
+    assert_eq!(c.stat("/d/f").unwrap().size, 0);
+    assert_eq!(c.readdir("/d").unwrap().len(), 4, "., .., x and f");
+    c.unlink("/d/f").unwrap();
+    let others = t.elapsed();
+    assert!(
+        !done.load(Ordering::Acquire),
+        "the slow write finished before the other calls ({others:?}): they waited for it"
+    );
+    assert!(cluster.net.slow_posts(&store, MDS_ADDR, None));
+    let (r, took) = writer.join().unwrap();
+    r.unwrap();
+    assert!(
+        took >= delay / 2,
+        "the write took {took:?}: the store's notice did not hold it up"
+    );
+    c.close(fd).unwrap();
+    assert_eq!(read_all(&c, "/slow"), vec![2u8; 4096]);
+    cluster.stop().unwrap();
+}
+
+/// Four threads share one client, each working in a directory of its own (writes at
+/// random offsets, truncations, renames, unlinks) and all appending fixed-size
+/// records to one shared file; every file must end as the thread's model says, and
+/// the shared file must hold every record whole. Pessimistic and optimistic.
+#[test]
+fn threads_sharing_a_client_leave_every_file_as_modelled() {
+    for optimistic in [false, true] {
+        let seed = 40 + optimistic as u64;
+        let mut cluster = Cluster::start(ClusterConfig {
+            seed,
+            ..Default::default()
+        })
+        .unwrap();
+        let kind = ClientKind {
+            optimistic,
+            ..EXTERNAL
+        };
+        let c = Arc::new(cluster.client_with(kind, |cfg| cfg.lanes = 4).unwrap());
+        let log = c
+            .open(
+                "/log",
+                OpenFlags {
+                    write: true,
+                    create: true,
+                    append: true,
+                    ..Default::default()
+                },
+                0o644,
+            )
+            .unwrap();
+        c.close(log).unwrap();
+        const THREADS: usize = 4;
+        const RECORD: usize = 100;
+        const STEPS: usize = 150;
+        let workers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let c = c.clone();
+                std::thread::spawn(move || run_thread(&c, seed, t, STEPS, RECORD))
+            })
+            .collect();
+        let mut models = Vec::new();
+        for w in workers {
+            models.push(w.join().expect("a worker thread panicked"));
+        }
+        for (t, model) in models.iter().enumerate() {
+            let dir = format!("/t{t}");
+            let mut names: Vec<Vec<u8>> = c
+                .readdir(&dir)
+                .unwrap()
+                .into_iter()
+                .map(|e| e.name)
+                .filter(|n| n != b"." && n != b"..")
+                .collect();
+            names.sort();
+            let want: Vec<Vec<u8>> = model.keys().map(|k| k.as_bytes().to_vec()).collect();
+            assert_eq!(names, want, "seed {seed}: the names in {dir}");
+            for (name, data) in model {
+                let got = read_all(&c, &format!("{dir}/{name}"));
+                assert!(
+                    got == *data,
+                    "seed {seed}: {dir}/{name} differs from its model"
+                );
+            }
+        }
+        let log = read_all(&c, "/log");
+        assert_eq!(
+            log.len(),
+            THREADS * STEPS * RECORD,
+            "seed {seed}: the log's size"
+        );
+        let mut seen = vec![0usize; THREADS];
+        for rec in log.chunks(RECORD) {
+            let t = rec[0] as usize;
+            assert!(
+                t < THREADS && rec.iter().all(|&b| b == rec[0]),
+                "seed {seed}: a torn record in the log"
+            );
+            seen[t] += 1;
+        }
+        assert_eq!(
+            seen,
+            vec![STEPS; THREADS],
+            "seed {seed}: records per thread"
+        );
+        drop(c);
+        cluster.stop().unwrap();
+    }
+}
+
+/// One thread's calls; returns its model of its directory (name → content).
+fn run_thread(
+    c: &Client,
+    seed: u64,
+    t: usize,
+    steps: usize,
+    record: usize,
+) -> BTreeMap<String, Vec<u8>> {
+    let mut rng = StdRng::seed_from_u64(seed * 100 + t as u64);
+    let dir = format!("/t{t}");
+    c.mkdir(&dir, 0o755).unwrap();
+    let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let log = c
+        .open(
+            "/log",
+            OpenFlags {
+                write: true,
+                append: true,
+                ..Default::default()
+            },
+            0,
+        )
+        .unwrap();
+    for step in 0..steps {
+        let name = format!("f{}", rng.gen_range(0..6));
+        let path = format!("{dir}/{name}");
+        let what = rng.gen_range(0..10);
+        let ctx = || format!("seed {seed}, thread {t}, step {step}: {path}");
+        match what {
+            0..=4 => {
+                let off = rng.gen_range(0..3 * 4096u64);
+                let len = rng.gen_range(1..6000usize);
+                let fill = rng.gen::<u8>();
+                let fd = c.open(&path, rw_create(), 0o644).unwrap();
+                c.pwrite(fd, off, &vec![fill; len])
+                    .unwrap_or_else(|e| panic!("{}: {e}", ctx()));
+                c.close(fd).unwrap();
+                let m = model.entry(name).or_default();
+                let end = off as usize + len;
+                if m.len() < end {
+                    m.resize(end, 0);
+                }
+                m[off as usize..end].fill(fill);
+            }
+            5 => {
+                if let Some(m) = model.get_mut(&name) {
+                    let size = rng.gen_range(0..8000usize);
+                    let fd = c.open(&path, rw_create(), 0o644).unwrap();
+                    c.ftruncate(fd, size as u64)
+                        .unwrap_or_else(|e| panic!("{}: {e}", ctx()));
+                    c.close(fd).unwrap();
+                    m.resize(size, 0);
+                }
+            }
+            6 => {
+                if let Some(m) = model.remove(&name) {
+                    let to = format!("f{}", rng.gen_range(0..6));
+                    c.rename(&path, &format!("{dir}/{to}"))
+                        .unwrap_or_else(|e| panic!("{}: {e}", ctx()));
+                    model.insert(to, m);
+                }
+            }
+            7 => {
+                if model.remove(&name).is_some() {
+                    c.unlink(&path).unwrap_or_else(|e| panic!("{}: {e}", ctx()));
+                }
+            }
+            _ => {
+                if let Some(m) = model.get(&name) {
+                    let got = read_all(c, &path);
+                    assert!(got == *m, "{}: differs from its model mid-run", ctx());
+                }
+            }
+        }
+        c.write(log, &vec![t as u8; record]).unwrap();
+    }
+    c.close(log).unwrap();
+    model
+}
