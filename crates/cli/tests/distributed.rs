@@ -409,6 +409,25 @@ fn bad_input_is_refused_with_an_error_and_the_mds_keeps_serving() {
     let ino = good.stat("/before").unwrap().ino;
     let (e, _) = errno_of(call(&cq, &mut ch, 4, &commit(ino, Gpa::new(0, 5))));
     assert_eq!(e, libc::EKEYREVOKED);
+    // Pages given back that are not this connection's, or a run of no pages or of
+    // more than any chunk: refused, and nothing is freed.
+    let give_back = |runs: Vec<(Gpa, u32)>| MdsRequest::ReturnPages { runs };
+    let (e, _) = errno_of(call(
+        &cq,
+        &mut ch,
+        40,
+        &give_back(vec![(Gpa::new(0, 5), 1)]),
+    ));
+    assert_eq!(e, libc::EKEYREVOKED);
+    for (id, n) in [(41, 0), (42, u32::MAX)] {
+        let (e, _) = errno_of(call(
+            &cq,
+            &mut ch,
+            id,
+            &give_back(vec![(Gpa::new(0, 5), n)]),
+        ));
+        assert_eq!(e, libc::EINVAL, "a run of {n} pages");
+    }
     // A page of a chunk that is this client's, then the same page again.
     let Reply::Ok(ReplyBody::Chunk { start, .. }) = call(
         &cq,

@@ -133,6 +133,31 @@ impl Chunks {
         }
     }
 
+    /// Gives every unused page back to the MDS (a store ran short while this lane
+    /// sat on them); true if there were any. They are forgotten here first, whatever
+    /// the MDS answers: a page asked back is never written again.
+    pub fn return_all(&mut self, remote: &mut Remote) -> bool {
+        if self.runs.is_empty() {
+            return false;
+        }
+        let runs: Vec<(Gpa, u32)> = self
+            .runs
+            .drain(..)
+            .map(|(g, n)| (g, u32::try_from(n).expect("a run lies in one grant")))
+            .collect();
+        self.next_request = 0;
+        for batch in runs.chunks(orion_proto::MAX_RETURNED_RUNS) {
+            let req = MdsRequest::ReturnPages {
+                runs: batch.to_vec(),
+            };
+            if let Err(e) = remote.call(&req) {
+                // Kept by the MDS until this connection goes: only space is lost.
+                tracing::debug!("giving chunk pages back: {e:?}");
+            }
+        }
+        true
+    }
+
     /// Forgets every chunk (the MDS restarted and took them back).
     pub fn clear(&mut self) {
         self.runs.clear();

@@ -47,9 +47,9 @@ pub struct ClientConfig {
     /// first need: calls on different inodes run in parallel on different lanes, so
     /// this bounds how many threads of one process (a mount's request threads, a
     /// program under the preload library) the client serves at once. 1 to
-    /// [`MAX_LANES`]. One by default for now: each lane holds chunks of its own, and
-    /// until an idle lane gives its unused pages back when the pool runs short, many
-    /// lanes leave a nearly full store refusing writes (`ENOSPC`) early.
+    /// [`MAX_LANES`]. Each lane holds chunks of its own (the lanes share the largest
+    /// chunk request); when a store runs short, idle lanes give their unused pages
+    /// back.
     ///
     /// [`MAX_LANES`]: crate::fs::MAX_LANES
     pub lanes: usize,
@@ -68,7 +68,7 @@ impl Default for ClientConfig {
             op_timeout_ms: 30_000,
             reconnect_ms: 30_000,
             name: String::new(),
-            lanes: 1,
+            lanes: 8,
         }
     }
 }

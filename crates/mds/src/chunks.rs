@@ -182,6 +182,15 @@ impl ChunkGrants {
         self.0.retain(|l| l.left > 0);
     }
 
+    /// Takes back `n` pages from `start` that the client gives up unused: they must
+    /// all lie in its chunks, uncommitted (else `EKEYREVOKED`, and nothing changes).
+    /// They leave its grants as committed pages do: no longer the client's to write.
+    pub fn give_back(&mut self, start: Gpa, n: u64) -> FsResult<()> {
+        self.check(start, n)?;
+        self.commit(start, n);
+        Ok(())
+    }
+
     /// The pages never committed, as runs, to give back to their groups.
     pub fn uncommitted(&self) -> Vec<(Gpa, u64)> {
         let mut out: Vec<(Gpa, u64)> = Vec::new();
@@ -231,4 +240,58 @@ pub fn grant(
         }
     }
     Err(orion_meta::error::ENOSPC)
+}
+
+impl crate::server::Mds {
+    /// `MdsRequest::ReturnPages`: pages of a client's chunks it gives up go back to
+    /// their groups at once (no file names them, so no reader can hold them), as when
+    /// a client leaves. Every run is checked before any is taken back.
+    pub(crate) fn return_pages(
+        &mut self,
+        conn: orion_fabric::ConnId,
+        runs: &[(Gpa, u32)],
+    ) -> FsResult<orion_proto::ReplyBody> {
+        let peer = self
+            .peers
+            .get_mut(&conn)
+            .ok_or(FsError::Errno(libc::ENOTCONN))?;
+        for &(g, n) in runs {
+            if n == 0 || n > MAX_CHUNK_PAGES {
+                return Err(FsError::Errno(libc::EINVAL));
+            }
+            peer.grants.check(g, n as u64)?;
+        }
+        for &(g, n) in runs {
+            // Two runs naming the same page: the second finds it taken back already.
+            peer.grants.give_back(g, n as u64)?;
+            if let Some(grp) = self.groups.get_mut(&g.group()) {
+                grp.alloc.free_now(g.page(), n as u64);
+            }
+            self.strong.forget_pages(g, n as u64);
+        }
+        Ok(orion_proto::ReplyBody::Empty)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_given_back_leave_the_grant_and_only_held_ones_may_be() {
+        let mut grants = ChunkGrants::default();
+        grants.add(Gpa::new(0, 100), 8);
+        // Outside the grant: refused, and nothing changes.
+        assert_eq!(
+            grants.give_back(Gpa::new(0, 106), 4),
+            Err(FsError::Errno(libc::EKEYREVOKED))
+        );
+        assert!(grants.check(Gpa::new(0, 106), 2).is_ok());
+        grants.give_back(Gpa::new(0, 102), 3).unwrap();
+        // Given back: no longer the client's to commit, nor to give back twice.
+        assert!(grants.check(Gpa::new(0, 103), 1).is_err());
+        assert!(grants.give_back(Gpa::new(0, 104), 1).is_err());
+        grants.commit(Gpa::new(0, 100), 2);
+        assert_eq!(grants.uncommitted(), vec![(Gpa::new(0, 105), 3)]);
+    }
 }

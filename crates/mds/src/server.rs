@@ -583,6 +583,7 @@ impl Mds {
             }
             MdsRequest::UnlinkOpen { parent, name } => self.unlink_open(conn, parent, &name),
             MdsRequest::Release { ino } => self.release(conn, ino),
+            MdsRequest::ReturnPages { runs } => self.return_pages(conn, &runs),
             MdsRequest::Rmdir { parent, name } => {
                 self.engine.rmdir(parent, &name).map(|_| ReplyBody::Empty)
             }

@@ -20,8 +20,8 @@ pub use msg::*;
 
 /// Magic of every message ("OR") and the protocol version both ends must speak.
 pub const MAGIC: u16 = 0x524F;
-/// Version 7: unlinks of open files and their release.
-pub const VERSION: u8 = 7;
+/// Version 8: chunk pages given back.
+pub const VERSION: u8 = 8;
 /// Bytes of the header: magic, version, kind, pad, request id.
 pub const HEADER: usize = 16;
 

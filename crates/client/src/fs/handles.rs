@@ -10,8 +10,11 @@ use super::*;
 use crate::remote::{io_err, Fail, Res};
 
 impl Client {
+    /// Finds (or creates) the file on any lane, then opens it on its own lane, where
+    /// its reads and writes will run and find the copy of the inode the open made.
     pub fn open(&self, path: &str, flags: OpenFlags, mode: u32) -> FsResult<Fd> {
-        self.run(|i| i.open(path, flags, mode))
+        let ino = self.run(|i| i.find_or_create(path, flags, mode))?;
+        self.run_on(ino, |i| i.open_ino(ino, flags))
     }
 
     /// Opens inode `ino` (it exists: FUSE looked it up); O_CREAT and O_EXCL do not
@@ -192,7 +195,8 @@ impl Client {
 }
 
 impl Inner {
-    pub(crate) fn open(&mut self, path: &str, flags: OpenFlags, mode: u32) -> Res<Fd> {
+    /// The file `open` opens: found, or created with O_CREAT.
+    pub(crate) fn find_or_create(&mut self, path: &str, flags: OpenFlags, mode: u32) -> Res<u64> {
         let ino = match self.resolve(path, true) {
             Ok((ino, _)) => {
                 // Unless this very operation created it before a reconnection made it
@@ -212,7 +216,7 @@ impl Inner {
             }
             Err(e) => return Err(e),
         };
-        self.open_ino(ino, flags)
+        Ok(ino)
     }
 
     pub(crate) fn open_ino(&mut self, ino: u64, flags: OpenFlags) -> Res<Fd> {

@@ -30,6 +30,7 @@ use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use orion_fabric::Domain;
+use orion_meta::error::ENOSPC;
 use orion_meta::FsResult;
 use tracing::warn;
 
@@ -241,6 +242,7 @@ impl Lanes {
         mut f: impl FnMut(&mut Inner) -> Res<T>,
     ) -> FsResult<T> {
         g.remote.begin_operation();
+        let mut reclaimed = false;
         let r = (|| {
             for _ in 0..RECONNECT_RETRIES {
                 g.datapath().forget_if_term_changed();
@@ -251,6 +253,14 @@ impl Lanes {
                 };
                 match staged.and_then(|_| f(g)) {
                     Ok(v) => return Ok(v),
+                    // Out of space while other lanes may sit on unused chunk pages:
+                    // they give them back, and the call runs once more.
+                    Err(Fail::Fs(e)) if e == ENOSPC && !reclaimed => {
+                        reclaimed = true;
+                        if !self.reclaim(g.lane) {
+                            return Err(e);
+                        }
+                    }
                     Err(Fail::Fs(e)) => return Err(e),
                     Err(Fail::Reconnected) => g.datapath().reconnected(),
                     // Refused, with the new map in hand: the operation writes again.
@@ -261,6 +271,22 @@ impl Lanes {
         })();
         self.note_staged(g);
         r
+    }
+
+    /// Has every other lane that is not busy give its unused chunk pages back to the
+    /// MDS (a busy lane is writing, into its chunk); true if any did.
+    fn reclaim(&self, except: usize) -> bool {
+        let mut any = false;
+        for (i, m) in self.existing() {
+            if i == except {
+                continue;
+            }
+            if let Ok(mut g) = m.try_lock() {
+                let g = &mut *g;
+                any |= g.chunks.return_all(&mut g.remote);
+            }
+        }
+        any
     }
 
     /// Keeps the staged-lanes mask true for lane `g` (under its lock).

@@ -39,6 +39,12 @@ pub enum MdsRequest {
     Release {
         ino: u64,
     },
+    /// Pages of this connection's chunks it will not use, given back (a client with
+    /// several connections returns those of its idle ones when a store runs short).
+    /// At most [`MAX_RETURNED_RUNS`] runs of contiguous pages.
+    ReturnPages {
+        runs: Vec<(Gpa, u32)>,
+    },
     Rmdir {
         parent: u64,
         name: Vec<u8>,
@@ -100,8 +106,12 @@ wire_kinds! {
         Outcome = 19,
         UnlinkOpen = 20,
         Release = 21,
+        ReturnPages = 22,
     }
 }
+
+/// Most runs one [`MdsRequest::ReturnPages`] carries.
+pub const MAX_RETURNED_RUNS: usize = 4096;
 
 /// What a data store tells the metadata server.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -155,6 +165,7 @@ impl MdsRequest {
             MdsRequest::Unlink { .. } => MdsKind::Unlink,
             MdsRequest::UnlinkOpen { .. } => MdsKind::UnlinkOpen,
             MdsRequest::Release { .. } => MdsKind::Release,
+            MdsRequest::ReturnPages { .. } => MdsKind::ReturnPages,
             MdsRequest::Rmdir { .. } => MdsKind::Rmdir,
             MdsRequest::Rename { .. } => MdsKind::Rename,
             MdsRequest::Link { .. } => MdsKind::Link,
@@ -223,6 +234,12 @@ impl MdsRequest {
             }
             MdsRequest::Release { ino } => {
                 w.u64(*ino);
+            }
+            MdsRequest::ReturnPages { runs } => {
+                w.u32(runs.len() as u32);
+                for (g, n) in runs {
+                    w.u64(g.0).u32(*n);
+                }
             }
             MdsRequest::Rename {
                 old_parent,
@@ -307,6 +324,17 @@ impl MdsRequest {
             MdsKind::Release => MdsRequest::Release {
                 ino: r.u64("inode")?,
             },
+            MdsKind::ReturnPages => {
+                let n = r.u32("run count")? as usize;
+                if n > MAX_RETURNED_RUNS {
+                    return Err(ProtoError::Invalid("run count"));
+                }
+                let mut runs = Vec::with_capacity(n);
+                for _ in 0..n {
+                    runs.push((Gpa(r.u64("gpa")?), r.u32("pages")?));
+                }
+                MdsRequest::ReturnPages { runs }
+            }
             MdsKind::Rmdir => MdsRequest::Rmdir {
                 parent: r.u64("parent")?,
                 name: name(r)?,
@@ -371,6 +399,7 @@ impl Message for MdsRequest {
             MdsKind::Unlink => "unlink",
             MdsKind::UnlinkOpen => "unlink of an open file",
             MdsKind::Release => "release",
+            MdsKind::ReturnPages => "return of chunk pages",
             MdsKind::Rmdir => "rmdir",
             MdsKind::Rename => "rename",
             MdsKind::Link => "link",

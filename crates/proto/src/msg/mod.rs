@@ -11,7 +11,7 @@ mod store;
 #[cfg(test)]
 mod tests;
 
-pub use mds::{MdsInbound, MdsKind, MdsRequest, StoreToMds, StoreToMdsKind};
+pub use mds::{MdsInbound, MdsKind, MdsRequest, StoreToMds, StoreToMdsKind, MAX_RETURNED_RUNS};
 pub use mirror::{MdsToMirror, MdsToMirrorKind, MirrorToMds, MirrorToMdsKind, MAX_APPLY_RECORDS};
 pub use store::{StoreKind, StoreRequest};
 

@@ -72,6 +72,9 @@ fn sample_requests() -> Vec<MdsRequest> {
             name: b"open".to_vec(),
         },
         MdsRequest::Release { ino: 44 },
+        MdsRequest::ReturnPages {
+            runs: vec![(Gpa::new(1, 300), 12), (Gpa::new(0, 9), 1)],
+        },
     ]
 }
 
