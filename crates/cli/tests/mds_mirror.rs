@@ -97,6 +97,32 @@ impl Setup {
         }
     }
 
+    /// `orion ds` of group 0 that knows the MDSs `mds`.
+    fn ds(&self, mds: &str) -> Daemon {
+        let ds_args: Vec<String> = [
+            "ds",
+            "--format",
+            "--pool-size",
+            "64M",
+            "--listen",
+            "127.0.0.1:0",
+            "--group",
+            "0",
+            "--backend",
+            "local",
+            "--mds",
+            mds,
+            "--secret-file",
+            &self.secret.display().to_string(),
+            "--pool",
+            &self.path("ds0.pool").display().to_string(),
+        ]
+        .iter()
+        .map(|x| x.to_string())
+        .collect();
+        cluster::spawn(&ds_args, &self.path("ds0.log")).unwrap()
+    }
+
     fn fabric(&self) -> FabricConfig {
         let mut f = FabricConfig::new(Backend::Local, Secret::from_file(&self.secret).unwrap());
         f.connect_timeout = Duration::from_secs(5);
@@ -161,28 +187,7 @@ fn kill_loop(s: &Setup, spec: &str, lease_ms: u64) {
     let b = s.mds_under(spec, lease_ms, "mds-b", port_b, false);
     s.wait_log("mds-a", "mirror mds-b is in sync", Duration::from_secs(30));
     let mds = format!("127.0.0.1:{port_a},127.0.0.1:{port_b}");
-    let ds_args: Vec<String> = [
-        "ds",
-        "--format",
-        "--pool-size",
-        "64M",
-        "--listen",
-        "127.0.0.1:0",
-        "--group",
-        "0",
-        "--backend",
-        "local",
-        "--mds",
-        &mds,
-        "--secret-file",
-        &s.secret.display().to_string(),
-        "--pool",
-        &s.path("ds0.pool").display().to_string(),
-    ]
-    .iter()
-    .map(|x| x.to_string())
-    .collect();
-    let _ds = cluster::spawn(&ds_args, &s.path("ds0.log")).unwrap();
+    let _ds = s.ds(&mds);
     let connect = || {
         Client::connect(
             ClientConfig {
@@ -446,4 +451,86 @@ fn with_etcd_lost_the_primary_serves_out_its_lease_and_nobody_takes_over() {
         "{}",
         s.log("mds-b")
     );
+}
+
+/// A client still connected to a primary that stopped answering (SIGSTOP: its
+/// connections stay open, and one-sided reads of its pool still work, as a NIC serves
+/// them for a hung host) must not write into the chunk that primary granted: the
+/// mirror took over without knowing the grant, and may hand the same pages to another
+/// client, whose committed data the write would overwrite. A client writes into a
+/// chunk only within half the MDS's grant quiet time of an answer (else it pings
+/// first), and a new primary grants nothing in its first quiet time.
+#[test]
+fn a_client_of_a_stopped_primary_overwrites_no_page_of_the_new_primarys_clients() {
+    let s = Setup::new();
+    let (port_a, port_b) = (free_port(), free_port());
+    let a = s.mds("mds-a", port_a, true);
+    s.wait_log(
+        "mds-a",
+        "mds-a is the primary (epoch 1",
+        Duration::from_secs(30),
+    );
+    let _b = s.mds("mds-b", port_b, false);
+    s.wait_log("mds-a", "mirror mds-b is in sync", Duration::from_secs(30));
+    let both = format!("127.0.0.1:{port_a},127.0.0.1:{port_b}");
+    let _ds = s.ds(&both);
+    let client = |mds: String, lanes: usize| {
+        let cfg = ClientConfig {
+            mds,
+            lanes,
+            chunk_pages: 256,
+            op_timeout_ms: 2_000,
+            ..ClientConfig::default()
+        };
+        Client::connect(cfg, s.fabric()).unwrap()
+    };
+    let page = |fill: u8| vec![fill; 4096];
+    let put = |c: &Client, path: &str, data: &[u8]| {
+        let fd = c.open(path, OpenFlags::create(), 0o644).unwrap();
+        c.pwrite(fd, 0, data)
+            .unwrap_or_else(|e| panic!("{path}: {e}\nmds-b:\n{}", s.log("mds-b")));
+        c.close(fd).unwrap();
+    };
+    let get = |c: &Client, path: &str| {
+        let fd = c.open(path, OpenFlags::read(), 0).unwrap();
+        let b = c.pread(fd, 0, 1 << 20).unwrap();
+        c.close(fd).unwrap();
+        b
+    };
+    // One lane: the write below runs on the connection that took the chunk.
+    let stale = client(both.clone(), 1);
+    put(&stale, "/first", &page(1));
+    let rw = OpenFlags {
+        read: true,
+        write: true,
+        create: true,
+        ..Default::default()
+    };
+    let fd = stale.open("/late", rw, 0o644).unwrap();
+    // SAFETY: kill only sends a signal to a child process of this test.
+    unsafe { libc::kill(a.pid() as i32, libc::SIGSTOP) };
+    s.wait_log(
+        "mds-b",
+        "mds-b is the primary (epoch 2",
+        Duration::from_secs(30),
+    );
+    let fresh = client(format!("127.0.0.1:{port_b}"), 8);
+    for i in 0..16u8 {
+        put(&fresh, &format!("/b{i}"), &page(0x10 + i));
+    }
+    stale
+        .pwrite(fd, 0, &page(0xee))
+        .unwrap_or_else(|e| panic!("the stale client's write: {e}"));
+    stale.close(fd).unwrap();
+    // SAFETY: as above.
+    unsafe { libc::kill(a.pid() as i32, libc::SIGCONT) };
+    for i in 0..16u8 {
+        let intact = get(&fresh, &format!("/b{i}")) == page(0x10 + i);
+        assert!(
+            intact,
+            "/b{i} was overwritten by the client of the stopped primary"
+        );
+    }
+    assert!(get(&fresh, "/late") == page(0xee), "/late");
+    assert!(get(&fresh, "/first") == page(1), "/first");
 }

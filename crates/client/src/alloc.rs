@@ -54,6 +54,15 @@ impl Chunks {
             self.runs.clear();
             self.granted_under = sessions;
         }
+        if !self.runs.is_empty() && !remote.chunks_trusted() {
+            // Nothing answered lately: make sure the MDS that granted them still
+            // serves before writing into them (a ping; one that does not answer is
+            // left, and the operation runs again on fresh chunks).
+            if let Err(e) = remote.call(&MdsRequest::Ping) {
+                self.runs.clear();
+                return Err(e);
+            }
+        }
         let mut out = Vec::new();
         let mut have = 0;
         let mut waited = 0;

@@ -101,6 +101,10 @@ pub struct Remote {
     sessions: Arc<AtomicU64>,
     /// When the MDS was last known alive (see [`Remote::mds_seems_alive`]).
     mds_seen: Instant,
+    /// When the latest request the MDS answered was sent, and how long after that
+    /// a chunk it granted may be written into (see [`Remote::chunks_trusted`]).
+    answered: Instant,
+    chunk_trust: Duration,
 }
 
 /// How long an MDS known alive is trusted without looking again. A fail-over or a
@@ -174,6 +178,8 @@ impl Remote {
             lane,
             sessions,
             mds_seen: Instant::now(),
+            answered: Instant::now(),
+            chunk_trust: Duration::ZERO,
         };
         if let Err(e) = remote.hello() {
             if remote.mds.conn.is_alive() {
@@ -224,6 +230,7 @@ impl Remote {
         let internal_changed = self.adopt_map(h.epoch, h.stores);
         self.map_at = asked;
         self.map_lease = Duration::from_millis(h.map_lease_ms);
+        self.chunk_trust = Duration::from_millis(h.grant_quiet_ms / 2);
         if internal_changed {
             hello.internal = self.internal;
             self.call_once(&MdsRequest::Hello(hello))?;
@@ -273,8 +280,12 @@ impl Remote {
 
     fn call_with_id(&mut self, id: u64, req: &MdsRequest) -> FsResult<ReplyBody> {
         let mut other = Vec::new();
+        let sent = Instant::now();
         let r = self.mds.call(&self.cq, id, req, self.timeout, &mut other);
         self.absorb(other);
+        if r.is_ok() {
+            self.answered = sent;
+        }
         if let Err(orion_fabric::Error::Timeout(_)) = &r {
             // No answer within the operation timeout. An MDS that still answers a ping
             // is slow (a commit parked for the stores): the timeout stands as before.
@@ -429,6 +440,15 @@ impl Remote {
             self.mds_seen = Instant::now();
         }
         alive
+    }
+
+    /// Whether this lane's chunks may be written into now: within half the MDS's
+    /// quiet time for grants of sending a request it answered. An MDS answers only
+    /// while it holds the primary role, and a new primary (or a restarted MDS)
+    /// grants nothing in its first quiet time, so a chunk written into within this
+    /// window is not also another client's (design note 55).
+    pub fn chunks_trusted(&self) -> bool {
+        self.answered.elapsed() < self.chunk_trust
     }
 
     /// A new operation starts: what the last one applied is forgotten.

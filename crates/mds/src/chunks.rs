@@ -243,6 +243,35 @@ pub fn grant(
 }
 
 impl crate::server::Mds {
+    /// `MdsRequest::AllocChunk`: a chunk of `want`'s group (or any group serving),
+    /// recorded as the connection's. None in the first `grant_quiet_ms` of this
+    /// MDS's service (EAGAIN: the client waits): a client of the MDS before (one
+    /// that restarted, or a primary that lost its role) writes into a chunk only
+    /// within half that time of an answer it got, and the pages of its chunk look
+    /// free here.
+    pub(crate) fn alloc_chunk(
+        &mut self,
+        conn: orion_fabric::ConnId,
+        want: Option<u16>,
+        pages: u32,
+    ) -> FsResult<orion_proto::ReplyBody> {
+        if std::time::Instant::now() < self.grants_from {
+            return Err(FsError::Errno(libc::EAGAIN));
+        }
+        let peer = self
+            .peers
+            .get_mut(&conn)
+            .ok_or(FsError::Errno(libc::ENOTCONN))?;
+        let map = &self.map;
+        let pages = pages.min(self.cfg.max_chunk_pages);
+        let (start, n) = grant(&mut self.groups, |g| map.serves(g), want, pages)?;
+        peer.grants.add(start, n);
+        // A notice about these pages from before they were free again (a write never
+        // committed) must not vouch for new writes.
+        self.strong.forget_pages(start, n as u64);
+        Ok(orion_proto::ReplyBody::Chunk { start, pages: n })
+    }
+
     /// `MdsRequest::ReturnPages`: pages of a client's chunks it gives up go back to
     /// their groups at once (no file names them, so no reader can hold them), as when
     /// a client leaves. Every run is checked before any is taken back.

@@ -45,6 +45,12 @@ pub struct MdsConfig {
     /// within it. etcd grants whole seconds, and at least its own minimum (about 1.5
     /// times its election timeout): a fail-over through etcd follows that.
     pub lease_ms: u64,
+    /// How long an MDS grants no chunk after it starts serving, in milliseconds
+    /// (clients wait). A client writes into a chunk only within half this time of
+    /// an answer from the MDS that granted it; the MDS before this one (a restart,
+    /// or a primary cut off from its mirror) may have granted pages that look free
+    /// here (design note 55).
+    pub grant_quiet_ms: u64,
 }
 
 impl Default for MdsConfig {
@@ -64,6 +70,7 @@ impl Default for MdsConfig {
             name: String::new(),
             cluster: String::new(),
             lease_ms: 1000,
+            grant_quiet_ms: 200,
         }
     }
 }

@@ -21,7 +21,7 @@ use orion_proto::{
 };
 use tracing::{debug, info, warn};
 
-use crate::chunks::{self, ChunkGrants, Group};
+use crate::chunks::{ChunkGrants, Group};
 use crate::locks::Locks;
 use crate::members::{ClusterMap, MapHome};
 use crate::mirror::Mirroring;
@@ -97,6 +97,8 @@ pub(crate) struct Mds {
     pub(crate) replies: ReplyTable,
     /// Requests being served whose reply is to be remembered, with the client's nonce.
     remember: HashMap<(ConnId, u64), u64>,
+    /// No chunk is granted before this (`MdsConfig::grant_quiet_ms`).
+    pub(crate) grants_from: Instant,
 }
 
 /// Recovers the pool and serves until `stop` is set (or the primary role is lost).
@@ -158,6 +160,7 @@ pub(crate) fn serve_loop(
         None => MapHome::File(map_file),
     };
     let map = ClusterMap::load(home, cfg.replicas).context("loading the cluster map")?;
+    let cfg_grant_quiet_ms = cfg.grant_quiet_ms;
     let mut mds = Mds {
         cfg,
         engine,
@@ -179,6 +182,7 @@ pub(crate) fn serve_loop(
         mirror: Mirroring::default(),
         replies,
         remember: HashMap::new(),
+        grants_from: Instant::now() + Duration::from_millis(cfg_grant_quiet_ms),
     };
     ready(&Ready {
         addr: addr.clone(),
@@ -439,6 +443,7 @@ impl Mds {
                     stores: self.stores_with_progress(),
                     map_lease_ms: self.cfg.map_lease_ms,
                     grace_ms: self.cfg.grace_ms,
+                    grant_quiet_ms: self.cfg.grant_quiet_ms,
                     term: self.role.as_ref().map_or(0, |r| r.epoch),
                 }))
             }
@@ -518,16 +523,7 @@ impl Mds {
         let internal_group = internal.map(|m| m.group);
         let r = match req {
             MdsRequest::AllocChunk { group, pages } => {
-                let want = group.or(internal_group);
-                let map = &self.map;
-                let pages = pages.min(self.cfg.max_chunk_pages);
-                chunks::grant(&mut self.groups, |g| map.serves(g), want, pages).map(|(start, n)| {
-                    peer.grants.add(start, n);
-                    // A notice about these pages from before they were free again
-                    // (a write never committed) must not vouch for new writes.
-                    self.strong.forget_pages(start, n as u64);
-                    ReplyBody::Chunk { start, pages: n }
-                })
+                self.alloc_chunk(conn, group.or(internal_group), pages)
             }
             MdsRequest::Commit(c) => {
                 // Checked before it may wait: a bad commit is refused at once.

@@ -20,8 +20,8 @@ pub use msg::*;
 
 /// Magic of every message ("OR") and the protocol version both ends must speak.
 pub const MAGIC: u16 = 0x524F;
-/// Version 8: chunk pages given back.
-pub const VERSION: u8 = 8;
+/// Version 9: chunk pages given back; the MDS's quiet time for grants at hello.
+pub const VERSION: u8 = 9;
 /// Bytes of the header: magic, version, kind, pad, request id.
 pub const HEADER: usize = 16;
 

@@ -285,8 +285,32 @@ impl MirroredCluster {
         Ok(r)
     }
 
+    /// Cuts the primary off from its mirror and the manager while clients and the
+    /// store still reach it, and waits until the mirror took over; returns the old
+    /// primary's index. [`MirroredCluster::heal`] lets it reach everyone again.
+    pub fn isolate_primary(&mut self) -> Result<usize> {
+        let k = self.primary()?.ok_or_else(|| anyhow!("no primary"))?;
+        self.manager.cut_off(MDSS[k].0);
+        self.net.set_link(MDSS[k].1, MDSS[1 - k].1, Link::Cut);
+        self.wait_primary(MDSS[1 - k].0, Duration::from_secs(20))?;
+        Ok(k)
+    }
+
+    /// Undoes [`MirroredCluster::isolate_primary`] of MDS `k`: it mirrors the new
+    /// primary.
+    pub fn heal(&mut self, k: usize) -> Result<()> {
+        self.net.set_link(MDSS[k].1, MDSS[1 - k].1, Link::Up);
+        self.manager.restore(MDSS[k].0);
+        Ok(())
+    }
+
     /// A client that knows both MDSs.
     pub fn client(&self) -> Result<Client> {
+        self.client_with(|_| {})
+    }
+
+    /// [`MirroredCluster::client`] with settings of the test's own.
+    pub fn client_with(&self, tweak: impl FnOnce(&mut ClientConfig)) -> Result<Client> {
         let cfg = ClientConfig {
             mds: Self::mds_setting(),
             internal: false,
@@ -297,6 +321,8 @@ impl MirroredCluster {
             name: "sim client".into(),
             ..Default::default()
         };
+        let mut cfg = cfg;
+        tweak(&mut cfg);
         Client::connect(cfg, self.fabric()).map_err(|e| anyhow!("client: {e}"))
     }
 

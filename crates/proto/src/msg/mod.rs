@@ -239,6 +239,9 @@ pub struct HelloReply {
     /// How long a client may read data pages by this map before it asks again: a
     /// store that leaves the map takes no commit of its group's pages for that long.
     pub map_lease_ms: u64,
+    /// How long the MDS grants no chunk after it starts: a client writes into a
+    /// chunk only within half this time of sending a request the MDS answered.
+    pub grant_quiet_ms: u64,
     /// The epoch of the primary's term (0 without a cluster manager): a client that
     /// finds it changed after a reconnection talks to another MDS since, whose logs
     /// may end before what it had read one-sided, and drops its cached inodes.
@@ -536,7 +539,10 @@ pub fn encode_reply(out: &mut Vec<u8>, id: u64, reply: &Reply) {
                         .u32(s.pool_since)
                         .bool(s.durable_on_delivery);
                 }
-                w.u64(h.grace_ms).u64(h.map_lease_ms).u64(h.term);
+                w.u64(h.grace_ms)
+                    .u64(h.map_lease_ms)
+                    .u64(h.grant_quiet_ms)
+                    .u64(h.term);
             }
             ReplyBody::Chunk { start, pages } => {
                 w.u8(ReplyKind::Chunk as u8).u64(start.0).u32(*pages);
@@ -684,6 +690,7 @@ pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
                 stores,
                 grace_ms: r.u64("grace")?,
                 map_lease_ms: r.u64("map lease")?,
+                grant_quiet_ms: r.u64("grant quiet time")?,
                 term: r.u64("term")?,
             }))
         }

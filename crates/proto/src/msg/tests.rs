@@ -188,6 +188,7 @@ fn requests_and_replies_round_trip() {
             }],
             grace_ms: 5,
             map_lease_ms: 250,
+            grant_quiet_ms: 200,
             term: 3,
         }),
         ReplyBody::Unknown,
