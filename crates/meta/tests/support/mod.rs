@@ -109,6 +109,21 @@ pub enum Op<T = P> {
     ListXattr(T),
     /// fallocate: mode, offset, length.
     Fallocate(T, i32, u64, u64),
+    /// An open file outlives its name: open O_RDWR, unlink, then through the
+    /// descriptor fstat, pwrite (offset, length, seed), fstat and read it all, close.
+    /// [`unlinked_use`] says what it answers.
+    UnlinkOpen(T, u64, usize, u8),
+}
+
+/// What [`Op::UnlinkOpen`] answers: the link count and size after the unlink, the
+/// size after the write, and the whole file then.
+pub fn unlinked_use(nlink: u64, size: u64, size_after: u64, data: &[u8]) -> Outcome {
+    let mut out = Vec::new();
+    for v in [nlink, size, size_after] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out.extend_from_slice(data);
+    Outcome::Data(out)
 }
 
 /// Extended-attribute names: a few that collide, the shared flag, trusted.*, an
@@ -174,6 +189,7 @@ impl OpT {
             Op::RemoveXattr(a, n) => Op::RemoveXattr(r(a), *n),
             Op::ListXattr(a) => Op::ListXattr(r(a)),
             Op::Fallocate(a, m, o, l) => Op::Fallocate(r(a), *m, *o, *l),
+            Op::UnlinkOpen(a, o, l, s) => Op::UnlinkOpen(r(a), *o, *l, *s),
         }
     }
 }
@@ -236,6 +252,8 @@ pub fn arb_op() -> impl Strategy<Value = OpT> {
         1 => arb_path().prop_map(Op::ListXattr),
         2 => (arb_path(), prop::sample::select(&FALLOC_MODES[..]), prop::sample::select(&OFFSETS[..]), prop::sample::select(&SIZES[..]))
             .prop_map(|(p, m, o, l)| Op::Fallocate(p, m, o, l)),
+        2 => (arb_path(), prop::sample::select(&OFFSETS[..]), prop::sample::select(&LENS[..]), any::<u8>())
+            .prop_map(|(p, o, l, s)| Op::UnlinkOpen(p, o, l, s)),
     ]
 }
 
@@ -447,6 +465,22 @@ pub fn run_core(fs: &LocalFs, op: &Op) -> Outcome {
             }
             ok(fs.fallocate(ino, *off, *len, *mode))
         }
+        Op::UnlinkOpen(p, off, len, seed) => {
+            let ino = core_follow(fs, p)?;
+            if fs.getattr(ino).map_err(errno)?.ftype == FileType::Directory {
+                return Err(libc::EISDIR);
+            }
+            let (d, n) = core_parent(fs, p)?;
+            let kept = fs.with_engine(|e| e.unlink_open(d, &n)).map_err(errno)?;
+            let a = fs.getattr(ino).map_err(errno)?;
+            fs.write(ino, *off, &pattern(*len, *seed)).map_err(errno)?;
+            let size = fs.getattr(ino).map_err(errno)?.size;
+            let data = fs.read(ino, 0, size as usize).map_err(errno)?;
+            if let Some(k) = kept {
+                fs.with_engine(|e| e.release_orphan(k)).map_err(errno)?;
+            }
+            Ok(unlinked_use(a.nlink as u64, a.size, size, &data))
+        }
     })();
     r.unwrap_or_else(Outcome::Err)
 }
@@ -455,7 +489,8 @@ pub fn run_core(fs: &LocalFs, op: &Op) -> Outcome {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Node {
-    /// 'd', 'f', 'l', or 'o' for other types ([`kind_of`]).
+    /// 'd', 'f', 'l', or 'o' for other types ([`kind_of`]); '?' for an entry the
+    /// caller may not look at (see `oracle::oracle_snapshot`).
     pub kind: char,
     pub perm: u32,
     pub uid: u32,

@@ -6,7 +6,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use super::{pattern, sorted_names, target, xattr_pairs, xname, Node, Op, Outcome, Snapshot, P};
+use super::{
+    pattern, sorted_names, target, unlinked_use, xattr_pairs, xname, Node, Op, Outcome, Snapshot, P,
+};
 
 fn c(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).unwrap()
@@ -149,6 +151,19 @@ pub fn run_oracle(root: &Path, op: &Op) -> Outcome {
                 )
             })
         }
+        Op::UnlinkOpen(p, off, len, seed) => {
+            let f = io(std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(at(p)))?;
+            io(std::fs::remove_file(at(p)))?;
+            let m = io(f.metadata())?;
+            io(f.write_at(&pattern(*len, *seed), *off))?;
+            let size = io(f.metadata())?.len();
+            let mut data = vec![0u8; size as usize];
+            io(f.read_exact_at(&mut data, 0))?;
+            Ok(unlinked_use(m.nlink(), m.len(), size, &data))
+        }
     })();
     r.unwrap_or_else(Outcome::Err)
 }
@@ -211,10 +226,19 @@ fn ns(sec: i64, nsec: i64) -> i64 {
     sec * 1_000_000_000 + nsec
 }
 
+/// The tree under `root` as the calling process sees it. A directory it may not
+/// list, or whose entries it may not look at (an unprivileged run after a chmod that
+/// took away the owner's read or search bit), shows what it may: no entries, or each
+/// entry's name with kind '?' and nothing else.
 pub fn oracle_snapshot(root: &Path) -> Snapshot {
     let mut out = BTreeMap::new();
     fn walk(dir: &Path, prefix: &str, out: &mut Snapshot) {
-        for e in std::fs::read_dir(dir).unwrap() {
+        let denied = |e: &std::io::Error| e.kind() == std::io::ErrorKind::PermissionDenied;
+        let entries = match std::fs::read_dir(dir) {
+            Err(e) if denied(&e) => return,
+            r => r.unwrap(),
+        };
+        for e in entries {
             let e = e.unwrap();
             let name = e.file_name().to_string_lossy().into_owned();
             let path = if prefix.is_empty() {
@@ -223,7 +247,13 @@ pub fn oracle_snapshot(root: &Path) -> Snapshot {
                 format!("{prefix}/{name}")
             };
             let full: PathBuf = e.path();
-            let md = std::fs::symlink_metadata(&full).unwrap();
+            let md = match std::fs::symlink_metadata(&full) {
+                Err(e) if denied(&e) => {
+                    out.insert(path, unseen());
+                    continue;
+                }
+                r => r.unwrap(),
+            };
             let ft = md.file_type();
             let (kind, content) = if ft.is_dir() {
                 ('d', vec![])
@@ -279,6 +309,22 @@ pub fn oracle_snapshot(root: &Path) -> Snapshot {
         },
     );
     out
+}
+
+/// An entry whose attributes the caller may not see.
+fn unseen() -> Node {
+    Node {
+        kind: '?',
+        perm: 0,
+        uid: 0,
+        gid: 0,
+        nlink: 0,
+        size: 0,
+        xattrs: Vec::new(),
+        content: Vec::new(),
+        mtime: 0,
+        ctime: 0,
+    }
 }
 
 /// Waits until the kernel's coarse clock (tmpfs timestamps) is past `t`, so the next
