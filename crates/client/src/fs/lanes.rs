@@ -290,12 +290,19 @@ impl Lanes {
     }
 
     /// Keeps the staged-lanes mask true for lane `g` (under its lock).
+    /// Writes only when the bit changes: every call of every thread passes here, and
+    /// a write of the shared word on each would bounce its cache line between cores.
     pub fn note_staged(&self, g: &Inner) {
         let bit = 1u64 << g.lane;
-        if g.staging.is_empty() {
-            self.staged.fetch_and(!bit, Ordering::AcqRel);
-        } else {
+        let staged = !g.staging.is_empty();
+        // Only this lane's holder changes its bit, so the read below is current.
+        if (self.staged.load(Ordering::Acquire) & bit != 0) == staged {
+            return;
+        }
+        if staged {
             self.staged.fetch_or(bit, Ordering::AcqRel);
+        } else {
+            self.staged.fetch_and(!bit, Ordering::AcqRel);
         }
     }
 
