@@ -28,7 +28,7 @@ pub fn null_fuse(root: &Path, mnt: &Path) -> Result<()> {
         kernel_permissions: true,
     };
     let fs = orion_fuse::passthrough::Passthrough::new(root);
-    orion_fuse::mount(fs, &opts, stop, || {
+    orion_fuse::mount(fs, &opts, stop, |_| {
         crate::daemons::announce(format!(
             "orion null-fuse ready: {} over {}",
             mnt.display(),

@@ -172,6 +172,11 @@ pub struct MdsArgs {
     /// The primary's lease in milliseconds (the fail-over takes about this long).
     #[arg(long)]
     pub lease_ms: Option<u64>,
+    /// A client's cache lease in milliseconds: how long a mount's kernel keeps names
+    /// and attributes at most, and how long a change waits for a mount that does not
+    /// answer its callback.
+    #[arg(long)]
+    pub cache_lease_ms: Option<u64>,
 }
 
 #[derive(Args, Debug)]
@@ -217,6 +222,9 @@ pub fn mds(a: MdsArgs) -> Result<()> {
     }
     if let Some(v) = a.lease_ms {
         m.lease_ms = v;
+    }
+    if let Some(v) = a.cache_lease_ms {
+        m.cache_lease_ms = v;
     }
     if m.replicas == 0 {
         bail!("replicas must be at least 1");

@@ -29,12 +29,12 @@ pub struct MountArgs {
     /// errors on path walks.
     #[arg(long)]
     pub no_kernel_permissions: bool,
-    /// How long (ms) the kernel may use names and attributes without asking. 0 (the
-    /// default) asks every time, so this mount sees other clients' changes at once;
-    /// more saves kernel requests (a repeated stat needs none) and may show another
-    /// client's change that much later, as NFS's actimeo does.
-    #[arg(long, default_value_t = 0, value_name = "MS")]
-    pub cache_ms: u64,
+    /// Let the kernel keep nothing: every call reaches the client library. By default
+    /// the kernel keeps names and attributes, and the MDS calls this mount back
+    /// before another client's change to them is acknowledged, so the mount sees
+    /// every change at once either way; this only costs kernel requests.
+    #[arg(long)]
+    pub no_kernel_cache: bool,
 }
 
 pub fn mount(a: MountArgs) -> Result<()> {
@@ -58,9 +58,16 @@ pub fn mount(a: MountArgs) -> Result<()> {
         kernel_permissions: !a.no_kernel_permissions,
     };
     let shown = a.mountpoint.display().to_string();
-    let fs = orion_fuse::OrionFs::new(Arc::new(client))
-        .with_cache(std::time::Duration::from_millis(a.cache_ms));
-    orion_fuse::mount(fs, &opts, stop, || {
+    let client = Arc::new(client);
+    let fs = orion_fuse::OrionFs::new(client.clone());
+    let kernel_cache = !a.no_kernel_cache;
+    orion_fuse::mount(fs, &opts, stop, |notifier| {
+        if kernel_cache {
+            let invalidate = orion_fuse::cache::invalidator(notifier);
+            if let Err(e) = client.cache_in_kernel(invalidate) {
+                tracing::warn!("the kernel caches nothing: {e}");
+            }
+        }
         crate::daemons::announce(format!(
             "orion mount ready: {shown} (MDS {mds}, pid {})",
             std::process::id()

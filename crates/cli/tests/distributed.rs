@@ -10,7 +10,7 @@ use cluster::{Cluster, BACKENDS};
 use orion_client::{Client, OpenFlags};
 use orion_fabric::{Access, Domain};
 use orion_format::{Entry, FileType, Gpa, WriteRec};
-use orion_proto::{Channel, Commit, Create, Hello, MdsRequest, Reply, ReplyBody};
+use orion_proto::{Channel, Commit, Create, Hello, MdsRequest, Reply, ReplyBody, MAX_WATCHED};
 use rand::{Rng, SeedableRng};
 
 fn seed() -> u64 {
@@ -376,6 +376,7 @@ fn bad_input_is_refused_with_an_error_and_the_mds_keeps_serving() {
         strong: true,
         name: "test".into(),
         nonce: 1,
+        instance: 1,
     };
     let Reply::Ok(ReplyBody::Hello(h)) = call(&cq, &mut ch, 2, &MdsRequest::Hello(hello)) else {
         panic!("no hello")
@@ -428,6 +429,24 @@ fn bad_input_is_refused_with_an_error_and_the_mds_keeps_serving() {
         ));
         assert_eq!(e, libc::EINVAL, "a run of {n} pages");
     }
+    // Watches without a callback connection; too many at once (refused by the
+    // decoder, the connection stays).
+    let watch = |n: usize| MdsRequest::Watch {
+        inos: (1..=n as u64).collect(),
+    };
+    let (e, _) = errno_of(call(&cq, &mut ch, 43, &watch(1)));
+    assert_eq!(e, libc::ENOTCONN);
+    let (e, _) = errno_of(call(&cq, &mut ch, 44, &watch(MAX_WATCHED + 1)));
+    assert_eq!(e, libc::EPROTO);
+    // This connection becomes the client's callback connection: then it may watch.
+    let Reply::Ok(ReplyBody::Lease { ms }) = call(&cq, &mut ch, 45, &MdsRequest::CacheLease) else {
+        panic!("no lease")
+    };
+    assert!(ms > 0);
+    assert_eq!(
+        call(&cq, &mut ch, 46, &watch(3)),
+        Reply::Ok(ReplyBody::Empty)
+    );
     // A page of a chunk that is this client's, then the same page again.
     let Reply::Ok(ReplyBody::Chunk { start, .. }) = call(
         &cq,
@@ -642,6 +661,7 @@ fn a_request_asked_about_after_a_broken_connection_is_answered_once_not_run_agai
             strong: true,
             name: "retry".into(),
             nonce,
+            instance: nonce,
         })
     };
     let create = MdsRequest::Create(Create {

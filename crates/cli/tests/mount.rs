@@ -633,33 +633,125 @@ fn locks_hold_across_mounts() {
     assert_eq!(run(&fa, &["w", "10", "10", "try"]), "busy");
 }
 
-/// `--cache-ms` lets the kernel use names and attributes without asking: such a mount
-/// shows another client's change late (here: not within the test), a default mount
-/// shows it at once, and the caching mount sees its own changes.
+/// Asks for `path`'s metadata while mount `m`'s daemon is stopped: Some only if
+/// the kernel answered by itself (no request reached the daemon). The daemon runs
+/// again before this returns either way.
+fn stat_with_daemon_stopped(m: &Mount, path: &Path) -> Option<std::fs::Metadata> {
+    let pid = m.daemon.pid() as i32;
+    // SAFETY: signals to a child process this test started.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let p = path.to_path_buf();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::fs::metadata(p));
+    });
+    let r = rx.recv_timeout(std::time::Duration::from_secs(3));
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    match r {
+        Ok(m) => Some(m.unwrap()),
+        Err(_) => None,
+    }
+}
+
+/// The kernel keeps names and attributes: a repeated `stat` is answered with the
+/// mount's daemon stopped. The MDS calls the mount back before another client's
+/// change is acknowledged: `stat`, `readdir` and `read` through mount B right after
+/// chmod, rename, truncate and write through mount A show each change. The cache
+/// lease is 5 s here, so nothing but the callbacks could (and `--no-kernel-cache`
+/// keeps nothing in the kernel).
 #[test]
-fn a_kernel_cache_of_attributes_shows_other_clients_changes_late() {
-    let cluster = Cluster::start("local", 1);
+fn the_kernel_keeps_names_and_attributes_and_callbacks_keep_them_true() {
+    let cluster = Cluster::start_with_mds("local", 1, &["--cache-lease-ms", "5000"]);
     let a = cluster.mount("a", &[]);
     let b = cluster.mount("b", &[]);
-    let c = cluster.mount("c", &["--cache-ms", "600000"]);
-    let mode = |m: &Mount| {
-        std::fs::metadata(m.path.join("f"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o7777
+    let nocache = cluster.mount("c", &["--no-kernel-cache"]);
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    let (fa, fb) = (a.path.join("f"), b.path.join("f"));
+    std::fs::write(&fa, b"hello").unwrap();
+    std::fs::set_permissions(&fa, PermissionsExt::from_mode(0o644)).unwrap();
+    // B's kernel learns the name and the attributes once (a lease comes with the
+    // mount's callback connection, within moments of the mount).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let cached = loop {
+        assert_eq!(mode(&fb), 0o644);
+        if let Some(m) = stat_with_daemon_stopped(&b, &fb) {
+            break m;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "B's kernel never kept f"
+        );
     };
-    std::fs::write(a.path.join("f"), b"x").unwrap();
-    std::fs::set_permissions(a.path.join("f"), PermissionsExt::from_mode(0o644)).unwrap();
-    assert_eq!((mode(&b), mode(&c)), (0o644, 0o644));
-    std::fs::set_permissions(a.path.join("f"), PermissionsExt::from_mode(0o600)).unwrap();
-    assert_eq!(mode(&b), 0o600, "a default mount asks every time");
     assert_eq!(
-        mode(&c),
-        0o644,
-        "the caching mount answered from the kernel's cache"
+        (cached.len(), cached.permissions().mode() & 0o7777),
+        (5, 0o644)
     );
-    std::fs::set_permissions(c.path.join("f"), PermissionsExt::from_mode(0o640)).unwrap();
-    assert_eq!(mode(&c), 0o640, "the caching mount sees its own change");
-    assert_eq!(mode(&b), 0o640);
+    let cf = nocache.path.join("f");
+    assert_eq!(mode(&cf), 0o644);
+    assert!(
+        stat_with_daemon_stopped(&nocache, &cf).is_none(),
+        "--no-kernel-cache: every stat reaches the daemon"
+    );
+
+    std::fs::set_permissions(&fa, PermissionsExt::from_mode(0o600)).unwrap();
+    assert_eq!(mode(&fb), 0o600, "chmod through A, stat through B");
+
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&fa)
+        .unwrap()
+        .set_len(2)
+        .unwrap();
+    assert_eq!(std::fs::metadata(&fb).unwrap().len(), 2, "truncate, stat");
+    assert_eq!(std::fs::read(&fb).unwrap(), b"he", "truncate, read");
+
+    std::fs::write(&fa, b"written by a").unwrap();
+    assert_eq!(std::fs::metadata(&fb).unwrap().len(), 12, "write, stat");
+    assert_eq!(std::fs::read(&fb).unwrap(), b"written by a", "write, read");
+
+    std::fs::rename(&fa, a.path.join("g")).unwrap();
+    assert!(
+        !fb.exists(),
+        "rename through A: the old name is gone through B"
+    );
+    assert_eq!(std::fs::read(b.path.join("g")).unwrap(), b"written by a");
+    let names: Vec<String> = std::fs::read_dir(&b.path)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, vec!["g".to_string()], "rename, readdir");
+
+    // A name B's kernel keeps is removed and made again for another file.
+    std::fs::write(a.path.join("h"), b"1").unwrap();
+    assert_eq!(std::fs::read(b.path.join("h")).unwrap(), b"1");
+    std::fs::remove_file(a.path.join("h")).unwrap();
+    assert!(!b.path.join("h").exists(), "unlink, stat");
+    std::fs::create_dir(a.path.join("h")).unwrap();
+    assert!(b.path.join("h").is_dir(), "a new inode under the old name");
+    // B's own changes stay true through A too.
+    std::fs::set_permissions(b.path.join("g"), PermissionsExt::from_mode(0o640)).unwrap();
+    assert_eq!(mode(&a.path.join("g")), 0o640);
+    assert_eq!(mode(&b.path.join("g")), 0o640);
+
+    // A mount that stops answering holds up a change to what its kernel keeps for
+    // at most its lease, and then keeps nothing of it.
+    let pid = b.daemon.pid() as i32;
+    // SAFETY: signals to a child process this test started.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let t = std::time::Instant::now();
+    std::fs::set_permissions(a.path.join("g"), PermissionsExt::from_mode(0o604)).unwrap();
+    let waited = t.elapsed();
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    assert!(
+        waited < std::time::Duration::from_secs(10),
+        "a chmod waited {waited:?} for a stopped mount with a 5 s lease"
+    );
+    assert_eq!(
+        mode(&b.path.join("g")),
+        0o604,
+        "through B once it runs again (the chmod waited {waited:?})"
+    );
+    assert_eq!(std::fs::read(b.path.join("g")).unwrap(), b"written by a");
 }

@@ -18,8 +18,12 @@ mod namespace;
 mod paths;
 mod xattrs;
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
+
+/// A thread of the client, joined when it is dropped.
+type Thread = JoinHandle<()>;
+use std::time::Duration;
 
 use orion_fabric::{Domain, FabricConfig};
 use orion_format::{Entry, FileType, Gpa};
@@ -30,6 +34,7 @@ use crate::alloc::Chunks;
 use crate::arbitration::InodeCache;
 use crate::commit::{commit_loop, Step};
 use crate::datapath::{fetch, DataPath, PageCache};
+use crate::kernel_cache::{callback_loop, Invalidate, KernelCache, Watched};
 use crate::remote::{io_err, Fail, Remote, Res};
 use crate::staging::Staging;
 use crate::{ClientConfig, Stats};
@@ -106,6 +111,8 @@ pub struct Client {
     lanes: Arc<Lanes>,
     /// Commits staged writes when they are due (optimistic persistence only).
     flusher: Option<JoinHandle<()>>,
+    /// Callbacks for a front-end's kernel cache, once asked for, and their thread.
+    kernel: OnceLock<(Arc<KernelCache>, Mutex<Option<Thread>>)>,
 }
 
 impl Client {
@@ -127,7 +134,11 @@ impl Client {
         } else {
             None
         };
-        Ok(Client { lanes, flusher })
+        Ok(Client {
+            lanes,
+            flusher,
+            kernel: OnceLock::new(),
+        })
     }
 
     /// Runs a call that is not a read or write (on the first free lane): what is
@@ -150,6 +161,66 @@ impl Client {
     /// The open files (locked for a lookup; never held across I/O).
     pub(crate) fn open_files(&self) -> MutexGuard<'_, OpenFiles> {
         lock(&self.lanes.open)
+    }
+
+    /// Lets a front-end's kernel cache names and attributes, kept true by the MDS's
+    /// callbacks (see [`crate::kernel_cache`]): `invalidate` runs on a thread of the
+    /// client for each batch the MDS sends, and must not call the client.
+    pub fn cache_in_kernel(&self, invalidate: Invalidate) -> FsResult<()> {
+        let kc = Arc::new(KernelCache::new(invalidate));
+        if self.kernel.set((kc.clone(), Mutex::new(None))).is_err() {
+            return Err(io_err("the kernel cache is on already"));
+        }
+        let (cfg, domain) = (self.lanes.cfg.clone(), self.lanes.domain.clone());
+        let instance = self.lanes.instance;
+        let t = std::thread::Builder::new()
+            .name("orion-callbacks".into())
+            .spawn(move || callback_loop(cfg, domain, instance, kc))
+            .map_err(|e| io_err(format!("starting the callback thread: {e}")))?;
+        *lock(&self.kernel.get().expect("set above").1) = Some(t);
+        Ok(())
+    }
+
+    /// Before reading what the kernel will keep: has the MDS watch `inos` for this
+    /// client (a request for those not watched yet). None: the kernel keeps nothing
+    /// (no kernel cache, no lease, or the MDS refused).
+    pub fn watch_for_kernel(&self, inos: &[u64]) -> Option<Watched> {
+        let kc = &self.kernel.get()?.0;
+        let (missing, w) = kc.missing(inos)?;
+        if !missing.is_empty() {
+            let req = MdsRequest::Watch {
+                inos: missing.clone(),
+            };
+            self.lanes
+                .run(Pick::Any, false, |g| g.rpc(req.clone()))
+                .ok()?;
+            kc.note(w, &missing).then_some(())?;
+        }
+        Some(w)
+    }
+
+    /// Whether `ino` is watched in the session of `w` (then what is read of it from
+    /// now on may go to the kernel for [`Self::kernel_ttl`]).
+    pub fn watched_for_kernel(&self, w: Option<Watched>, ino: u64) -> bool {
+        match (w, self.kernel.get()) {
+            (Some(w), Some((kc, _))) => kc.is_watched(w, ino),
+            _ => false,
+        }
+    }
+
+    /// `inos` were changed by this client after `w`: the MDS watches them for it.
+    pub fn changed_for_kernel(&self, w: Option<Watched>, inos: &[u64]) {
+        if let (Some(w), Some((kc, _))) = (w, self.kernel.get()) {
+            kc.note(w, inos);
+        }
+    }
+
+    /// How long the kernel may keep what was read after `w` (zero without a lease).
+    pub fn kernel_ttl(&self, w: Option<Watched>) -> Duration {
+        match (w, self.kernel.get()) {
+            (Some(w), Some((kc, _))) => kc.ttl(w),
+            _ => Duration::ZERO,
+        }
     }
 
     /// What the client has done so far (every lane's counters, added up).
@@ -277,6 +348,12 @@ impl Drop for Client {
         if let Some(t) = self.flusher.take() {
             t.thread().unpark();
             let _ = t.join();
+        }
+        if let Some((kc, t)) = self.kernel.get() {
+            kc.stop();
+            if let Some(t) = lock(t).take() {
+                let _ = t.join();
+            }
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod commit;
 pub mod config;
 pub mod datapath;
 pub mod fs;
+pub mod kernel_cache;
 pub mod remote;
 pub mod replicas;
 pub mod staging;
@@ -25,10 +26,11 @@ pub mod stats;
 
 pub use config::ClientConfig;
 pub use fs::{Client, DirEntry, Fd, OpenFlags};
+pub use kernel_cache::{Invalidate, Watched};
 pub use stats::Stats;
 
 // What a front-end needs of the crates below the client library.
 pub use orion_format::{FileType, PAGE_SIZE};
 pub use orion_meta::{perm, xattr};
 pub use orion_meta::{Attr, FsError, FsResult, NewNode, RenameMode, SetAttrReq, StatFs, TimeSet};
-pub use orion_proto::{Epoch, LockKind, LockReq, MemberId, MemberState, StoreInfo};
+pub use orion_proto::{Epoch, Invalidation, LockKind, LockReq, MemberId, MemberState, StoreInfo};

@@ -87,6 +87,8 @@ pub struct Remote {
     term_changed: bool,
     /// Drawn once, kept across reconnections (see `Hello::nonce`).
     nonce: u64,
+    /// The client's, shared by its lanes (see `Hello::instance`).
+    instance: u64,
     /// The requests that changed state in the current operation, with their ids: run
     /// again after a reconnection (a later step of the operation broke), such a request
     /// is sent under its first id, and the MDS answers it from memory instead of
@@ -123,6 +125,7 @@ impl Remote {
         domain: Domain,
         lane: usize,
         sessions: Arc<AtomicU64>,
+        instance: u64,
     ) -> FsResult<Remote> {
         let strong = cfg.strong().map_err(io_err)?;
         let cq = domain.completion_queue().map_err(io_err)?;
@@ -174,6 +177,7 @@ impl Remote {
             term: None,
             term_changed: false,
             nonce: u64::from_le_bytes(orion_format::random_uuid()[..8].try_into().expect("8")),
+            instance,
             applied: Vec::new(),
             lane,
             sessions,
@@ -209,6 +213,7 @@ impl Remote {
             strong: self.strong,
             name,
             nonce: self.nonce,
+            instance: self.instance,
         };
         let asked = Instant::now();
         let reply = self.call_once(&MdsRequest::Hello(hello.clone()))?;
@@ -579,7 +584,7 @@ impl Remote {
     }
 }
 
-fn open_mds(domain: &Domain, cq: &CompletionQueue, addr: &str) -> FsResult<Channel> {
+pub(crate) fn open_mds(domain: &Domain, cq: &CompletionQueue, addr: &str) -> FsResult<Channel> {
     let conn = domain
         .connect(addr, cq)
         .map_err(|e| io_err(format!("connecting to the MDS at {addr}: {e}")))?;

@@ -30,17 +30,12 @@ pub const MAX_IO: u32 = 1 << 20;
 /// The mounted file system: one client, and the directory listings of open
 /// directory handles (so that a listing read in several calls is one snapshot).
 pub struct OrionFs {
-    client: Arc<Client>,
+    pub(crate) client: Arc<Client>,
     dirs: Mutex<HashMap<u64, Vec<DirEntry>>>,
     next_dir: AtomicU64,
     /// Inodes this mount ever asked to lock: only their closes need to drop locks at
     /// the MDS (a round trip every other close can skip).
     locked: Mutex<HashSet<u64>>,
-    /// How long the kernel may use a name or an attribute without asking. Zero by
-    /// default: another client may change either at any moment, and Orion's clients
-    /// see each other's changes at once (see the README). A longer time trades that
-    /// for fewer kernel requests, as NFS's `actimeo` and MooseFS's caches do.
-    cache: Duration,
 }
 
 impl OrionFs {
@@ -50,19 +45,19 @@ impl OrionFs {
             dirs: Mutex::new(HashMap::new()),
             next_dir: AtomicU64::new(1),
             locked: Mutex::new(HashSet::new()),
-            cache: Duration::ZERO,
         }
     }
 
-    /// Lets the kernel use names and attributes for `cache` without asking.
-    pub fn with_cache(mut self, cache: Duration) -> OrionFs {
-        self.cache = cache;
-        self
+    /// The client, for the mount to turn its kernel cache on
+    /// ([`Client::cache_in_kernel`]).
+    pub fn client(&self) -> &Arc<Client> {
+        &self.client
     }
 
-    fn entry(&self, reply: ReplyEntry, r: FsResult<Attr>) {
+    /// Replies with an entry the kernel may keep for `ttl` (see [`crate::cache`]).
+    fn entry(&self, reply: ReplyEntry, r: FsResult<(Attr, Duration)>) {
         match r {
-            Ok(a) => reply.entry(&self.cache, &file_attr(&a), Generation(0)),
+            Ok((a, ttl)) => reply.entry(&ttl, &file_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -189,13 +184,13 @@ impl Filesystem for OrionFs {
         };
         self.entry(
             reply,
-            r.and_then(|_| self.client.lookup(parent.0, name.as_bytes())),
+            r.and_then(|_| self.lookup_for_kernel(parent.0, name.as_bytes())),
         );
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.client.getattr(ino.0) {
-            Ok(a) => reply.attr(&self.cache, &file_attr(&a)),
+        match self.getattr_for_kernel(ino.0) {
+            Ok((a, ttl)) => reply.attr(&ttl, &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -234,9 +229,10 @@ impl Filesystem for OrionFs {
                 .getattr(ino.0)
                 .and_then(|a| with_cred(req_of, |c| perm::check_setattr(&a, &req, c, fh.is_some())))
         };
-        let r = checked.and_then(|req| self.client.setattr(ino.0, &req));
+        let r = checked
+            .and_then(|req| self.change_for_kernel(&[], || self.client.setattr(ino.0, &req)));
         match r {
-            Ok(a) => reply.attr(&self.cache, &file_attr(&a)),
+            Ok((a, ttl)) => reply.attr(&ttl, &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -260,8 +256,10 @@ impl Filesystem for OrionFs {
     ) {
         let r = node_type(mode).and_then(|t| {
             self.may_add(req, parent.0)?;
-            self.client
-                .create_at(parent.0, name.as_bytes(), owner(req, t, mode, rdev), None)
+            let node = owner(req, t, mode, rdev);
+            self.change_for_kernel(&[parent.0], || {
+                self.client.create_at(parent.0, name.as_bytes(), node, None)
+            })
         });
         self.entry(reply, r);
     }
@@ -278,8 +276,11 @@ impl Filesystem for OrionFs {
         let node = owner(req, FileType::Directory, mode, 0);
         self.entry(
             reply,
-            self.may_add(req, parent.0)
-                .and_then(|_| self.client.create_at(parent.0, name.as_bytes(), node, None)),
+            self.may_add(req, parent.0).and_then(|_| {
+                self.change_for_kernel(&[parent.0], || {
+                    self.client.create_at(parent.0, name.as_bytes(), node, None)
+                })
+            }),
         );
     }
 
@@ -314,8 +315,10 @@ impl Filesystem for OrionFs {
         self.entry(
             reply,
             self.may_add(req, parent.0).and_then(|_| {
-                self.client
-                    .create_at(parent.0, link_name.as_bytes(), node, Some(t))
+                self.change_for_kernel(&[parent.0], || {
+                    self.client
+                        .create_at(parent.0, link_name.as_bytes(), node, Some(t))
+                })
             }),
         );
     }
@@ -359,8 +362,11 @@ impl Filesystem for OrionFs {
     ) {
         self.entry(
             reply,
-            self.may_add(req, newparent.0)
-                .and_then(|_| self.client.link_at(ino.0, newparent.0, newname.as_bytes())),
+            self.may_add(req, newparent.0).and_then(|_| {
+                self.change_for_kernel(&[newparent.0], || {
+                    self.client.link_at(ino.0, newparent.0, newname.as_bytes())
+                })
+            }),
         );
     }
 
@@ -709,22 +715,32 @@ impl Filesystem for OrionFs {
         let r = node_type(mode).and_then(|t| {
             self.may_add(req, parent.0)?;
             let node = owner(req, t, mode, 0);
-            let a = match self.client.create_at(parent.0, name.as_bytes(), node, None) {
+            let w = self.client.watch_for_kernel(&[]);
+            let (a, made) = match self.client.create_at(parent.0, name.as_bytes(), node, None) {
                 // Another client created it between the kernel's lookup and now.
                 Err(FsError::Errno(libc::EEXIST)) if flags & libc::O_EXCL == 0 => {
                     let a = self.client.lookup(parent.0, name.as_bytes())?;
                     self.may(req, a.ino, open_mask(flags))?;
-                    a
+                    (a, false)
                 }
-                other => other?,
+                other => (other?, true),
+            };
+            // What this client made, the MDS watches for it (see `cache`); a file
+            // found made by another is not watched: the kernel keeps nothing of it.
+            let ttl = match made {
+                true => {
+                    self.client.changed_for_kernel(w, &[parent.0, a.ino]);
+                    self.client.kernel_ttl(w)
+                }
+                false => Duration::ZERO,
             };
             let fd = self.client.open_ino(a.ino, open_flags(flags))?;
             let a = self.client.getattr(a.ino)?;
-            Ok((a, fd))
+            Ok((a, fd, ttl))
         });
         match r {
-            Ok((a, fd)) => reply.created(
-                &self.cache,
+            Ok((a, fd, ttl)) => reply.created(
+                &ttl,
                 &file_attr(&a),
                 Generation(0),
                 FileHandle(fd.0),

@@ -2,14 +2,16 @@
 //! paths and calls this crate by inode number; each call goes to the client library
 //! ([`orion_client::Client`]), which keeps Orion's consistency: every use of an inode
 //! checks its log tail at the MDS, so the mount sees other clients' changes at once.
-//! For that the kernel is told to cache nothing that another client could change:
-//! attributes and names expire at once and file data bypasses the page cache
-//! (direct I/O, with shared mmap still allowed where the kernel supports it).
+//! The kernel keeps names and attributes for as long as the client's cache lease,
+//! and the MDS's callbacks drop its copies before another client's change is
+//! acknowledged ([`cache`]); file data bypasses the page cache (direct I/O, with
+//! shared mmap still allowed where the kernel supports it).
 //!
 //! [`fs::OrionFs`] is the `fuser::Filesystem`; [`mount`] mounts it and serves until
 //! unmounted or asked to stop. [`passthrough`] is a null passthrough of a local
 //! directory with the same settings, the FUSE floor for the benchmarks.
 
+pub mod cache;
 mod convert;
 pub mod fs;
 pub mod mount;

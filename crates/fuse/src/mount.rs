@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fuser::{Config, Filesystem, MountOption, Session, SessionACL};
+use fuser::{Config, Filesystem, MountOption, Notifier, Session, SessionACL};
 
 #[derive(Clone, Debug)]
 pub struct MountOptions {
@@ -72,12 +72,12 @@ pub fn detach(path: &Path) -> io::Result<()> {
 /// Mounts `fs` (an [`OrionFs`], or the benchmarks' passthrough) at the mountpoint and
 /// serves kernel requests until the file system is unmounted (by `umount`, `orion
 /// umount`) or `stop` becomes true; then unmounts. `ready` runs once the mount is in
-/// place.
+/// place, with what sends the kernel notifications (cache invalidations).
 pub fn mount(
     fs: impl Filesystem,
     opts: &MountOptions,
     stop: Arc<AtomicBool>,
-    ready: impl FnOnce(),
+    ready: impl FnOnce(Notifier),
 ) -> io::Result<()> {
     let path = &opts.mountpoint;
     if unmount_stale(path)? {
@@ -134,7 +134,7 @@ pub fn mount(
                 }
             })?
     };
-    ready();
+    ready(session.notifier());
     let r = session.run();
     done.store(true, Ordering::SeqCst);
     let _ = watcher.join();

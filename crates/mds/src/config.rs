@@ -51,6 +51,10 @@ pub struct MdsConfig {
     /// or a primary cut off from its mirror) may have granted pages that look free
     /// here (design note 55).
     pub grant_quiet_ms: u64,
+    /// A client's cache lease, in milliseconds: how long its kernel may use names
+    /// and attributes without asking, at most, and how long a change waits for a
+    /// client that does not answer its callback (design note 56).
+    pub cache_lease_ms: u64,
 }
 
 impl Default for MdsConfig {
@@ -71,6 +75,7 @@ impl Default for MdsConfig {
             cluster: String::new(),
             lease_ms: 1000,
             grant_quiet_ms: 200,
+            cache_lease_ms: 200,
         }
     }
 }

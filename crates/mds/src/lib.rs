@@ -14,7 +14,9 @@
 //! persists into a ring in the mirror's memory (`mirror`, `ring`); the start loops
 //! between the two (`startup`).
 
+mod callbacks;
 pub mod chunks;
+mod clients;
 pub mod commit;
 pub mod config;
 mod follow;

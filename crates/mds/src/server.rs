@@ -16,11 +16,12 @@ use orion_meta::engine::EngineConfig;
 use orion_meta::{FsError, MetaEngine, SystemClock};
 use orion_pmem::Pool;
 use orion_proto::{
-    is_reply, peek_id, Channel, Event, HelloReply, MdsInbound, MdsRequest, MemberId, Message,
-    MirrorToMds, Reply, ReplyBody, StoreToMds,
+    is_reply, peek_id, Channel, Event, MdsInbound, MdsRequest, MemberId, Message, MirrorToMds,
+    Reply, ReplyBody, StoreToMds,
 };
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
+use crate::callbacks::Callbacks;
 use crate::chunks::{ChunkGrants, Group};
 use crate::locks::Locks;
 use crate::members::{ClusterMap, MapHome};
@@ -45,6 +46,8 @@ pub(crate) enum Role {
         strong: bool,
         /// The client's nonce (see [`ReplyTable`]).
         nonce: u64,
+        /// Its client library instance (see `Hello::instance`).
+        instance: u64,
     },
     Store {
         member: MemberId,
@@ -63,6 +66,15 @@ pub(crate) struct Peer {
     pub heard: Instant,
     /// Inodes it unlinked while holding them open (kept until it releases them).
     pub orphans: Vec<u64>,
+}
+
+impl Peer {
+    pub(crate) fn instance(&self) -> Option<u64> {
+        match self.role {
+            Role::Client { instance, .. } => Some(instance),
+            _ => None,
+        }
+    }
 }
 
 pub(crate) struct Mds {
@@ -87,7 +99,7 @@ pub(crate) struct Mds {
     locks: Locks,
     /// When to look for silent data stores next.
     pub heartbeats_due: Instant,
-    next_client: u64,
+    pub(crate) next_client: u64,
     msg: Vec<u8>,
     /// The primary role, with a cluster manager: no reply leaves once it may be over.
     pub(crate) role: Option<PrimaryRole>,
@@ -99,6 +111,8 @@ pub(crate) struct Mds {
     remember: HashMap<(ConnId, u64), u64>,
     /// No chunk is granted before this (`MdsConfig::grant_quiet_ms`).
     pub(crate) grants_from: Instant,
+    /// Callbacks to clients' kernel caches, and the replies that wait for them.
+    pub(crate) callbacks: Callbacks,
 }
 
 /// Recovers the pool and serves until `stop` is set (or the primary role is lost).
@@ -113,7 +127,7 @@ pub(crate) fn serve_loop(
 ) -> Result<Ended> {
     let t0 = Instant::now();
     let grace = Duration::from_millis(cfg.grace_ms);
-    let (engine, report) = MetaEngine::open(
+    let (mut engine, report) = MetaEngine::open(
         pool,
         Arc::new(SystemClock),
         EngineConfig {
@@ -161,6 +175,8 @@ pub(crate) fn serve_loop(
     };
     let map = ClusterMap::load(home, cfg.replicas).context("loading the cluster map")?;
     let cfg_grant_quiet_ms = cfg.grant_quiet_ms;
+    let callbacks = Callbacks::new(Duration::from_millis(cfg.cache_lease_ms), Instant::now());
+    engine.record_changes();
     let mut mds = Mds {
         cfg,
         engine,
@@ -183,6 +199,7 @@ pub(crate) fn serve_loop(
         replies,
         remember: HashMap::new(),
         grants_from: Instant::now() + Duration::from_millis(cfg_grant_quiet_ms),
+        callbacks,
     };
     ready(&Ready {
         addr: addr.clone(),
@@ -192,7 +209,9 @@ pub(crate) fn serve_loop(
     while !stop.load(Ordering::Relaxed) {
         batch.clear();
         batch.append(&mut mds.deferred);
-        let wait = if batch.is_empty() {
+        let wait = if mds.callbacks.holds_replies() {
+            Duration::from_millis(1)
+        } else if batch.is_empty() {
             Duration::from_millis(20)
         } else {
             Duration::ZERO
@@ -234,6 +253,7 @@ pub(crate) fn serve_loop(
         let now = Instant::now();
         mds.expire_parked(now);
         mds.check_heartbeats(now);
+        mds.callbacks_turn();
         // The mirror gets what this turn persisted before any of its replies leave.
         mds.mirror_turn();
     }
@@ -317,6 +337,7 @@ impl Mds {
         }
         self.strong.forget_client(conn);
         self.locks.release_client(conn);
+        self.callbacks.departed(conn);
         self.remember.retain(|(c, _), _| *c != conn);
         match peer.role {
             Role::Store { member } => self.store_left(conn, member, &peer.name, why),
@@ -335,6 +356,13 @@ impl Mds {
         if let Some(nonce) = self.remember.remove(&(conn, id)) {
             self.replies.remember(nonce, id, &reply);
         }
+        if let Some((conn, id, reply)) = self.hold_for_callbacks(conn, id, reply) {
+            self.reply_now(conn, id, reply);
+        }
+    }
+
+    /// A reply that waited for nothing or no longer waits for callbacks.
+    pub(crate) fn reply_now(&mut self, conn: ConnId, id: u64, reply: Reply) {
         if self.role.as_ref().is_some_and(|r| !r.holds(Instant::now())) {
             return;
         }
@@ -358,7 +386,12 @@ impl Mds {
 
     fn on_message(&mut self, conn: ConnId, msg: &[u8]) {
         if is_reply(msg) {
-            return; // a late answer of the mirror (the only peer this MDS asks)
+            // An answer to a callback, or a late one of the mirror (the only other
+            // peer this MDS asks).
+            if let Some(id) = peek_id(msg) {
+                self.callbacks.answered(conn, id);
+            }
+            return;
         }
         let (id, req) = match MdsInbound::decode(msg) {
             Ok(x) => x,
@@ -389,63 +422,7 @@ impl Mds {
         let r = match (&peer.role, req) {
             (_, MdsInbound::Client(MdsRequest::Ping)) => Ok(ReplyBody::Empty),
             (Role::New | Role::Client { .. }, MdsInbound::Client(MdsRequest::Hello(h))) => {
-                let how = format!(
-                    "{}, {}",
-                    if h.strong { "strong" } else { "weak" },
-                    match h.internal {
-                        Some(m) => format!("internal to {m}"),
-                        None => "external".into(),
-                    }
-                );
-                let addr = peer.ch.conn.peer();
-                // A client says hello again to learn the stores (one rejoined): that
-                // is not news for the log.
-                if matches!(peer.role, Role::New) {
-                    info!("client {} ({addr}) joined: {how}", h.name);
-                } else {
-                    debug!(
-                        "client {} ({addr}) asked for the stores again: {how}",
-                        h.name
-                    );
-                }
-                // Only a store this MDS knows: the client's own persists stand for
-                // that store's notices (an unknown one's pages are asked of the
-                // stores themselves).
-                let internal = h.internal.filter(|m| self.map.knows(*m));
-                // The same client on a new connection: the old one is dead to it, and
-                // what it left parked must not apply behind an `Outcome` that said
-                // "not applied".
-                let stale: Vec<ConnId> = self
-                    .peers
-                    .iter()
-                    .filter(|(c, p)| {
-                        **c != conn
-                            && matches!(p.role, Role::Client { nonce, .. } if nonce == h.nonce)
-                    })
-                    .map(|(c, _)| *c)
-                    .collect();
-                for c in stale {
-                    self.drop_peer(c, "the client reconnected");
-                }
-                let peer = self.peers.get_mut(&conn)?;
-                peer.role = Role::Client {
-                    internal,
-                    strong: h.strong,
-                    nonce: h.nonce,
-                };
-                peer.name = format!("{} ({})", h.name, peer.ch.conn.peer());
-                self.next_client += 1;
-                Ok(ReplyBody::Hello(HelloReply {
-                    client_id: self.next_client - 1,
-                    superblock: self.superblock.clone(),
-                    pool: self.pool_region.remote(),
-                    epoch: self.map.epoch(),
-                    stores: self.stores_with_progress(),
-                    map_lease_ms: self.cfg.map_lease_ms,
-                    grace_ms: self.cfg.grace_ms,
-                    grant_quiet_ms: self.cfg.grant_quiet_ms,
-                    term: self.role.as_ref().map_or(0, |r| r.epoch),
-                }))
+                self.client_hello(conn, h)
             }
             (Role::New, MdsInbound::Store(StoreToMds::Join(d))) => self.join_store(conn, d),
             (
@@ -516,6 +493,7 @@ impl Mds {
             internal,
             strong,
             nonce,
+            instance,
         } = peer.role
         else {
             return None;
@@ -617,6 +595,13 @@ impl Mds {
                 self.locks.release(conn, ino, owner);
                 Ok(ReplyBody::Empty)
             }
+            MdsRequest::Watch { inos } => self
+                .callbacks
+                .watch(instance, &inos)
+                .map(|_| ReplyBody::Empty),
+            MdsRequest::CacheLease => Ok(ReplyBody::Lease {
+                ms: self.callbacks.lease(instance, conn, Instant::now()),
+            }),
             MdsRequest::Outcome { id: asked } => match self.replies.recall(nonce, asked) {
                 Some(reply) => return Some(reply),
                 None => Ok(ReplyBody::Unknown),

@@ -26,8 +26,8 @@ pub mod xattr;
 
 pub use clock::{Clock, LogicalClock, SystemClock};
 pub use engine::{
-    EngineConfig, MetaEngine, MountReport, NewNode, ReaddirEntry, RenameMode, SetAttrReq, TimeSet,
-    ROOT_INO,
+    Changed, EngineConfig, MetaEngine, MountReport, NewNode, ReaddirEntry, RenameMode, SetAttrReq,
+    TimeSet, ROOT_INO,
 };
 pub use error::{FsError, FsResult};
 pub use index::{Attr, InodeState};

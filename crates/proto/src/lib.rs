@@ -20,8 +20,9 @@ pub use msg::*;
 
 /// Magic of every message ("OR") and the protocol version both ends must speak.
 pub const MAGIC: u16 = 0x524F;
-/// Version 9: chunk pages given back; the MDS's quiet time for grants at hello.
-pub const VERSION: u8 = 9;
+/// Version 10: callbacks that keep clients' kernel caches true (watches, cache
+/// leases, invalidations), and the client instance at hello.
+pub const VERSION: u8 = 10;
 /// Bytes of the header: magic, version, kind, pad, request id.
 pub const HEADER: usize = 16;
 

@@ -211,6 +211,8 @@ impl Cluster {
             replicas: self.cfg.replicas,
             // Short, as grace_ms: a departed store holds commits back this long.
             map_lease_ms: 100,
+            // No kernel caches here: a new MDS's quiet time for leases stays short.
+            cache_lease_ms: 20,
             ..Default::default()
         };
         let fabric = self.fabric();

@@ -136,6 +136,8 @@ impl MirroredCluster {
             name: MDSS[k].0.into(),
             cluster: "sim".into(),
             lease_ms: 1000,
+            // No kernel caches here: a new MDS's quiet time for leases stays short.
+            cache_lease_ms: 20,
             ..Default::default()
         };
         let fabric = self.fabric();

@@ -72,7 +72,7 @@ pub struct Cluster {
     pub secret: PathBuf,
     pub mds: Daemon,
     pub stores: Vec<Daemon>,
-    /// Extra flags for every daemon.
+    /// Extra flags for the MDS.
     pub mds_flags: Vec<String>,
     /// Size of each data store's pool.
     pub ds_size: String,
@@ -203,21 +203,33 @@ impl Cluster {
 
     /// As `start`, with data store pools of `ds_size` each.
     pub fn start_sized(backend: &'static str, stores: usize, ds_size: &str) -> Cluster {
+        Self::start_full(backend, stores, ds_size, &[])
+    }
+
+    /// As `start`, with extra flags for the MDS (kept across its restarts).
+    pub fn start_with_mds(backend: &'static str, stores: usize, mds_flags: &[&str]) -> Cluster {
+        Self::start_full(backend, stores, "64M", mds_flags)
+    }
+
+    fn start_full(
+        backend: &'static str,
+        stores: usize,
+        ds_size: &str,
+        mds_flags: &[&str],
+    ) -> Cluster {
         let dir = tempfile::tempdir_in("/dev/shm").unwrap();
         let secret = dir.path().join("secret");
         std::fs::write(&secret, Secret::generate().expose()).unwrap();
-        let mds = spawn(
-            &Self::mds_args(dir.path(), backend, &secret, "127.0.0.1:0", true),
-            &dir.path().join("mds.log"),
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        let mut args = Self::mds_args(dir.path(), backend, &secret, "127.0.0.1:0", true);
+        args.extend(s(mds_flags));
+        let mds = spawn(&args, &dir.path().join("mds.log")).unwrap_or_else(|e| panic!("{e}"));
         let mut c = Cluster {
             dir,
             backend,
             secret,
             mds,
             stores: Vec::new(),
-            mds_flags: Vec::new(),
+            mds_flags: s(mds_flags),
             ds_size: ds_size.to_string(),
         };
         for g in 0..stores {
@@ -281,13 +293,14 @@ impl Cluster {
     /// Kills the MDS (SIGKILL) and starts it again on the same port and pool.
     pub fn restart_mds(&mut self) {
         self.mds.kill();
-        let args = Self::mds_args(
+        let mut args = Self::mds_args(
             self.dir.path(),
             self.backend,
             &self.secret,
             &self.mds.addr,
             false,
         );
+        args.extend(self.mds_flags.iter().cloned());
         let log = self.dir.path().join("mds-restarted.log");
         let mut last = String::new();
         for _ in 0..50 {

@@ -76,8 +76,8 @@ pub(crate) enum Pick {
 }
 
 pub(crate) struct Lanes {
-    cfg: ClientConfig,
-    domain: Domain,
+    pub cfg: ClientConfig,
+    pub domain: Domain,
     slots: Vec<OnceLock<Mutex<Inner>>>,
     /// Held while a lane opens (one opens at a time, and only once).
     opening: Mutex<()>,
@@ -93,6 +93,8 @@ pub(crate) struct Lanes {
     pub closing: AtomicBool,
     pub uid: u32,
     pub gid: u32,
+    /// Drawn once: the client's name at the MDS for callbacks (`Hello::instance`).
+    pub instance: u64,
 }
 
 impl Lanes {
@@ -126,6 +128,7 @@ impl Lanes {
             closing: AtomicBool::new(false),
             uid,
             gid,
+            instance: u64::from_le_bytes(orion_format::random_uuid()[..8].try_into().expect("8")),
         };
         l.open_lane(0, false)?;
         Ok(l)
@@ -156,7 +159,8 @@ impl Lanes {
         let deadline = Instant::now() + Duration::from_millis(self.cfg.reconnect_ms);
         let remote = loop {
             let sessions = self.sessions.clone();
-            match Remote::connect(self.cfg.clone(), self.domain.clone(), i, sessions) {
+            let (cfg, domain) = (self.cfg.clone(), self.domain.clone());
+            match Remote::connect(cfg, domain, i, sessions, self.instance) {
                 Ok(r) => break r,
                 Err(e) if !patient || Instant::now() >= deadline => return Err(e),
                 Err(_) => std::thread::sleep(Duration::from_millis(20)),

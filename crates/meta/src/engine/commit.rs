@@ -88,6 +88,16 @@ impl MetaEngine {
             journal::commit(&self.pool, &self.sb, self.txid, stores)?;
         }
         for ((ino, entries), p) in updates.into_iter().zip(pending) {
+            if let Some(changes) = self.changes.as_mut() {
+                let removed = entries.iter().filter_map(|e| match e {
+                    Entry::DirRemove(d) => Some(d.name.clone()),
+                    _ => None,
+                });
+                changes.push(super::Changed {
+                    ino,
+                    removed: removed.collect(),
+                });
+            }
             let tail = p.tail;
             let inode = self.inodes.get_mut(&ino).expect("updated inode exists");
             inode.log.advance(p);

@@ -145,7 +145,18 @@ pub struct MetaEngine {
     /// Set when an operation fails past its commit point: DRAM may no longer match
     /// the media, so the engine refuses further changes until it is mounted again.
     pub(crate) failed: Option<String>,
+    /// What committed changes touched, when a caller asked to hear of it (the MDS's
+    /// callbacks to clients' kernel caches).
+    pub(crate) changes: Option<Vec<Changed>>,
     pub stats: EngineStats,
+}
+
+/// What one committed update changed: an inode whose log grew (its attributes, data
+/// or names may differ now), and the names it lost if it is a directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Changed {
+    pub ino: u64,
+    pub removed: Vec<Vec<u8>>,
 }
 
 impl MetaEngine {
@@ -159,6 +170,20 @@ impl MetaEngine {
 
     pub fn now(&self) -> i64 {
         self.clock.now()
+    }
+
+    /// From now on, remembers what each commit changes ([`MetaEngine::take_changes`]).
+    pub fn record_changes(&mut self) {
+        self.changes.get_or_insert_with(Vec::new);
+    }
+
+    /// What commits changed since the last call, in commit order (empty unless
+    /// [`MetaEngine::record_changes`] was called).
+    pub fn take_changes(&mut self) -> Vec<Changed> {
+        self.changes
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Data pages released by operations since the last call.

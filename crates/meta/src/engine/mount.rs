@@ -149,6 +149,7 @@ impl MetaEngine {
                 buf: Vec::with_capacity(512),
                 txid: 0,
                 freed: Vec::new(),
+                changes: None,
                 failed: None,
                 stats: EngineStats::default(),
             },

@@ -80,6 +80,13 @@ impl MetaEngine {
         if is_dir {
             self.inodes.get_mut(&ino).expect("created").parent = parent;
         }
+        // A new inode is news for whoever hears of changes: its creator caches it.
+        if let Some(c) = self.changes.as_mut() {
+            c.push(crate::engine::Changed {
+                ino,
+                removed: Vec::new(),
+            });
+        }
         self.getattr(ino)
     }
 }

@@ -84,6 +84,15 @@ pub enum MdsRequest {
     Outcome {
         id: u64,
     },
+    /// This client's kernel caches these inodes (their attributes, and the names in
+    /// those that are directories): call it back before they change. Needs a
+    /// callback connection ([`MdsRequest::CacheLease`]). At most [`MAX_WATCHED`].
+    Watch {
+        inos: Vec<u64>,
+    },
+    /// Makes this connection the client's callback connection ([`super::MdsToClient`])
+    /// and asks for a cache lease; sent again on it to renew the lease.
+    CacheLease,
 }
 
 wire_kinds! {
@@ -107,8 +116,13 @@ wire_kinds! {
         UnlinkOpen = 20,
         Release = 21,
         ReturnPages = 22,
+        Watch = 23,
+        CacheLease = 24,
     }
 }
+
+/// Most inodes one [`MdsRequest::Watch`] names.
+pub const MAX_WATCHED: usize = 4096;
 
 /// Most runs one [`MdsRequest::ReturnPages`] carries.
 pub const MAX_RETURNED_RUNS: usize = 4096;
@@ -175,6 +189,8 @@ impl MdsRequest {
             MdsRequest::TestLock(_) => MdsKind::TestLock,
             MdsRequest::ReleaseLocks { .. } => MdsKind::ReleaseLocks,
             MdsRequest::Outcome { .. } => MdsKind::Outcome,
+            MdsRequest::Watch { .. } => MdsKind::Watch,
+            MdsRequest::CacheLease => MdsKind::CacheLease,
         }
     }
 
@@ -200,9 +216,16 @@ impl MdsRequest {
                 w.opt_u32(h.internal.map(MemberId::pack))
                     .bool(h.strong)
                     .bytes(h.name.as_bytes())
-                    .u64(h.nonce);
+                    .u64(h.nonce)
+                    .u64(h.instance);
             }
-            MdsRequest::Ping | MdsRequest::Statfs => {}
+            MdsRequest::Ping | MdsRequest::Statfs | MdsRequest::CacheLease => {}
+            MdsRequest::Watch { inos } => {
+                w.u32(inos.len() as u32);
+                for i in inos {
+                    w.u64(*i);
+                }
+            }
             MdsRequest::AllocChunk { group, pages } => {
                 w.opt_u32(group.map(u32::from)).u32(*pages);
             }
@@ -281,7 +304,20 @@ impl MdsRequest {
                 strong: r.bool("strong")?,
                 name: text(r, "client name")?,
                 nonce: r.u64("client nonce")?,
+                instance: r.u64("client instance")?,
             }),
+            MdsKind::CacheLease => MdsRequest::CacheLease,
+            MdsKind::Watch => {
+                let n = r.u32("inodes")? as usize;
+                if n > MAX_WATCHED {
+                    return Err(ProtoError::Invalid("too many watched inodes"));
+                }
+                let mut inos = Vec::with_capacity(n);
+                for _ in 0..n {
+                    inos.push(r.u64("ino")?);
+                }
+                MdsRequest::Watch { inos }
+            }
             MdsKind::Ping => MdsRequest::Ping,
             MdsKind::AllocChunk => MdsRequest::AllocChunk {
                 group: group(r.opt_u32("group")?)?,
@@ -409,6 +445,8 @@ impl Message for MdsRequest {
             MdsKind::TestLock => "lock test",
             MdsKind::ReleaseLocks => "lock release",
             MdsKind::Outcome => "outcome",
+            MdsKind::Watch => "watch",
+            MdsKind::CacheLease => "cache lease",
         }
     }
 }

@@ -5,13 +5,17 @@
 //! reads, and the families' kind numbers are disjoint, so a message sent to the wrong
 //! service is refused as an unknown kind.
 
+mod callback;
 mod mds;
 mod mirror;
 mod store;
 #[cfg(test)]
 mod tests;
 
-pub use mds::{MdsInbound, MdsKind, MdsRequest, StoreToMds, StoreToMdsKind, MAX_RETURNED_RUNS};
+pub use callback::{Invalidation, MdsToClient, MdsToClientKind, MAX_INVALIDATIONS};
+pub use mds::{
+    MdsInbound, MdsKind, MdsRequest, StoreToMds, StoreToMdsKind, MAX_RETURNED_RUNS, MAX_WATCHED,
+};
 pub use mirror::{MdsToMirror, MdsToMirrorKind, MirrorToMds, MirrorToMdsKind, MAX_APPLY_RECORDS};
 pub use store::{StoreKind, StoreRequest};
 
@@ -46,6 +50,9 @@ pub struct Hello {
     /// Drawn once by each client and kept across reconnections: the MDS remembers the
     /// replies to a client's requests under it (see `MdsRequest::Outcome`).
     pub nonce: u64,
+    /// Drawn once by each client library instance and shared by all its connections:
+    /// the MDS calls back no instance about the changes it made itself.
+    pub instance: u64,
 }
 
 /// A log commit (paper §4.3): entries for one inode, appended by the MDS in its order.
@@ -301,6 +308,11 @@ pub enum ReplyBody {
     },
     /// The answer to `Outcome` for a request the MDS did not apply.
     Unknown,
+    /// A cache lease from now for `ms` milliseconds; 0: not renewed (callbacks are
+    /// outstanding).
+    Lease {
+        ms: u32,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -371,6 +383,7 @@ wire_kinds! {
         ResyncPlan = 11,
         MirrorStart = 12,
         Unknown = 13,
+        Lease = 14,
     }
 }
 
@@ -611,6 +624,9 @@ pub fn encode_reply(out: &mut Vec<u8>, id: u64, reply: &Reply) {
                 w.buf.extend_from_slice(&pool.encode());
                 w.bytes(superblock);
             }
+            ReplyBody::Lease { ms } => {
+                w.u8(ReplyKind::Lease as u8).u32(*ms);
+            }
             ReplyBody::Unknown => {
                 w.u8(ReplyKind::Unknown as u8);
             }
@@ -752,6 +768,9 @@ pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
             superblock: r.bytes(SUPERBLOCK_SIZE, "superblock")?.to_vec(),
         }),
         ReplyKind::Unknown => Reply::Ok(ReplyBody::Unknown),
+        ReplyKind::Lease => Reply::Ok(ReplyBody::Lease {
+            ms: r.u32("lease")?,
+        }),
     };
     r.finish()?;
     Ok((id, reply))

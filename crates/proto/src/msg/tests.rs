@@ -13,7 +13,12 @@ fn sample_requests() -> Vec<MdsRequest> {
             strong: true,
             name: "host:42".into(),
             nonce: 99,
+            instance: 5,
         }),
+        MdsRequest::Watch {
+            inos: vec![1, 7, u64::MAX],
+        },
+        MdsRequest::CacheLease,
         MdsRequest::Ping,
         MdsRequest::AllocChunk {
             group: None,
@@ -192,6 +197,7 @@ fn requests_and_replies_round_trip() {
             term: 3,
         }),
         ReplyBody::Unknown,
+        ReplyBody::Lease { ms: 200 },
         ReplyBody::MirrorStart {
             epoch: 9,
             pool: orion_fabric::RemoteRegion {
@@ -302,6 +308,35 @@ fn mirror_messages_round_trip_and_the_primary_decodes_the_mirrors() {
 }
 
 #[test]
+fn invalidations_round_trip_and_bad_ones_are_refused() {
+    let m = MdsToClient::Invalidate {
+        items: vec![
+            Invalidation::Inode(9),
+            Invalidation::Entry {
+                parent: 1,
+                name: b"gone".to_vec(),
+            },
+        ],
+    };
+    round_trip(&m, 77);
+    let mut b = Vec::new();
+    m.encode(&mut b, 1);
+    // An unknown item kind, and a count past the limit.
+    let mut bad = b.clone();
+    bad[HEADER + 4] = 7;
+    assert_eq!(
+        MdsToClient::decode(&bad).unwrap_err(),
+        ProtoError::Invalid("invalidation kind")
+    );
+    let mut bad = b.clone();
+    bad[HEADER..HEADER + 4].copy_from_slice(&(MAX_INVALIDATIONS as u32 + 1).to_le_bytes());
+    assert!(MdsToClient::decode(&bad).is_err());
+    for n in 0..b.len() {
+        assert!(MdsToClient::decode(&b[..n]).is_err(), "truncated at {n}");
+    }
+}
+
+#[test]
 fn a_message_sent_to_the_wrong_service_is_an_unknown_kind() {
     let mut b = Vec::new();
     StoreRequest::Flush.encode(&mut b, 1);
@@ -333,6 +368,7 @@ fn kind_numbers_of_the_families_are_disjoint() {
         .chain(StoreKind::ALL.iter().map(|k| *k as u8))
         .chain(MirrorToMdsKind::ALL.iter().map(|k| *k as u8))
         .chain(MdsToMirrorKind::ALL.iter().map(|k| *k as u8))
+        .chain(MdsToClientKind::ALL.iter().map(|k| *k as u8))
         .chain([K_REPLY]);
     for k in all {
         assert!(seen.insert(k), "kind {k} used twice");
@@ -351,11 +387,12 @@ proptest! {
         let _ = MdsInbound::decode(&b);
         let _ = StoreRequest::decode(&b);
         let _ = MdsToMirror::decode(&b);
+        let _ = MdsToClient::decode(&b);
         let _ = decode_reply(&b);
         let mut h = b.clone();
         if h.len() >= HEADER {
             // A valid header of every kind in turn, then random bytes.
-            let kind = h[3] % 80;
+            let kind = h[3] % 100;
             h[..4].copy_from_slice(&[0x4F, 0x52, VERSION, kind]);
             let _ = MdsInbound::decode(&h);
             let _ = MdsRequest::decode(&h);
@@ -363,6 +400,7 @@ proptest! {
             let _ = StoreRequest::decode(&h);
             let _ = MdsToMirror::decode(&h);
             let _ = MirrorToMds::decode(&h);
+            let _ = MdsToClient::decode(&h);
             h[3] = K_REPLY;
             let _ = decode_reply(&h);
         }

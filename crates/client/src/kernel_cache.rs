@@ -1,0 +1,281 @@
+//! The client's side of the MDS's callbacks (design note 56; the MDS's side is
+//! `orion_mds::callbacks`): what lets a front-end with a kernel cache (the FUSE
+//! mount) let the kernel keep names and attributes, and stay as coherent as a mount
+//! that caches nothing.
+//!
+//! A thread of its own keeps a callback connection to the MDS: it holds the cache
+//! lease there (renewed every third of its length), and answers each invalidation
+//! once the front-end's `invalidate` has run (the kernel forgot). The front-end asks,
+//! before it reads what it will hand the kernel, that the inodes concerned be
+//! watched ([`KernelCache::watch`], a `Watch` request for those not yet watched), and
+//! hands the kernel nothing that outlives the lease ([`KernelCache::ttl`]). When the
+//! callback connection breaks, the lease and every watch are void: the kernel's
+//! copies run out with the lease, and the next connection starts afresh.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use orion_fabric::{CompletionQueue, Domain};
+use orion_proto::{
+    decode_reply, is_reply, Event, Hello, Invalidation, MdsRequest, MdsToClient, Message, Reply,
+    ReplyBody,
+};
+use tracing::{debug, warn};
+
+use crate::remote::open_mds;
+use crate::ClientConfig;
+
+/// What the front-end does with invalidations (it must not call the client).
+pub type Invalidate = Box<dyn Fn(&[Invalidation]) + Send + Sync>;
+
+/// Below this much lease left, the kernel is told to cache nothing.
+const MIN_TTL: Duration = Duration::from_millis(2);
+/// Taken off every lifetime handed to the kernel: it counts in jiffies (up to 10 ms
+/// each) from when it got the reply, and rounds up.
+const KERNEL_SLACK: Duration = Duration::from_millis(25);
+/// Leases a renewal may go unanswered before the connection is given up.
+const UNANSWERED_LEASES: u32 = 5;
+/// How often the callback thread looks at its stop flag.
+const STOP_POLL: Duration = Duration::from_millis(20);
+
+/// A promise that the inodes asked about were watched in callback session
+/// `session` before the caller read them.
+#[derive(Clone, Copy, Debug)]
+pub struct Watched {
+    session: u64,
+}
+
+pub struct KernelCache {
+    base: Instant,
+    /// The lease's end, in nanoseconds from `base` (0: no lease).
+    lease_until: AtomicU64,
+    /// Counts callback connections; watches of an earlier one are void.
+    session: AtomicU64,
+    watched: Mutex<HashSet<u64>>,
+    invalidate: Invalidate,
+    stop: AtomicBool,
+}
+
+impl KernelCache {
+    pub(crate) fn new(invalidate: Invalidate) -> KernelCache {
+        KernelCache {
+            base: Instant::now(),
+            lease_until: AtomicU64::new(0),
+            session: AtomicU64::new(0),
+            watched: Mutex::new(HashSet::new()),
+            invalidate,
+            stop: AtomicBool::new(false),
+        }
+    }
+
+    /// Those of `inos` that are not watched in the current session, and the session;
+    /// None without a lease.
+    pub(crate) fn missing(&self, inos: &[u64]) -> Option<(Vec<u64>, Watched)> {
+        if self.left() < MIN_TTL {
+            return None;
+        }
+        let session = self.session.load(Ordering::Acquire);
+        let w = self.watched.lock().unwrap_or_else(|e| e.into_inner());
+        let missing = inos.iter().copied().filter(|i| !w.contains(i)).collect();
+        Some((missing, Watched { session }))
+    }
+
+    /// Records `inos` as watched (the MDS said so, or this client changed them, which
+    /// watches them there) unless the session changed since `w`.
+    pub(crate) fn note(&self, w: Watched, inos: &[u64]) -> bool {
+        let mut set = self.watched.lock().unwrap_or_else(|e| e.into_inner());
+        if self.session.load(Ordering::Acquire) != w.session {
+            return false;
+        }
+        set.extend(inos.iter().copied());
+        true
+    }
+
+    pub(crate) fn is_watched(&self, w: Watched, ino: u64) -> bool {
+        self.session.load(Ordering::Acquire) == w.session
+            && self
+                .watched
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&ino)
+    }
+
+    /// How long the kernel may keep what was read after `w`: the lease left, or zero
+    /// if the session changed meanwhile or little lease is left.
+    pub(crate) fn ttl(&self, w: Watched) -> Duration {
+        let left = self.left().saturating_sub(KERNEL_SLACK);
+        if self.session.load(Ordering::Acquire) != w.session || left < MIN_TTL {
+            return Duration::ZERO;
+        }
+        left
+    }
+
+    fn left(&self) -> Duration {
+        let until = self.lease_until.load(Ordering::Acquire);
+        let now = self.base.elapsed().as_nanos() as u64;
+        Duration::from_nanos(until.saturating_sub(now))
+    }
+
+    fn set_lease(&self, until: Option<Instant>) {
+        let nanos = until.map_or(0, |t| t.duration_since(self.base).as_nanos() as u64);
+        self.lease_until.store(nanos, Ordering::Release);
+    }
+
+    /// A new callback connection: the old lease and watches are void.
+    fn new_session(&self) {
+        self.set_lease(None);
+        let mut w = self.watched.lock().unwrap_or_else(|e| e.into_inner());
+        self.session.fetch_add(1, Ordering::AcqRel);
+        w.clear();
+    }
+
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+/// The callback thread: keeps a callback connection (reconnecting as long as the
+/// client lives), its lease, and answers invalidations.
+pub(crate) fn callback_loop(
+    cfg: ClientConfig,
+    domain: Domain,
+    instance: u64,
+    kc: Arc<KernelCache>,
+) {
+    let addrs = orion_proto::mds_addresses(&cfg.mds);
+    let mut at = 0;
+    while !kc.stop.load(Ordering::Acquire) {
+        kc.new_session();
+        let addr = &addrs[at % addrs.len().max(1)];
+        at += 1;
+        match session(&cfg, &domain, addr, instance, &kc) {
+            Ok(()) => {}
+            Err(e) => {
+                debug!("callback connection to {addr}: {e}");
+                std::thread::sleep(STOP_POLL);
+            }
+        }
+    }
+    kc.new_session();
+}
+
+/// One callback connection, until it breaks or the client stops.
+fn session(
+    cfg: &ClientConfig,
+    domain: &Domain,
+    addr: &str,
+    instance: u64,
+    kc: &KernelCache,
+) -> Result<(), String> {
+    let cq = domain.completion_queue().map_err(|e| e.to_string())?;
+    let mut ch = open_mds(domain, &cq, addr).map_err(|e| e.to_string())?;
+    let timeout = Duration::from_millis(cfg.op_timeout_ms);
+    let hello = MdsRequest::Hello(Hello {
+        internal: None,
+        strong: false,
+        name: format!("{} callbacks", cfg.name),
+        nonce: u64::from_le_bytes(orion_format::random_uuid()[..8].try_into().expect("8")),
+        instance,
+    });
+    let mut other = Vec::new();
+    match ch.call(&cq, 1, &hello, timeout, &mut other) {
+        Ok(Reply::Ok(ReplyBody::Hello(_))) => {}
+        Ok(r) => return Err(format!("hello refused: {r:?}")),
+        Err(e) => return Err(e.to_string()),
+    }
+    let mut next_id = 2;
+    let mut renewal: Option<(u64, Instant)> = None;
+    let mut renew_at = Instant::now();
+    let mut lease = Duration::from_millis(200);
+    let mut batch = Vec::new();
+    let mut msg = Vec::new();
+    let r = loop {
+        if kc.stop.load(Ordering::Acquire) {
+            break Ok(());
+        }
+        let now = Instant::now();
+        if !ch.conn.is_alive() {
+            break Err("the connection closed".into());
+        }
+        // An MDS that leaves a renewal unanswered this long is stopped or cut off:
+        // another address may serve now.
+        if renewal.is_some_and(|(_, sent)| now >= sent + lease * UNANSWERED_LEASES) {
+            break Err("the MDS does not answer".into());
+        }
+        if renewal.is_none() && now >= renew_at {
+            next_id += 1;
+            if let Err(e) = ch.send_request(next_id, &MdsRequest::CacheLease) {
+                break Err(e.to_string());
+            }
+            renewal = Some((next_id, now));
+            // Looked at again if no answer comes (the connection is then checked by
+            // the wait's break).
+            renew_at = now + lease;
+        }
+        let wait = renew_at.saturating_duration_since(now).min(STOP_POLL);
+        batch.clear();
+        match wait_batch(&cq, &mut batch, wait) {
+            Ok(()) => {}
+            Err(e) => break Err(e),
+        }
+        let mut broken = None;
+        for c in batch.drain(..) {
+            match ch.on_completion(&c) {
+                Event::Done => {}
+                Event::Broken(e) => broken = Some(e.to_string()),
+                Event::Message { slot, len } => {
+                    if let Err(e) = ch.read_message(slot, len, &mut msg).and(ch.repost(slot)) {
+                        broken = Some(e.to_string());
+                        continue;
+                    }
+                    if is_reply(&msg) {
+                        let Ok((id, reply)) = decode_reply(&msg) else {
+                            continue;
+                        };
+                        let Some((_, sent)) = renewal.filter(|(rid, _)| *rid == id) else {
+                            continue;
+                        };
+                        renewal = None;
+                        match reply {
+                            Reply::Ok(ReplyBody::Lease { ms }) if ms > 0 => {
+                                lease = Duration::from_millis(ms as u64);
+                                kc.set_lease(Some(sent + lease));
+                                renew_at = sent + lease / 3;
+                            }
+                            // Not renewed while callbacks are outstanding: soon again.
+                            _ => renew_at = Instant::now() + Duration::from_millis(1),
+                        }
+                        continue;
+                    }
+                    match MdsToClient::decode(&msg) {
+                        Ok((id, MdsToClient::Invalidate { items })) => {
+                            (kc.invalidate)(&items);
+                            if let Err(e) = ch.send_reply(id, &Reply::Ok(ReplyBody::Empty)) {
+                                broken = Some(e.to_string());
+                            }
+                        }
+                        Err(e) => warn!("malformed callback from the MDS at {addr}: {e}"),
+                    }
+                }
+            }
+        }
+        if let Some(e) = broken {
+            break Err(e);
+        }
+    };
+    ch.conn.close();
+    r
+}
+
+fn wait_batch(
+    cq: &CompletionQueue,
+    batch: &mut Vec<orion_fabric::Completion>,
+    wait: Duration,
+) -> Result<(), String> {
+    match cq.wait(batch, 16, wait) {
+        Ok(_) | Err(orion_fabric::Error::Timeout(_)) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
+}

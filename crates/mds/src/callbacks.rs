@@ -1,0 +1,453 @@
+//! Callbacks that keep clients' kernel caches true (design note 56; Assise's leases,
+//! NFSv4's delegations and Ceph's capabilities are the models).
+//!
+//! A client whose kernel caches names and attributes (a FUSE mount) opens a callback
+//! connection and holds a *cache lease* on it, renewed every third of its length. It
+//! *watches* the inodes whose attributes or names its kernel holds: by asking
+//! (`Watch`, before it reads what it hands the kernel) or by changing them itself.
+//! Every committed change the engine reports ([`orion_meta::Changed`]) becomes
+//! invalidations for the other instances that watch the inode, and the reply to the
+//! request that made it waits until each of them answered, or its lease ran out. So a
+//! change is in no other kernel's cache once its author hears of it.
+//!
+//! The rules that make that hold when something fails:
+//! - A client hands the kernel nothing that outlives its lease, which starts when it
+//!   sent the renewal (before the MDS's start of it): a client the MDS stops waiting
+//!   for has nothing cached any more.
+//! - No lease is renewed while invalidations to its holder are unanswered: a stuck
+//!   client's lease runs out.
+//! - An instance whose callback connection breaks may have cached inodes the MDS no
+//!   longer knows of: every change waits until its lease has run out. So does every
+//!   change in an MDS's first lease after it starts (a restart, or a fail-over: the
+//!   MDS before it granted leases it does not know).
+//! - Two clients that change the same directory at once may each hold a kernel lock
+//!   the other's invalidation needs. An instance that itself waits for answers is
+//!   waited for [`BUSY_PATIENCE`] only: a cycle costs that long, not a lease.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use orion_fabric::ConnId;
+use orion_meta::{Changed, FsError, FsResult};
+use orion_proto::{Invalidation, MdsToClient, Reply, MAX_INVALIDATIONS};
+use tracing::warn;
+
+use crate::server::Mds;
+
+/// How long an instance that waits for answers itself is waited for.
+pub const BUSY_PATIENCE: Duration = Duration::from_millis(5);
+/// Invalidation messages in flight to one instance (a channel has 8 send buffers;
+/// the lease's renewal replies need one).
+const MAX_IN_FLIGHT: usize = 6;
+/// Most bytes of names one invalidation message carries (a message holds 64 KiB).
+const MAX_BATCH_BYTES: usize = 48 * 1024;
+
+struct Holder {
+    conn: ConnId,
+    lease_until: Instant,
+    watches: HashSet<u64>,
+    /// Invalidations not sent yet, in batches of one message each: id, items, bytes.
+    queued: Vec<(u64, Vec<Invalidation>, usize)>,
+    /// Sent and not answered: id → when sent.
+    in_flight: BTreeMap<u64, Instant>,
+}
+
+/// A reply that waits for answers to callbacks (and for the quiet time).
+pub(crate) struct Held {
+    pub conn: ConnId,
+    pub id: u64,
+    pub reply: Reply,
+    changer: Option<u64>,
+    /// (instance, callback id) answers it waits for.
+    waits: Vec<(u64, u64)>,
+}
+
+pub(crate) struct Callbacks {
+    lease: Duration,
+    /// No change is acknowledged before this (see the module's rules).
+    quiet_until: Instant,
+    holders: HashMap<u64, Holder>,
+    by_conn: HashMap<ConnId, u64>,
+    /// Inode → the instances that watch it.
+    watchers: HashMap<u64, Vec<u64>>,
+    held: Vec<Held>,
+    next_id: u64,
+}
+
+impl Callbacks {
+    pub fn new(lease: Duration, now: Instant) -> Callbacks {
+        Callbacks {
+            lease,
+            quiet_until: now + lease,
+            holders: HashMap::new(),
+            by_conn: HashMap::new(),
+            watchers: HashMap::new(),
+            held: Vec::new(),
+            next_id: 1,
+        }
+    }
+
+    /// `CacheLease` from `instance` on `conn`: makes `conn` its callback connection
+    /// (a new one replaces the old, whose watches go) and grants or renews the lease.
+    /// Returns the lease in milliseconds, 0 when not renewed.
+    pub fn lease(&mut self, instance: u64, conn: ConnId, now: Instant) -> u32 {
+        if self.holders.get(&instance).is_some_and(|h| h.conn != conn) {
+            let old = self.holders[&instance].conn;
+            self.departed(old);
+        }
+        let h = self.holders.entry(instance).or_insert_with(|| Holder {
+            conn,
+            lease_until: now,
+            watches: HashSet::new(),
+            queued: Vec::new(),
+            in_flight: BTreeMap::new(),
+        });
+        self.by_conn.insert(conn, instance);
+        if !h.in_flight.is_empty() || !h.queued.is_empty() {
+            return 0;
+        }
+        debug_assert!(h.in_flight.is_empty() && h.queued.is_empty());
+        h.lease_until = now + self.lease;
+        self.lease.as_millis().min(u32::MAX as u128) as u32
+    }
+
+    /// Adds watches of `instance`, which must hold a callback connection.
+    pub fn watch(&mut self, instance: u64, inos: &[u64]) -> FsResult<()> {
+        let Some(h) = self.holders.get_mut(&instance) else {
+            return Err(FsError::Errno(libc::ENOTCONN));
+        };
+        for &ino in inos {
+            if h.watches.insert(ino) {
+                self.watchers.entry(ino).or_default().push(instance);
+            }
+        }
+        Ok(())
+    }
+
+    /// Turns committed changes into queued invalidations for the instances that
+    /// watch them, except `changer` (whose own kernel knows; it watches them from now
+    /// on). Returns the answers a reply must wait for.
+    pub fn on_changes(&mut self, changer: Option<u64>, changes: &[Changed]) -> Vec<(u64, u64)> {
+        let mut waits = Vec::new();
+        for c in changes {
+            let Some(ws) = self.watchers.get(&c.ino) else {
+                continue;
+            };
+            for &w in ws.iter().filter(|w| Some(**w) != changer) {
+                let h = self.holders.get_mut(&w).expect("watchers hold callbacks");
+                debug_assert!(h.watches.contains(&c.ino), "a watcher watches the inode");
+                let items =
+                    std::iter::once(Invalidation::Inode(c.ino)).chain(c.removed.iter().map(|n| {
+                        Invalidation::Entry {
+                            parent: c.ino,
+                            name: n.clone(),
+                        }
+                    }));
+                for it in items {
+                    let id = queue(h, it, &mut self.next_id);
+                    if !waits.contains(&(w, id)) {
+                        waits.push((w, id));
+                    }
+                }
+            }
+        }
+        if let Some(me) = changer.filter(|m| self.holders.contains_key(m)) {
+            let inos: Vec<u64> = changes.iter().map(|c| c.ino).collect();
+            self.watch(me, &inos).expect("a holder may watch");
+        }
+        waits
+    }
+
+    /// Holds `reply` until its waits are answered and the quiet time is over; returns
+    /// it when it may leave now.
+    pub fn hold(
+        &mut self,
+        (conn, id, reply): (ConnId, u64, Reply),
+        changer: Option<u64>,
+        waits: Vec<(u64, u64)>,
+        now: Instant,
+    ) -> Option<(ConnId, u64, Reply)> {
+        if waits.is_empty() && now >= self.quiet_until {
+            return Some((conn, id, reply));
+        }
+        self.held.push(Held {
+            conn,
+            id,
+            reply,
+            changer,
+            waits,
+        });
+        None
+    }
+
+    /// The invalidation messages to send now: what is queued for each instance, as
+    /// far as its room in flight goes. The second list: callback connections to close,
+    /// of instances whose lease ran out with callbacks unanswered (stuck: what is
+    /// queued for them would only grow; they lose their caching rights).
+    pub fn take_outgoing(
+        &mut self,
+        now: Instant,
+    ) -> (Vec<(ConnId, u64, MdsToClient)>, Vec<ConnId>) {
+        let (mut out, mut cut) = (Vec::new(), Vec::new());
+        for h in self.holders.values_mut() {
+            if h.lease_until <= now && !h.in_flight.is_empty() {
+                cut.push(h.conn);
+                continue;
+            }
+            while h.in_flight.len() < MAX_IN_FLIGHT && !h.queued.is_empty() {
+                let (id, items, _) = h.queued.remove(0);
+                h.in_flight.insert(id, now);
+                out.push((h.conn, id, MdsToClient::Invalidate { items }));
+            }
+        }
+        (out, cut)
+    }
+
+    /// The answer to callback `id` on `conn`; false if `conn` is no callback
+    /// connection.
+    pub fn answered(&mut self, conn: ConnId, id: u64) -> bool {
+        let Some(h) = self
+            .by_conn
+            .get(&conn)
+            .and_then(|i| self.holders.get_mut(i))
+        else {
+            return false;
+        };
+        h.in_flight.remove(&id);
+        true
+    }
+
+    /// `conn` closed: if it was a callback connection, its instance's watches go, and
+    /// every change waits until its lease has run out.
+    pub fn departed(&mut self, conn: ConnId) {
+        let Some(instance) = self.by_conn.remove(&conn) else {
+            return;
+        };
+        let Some(h) = self.holders.remove(&instance) else {
+            return;
+        };
+        self.quiet_until = self.quiet_until.max(h.lease_until);
+        for ino in h.watches {
+            if let Some(ws) = self.watchers.get_mut(&ino) {
+                ws.retain(|w| *w != instance);
+                if ws.is_empty() {
+                    self.watchers.remove(&ino);
+                }
+            }
+        }
+    }
+
+    /// Replies whose waits are over, in the order they were held.
+    pub fn release(&mut self, now: Instant) -> Vec<Held> {
+        if self.held.is_empty() {
+            return Vec::new();
+        }
+        let waiting: HashSet<u64> = self.held.iter().filter_map(|h| h.changer).collect();
+        let holders = &self.holders;
+        let over = |&(w, id): &(u64, u64)| match holders.get(&w) {
+            // Gone: the quiet time covers its lease.
+            None => true,
+            Some(h) if h.lease_until <= now => true,
+            Some(h) => match h.in_flight.get(&id) {
+                Some(sent) => waiting.contains(&w) && now >= *sent + BUSY_PATIENCE,
+                None => h.queued.iter().all(|(q, ..)| *q != id),
+            },
+        };
+        let quiet = now >= self.quiet_until;
+        let (done, kept): (Vec<Held>, Vec<Held>) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|h| quiet && h.waits.iter().all(over));
+        self.held = kept;
+        done
+    }
+
+    /// Whether replies wait (the event loop then looks again soon).
+    pub fn holds_replies(&self) -> bool {
+        !self.held.is_empty()
+    }
+}
+
+/// Adds `it` to `h`'s last queued batch if it is not there and the batch has room,
+/// else to a new batch; returns the batch's id.
+fn queue(h: &mut Holder, it: Invalidation, next_id: &mut u64) -> u64 {
+    let bytes = 16
+        + match &it {
+            Invalidation::Entry { name, .. } => name.len(),
+            Invalidation::Inode(_) => 0,
+        };
+    if let Some((id, items, size)) = h.queued.last_mut() {
+        if items.contains(&it) {
+            return *id;
+        }
+        if items.len() < MAX_INVALIDATIONS && *size + bytes <= MAX_BATCH_BYTES {
+            items.push(it);
+            *size += bytes;
+            return *id;
+        }
+    }
+    *next_id += 1;
+    h.queued.push((*next_id, vec![it], bytes));
+    *next_id
+}
+
+impl Mds {
+    /// What the loop does for callbacks each turn: invalidations for changes no reply
+    /// carried (a departed client's orphans), queued invalidations out, and replies
+    /// whose waits are over.
+    pub(crate) fn callbacks_turn(&mut self) {
+        let changes = self.engine.take_changes();
+        if !changes.is_empty() {
+            self.callbacks.on_changes(None, &changes);
+        }
+        let now = Instant::now();
+        let (msgs, cut) = self.callbacks.take_outgoing(now);
+        for conn in cut {
+            self.drop_peer(conn, "too many invalidations outstanding");
+        }
+        for (conn, id, m) in msgs {
+            let Some(peer) = self.peers.get_mut(&conn) else {
+                continue;
+            };
+            if let Err(e) = peer.ch.send_request(id, &m) {
+                warn!("callback to {}: {e}", peer.name);
+                self.drop_peer(conn, &format!("cannot send a callback: {e}"));
+            }
+        }
+        for h in self.callbacks.release(now) {
+            self.reply_now(h.conn, h.id, h.reply);
+        }
+    }
+
+    /// A reply about to leave: if the request changed what other clients' kernels
+    /// cache, it waits for their answers (see the module). None when held.
+    pub(crate) fn hold_for_callbacks(
+        &mut self,
+        conn: ConnId,
+        id: u64,
+        reply: Reply,
+    ) -> Option<(ConnId, u64, Reply)> {
+        let changes = self.engine.take_changes();
+        if changes.is_empty() {
+            return Some((conn, id, reply));
+        }
+        let changer = self.peers.get(&conn).and_then(|p| p.instance());
+        let waits = self.callbacks.on_changes(changer, &changes);
+        self.callbacks
+            .hold((conn, id, reply), changer, waits, Instant::now())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conn(n: u32) -> ConnId {
+        n
+    }
+
+    fn changed(ino: u64, removed: &[&str]) -> Changed {
+        Changed {
+            ino,
+            removed: removed.iter().map(|n| n.as_bytes().to_vec()).collect(),
+        }
+    }
+
+    fn ok() -> Reply {
+        Reply::Ok(orion_proto::ReplyBody::Empty)
+    }
+
+    #[test]
+    fn a_change_waits_for_the_other_watchers_and_not_for_its_author() {
+        let lease = Duration::from_millis(200);
+        let t0 = Instant::now();
+        let mut cb = Callbacks::new(lease, t0);
+        let t = t0 + lease;
+        assert_eq!(cb.lease(1, conn(10), t), 200);
+        assert_eq!(cb.lease(2, conn(20), t), 200);
+        cb.watch(2, &[5, 9]).unwrap();
+        // Instance 1 removes a name from directory 5 and changes inode 7 (nobody's).
+        let waits = cb.on_changes(Some(1), &[changed(5, &["x"]), changed(7, &[])]);
+        assert_eq!(waits.len(), 1, "only instance 2 watches");
+        assert!(cb.hold((conn(11), 1, ok()), Some(1), waits, t).is_none());
+        let (msgs, cut) = cb.take_outgoing(t);
+        assert!(cut.is_empty());
+        assert_eq!(msgs.len(), 1);
+        let (c, id, MdsToClient::Invalidate { items }) = &msgs[0];
+        assert_eq!(*c, conn(20));
+        assert_eq!(
+            items,
+            &vec![
+                Invalidation::Inode(5),
+                Invalidation::Entry {
+                    parent: 5,
+                    name: b"x".to_vec()
+                }
+            ]
+        );
+        assert!(cb.release(t).is_empty(), "not answered yet");
+        // No renewal while an invalidation is unanswered.
+        assert_eq!(cb.lease(2, conn(20), t), 0);
+        assert!(cb.answered(conn(20), *id));
+        assert_eq!(cb.release(t).len(), 1);
+        assert_eq!(cb.lease(2, conn(20), t), 200);
+        // The author watches what it changed: instance 2's change of 7 waits for it.
+        let waits = cb.on_changes(Some(2), &[changed(7, &[])]);
+        assert_eq!(waits.len(), 1);
+        assert_eq!(waits[0].0, 1);
+    }
+
+    #[test]
+    fn a_silent_watcher_is_waited_for_until_its_lease_ends() {
+        let lease = Duration::from_millis(200);
+        let t0 = Instant::now();
+        let mut cb = Callbacks::new(lease, t0);
+        let t = t0 + lease;
+        cb.lease(2, conn(20), t);
+        cb.watch(2, &[5]).unwrap();
+        let waits = cb.on_changes(None, &[changed(5, &[])]);
+        assert!(cb.hold((conn(11), 1, ok()), None, waits, t).is_none());
+        cb.take_outgoing(t);
+        assert!(cb.release(t + lease / 2).is_empty());
+        assert_eq!(cb.release(t + lease).len(), 1, "its lease ran out");
+    }
+
+    #[test]
+    fn a_broken_callback_connection_and_a_new_mds_hold_every_change_for_a_lease() {
+        let lease = Duration::from_millis(200);
+        let t0 = Instant::now();
+        let mut cb = Callbacks::new(lease, t0);
+        // The first lease after the start: a change nobody watches still waits.
+        assert!(cb.hold((conn(1), 1, ok()), None, vec![], t0).is_none());
+        assert!(cb.release(t0 + lease / 2).is_empty());
+        assert_eq!(cb.release(t0 + lease).len(), 1);
+        let t = t0 + lease;
+        cb.lease(2, conn(20), t);
+        cb.watch(2, &[5]).unwrap();
+        cb.departed(conn(20));
+        assert!(cb.watch(2, &[6]).is_err(), "no callback connection");
+        let waits = cb.on_changes(None, &[changed(9, &[])]);
+        assert!(waits.is_empty());
+        assert!(cb.hold((conn(1), 2, ok()), None, waits, t).is_none());
+        assert!(cb.release(t + lease / 2).is_empty());
+        assert_eq!(cb.release(t + lease).len(), 1);
+    }
+
+    #[test]
+    fn two_authors_that_wait_for_each_other_wait_briefly() {
+        let lease = Duration::from_millis(200);
+        let t0 = Instant::now();
+        let mut cb = Callbacks::new(lease, t0);
+        let t = t0 + lease;
+        cb.lease(1, conn(10), t);
+        cb.lease(2, conn(20), t);
+        cb.watch(1, &[5]).unwrap();
+        cb.watch(2, &[5]).unwrap();
+        let w1 = cb.on_changes(Some(1), &[changed(5, &["a"])]);
+        assert!(cb.hold((conn(11), 1, ok()), Some(1), w1, t).is_none());
+        let w2 = cb.on_changes(Some(2), &[changed(5, &["b"])]);
+        assert!(cb.hold((conn(21), 1, ok()), Some(2), w2, t).is_none());
+        assert_eq!(cb.take_outgoing(t).0.len(), 2);
+        assert!(cb.release(t).is_empty());
+        assert_eq!(cb.release(t + BUSY_PATIENCE).len(), 2);
+    }
+}
