@@ -18,7 +18,7 @@ mod namespace;
 mod paths;
 mod xattrs;
 
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLockReadGuard};
 use std::thread::JoinHandle;
 
 /// A thread of the client, joined when it is dropped.
@@ -191,12 +191,46 @@ impl Client {
             let req = MdsRequest::Watch {
                 inos: missing.clone(),
             };
+            let _in_order = kc.requests();
             self.lanes
                 .run(Pick::Any, false, |g| g.rpc(req.clone()))
                 .ok()?;
             kc.note(w, &missing).then_some(())?;
         }
         Some(w)
+    }
+
+    /// Held by a front-end call that hands its kernel names or attributes, from before
+    /// [`Self::watch_for_kernel`] until its reply is sent and counted
+    /// ([`Self::kernel_looked_up`]); None without a kernel cache.
+    pub fn kernel_gate(&self) -> Option<RwLockReadGuard<'_, ()>> {
+        Some(self.kernel.get()?.0.gate())
+    }
+
+    /// The kernel got an entry for `ino` (FUSE counts these lookups, and forgets
+    /// them).
+    pub fn kernel_looked_up(&self, ino: u64) {
+        if let Some((kc, _)) = self.kernel.get() {
+            kc.looked_up(ino);
+        }
+    }
+
+    /// The kernel forgot `n` lookups of `ino`: once it forgot them all, the MDS stops
+    /// watching it for this client (in batches).
+    pub fn kernel_forgot(&self, ino: u64, n: u64) {
+        let Some((kc, _)) = self.kernel.get() else {
+            return;
+        };
+        if !kc.forgot(ino, n) {
+            return;
+        }
+        let (_in_order, inos) = kc.take_forgotten();
+        if inos.is_empty() {
+            return;
+        }
+        let req = MdsRequest::Unwatch { inos };
+        // A failed request leaves the watches: callbacks the kernel did not need.
+        let _ = self.lanes.run(Pick::Any, false, |g| g.rpc(req.clone()));
     }
 
     /// Whether `ino` is watched in the session of `w` (then what is read of it from

@@ -11,10 +11,18 @@
 //! hands the kernel nothing that outlives the lease ([`KernelCache::ttl`]). When the
 //! callback connection breaks, the lease and every watch are void: the kernel's
 //! copies run out with the lease, and the next connection starts afresh.
+//!
+//! Watches end when the kernel forgets an inode (FUSE's `forget`, once as many
+//! lookups were forgotten as the mount answered), in batches (`Unwatch`). Two
+//! locks keep that from dropping a watch the kernel relies on: a call that hands the
+//! kernel something holds the *gate* (shared) from before it looks at the watches
+//! until its reply is sent and counted, and the batch takes it exclusively to pick
+//! the inodes still forgotten; and `Watch` and `Unwatch` requests are made one at a
+//! time (`requests`), so the MDS sees them in the client's order.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use orion_fabric::{CompletionQueue, Domain};
@@ -24,6 +32,7 @@ use orion_proto::{
 };
 use tracing::{debug, warn};
 
+use crate::fs::lock;
 use crate::remote::open_mds;
 use crate::ClientConfig;
 
@@ -37,6 +46,8 @@ const MIN_TTL: Duration = Duration::from_millis(2);
 const KERNEL_SLACK: Duration = Duration::from_millis(25);
 /// Leases a renewal may go unanswered before the connection is given up.
 const UNANSWERED_LEASES: u32 = 5;
+/// Inodes the kernel forgot that are unwatched in one request.
+const UNWATCH_BATCH: usize = 256;
 /// How often the callback thread looks at its stop flag.
 const STOP_POLL: Duration = Duration::from_millis(20);
 
@@ -54,6 +65,12 @@ pub struct KernelCache {
     /// Counts callback connections; watches of an earlier one are void.
     session: AtomicU64,
     watched: Mutex<HashSet<u64>>,
+    /// Entries the kernel holds per inode (lookups answered, less those forgotten).
+    held: Mutex<HashMap<u64, u64>>,
+    /// Inodes the kernel forgot, to unwatch in the next batch.
+    forgotten: Mutex<Vec<u64>>,
+    gate: RwLock<()>,
+    requests: Mutex<()>,
     invalidate: Invalidate,
     stop: AtomicBool,
 }
@@ -65,9 +82,63 @@ impl KernelCache {
             lease_until: AtomicU64::new(0),
             session: AtomicU64::new(0),
             watched: Mutex::new(HashSet::new()),
+            held: Mutex::new(HashMap::new()),
+            forgotten: Mutex::new(Vec::new()),
+            gate: RwLock::new(()),
+            requests: Mutex::new(()),
             invalidate,
             stop: AtomicBool::new(false),
         }
+    }
+
+    /// Held by a call that hands the kernel something, from before it looks at the
+    /// watches until its reply is counted.
+    pub(crate) fn gate(&self) -> RwLockReadGuard<'_, ()> {
+        self.gate.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Held across a `Watch` or `Unwatch` request.
+    pub(crate) fn requests(&self) -> MutexGuard<'_, ()> {
+        lock(&self.requests)
+    }
+
+    /// The kernel got an entry for `ino` (a lookup it will forget some day).
+    pub(crate) fn looked_up(&self, ino: u64) {
+        *lock(&self.held).entry(ino).or_insert(0) += 1;
+    }
+
+    /// The kernel forgot `n` lookups of `ino`; true when a batch of inodes it forgot
+    /// altogether is due for unwatching.
+    pub(crate) fn forgot(&self, ino: u64, n: u64) -> bool {
+        let mut held = lock(&self.held);
+        let Some(c) = held.get_mut(&ino) else {
+            return false;
+        };
+        *c = c.saturating_sub(n);
+        if *c > 0 {
+            return false;
+        }
+        held.remove(&ino);
+        let mut f = lock(&self.forgotten);
+        f.push(ino);
+        f.len() >= UNWATCH_BATCH
+    }
+
+    /// The inodes to unwatch now (the kernel forgot them and looked none up again),
+    /// no longer counted as watched, with the request lock held for their `Unwatch`.
+    pub(crate) fn take_forgotten(&self) -> (MutexGuard<'_, ()>, Vec<u64>) {
+        let _no_reply_under_way = self.gate.write().unwrap_or_else(|e| e.into_inner());
+        let requests = self.requests();
+        let held = lock(&self.held);
+        let mut inos = std::mem::take(&mut *lock(&self.forgotten));
+        inos.retain(|i| !held.contains_key(i));
+        // Unwatched at the MDS whether or not this client knew it watched them (a
+        // change it made watches an inode there too).
+        let mut w = lock(&self.watched);
+        for i in &inos {
+            w.remove(i);
+        }
+        (requests, inos)
     }
 
     /// Those of `inos` that are not watched in the current session, and the session;
@@ -77,7 +148,7 @@ impl KernelCache {
             return None;
         }
         let session = self.session.load(Ordering::Acquire);
-        let w = self.watched.lock().unwrap_or_else(|e| e.into_inner());
+        let w = lock(&self.watched);
         let missing = inos.iter().copied().filter(|i| !w.contains(i)).collect();
         Some((missing, Watched { session }))
     }
@@ -85,7 +156,7 @@ impl KernelCache {
     /// Records `inos` as watched (the MDS said so, or this client changed them, which
     /// watches them there) unless the session changed since `w`.
     pub(crate) fn note(&self, w: Watched, inos: &[u64]) -> bool {
-        let mut set = self.watched.lock().unwrap_or_else(|e| e.into_inner());
+        let mut set = lock(&self.watched);
         if self.session.load(Ordering::Acquire) != w.session {
             return false;
         }
@@ -126,9 +197,10 @@ impl KernelCache {
     /// A new callback connection: the old lease and watches are void.
     fn new_session(&self) {
         self.set_lease(None);
-        let mut w = self.watched.lock().unwrap_or_else(|e| e.into_inner());
+        let mut w = lock(&self.watched);
         self.session.fetch_add(1, Ordering::AcqRel);
         w.clear();
+        lock(&self.forgotten).clear();
     }
 
     pub(crate) fn stop(&self) {

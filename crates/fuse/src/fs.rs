@@ -54,10 +54,15 @@ impl OrionFs {
         &self.client
     }
 
-    /// Replies with an entry the kernel may keep for `ttl` (see [`crate::cache`]).
+    /// Replies with an entry the kernel may keep for `ttl` (see [`crate::cache`]),
+    /// and counts the lookup the kernel will forget. The caller holds the kernel
+    /// gate ([`Client::kernel_gate`]).
     fn entry(&self, reply: ReplyEntry, r: FsResult<(Attr, Duration)>) {
         match r {
-            Ok((a, ttl)) => reply.entry(&ttl, &file_attr(&a), Generation(0)),
+            Ok((a, ttl)) => {
+                reply.entry(&ttl, &file_attr(&a), Generation(0));
+                self.client.kernel_looked_up(a.ino);
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -177,6 +182,7 @@ impl Filesystem for OrionFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _kernel = self.client.kernel_gate();
         let r = if req.uid() == 0 {
             Ok(())
         } else {
@@ -188,7 +194,12 @@ impl Filesystem for OrionFs {
         );
     }
 
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.client.kernel_forgot(ino.0, nlookup);
+    }
+
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _kernel = self.client.kernel_gate();
         match self.getattr_for_kernel(ino.0) {
             Ok((a, ttl)) => reply.attr(&ttl, &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
@@ -213,6 +224,7 @@ impl Filesystem for OrionFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let _kernel = self.client.kernel_gate();
         let req_of = req;
         let req = SetAttrReq {
             mode: mode.map(|m| m & 0o7777),
@@ -254,6 +266,7 @@ impl Filesystem for OrionFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        let _kernel = self.client.kernel_gate();
         let r = node_type(mode).and_then(|t| {
             self.may_add(req, parent.0)?;
             let node = owner(req, t, mode, rdev);
@@ -273,6 +286,7 @@ impl Filesystem for OrionFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
+        let _kernel = self.client.kernel_gate();
         let node = owner(req, FileType::Directory, mode, 0);
         self.entry(
             reply,
@@ -310,6 +324,7 @@ impl Filesystem for OrionFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        let _kernel = self.client.kernel_gate();
         let node = owner(req, FileType::Symlink, 0o777, 0);
         let t = target.as_os_str().as_bytes();
         self.entry(
@@ -360,6 +375,7 @@ impl Filesystem for OrionFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        let _kernel = self.client.kernel_gate();
         self.entry(
             reply,
             self.may_add(req, newparent.0).and_then(|_| {
@@ -712,6 +728,7 @@ impl Filesystem for OrionFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let _kernel = self.client.kernel_gate();
         let r = node_type(mode).and_then(|t| {
             self.may_add(req, parent.0)?;
             let node = owner(req, t, mode, 0);
@@ -739,13 +756,16 @@ impl Filesystem for OrionFs {
             Ok((a, fd, ttl))
         });
         match r {
-            Ok((a, fd, ttl)) => reply.created(
-                &ttl,
-                &file_attr(&a),
-                Generation(0),
-                FileHandle(fd.0),
-                fopen(),
-            ),
+            Ok((a, fd, ttl)) => {
+                reply.created(
+                    &ttl,
+                    &file_attr(&a),
+                    Generation(0),
+                    FileHandle(fd.0),
+                    fopen(),
+                );
+                self.client.kernel_looked_up(a.ino);
+            }
             Err(e) => reply.error(errno(e)),
         }
     }

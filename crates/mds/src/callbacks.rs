@@ -124,6 +124,24 @@ impl Callbacks {
         Ok(())
     }
 
+    /// Ends watches of `instance` (its kernel forgot those inodes).
+    pub fn unwatch(&mut self, instance: u64, inos: &[u64]) {
+        let Some(h) = self.holders.get_mut(&instance) else {
+            return;
+        };
+        for ino in inos {
+            if !h.watches.remove(ino) {
+                continue;
+            }
+            if let Some(ws) = self.watchers.get_mut(ino) {
+                ws.retain(|w| *w != instance);
+                if ws.is_empty() {
+                    self.watchers.remove(ino);
+                }
+            }
+        }
+    }
+
     /// Turns committed changes into queued invalidations for the instances that
     /// watch them, except `changer` (whose own kernel knows; it watches them from now
     /// on). Returns the answers a reply must wait for.
@@ -227,14 +245,10 @@ impl Callbacks {
             return;
         };
         self.quiet_until = self.quiet_until.max(h.lease_until);
-        for ino in h.watches {
-            if let Some(ws) = self.watchers.get_mut(&ino) {
-                ws.retain(|w| *w != instance);
-                if ws.is_empty() {
-                    self.watchers.remove(&ino);
-                }
-            }
-        }
+        let inos: Vec<u64> = h.watches.iter().copied().collect();
+        self.holders.insert(instance, h);
+        self.unwatch(instance, &inos);
+        self.holders.remove(&instance);
     }
 
     /// Replies whose waits are over, in the order they were held.
@@ -390,6 +404,9 @@ mod tests {
         assert!(cb.answered(conn(20), *id));
         assert_eq!(cb.release(t).len(), 1);
         assert_eq!(cb.lease(2, conn(20), t), 200);
+        // Once instance 2 unwatches 9, a change of 9 waits for nobody.
+        cb.unwatch(2, &[9]);
+        assert!(cb.on_changes(Some(1), &[changed(9, &[])]).is_empty());
         // The author watches what it changed: instance 2's change of 7 waits for it.
         let waits = cb.on_changes(Some(2), &[changed(7, &[])]);
         assert_eq!(waits.len(), 1);

@@ -599,6 +599,10 @@ impl Mds {
                 .callbacks
                 .watch(instance, &inos)
                 .map(|_| ReplyBody::Empty),
+            MdsRequest::Unwatch { inos } => {
+                self.callbacks.unwatch(instance, &inos);
+                Ok(ReplyBody::Empty)
+            }
             MdsRequest::CacheLease => Ok(ReplyBody::Lease {
                 ms: self.callbacks.lease(instance, conn, Instant::now()),
             }),

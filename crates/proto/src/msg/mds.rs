@@ -90,6 +90,11 @@ pub enum MdsRequest {
     Watch {
         inos: Vec<u64>,
     },
+    /// The client's kernel forgot these inodes: no more callbacks about them. At
+    /// most [`MAX_WATCHED`].
+    Unwatch {
+        inos: Vec<u64>,
+    },
     /// Makes this connection the client's callback connection ([`super::MdsToClient`])
     /// and asks for a cache lease; sent again on it to renew the lease.
     CacheLease,
@@ -118,11 +123,20 @@ wire_kinds! {
         ReturnPages = 22,
         Watch = 23,
         CacheLease = 24,
+        Unwatch = 25,
     }
 }
 
-/// Most inodes one [`MdsRequest::Watch`] names.
+/// Most inodes one [`MdsRequest::Watch`] or [`MdsRequest::Unwatch`] names.
 pub const MAX_WATCHED: usize = 4096;
+
+fn inos(r: &mut Reader) -> Result<Vec<u64>, ProtoError> {
+    let n = r.u32("inodes")? as usize;
+    if n > MAX_WATCHED {
+        return Err(ProtoError::Invalid("too many watched inodes"));
+    }
+    (0..n).map(|_| r.u64("ino")).collect()
+}
 
 /// Most runs one [`MdsRequest::ReturnPages`] carries.
 pub const MAX_RETURNED_RUNS: usize = 4096;
@@ -190,6 +204,7 @@ impl MdsRequest {
             MdsRequest::ReleaseLocks { .. } => MdsKind::ReleaseLocks,
             MdsRequest::Outcome { .. } => MdsKind::Outcome,
             MdsRequest::Watch { .. } => MdsKind::Watch,
+            MdsRequest::Unwatch { .. } => MdsKind::Unwatch,
             MdsRequest::CacheLease => MdsKind::CacheLease,
         }
     }
@@ -220,7 +235,7 @@ impl MdsRequest {
                     .u64(h.instance);
             }
             MdsRequest::Ping | MdsRequest::Statfs | MdsRequest::CacheLease => {}
-            MdsRequest::Watch { inos } => {
+            MdsRequest::Watch { inos } | MdsRequest::Unwatch { inos } => {
                 w.u32(inos.len() as u32);
                 for i in inos {
                     w.u64(*i);
@@ -307,17 +322,8 @@ impl MdsRequest {
                 instance: r.u64("client instance")?,
             }),
             MdsKind::CacheLease => MdsRequest::CacheLease,
-            MdsKind::Watch => {
-                let n = r.u32("inodes")? as usize;
-                if n > MAX_WATCHED {
-                    return Err(ProtoError::Invalid("too many watched inodes"));
-                }
-                let mut inos = Vec::with_capacity(n);
-                for _ in 0..n {
-                    inos.push(r.u64("ino")?);
-                }
-                MdsRequest::Watch { inos }
-            }
+            MdsKind::Watch => MdsRequest::Watch { inos: inos(r)? },
+            MdsKind::Unwatch => MdsRequest::Unwatch { inos: inos(r)? },
             MdsKind::Ping => MdsRequest::Ping,
             MdsKind::AllocChunk => MdsRequest::AllocChunk {
                 group: group(r.opt_u32("group")?)?,
@@ -446,6 +452,7 @@ impl Message for MdsRequest {
             MdsKind::ReleaseLocks => "lock release",
             MdsKind::Outcome => "outcome",
             MdsKind::Watch => "watch",
+            MdsKind::Unwatch => "unwatch",
             MdsKind::CacheLease => "cache lease",
         }
     }

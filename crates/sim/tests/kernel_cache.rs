@@ -1,0 +1,150 @@
+//! The MDS's callbacks to a client whose kernel caches names and attributes (design
+//! note 56), seen through the client library: a change is acknowledged only after
+//! every other client that watches the inode was told, a watch ends when the kernel
+//! forgot the inode, and a client that does not answer holds a change up only until
+//! its cache lease runs out (20 ms in the simulator).
+
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use orion_client::{Client, FileType, Invalidation, SetAttrReq, Watched};
+use orion_sim::{ClientKind, Cluster, ClusterConfig};
+
+const EXTERNAL: ClientKind = ClientKind {
+    internal: false,
+    optimistic: false,
+    weak: false,
+};
+
+type Seen = Arc<Mutex<Vec<Invalidation>>>;
+
+/// Turns `c`'s kernel cache on with a recorder of invalidations, and waits for its
+/// first lease (a watch of the root succeeds).
+fn recording(c: &Client) -> Seen {
+    let seen: Seen = Arc::default();
+    let s = seen.clone();
+    c.cache_in_kernel(Box::new(move |items| {
+        s.lock().unwrap().extend_from_slice(items)
+    }))
+    .unwrap();
+    wait_for_lease(c, 1);
+    seen
+}
+
+/// Waits until `c` has a cache lease, and watches `ino`.
+fn wait_for_lease(c: &Client, ino: u64) -> Watched {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(w) = c.watch_for_kernel(&[ino]) {
+            return w;
+        }
+        assert!(Instant::now() < deadline, "no cache lease within 10 s");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn chmod(c: &Client, ino: u64, mode: u32) {
+    let req = SetAttrReq {
+        mode: Some(mode),
+        ..Default::default()
+    };
+    c.setattr(ino, &req).unwrap();
+}
+
+#[test]
+fn a_change_is_acknowledged_after_the_watchers_heard_of_it_and_a_forgotten_inode_is_unwatched() {
+    let cluster = Cluster::start(ClusterConfig {
+        seed: 11,
+        ..Default::default()
+    })
+    .unwrap();
+    let a = cluster.client(EXTERNAL).unwrap();
+    let b = cluster.client(EXTERNAL).unwrap();
+    let seen = recording(&b);
+    // 256 files (one batch of forgotten inodes); B's kernel looks each up.
+    let inos: Vec<u64> = (0..256)
+        .map(|i| {
+            a.mknod(&format!("/f{i}"), FileType::Regular, 0o644)
+                .unwrap()
+                .ino
+        })
+        .collect();
+    for chunk in inos.chunks(64) {
+        let w = b.watch_for_kernel(chunk).expect("watched");
+        for &ino in chunk {
+            assert!(b.watched_for_kernel(Some(w), ino));
+            b.kernel_looked_up(ino);
+        }
+    }
+    seen.lock().unwrap().clear();
+    // Acknowledged to A only once B heard of it.
+    chmod(&a, inos[0], 0o600);
+    assert!(
+        seen.lock().unwrap().contains(&Invalidation::Inode(inos[0])),
+        "A's chmod returned before B was told: {:?}",
+        seen.lock().unwrap()
+    );
+    // A removal: B hears of the name, and of the directory.
+    a.unlink("/f1").unwrap();
+    let s = seen.lock().unwrap().clone();
+    assert!(s.contains(&Invalidation::Entry {
+        parent: 1,
+        name: b"f1".to_vec()
+    }));
+    assert!(s.contains(&Invalidation::Inode(1)));
+    // B's own change: B is not told (its kernel knows), A does not watch.
+    seen.lock().unwrap().clear();
+    chmod(&b, inos[2], 0o640);
+    assert!(!seen.lock().unwrap().contains(&Invalidation::Inode(inos[2])));
+    // B's kernel forgets every file (the 256th forget sends the batch); then no
+    // change to them is B's business. The root stays watched.
+    for &ino in &inos {
+        b.kernel_forgot(ino, 1);
+    }
+    seen.lock().unwrap().clear();
+    chmod(&a, inos[3], 0o600);
+    assert!(
+        !seen.lock().unwrap().contains(&Invalidation::Inode(inos[3])),
+        "a forgotten inode is still watched"
+    );
+    a.mknod("/g", FileType::Regular, 0o644).unwrap();
+    assert!(seen.lock().unwrap().contains(&Invalidation::Inode(1)));
+}
+
+/// B's invalidations block (a kernel that does not let go); A's change returns
+/// anyway once B's lease ran out, long before B answers.
+#[test]
+fn a_client_that_does_not_answer_holds_a_change_up_only_for_its_lease() {
+    let cluster = Cluster::start(ClusterConfig {
+        seed: 12,
+        ..Default::default()
+    })
+    .unwrap();
+    let a = Arc::new(cluster.client(EXTERNAL).unwrap());
+    let b = cluster.client(EXTERNAL).unwrap();
+    let ino = a.mknod("/f", FileType::Regular, 0o644).unwrap().ino;
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let release_rx = Mutex::new(release_rx);
+    b.cache_in_kernel(Box::new(move |_| {
+        let _ = release_rx
+            .lock()
+            .unwrap()
+            .recv_timeout(Duration::from_secs(30));
+    }))
+    .unwrap();
+    wait_for_lease(&b, ino);
+    let (done_tx, done_rx) = mpsc::channel();
+    let a2 = a.clone();
+    std::thread::spawn(move || {
+        chmod(&a2, ino, 0o600);
+        let _ = done_tx.send(());
+    });
+    let r = done_rx.recv_timeout(Duration::from_secs(10));
+    let _ = release_tx.send(());
+    assert!(
+        r.is_ok(),
+        "A's chmod waited for a client that never answered"
+    );
+    assert_eq!(a.getattr(ino).unwrap().mode & 0o7777, 0o600);
+}
