@@ -5,7 +5,7 @@ mod cluster;
 #[path = "../../meta/tests/support/mod.rs"]
 mod support;
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -633,25 +633,29 @@ fn locks_hold_across_mounts() {
     assert_eq!(run(&fa, &["w", "10", "10", "try"]), "busy");
 }
 
-/// Asks for `path`'s metadata while mount `m`'s daemon is stopped: Some only if
-/// the kernel answered by itself (no request reached the daemon). The daemon runs
-/// again before this returns either way.
-fn stat_with_daemon_stopped(m: &Mount, path: &Path) -> Option<std::fs::Metadata> {
+/// Runs `f` while mount `m`'s daemon is stopped: Some only if the kernel answered
+/// by itself (no request reached the daemon). The daemon runs again before this
+/// returns either way.
+fn with_daemon_stopped<T: Send + 'static>(
+    m: &Mount,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
     let pid = m.daemon.pid() as i32;
     // SAFETY: signals to a child process this test started.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
     let (tx, rx) = std::sync::mpsc::channel();
-    let p = path.to_path_buf();
     std::thread::spawn(move || {
-        let _ = tx.send(std::fs::metadata(p));
+        let _ = tx.send(f());
     });
     let r = rx.recv_timeout(std::time::Duration::from_secs(3));
     // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGCONT) };
-    match r {
-        Ok(m) => Some(m.unwrap()),
-        Err(_) => None,
-    }
+    r.ok()
+}
+
+fn stat_with_daemon_stopped(m: &Mount, path: &Path) -> Option<std::fs::Metadata> {
+    let p = path.to_path_buf();
+    with_daemon_stopped(m, move || std::fs::metadata(p).unwrap())
 }
 
 /// The kernel keeps names and attributes: a repeated `stat` is answered with the
@@ -664,7 +668,7 @@ fn stat_with_daemon_stopped(m: &Mount, path: &Path) -> Option<std::fs::Metadata>
 fn the_kernel_keeps_names_and_attributes_and_callbacks_keep_them_true() {
     let cluster = Cluster::start_with_mds("local", 1, &["--cache-lease-ms", "5000"]);
     let a = cluster.mount("a", &[]);
-    let b = cluster.mount("b", &[]);
+    let b = cluster.mount("b", &["--cache-data"]);
     let nocache = cluster.mount("c", &["--no-kernel-cache"]);
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
     let (fa, fb) = (a.path.join("f"), b.path.join("f"));
@@ -709,6 +713,34 @@ fn the_kernel_keeps_names_and_attributes_and_callbacks_keep_them_true() {
     std::fs::write(&fa, b"written by a").unwrap();
     assert_eq!(std::fs::metadata(&fb).unwrap().len(), 12, "write, stat");
     assert_eq!(std::fs::read(&fb).unwrap(), b"written by a", "write, read");
+
+    // File data (B runs with --cache-data): B's kernel keeps what B read (a read
+    // through an open descriptor is answered with B's daemon stopped), and drops it
+    // when A writes. (The descriptor is shared: one closed with the daemon stopped
+    // would wait for it.)
+    let held = std::sync::Arc::new(std::fs::File::open(&fb).unwrap());
+    let read12 = |f: &std::fs::File| {
+        let mut b = [0u8; 12];
+        f.read_exact_at(&mut b, 0).unwrap();
+        b
+    };
+    assert_eq!(&read12(&held), b"written by a");
+    let h = held.clone();
+    let kept = with_daemon_stopped(&b, move || read12(&h));
+    assert_eq!(kept.as_ref().map(|b| &b[..]), Some(&b"written by a"[..]));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&fa)
+        .unwrap()
+        .write_all_at(b"WRITTEN", 0)
+        .unwrap();
+    assert_eq!(
+        &read12(&held),
+        b"WRITTEN by a",
+        "a write through A, read by B"
+    );
+    drop(held);
+    std::fs::write(&fa, b"written by a").unwrap();
 
     std::fs::rename(&fa, a.path.join("g")).unwrap();
     assert!(

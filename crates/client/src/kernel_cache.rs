@@ -194,13 +194,23 @@ impl KernelCache {
         self.lease_until.store(nanos, Ordering::Release);
     }
 
-    /// A new callback connection: the old lease and watches are void.
+    /// A new callback connection: the old lease and watches are void, and what the
+    /// kernel holds may have changed unseen meanwhile: it drops its copies.
     fn new_session(&self) {
         self.set_lease(None);
-        let mut w = lock(&self.watched);
-        self.session.fetch_add(1, Ordering::AcqRel);
-        w.clear();
-        lock(&self.forgotten).clear();
+        {
+            let mut w = lock(&self.watched);
+            self.session.fetch_add(1, Ordering::AcqRel);
+            w.clear();
+            lock(&self.forgotten).clear();
+        }
+        let held: Vec<Invalidation> = lock(&self.held)
+            .keys()
+            .map(|&i| Invalidation::Inode(i))
+            .collect();
+        if !held.is_empty() {
+            (self.invalidate)(&held);
+        }
     }
 
     pub(crate) fn stop(&self) {

@@ -95,10 +95,17 @@ pub(crate) fn open_flags(f: i32) -> OpenFlags {
     }
 }
 
-/// Every open file bypasses the kernel's page cache: another client may change the
-/// file at any time, and each read must see it (paper §4.3).
-pub(crate) fn fopen() -> FopenFlags {
-    FopenFlags::FOPEN_DIRECT_IO
+/// How the kernel treats an open file's data. By default every read and write
+/// bypasses the page cache (direct I/O): another client may change the file at any
+/// time, and each read must see it (paper §4.3). With the data cache (see `cache`)
+/// the kernel keeps the pages across opens: callbacks drop them when another client
+/// changes the file, and a lease that ran out leaves attributes that expire, whose
+/// refresh drops them if the file changed (`FUSE_AUTO_INVAL_DATA`).
+pub(crate) fn fopen(data_cache: bool) -> FopenFlags {
+    match data_cache {
+        true => FopenFlags::FOPEN_KEEP_CACHE,
+        false => FopenFlags::FOPEN_DIRECT_IO,
+    }
 }
 
 pub(crate) fn empty(reply: ReplyEmpty, r: FsResult<()>) {

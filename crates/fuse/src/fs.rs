@@ -36,6 +36,8 @@ pub struct OrionFs {
     /// Inodes this mount ever asked to lock: only their closes need to drop locks at
     /// the MDS (a round trip every other close can skip).
     locked: Mutex<HashSet<u64>>,
+    /// The kernel keeps file data too, across opens (see [`crate::cache`]).
+    data_cache: bool,
 }
 
 impl OrionFs {
@@ -45,7 +47,15 @@ impl OrionFs {
             dirs: Mutex::new(HashMap::new()),
             next_dir: AtomicU64::new(1),
             locked: Mutex::new(HashSet::new()),
+            data_cache: false,
         }
+    }
+
+    /// Lets the kernel keep file data across opens, kept true by the callbacks of the
+    /// client's kernel cache ([`Client::cache_in_kernel`], which the mount turns on).
+    pub fn with_data_cache(mut self, on: bool) -> OrionFs {
+        self.data_cache = on;
+        self
     }
 
     /// The client, for the mount to turn its kernel cache on
@@ -175,6 +185,11 @@ impl Filesystem for OrionFs {
             | InitFlags::FUSE_FLOCK_LOCKS;
         if let Err(missing) = config.add_capabilities(want) {
             let _ = config.add_capabilities(want - missing);
+        }
+        // Kept pages are dropped when refreshed attributes show another size or
+        // mtime: the net under the callbacks when a lease ran out.
+        if self.data_cache {
+            let _ = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA);
         }
         let _ = config.set_max_write(MAX_IO);
         let _ = config.set_max_readahead(MAX_IO);
@@ -391,7 +406,7 @@ impl Filesystem for OrionFs {
             .may(req, ino.0, open_mask(flags.0))
             .and_then(|_| self.client.open_ino(ino.0, open_flags(flags.0)));
         match r {
-            Ok(fd) => reply.opened(FileHandle(fd.0), fopen()),
+            Ok(fd) => reply.opened(FileHandle(fd.0), fopen(self.data_cache)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -762,7 +777,7 @@ impl Filesystem for OrionFs {
                     &file_attr(&a),
                     Generation(0),
                     FileHandle(fd.0),
-                    fopen(),
+                    fopen(self.data_cache),
                 );
                 self.client.kernel_looked_up(a.ino);
             }
