@@ -203,6 +203,12 @@ pub enum Outcome {
 
 pub const UMASK: u32 = 0o022;
 const MODES: [u32; 6] = [0o644, 0o600, 0o755, 0o700, 0o777, 0o640];
+/// What chmod sets: the modes above and setuid, setgid (with and without group
+/// execute) and sticky ones, so that writes, truncations and chowns that must clear
+/// setid bits meet files that have them.
+const CHMOD_MODES: [u32; 10] = [
+    0o644, 0o600, 0o755, 0o777, 0o4755, 0o2755, 0o6777, 0o2745, 0o4644, 0o1777,
+];
 const OFFSETS: [u64; 9] = [0, 1, 100, 4095, 4096, 5000, 12288, 70000, 8190];
 const LENS: [usize; 7] = [1, 10, 100, 4096, 5000, 9000, 4097];
 const SIZES: [u64; 8] = [0, 1, 100, 4095, 4096, 4097, 10000, 70000];
@@ -229,7 +235,7 @@ pub fn arb_op() -> impl Strategy<Value = OpT> {
     let m = prop::sample::select(&MODES[..]);
     prop_oneof![
         6 => (arb_path(), m.clone()).prop_map(|(p, m)| Op::Create(p, m)),
-        5 => (arb_path(), m.clone()).prop_map(|(p, m)| Op::Mkdir(p, m)),
+        5 => (arb_path(), m).prop_map(|(p, m)| Op::Mkdir(p, m)),
         1 => arb_path().prop_map(Op::Unlink),
         1 => arb_path().prop_map(Op::Rmdir),
         3 => (arb_path(), arb_path()).prop_map(|(a, b)| Op::Rename(a, b)),
@@ -240,7 +246,7 @@ pub fn arb_op() -> impl Strategy<Value = OpT> {
             .prop_map(|(p, o, l, s)| Op::Write(p, o, l, s)),
         2 => (arb_path(), prop::sample::select(&OFFSETS[..]), prop::sample::select(&LENS[..])).prop_map(|(p, o, l)| Op::Read(p, o, l)),
         2 => (arb_path(), prop::sample::select(&SIZES[..])).prop_map(|(p, s)| Op::Truncate(p, s)),
-        1 => (arb_path(), m).prop_map(|(p, m)| Op::Chmod(p, m)),
+        1 => (arb_path(), prop::sample::select(&CHMOD_MODES[..])).prop_map(|(p, m)| Op::Chmod(p, m)),
         1 => (arb_path(), prop::sample::select(&IDS[..]), prop::sample::select(&IDS[..])).prop_map(|(p, u, g)| Op::Chown(p, u, g)),
         1 => (arb_path(), 1_000_000_000i64..1_100_000_000, 1_000_000_000i64..1_100_000_000).prop_map(|(p, a, m)| Op::Utimens(p, a, m)),
         1 => arb_path().prop_map(Op::Fsync),
@@ -281,7 +287,7 @@ pub fn random_ops(rng: &mut impl Rng, n: usize) -> Vec<OpT> {
                     rng.gen(),
                 ),
                 24..=25 => Op::Truncate(p, SIZES[rng.gen_range(0..SIZES.len())]),
-                26 => Op::Chmod(p, MODES[rng.gen_range(0..MODES.len())]),
+                26 => Op::Chmod(p, CHMOD_MODES[rng.gen_range(0..CHMOD_MODES.len())]),
                 27 => Op::Chown(p, IDS[rng.gen_range(0..3)], IDS[rng.gen_range(0..3)]),
                 28 => Op::Utimens(
                     p,
