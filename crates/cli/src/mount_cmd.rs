@@ -32,7 +32,8 @@ pub struct MountArgs {
     /// Let the kernel keep nothing: every call reaches the client library. By default
     /// the kernel keeps names and attributes, and the MDS calls this mount back
     /// before another client's change to them is acknowledged, so the mount sees
-    /// every change at once either way; this only costs kernel requests.
+    /// another client's change at once either way (see the README for the two
+    /// exceptions); this costs kernel requests.
     #[arg(long)]
     pub no_kernel_cache: bool,
     /// Let the kernel keep file data too, across opens, dropped by the same callbacks

@@ -676,7 +676,7 @@ fn the_kernel_keeps_names_and_attributes_and_callbacks_keep_them_true() {
     std::fs::set_permissions(&fa, PermissionsExt::from_mode(0o644)).unwrap();
     // B's kernel learns the name and the attributes once (a lease comes with the
     // mount's callback connection, within moments of the mount).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let cached = loop {
         assert_eq!(mode(&fb), 0o644);
         if let Some(m) = stat_with_daemon_stopped(&b, &fb) {
@@ -776,8 +776,9 @@ fn the_kernel_keeps_names_and_attributes_and_callbacks_keep_them_true() {
     let waited = t.elapsed();
     // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGCONT) };
+    // B renews every third of its lease: at least 3.3 s of it were left.
     assert!(
-        waited < std::time::Duration::from_secs(10),
+        waited < std::time::Duration::from_secs(10) && waited > std::time::Duration::from_secs(1),
         "a chmod waited {waited:?} for a stopped mount with a 5 s lease"
     );
     assert_eq!(

@@ -97,6 +97,16 @@ impl KernelCache {
         self.gate.read().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Waits until no call is between reading what it hands the kernel and handing
+    /// it over: an invalidation that came meanwhile then drops what such a call
+    /// handed over (a read that began before the change was acknowledged), and a
+    /// call that starts later reads the change (the MDS committed it before it
+    /// called back). The kernel itself would miss the first case for an inode it
+    /// does not hold yet (a lookup's reply that instantiates it).
+    fn settle(&self) {
+        drop(self.gate.write().unwrap_or_else(|e| e.into_inner()));
+    }
+
     /// Held across a `Watch` or `Unwatch` request.
     pub(crate) fn requests(&self) -> MutexGuard<'_, ()> {
         lock(&self.requests)
@@ -194,8 +204,10 @@ impl KernelCache {
         self.lease_until.store(nanos, Ordering::Release);
     }
 
-    /// A new callback connection: the old lease and watches are void, and what the
-    /// kernel holds may have changed unseen meanwhile: it drops its copies.
+    /// A new callback connection: the old lease and watches are void. The kernel's
+    /// names and attributes run out with the old lease (and the MDS holds every
+    /// change until then), but kept file data does not: the kernel drops what it
+    /// holds of every inode it looked up.
     fn new_session(&self) {
         self.set_lease(None);
         {
@@ -275,6 +287,11 @@ fn session(
     let mut msg = Vec::new();
     let r = loop {
         if kc.stop.load(Ordering::Acquire) {
+            // The kernel cache is gone with the mount: nothing need wait for this
+            // lease (best effort; a lost message only makes changes wait it out).
+            next_id += 1;
+            let _ = ch.send_request(next_id, &MdsRequest::EndCacheLease);
+            std::thread::sleep(Duration::from_millis(1));
             break Ok(());
         }
         let now = Instant::now();
@@ -327,12 +344,14 @@ fn session(
                                 renew_at = sent + lease / 3;
                             }
                             // Not renewed while callbacks are outstanding: soon again.
-                            _ => renew_at = Instant::now() + Duration::from_millis(1),
+                            // No leases at this MDS (`cache_lease_ms` 0).
+                            _ => renew_at = Instant::now() + Duration::from_secs(1),
                         }
                         continue;
                     }
                     match MdsToClient::decode(&msg) {
                         Ok((id, MdsToClient::Invalidate { items })) => {
+                            kc.settle();
                             (kc.invalidate)(&items);
                             if let Err(e) = ch.send_reply(id, &Reply::Ok(ReplyBody::Empty)) {
                                 broken = Some(e.to_string());

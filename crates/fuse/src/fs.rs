@@ -759,15 +759,16 @@ impl Filesystem for OrionFs {
             };
             // What this client made, the MDS watches for it (see `cache`); a file
             // found made by another is not watched: the kernel keeps nothing of it.
-            let ttl = match made {
-                true => {
-                    self.client.changed_for_kernel(w, &[parent.0, a.ino]);
-                    self.client.kernel_ttl(w)
-                }
-                false => Duration::ZERO,
-            };
+            if made {
+                self.client.changed_for_kernel(w, &[parent.0, a.ino]);
+            }
             let fd = self.client.open_ino(a.ino, open_flags(flags))?;
             let a = self.client.getattr(a.ino)?;
+            // Counted from now: nothing handed over outlives the lease.
+            let ttl = match made {
+                true => self.client.kernel_ttl(w),
+                false => Duration::ZERO,
+            };
             Ok((a, fd, ttl))
         });
         match r {

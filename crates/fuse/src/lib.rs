@@ -5,7 +5,8 @@
 //! The kernel keeps names and attributes for as long as the client's cache lease,
 //! and the MDS's callbacks drop its copies before another client's change is
 //! acknowledged ([`cache`]); file data bypasses the page cache (direct I/O, with
-//! shared mmap still allowed where the kernel supports it).
+//! shared mmap still allowed where the kernel supports it) unless the mount keeps
+//! it too (`OrionFs::with_data_cache`), dropped by the same callbacks.
 //!
 //! [`fs::OrionFs`] is the `fuser::Filesystem`; [`mount`] mounts it and serves until
 //! unmounted or asked to stop. [`passthrough`] is a null passthrough of a local

@@ -14,10 +14,14 @@
 //! - A client hands the kernel nothing that outlives its lease, which starts when it
 //!   sent the renewal (before the MDS's start of it): a client the MDS stops waiting
 //!   for has nothing cached any more.
-//! - No lease is renewed while invalidations to its holder are unanswered: a stuck
-//!   client's lease runs out.
+//! - One thread of the client reads its callbacks and sends its renewals, in order:
+//!   a renewal that arrives while an invalidation is unanswered was sent before the
+//!   client read it, and none sent after can arrive before the answer. So a lease
+//!   grows at most once past an unanswered invalidation, and the MDS waits for the
+//!   answer or the end of the lease as it stands.
 //! - An instance whose callback connection breaks may have cached inodes the MDS no
-//!   longer knows of: every change waits until its lease has run out. So does every
+//!   longer knows of: every change waits until its lease has run out (one that ends
+//!   its lease, unmounting, does not hold anything up). So does every
 //!   change in an MDS's first lease after it starts (a restart, or a fail-over: the
 //!   MDS before it granted leases it does not know).
 //! - Two clients that change the same directory at once may each hold a kernel lock
@@ -41,6 +45,8 @@ pub const BUSY_PATIENCE: Duration = Duration::from_millis(5);
 const MAX_IN_FLIGHT: usize = 6;
 /// Most bytes of names one invalidation message carries (a message holds 64 KiB).
 const MAX_BATCH_BYTES: usize = 48 * 1024;
+/// Most inodes one instance watches (a bound on what one client makes the MDS keep).
+pub const MAX_WATCHES: usize = 1 << 22;
 
 struct Holder {
     conn: ConnId,
@@ -58,6 +64,9 @@ pub(crate) struct Held {
     pub id: u64,
     pub reply: Reply,
     changer: Option<u64>,
+    /// The request's client nonce and id, if it changed state: a retry of it on a
+    /// new connection (`Outcome`) waits as it does.
+    origin: Option<(u64, u64)>,
     /// (instance, callback id) answers it waits for.
     waits: Vec<(u64, u64)>,
 }
@@ -95,6 +104,9 @@ impl Callbacks {
             let old = self.holders[&instance].conn;
             self.departed(old);
         }
+        if self.by_conn.get(&conn).is_some_and(|i| *i != instance) {
+            self.departed(conn);
+        }
         let h = self.holders.entry(instance).or_insert_with(|| Holder {
             conn,
             lease_until: now,
@@ -103,12 +115,18 @@ impl Callbacks {
             in_flight: BTreeMap::new(),
         });
         self.by_conn.insert(conn, instance);
-        if !h.in_flight.is_empty() || !h.queued.is_empty() {
-            return 0;
-        }
-        debug_assert!(h.in_flight.is_empty() && h.queued.is_empty());
-        h.lease_until = now + self.lease;
+        // Granted even with invalidations unanswered (see the module's rules); the
+        // lease only grows.
+        h.lease_until = h.lease_until.max(now + self.lease);
         self.lease.as_millis().min(u32::MAX as u128) as u32
+    }
+
+    /// The instance on `conn` ends its lease (its kernel cache is gone: unmounted):
+    /// nothing waits for it any more, not even for its lease to run out.
+    pub fn end_lease(&mut self, conn: ConnId) {
+        let quiet = self.quiet_until;
+        self.departed(conn);
+        self.quiet_until = quiet;
     }
 
     /// Adds watches of `instance`, which must hold a callback connection.
@@ -116,6 +134,11 @@ impl Callbacks {
         let Some(h) = self.holders.get_mut(&instance) else {
             return Err(FsError::Errno(libc::ENOTCONN));
         };
+        if h.watches.len() + inos.len() > MAX_WATCHES {
+            return Err(FsError::Io(format!(
+                "more than {MAX_WATCHES} inodes watched by one client"
+            )));
+        }
         for &ino in inos {
             if h.watches.insert(ino) {
                 self.watchers.entry(ino).or_default().push(instance);
@@ -181,7 +204,7 @@ impl Callbacks {
     pub fn hold(
         &mut self,
         (conn, id, reply): (ConnId, u64, Reply),
-        changer: Option<u64>,
+        (changer, origin): (Option<u64>, Option<(u64, u64)>),
         waits: Vec<(u64, u64)>,
         now: Instant,
     ) -> Option<(ConnId, u64, Reply)> {
@@ -193,9 +216,20 @@ impl Callbacks {
             id,
             reply,
             changer,
+            origin,
             waits,
         });
         None
+    }
+
+    /// What a reply to request `id` of the client with `nonce` still waits for, if
+    /// it is held (its connection may have broken since).
+    pub fn waits_of(&self, nonce: u64, id: u64) -> Vec<(u64, u64)> {
+        self.held
+            .iter()
+            .filter(|h| h.origin == Some((nonce, id)))
+            .flat_map(|h| h.waits.iter().copied())
+            .collect()
     }
 
     /// The invalidation messages to send now: what is queued for each instance, as
@@ -309,10 +343,7 @@ impl Mds {
     /// carried (a departed client's orphans), queued invalidations out, and replies
     /// whose waits are over.
     pub(crate) fn callbacks_turn(&mut self) {
-        let changes = self.engine.take_changes();
-        if !changes.is_empty() {
-            self.callbacks.on_changes(None, &changes);
-        }
+        self.changes_of_no_request();
         let now = Instant::now();
         let (msgs, cut) = self.callbacks.take_outgoing(now);
         for conn in cut {
@@ -344,10 +375,38 @@ impl Mds {
         if changes.is_empty() {
             return Some((conn, id, reply));
         }
-        let changer = self.peers.get(&conn).and_then(|p| p.instance());
+        let peer = self.peers.get(&conn);
+        let changer = peer.and_then(|p| p.instance());
+        let origin = peer.and_then(|p| p.nonce()).map(|n| (n, id));
         let waits = self.callbacks.on_changes(changer, &changes);
         self.callbacks
-            .hold((conn, id, reply), changer, waits, Instant::now())
+            .hold((conn, id, reply), (changer, origin), waits, Instant::now())
+    }
+
+    /// The answer to `Outcome`: a remembered reply waits as the first answer did (for
+    /// the callbacks of the change, and for the quiet time of a new MDS).
+    pub(crate) fn outcome_reply(
+        &mut self,
+        conn: ConnId,
+        id: u64,
+        nonce: u64,
+        asked: u64,
+        reply: Reply,
+    ) -> Option<Reply> {
+        let waits = self.callbacks.waits_of(nonce, asked);
+        let r = self
+            .callbacks
+            .hold((conn, id, reply), (None, None), waits, Instant::now());
+        r.map(|(_, _, reply)| reply)
+    }
+
+    /// Changes made outside any request (a departed client's orphans): called back,
+    /// charged to no reply.
+    pub(crate) fn changes_of_no_request(&mut self) {
+        let changes = self.engine.take_changes();
+        if !changes.is_empty() {
+            self.callbacks.on_changes(None, &changes);
+        }
     }
 }
 
@@ -382,7 +441,9 @@ mod tests {
         // Instance 1 removes a name from directory 5 and changes inode 7 (nobody's).
         let waits = cb.on_changes(Some(1), &[changed(5, &["x"]), changed(7, &[])]);
         assert_eq!(waits.len(), 1, "only instance 2 watches");
-        assert!(cb.hold((conn(11), 1, ok()), Some(1), waits, t).is_none());
+        assert!(cb
+            .hold((conn(11), 1, ok()), (Some(1), None), waits, t)
+            .is_none());
         let (msgs, cut) = cb.take_outgoing(t);
         assert!(cut.is_empty());
         assert_eq!(msgs.len(), 1);
@@ -399,8 +460,6 @@ mod tests {
             ]
         );
         assert!(cb.release(t).is_empty(), "not answered yet");
-        // No renewal while an invalidation is unanswered.
-        assert_eq!(cb.lease(2, conn(20), t), 0);
         assert!(cb.answered(conn(20), *id));
         assert_eq!(cb.release(t).len(), 1);
         assert_eq!(cb.lease(2, conn(20), t), 200);
@@ -422,7 +481,9 @@ mod tests {
         cb.lease(2, conn(20), t);
         cb.watch(2, &[5]).unwrap();
         let waits = cb.on_changes(None, &[changed(5, &[])]);
-        assert!(cb.hold((conn(11), 1, ok()), None, waits, t).is_none());
+        assert!(cb
+            .hold((conn(11), 1, ok()), (None, None), waits, t)
+            .is_none());
         cb.take_outgoing(t);
         assert!(cb.release(t + lease / 2).is_empty());
         assert_eq!(cb.release(t + lease).len(), 1, "its lease ran out");
@@ -434,7 +495,9 @@ mod tests {
         let t0 = Instant::now();
         let mut cb = Callbacks::new(lease, t0);
         // The first lease after the start: a change nobody watches still waits.
-        assert!(cb.hold((conn(1), 1, ok()), None, vec![], t0).is_none());
+        assert!(cb
+            .hold((conn(1), 1, ok()), (None, None), vec![], t0)
+            .is_none());
         assert!(cb.release(t0 + lease / 2).is_empty());
         assert_eq!(cb.release(t0 + lease).len(), 1);
         let t = t0 + lease;
@@ -444,9 +507,43 @@ mod tests {
         assert!(cb.watch(2, &[6]).is_err(), "no callback connection");
         let waits = cb.on_changes(None, &[changed(9, &[])]);
         assert!(waits.is_empty());
-        assert!(cb.hold((conn(1), 2, ok()), None, waits, t).is_none());
+        assert!(cb
+            .hold((conn(1), 2, ok()), (None, None), waits, t)
+            .is_none());
         assert!(cb.release(t + lease / 2).is_empty());
         assert_eq!(cb.release(t + lease).len(), 1);
+    }
+
+    #[test]
+    fn an_ended_lease_holds_nothing_up_and_a_retry_waits_as_the_first_answer() {
+        let lease = Duration::from_millis(200);
+        let t0 = Instant::now();
+        let mut cb = Callbacks::new(lease, t0);
+        let t = t0 + lease;
+        cb.lease(1, conn(10), t);
+        cb.lease(2, conn(20), t);
+        cb.watch(2, &[5]).unwrap();
+        // Instance 1's change (its client's nonce 7, request 3) waits for 2.
+        let waits = cb.on_changes(Some(1), &[changed(5, &[])]);
+        assert!(cb
+            .hold(
+                (conn(11), 3, ok()),
+                (Some(1), Some((7, 3))),
+                waits.clone(),
+                t
+            )
+            .is_none());
+        // Its connection broke; asked again, the answer waits for the same.
+        assert_eq!(cb.waits_of(7, 3), waits);
+        assert!(cb
+            .hold((conn(12), 9, ok()), (None, None), waits, t)
+            .is_none());
+        // Instance 2 unmounts: its lease ends, no quiet time follows.
+        cb.end_lease(conn(20));
+        assert_eq!(cb.release(t).len(), 2);
+        assert!(cb
+            .hold((conn(11), 4, ok()), (None, None), vec![], t)
+            .is_some());
     }
 
     #[test]
@@ -460,9 +557,13 @@ mod tests {
         cb.watch(1, &[5]).unwrap();
         cb.watch(2, &[5]).unwrap();
         let w1 = cb.on_changes(Some(1), &[changed(5, &["a"])]);
-        assert!(cb.hold((conn(11), 1, ok()), Some(1), w1, t).is_none());
+        assert!(cb
+            .hold((conn(11), 1, ok()), (Some(1), None), w1, t)
+            .is_none());
         let w2 = cb.on_changes(Some(2), &[changed(5, &["b"])]);
-        assert!(cb.hold((conn(21), 1, ok()), Some(2), w2, t).is_none());
+        assert!(cb
+            .hold((conn(21), 1, ok()), (Some(2), None), w2, t)
+            .is_none());
         assert_eq!(cb.take_outgoing(t).0.len(), 2);
         assert!(cb.release(t).is_empty());
         assert_eq!(cb.release(t + BUSY_PATIENCE).len(), 2);

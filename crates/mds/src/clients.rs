@@ -47,6 +47,12 @@ impl Mds {
         for c in stale {
             self.drop_peer(c, "the client reconnected");
         }
+        // A hello under another instance: what this connection held for the old one
+        // goes (its callbacks, its lease).
+        let was = self.peers.get(&conn).and_then(|p| p.instance());
+        if was.is_some_and(|i| i != h.instance) {
+            self.callbacks.departed(conn);
+        }
         let peer = self.peers.get_mut(&conn).ok_or_else(gone)?;
         peer.role = Role::Client {
             internal,

@@ -75,6 +75,13 @@ impl Peer {
             _ => None,
         }
     }
+
+    pub(crate) fn nonce(&self) -> Option<u64> {
+        match self.role {
+            Role::Client { nonce, .. } => Some(nonce),
+            _ => None,
+        }
+    }
 }
 
 pub(crate) struct Mds {
@@ -209,12 +216,12 @@ pub(crate) fn serve_loop(
     while !stop.load(Ordering::Relaxed) {
         batch.clear();
         batch.append(&mut mds.deferred);
-        let wait = if mds.callbacks.holds_replies() {
-            Duration::from_millis(1)
-        } else if batch.is_empty() {
-            Duration::from_millis(20)
-        } else {
+        let wait = if !batch.is_empty() {
             Duration::ZERO
+        } else if mds.callbacks.holds_replies() {
+            Duration::from_millis(1)
+        } else {
+            Duration::from_millis(20)
         };
         match cq.wait(&mut batch, 64, wait) {
             Ok(_) | Err(orion_fabric::Error::Timeout(_)) => {}
@@ -327,6 +334,7 @@ impl Mds {
         };
         peer.ch.conn.close();
         self.release_orphans(&peer.orphans);
+        self.changes_of_no_request();
         // Pages of chunks the client never committed go back to their groups now: no
         // file names them, so no reader can hold them.
         for (g, n) in peer.grants.uncommitted() {
@@ -603,11 +611,15 @@ impl Mds {
                 self.callbacks.unwatch(instance, &inos);
                 Ok(ReplyBody::Empty)
             }
+            MdsRequest::EndCacheLease => {
+                self.callbacks.end_lease(conn);
+                Ok(ReplyBody::Empty)
+            }
             MdsRequest::CacheLease => Ok(ReplyBody::Lease {
                 ms: self.callbacks.lease(instance, conn, Instant::now()),
             }),
             MdsRequest::Outcome { id: asked } => match self.replies.recall(nonce, asked) {
-                Some(reply) => return Some(reply),
+                Some(reply) => return self.outcome_reply(conn, id, nonce, asked, reply),
                 None => Ok(ReplyBody::Unknown),
             },
             MdsRequest::Hello(_) | MdsRequest::Ping => Err(FsError::Io(

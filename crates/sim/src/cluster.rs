@@ -30,6 +30,9 @@ pub struct ClusterConfig {
     pub store_mode: Mode,
     /// Faults of the mock fabric for the whole run.
     pub faults: Faults,
+    /// The MDS's cache lease for clients' kernel caches (`MdsConfig::cache_lease_ms`):
+    /// short by default, since a new MDS holds every change for one lease.
+    pub cache_lease_ms: u64,
 }
 
 impl Default for ClusterConfig {
@@ -42,6 +45,7 @@ impl Default for ClusterConfig {
             store_pool: 32 << 20,
             store_mode: Mode::Volatile,
             faults: Faults::default(),
+            cache_lease_ms: 20,
         }
     }
 }
@@ -211,8 +215,7 @@ impl Cluster {
             replicas: self.cfg.replicas,
             // Short, as grace_ms: a departed store holds commits back this long.
             map_lease_ms: 100,
-            // No kernel caches here: a new MDS's quiet time for leases stays short.
-            cache_lease_ms: 20,
+            cache_lease_ms: self.cfg.cache_lease_ms,
             ..Default::default()
         };
         let fabric = self.fabric();

@@ -136,7 +136,7 @@ impl MirroredCluster {
             name: MDSS[k].0.into(),
             cluster: "sim".into(),
             lease_ms: 1000,
-            // No kernel caches here: a new MDS's quiet time for leases stays short.
+            // Short: a new MDS holds every change for one lease.
             cache_lease_ms: 20,
             ..Default::default()
         };

@@ -2,8 +2,9 @@
 //! note 56), seen through the client library: a change is acknowledged only after
 //! every other client that watches the inode was told, a watch ends when the kernel
 //! forgot the inode, and a client that does not answer holds a change up only until
-//! its cache lease runs out (20 ms in the simulator).
+//! its cache lease runs out.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -54,8 +55,11 @@ fn chmod(c: &Client, ino: u64, mode: u32) {
 
 #[test]
 fn a_change_is_acknowledged_after_the_watchers_heard_of_it_and_a_forgotten_inode_is_unwatched() {
+    // A lease far longer than the test: B's never runs out (which would let a change
+    // go without B's answer), at the price of a first change held that long.
     let cluster = Cluster::start(ClusterConfig {
         seed: 11,
+        cache_lease_ms: 4000,
         ..Default::default()
     })
     .unwrap();
@@ -113,7 +117,8 @@ fn a_change_is_acknowledged_after_the_watchers_heard_of_it_and_a_forgotten_inode
 }
 
 /// B's invalidations block (a kernel that does not let go); A's change returns
-/// anyway once B's lease ran out, long before B answers.
+/// anyway once B's lease (20 ms) ran out, long before B answers, and not before B
+/// was told.
 #[test]
 fn a_client_that_does_not_answer_holds_a_change_up_only_for_its_lease() {
     let cluster = Cluster::start(ClusterConfig {
@@ -126,7 +131,10 @@ fn a_client_that_does_not_answer_holds_a_change_up_only_for_its_lease() {
     let ino = a.mknod("/f", FileType::Regular, 0o644).unwrap().ino;
     let (release_tx, release_rx) = mpsc::channel::<()>();
     let release_rx = Mutex::new(release_rx);
+    let told = Arc::new(AtomicBool::new(false));
+    let t = told.clone();
     b.cache_in_kernel(Box::new(move |_| {
+        t.store(true, Ordering::SeqCst);
         let _ = release_rx
             .lock()
             .unwrap()
@@ -136,9 +144,10 @@ fn a_client_that_does_not_answer_holds_a_change_up_only_for_its_lease() {
     wait_for_lease(&b, ino);
     let (done_tx, done_rx) = mpsc::channel();
     let a2 = a.clone();
+    let told_then = told.clone();
     std::thread::spawn(move || {
         chmod(&a2, ino, 0o600);
-        let _ = done_tx.send(());
+        let _ = done_tx.send(told_then.load(Ordering::SeqCst));
     });
     let r = done_rx.recv_timeout(Duration::from_secs(10));
     let _ = release_tx.send(());
@@ -146,5 +155,6 @@ fn a_client_that_does_not_answer_holds_a_change_up_only_for_its_lease() {
         r.is_ok(),
         "A's chmod waited for a client that never answered"
     );
+    assert!(r.unwrap(), "A's chmod returned before B was told");
     assert_eq!(a.getattr(ino).unwrap().mode & 0o7777, 0o600);
 }

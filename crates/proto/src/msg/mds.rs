@@ -98,6 +98,9 @@ pub enum MdsRequest {
     /// Makes this connection the client's callback connection ([`super::MdsToClient`])
     /// and asks for a cache lease; sent again on it to renew the lease.
     CacheLease,
+    /// On the callback connection: the client's kernel cache is gone (unmounted);
+    /// nothing need wait for its lease.
+    EndCacheLease,
 }
 
 wire_kinds! {
@@ -124,6 +127,7 @@ wire_kinds! {
         Watch = 23,
         CacheLease = 24,
         Unwatch = 25,
+        EndCacheLease = 26,
     }
 }
 
@@ -206,6 +210,7 @@ impl MdsRequest {
             MdsRequest::Watch { .. } => MdsKind::Watch,
             MdsRequest::Unwatch { .. } => MdsKind::Unwatch,
             MdsRequest::CacheLease => MdsKind::CacheLease,
+            MdsRequest::EndCacheLease => MdsKind::EndCacheLease,
         }
     }
 
@@ -234,7 +239,10 @@ impl MdsRequest {
                     .u64(h.nonce)
                     .u64(h.instance);
             }
-            MdsRequest::Ping | MdsRequest::Statfs | MdsRequest::CacheLease => {}
+            MdsRequest::Ping
+            | MdsRequest::Statfs
+            | MdsRequest::CacheLease
+            | MdsRequest::EndCacheLease => {}
             MdsRequest::Watch { inos } | MdsRequest::Unwatch { inos } => {
                 w.u32(inos.len() as u32);
                 for i in inos {
@@ -322,6 +330,7 @@ impl MdsRequest {
                 instance: r.u64("client instance")?,
             }),
             MdsKind::CacheLease => MdsRequest::CacheLease,
+            MdsKind::EndCacheLease => MdsRequest::EndCacheLease,
             MdsKind::Watch => MdsRequest::Watch { inos: inos(r)? },
             MdsKind::Unwatch => MdsRequest::Unwatch { inos: inos(r)? },
             MdsKind::Ping => MdsRequest::Ping,
@@ -454,6 +463,7 @@ impl Message for MdsRequest {
             MdsKind::Watch => "watch",
             MdsKind::Unwatch => "unwatch",
             MdsKind::CacheLease => "cache lease",
+            MdsKind::EndCacheLease => "end of a cache lease",
         }
     }
 }

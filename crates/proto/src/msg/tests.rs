@@ -19,6 +19,7 @@ fn sample_requests() -> Vec<MdsRequest> {
             inos: vec![1, 7, u64::MAX],
         },
         MdsRequest::CacheLease,
+        MdsRequest::EndCacheLease,
         MdsRequest::Unwatch { inos: vec![9] },
         MdsRequest::Ping,
         MdsRequest::AllocChunk {
