@@ -117,7 +117,9 @@ impl Callbacks {
         self.by_conn.insert(conn, instance);
         // Granted even with invalidations unanswered (see the module's rules); the
         // lease only grows.
+        let before = h.lease_until;
         h.lease_until = h.lease_until.max(now + self.lease);
+        debug_assert!(h.lease_until >= before, "a lease never shrinks");
         self.lease.as_millis().min(u32::MAX as u128) as u32
     }
 
