@@ -431,14 +431,23 @@ mod tests {
         Reply::Ok(orion_proto::ReplyBody::Empty)
     }
 
+    const LEASE: Duration = Duration::from_millis(200);
+
+    /// Callbacks past their first quiet time, at the returned instant, with instance
+    /// `i` holding a lease on connection `10 * i` for each `i` of `instances`.
+    fn started(instances: &[u64]) -> (Callbacks, Instant) {
+        let t0 = Instant::now();
+        let mut cb = Callbacks::new(LEASE, t0);
+        let t = t0 + LEASE;
+        for &i in instances {
+            assert_eq!(cb.lease(i, conn(10 * i as u32), t), 200);
+        }
+        (cb, t)
+    }
+
     #[test]
     fn a_change_waits_for_the_other_watchers_and_not_for_its_author() {
-        let lease = Duration::from_millis(200);
-        let t0 = Instant::now();
-        let mut cb = Callbacks::new(lease, t0);
-        let t = t0 + lease;
-        assert_eq!(cb.lease(1, conn(10), t), 200);
-        assert_eq!(cb.lease(2, conn(20), t), 200);
+        let (mut cb, t) = started(&[1, 2]);
         cb.watch(2, &[5, 9]).unwrap();
         // Instance 1 removes a name from directory 5 and changes inode 7 (nobody's).
         let waits = cb.on_changes(Some(1), &[changed(5, &["x"]), changed(7, &[])]);
@@ -476,24 +485,20 @@ mod tests {
 
     #[test]
     fn a_silent_watcher_is_waited_for_until_its_lease_ends() {
-        let lease = Duration::from_millis(200);
-        let t0 = Instant::now();
-        let mut cb = Callbacks::new(lease, t0);
-        let t = t0 + lease;
-        cb.lease(2, conn(20), t);
+        let (mut cb, t) = started(&[2]);
         cb.watch(2, &[5]).unwrap();
         let waits = cb.on_changes(None, &[changed(5, &[])]);
         assert!(cb
             .hold((conn(11), 1, ok()), (None, None), waits, t)
             .is_none());
         cb.take_outgoing(t);
-        assert!(cb.release(t + lease / 2).is_empty());
-        assert_eq!(cb.release(t + lease).len(), 1, "its lease ran out");
+        assert!(cb.release(t + LEASE / 2).is_empty());
+        assert_eq!(cb.release(t + LEASE).len(), 1, "its lease ran out");
     }
 
     #[test]
     fn a_broken_callback_connection_and_a_new_mds_hold_every_change_for_a_lease() {
-        let lease = Duration::from_millis(200);
+        let lease = LEASE;
         let t0 = Instant::now();
         let mut cb = Callbacks::new(lease, t0);
         // The first lease after the start: a change nobody watches still waits.
@@ -518,12 +523,7 @@ mod tests {
 
     #[test]
     fn an_ended_lease_holds_nothing_up_and_a_retry_waits_as_the_first_answer() {
-        let lease = Duration::from_millis(200);
-        let t0 = Instant::now();
-        let mut cb = Callbacks::new(lease, t0);
-        let t = t0 + lease;
-        cb.lease(1, conn(10), t);
-        cb.lease(2, conn(20), t);
+        let (mut cb, t) = started(&[1, 2]);
         cb.watch(2, &[5]).unwrap();
         // Instance 1's change (its client's nonce 7, request 3) waits for 2.
         let waits = cb.on_changes(Some(1), &[changed(5, &[])]);
@@ -550,12 +550,7 @@ mod tests {
 
     #[test]
     fn two_authors_that_wait_for_each_other_wait_briefly() {
-        let lease = Duration::from_millis(200);
-        let t0 = Instant::now();
-        let mut cb = Callbacks::new(lease, t0);
-        let t = t0 + lease;
-        cb.lease(1, conn(10), t);
-        cb.lease(2, conn(20), t);
+        let (mut cb, t) = started(&[1, 2]);
         cb.watch(1, &[5]).unwrap();
         cb.watch(2, &[5]).unwrap();
         let w1 = cb.on_changes(Some(1), &[changed(5, &["a"])]);
