@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use cluster::{as_nobody, is_mounted, Cluster, Mount, ORION};
 use proptest::prelude::*;
-use support::oracle::{oracle_snapshot, run_oracle, wait_past};
+use support::oracle::{oracle_snapshot, run_oracle, wait_past, OracleDir};
 use support::*;
 
 fn max_time(s: &Snapshot) -> i64 {
@@ -24,7 +24,7 @@ static CASE: AtomicU64 = AtomicU64::new(0);
 /// One sequence through two mounts of one cluster taking turns, against tmpfs; the
 /// tree is read through the other mount after each step.
 fn check_sequence(mounts: [&Path; 2], ops: Vec<OpT>) -> Result<(), TestCaseError> {
-    let oracle = tempfile::tempdir_in("/dev/shm").unwrap();
+    let oracle = OracleDir::new();
     let root = oracle.path();
     std::fs::set_permissions(root, PermissionsExt::from_mode(0o755)).unwrap();
     let case = format!("case{}", CASE.fetch_add(1, Ordering::Relaxed));

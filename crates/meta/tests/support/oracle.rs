@@ -10,6 +10,39 @@ use super::{
     pattern, sorted_names, target, unlinked_use, xattr_pairs, xname, Node, Op, Outcome, Snapshot, P,
 };
 
+/// A tmpfs directory for the oracle, removed when dropped even after the operations
+/// took the caller's write or search permission from directories in it (an
+/// unprivileged run could not remove those, and left them in /dev/shm).
+pub struct OracleDir(pub tempfile::TempDir);
+
+impl OracleDir {
+    pub fn new() -> OracleDir {
+        OracleDir(tempfile::tempdir_in("/dev/shm").unwrap())
+    }
+
+    pub fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl Drop for OracleDir {
+    fn drop(&mut self) {
+        fn open_up(p: &Path) {
+            use std::os::unix::fs::PermissionsExt;
+            let Ok(m) = std::fs::symlink_metadata(p) else {
+                return;
+            };
+            if m.is_dir() {
+                let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700));
+                for e in std::fs::read_dir(p).into_iter().flatten().flatten() {
+                    open_up(&e.path());
+                }
+            }
+        }
+        open_up(self.0.path());
+    }
+}
+
 fn c(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).unwrap()
 }
