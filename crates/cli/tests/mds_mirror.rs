@@ -6,6 +6,7 @@
 //! as the mirror of the new one, catches up, and the two pools hold the same bytes.
 
 mod cluster;
+mod stale_chunk;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -484,53 +485,21 @@ fn a_client_of_a_stopped_primary_overwrites_no_page_of_the_new_primarys_clients(
         };
         Client::connect(cfg, s.fabric()).unwrap()
     };
-    let page = |fill: u8| vec![fill; 4096];
-    let put = |c: &Client, path: &str, data: &[u8]| {
-        let fd = c.open(path, OpenFlags::create(), 0o644).unwrap();
-        c.pwrite(fd, 0, data)
-            .unwrap_or_else(|e| panic!("{path}: {e}\nmds-b:\n{}", s.log("mds-b")));
-        c.close(fd).unwrap();
-    };
-    let get = |c: &Client, path: &str| {
-        let fd = c.open(path, OpenFlags::read(), 0).unwrap();
-        let b = c.pread(fd, 0, 1 << 20).unwrap();
-        c.close(fd).unwrap();
-        b
-    };
-    // One lane: the write below runs on the connection that took the chunk.
+    // One lane: the write runs on the connection that took the chunk.
     let stale = client(both.clone(), 1);
-    put(&stale, "/first", &page(1));
-    let rw = OpenFlags {
-        read: true,
-        write: true,
-        create: true,
-        ..Default::default()
-    };
-    let fd = stale.open("/late", rw, 0o644).unwrap();
-    // SAFETY: kill only sends a signal to a child process of this test.
-    unsafe { libc::kill(a.pid() as i32, libc::SIGSTOP) };
-    s.wait_log(
-        "mds-b",
-        "mds-b is the primary (epoch 2",
-        Duration::from_secs(30),
-    );
-    let fresh = client(format!("127.0.0.1:{port_b}"), 8);
-    for i in 0..16u8 {
-        put(&fresh, &format!("/b{i}"), &page(0x10 + i));
-    }
-    stale
-        .pwrite(fd, 0, &page(0xee))
-        .unwrap_or_else(|e| panic!("the stale client's write: {e}"));
-    stale.close(fd).unwrap();
-    // SAFETY: as above.
-    unsafe { libc::kill(a.pid() as i32, libc::SIGCONT) };
-    for i in 0..16u8 {
-        let intact = get(&fresh, &format!("/b{i}")) == page(0x10 + i);
-        assert!(
-            intact,
-            "/b{i} was overwritten by the client of the stopped primary"
+    let depose = |_: &mut ()| {
+        // SAFETY: kill only sends a signal to a child process of this test.
+        unsafe { libc::kill(a.pid() as i32, libc::SIGSTOP) };
+        s.wait_log(
+            "mds-b",
+            "mds-b is the primary (epoch 2",
+            Duration::from_secs(30),
         );
-    }
-    assert!(get(&fresh, "/late") == page(0xee), "/late");
-    assert!(get(&fresh, "/first") == page(1), "/first");
+        client(format!("127.0.0.1:{port_b}"), 8)
+    };
+    // SAFETY: as above.
+    let restore = |_: &mut ()| unsafe {
+        libc::kill(a.pid() as i32, libc::SIGCONT);
+    };
+    stale_chunk::stale_client_overwrites_nothing(&mut (), &stale, depose, restore);
 }

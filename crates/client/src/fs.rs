@@ -20,9 +20,6 @@ mod xattrs;
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLockReadGuard};
 use std::thread::JoinHandle;
-
-/// A thread of the client, joined when it is dropped.
-type Thread = JoinHandle<()>;
 use std::time::Duration;
 
 use orion_fabric::{Domain, FabricConfig};
@@ -38,6 +35,9 @@ use crate::kernel_cache::{callback_loop, Invalidate, KernelCache, Watched};
 use crate::remote::{io_err, Fail, Remote, Res};
 use crate::staging::Staging;
 use crate::{ClientConfig, Stats};
+
+/// A thread of the client, joined when it is dropped.
+type Thread = JoinHandle<()>;
 use flusher::flusher;
 pub use lanes::MAX_LANES;
 pub(crate) use lanes::{lock, Lanes, OpenFiles, Pick};

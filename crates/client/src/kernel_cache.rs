@@ -158,6 +158,10 @@ impl KernelCache {
             return None;
         }
         let session = self.session.load(Ordering::Acquire);
+        if inos.is_empty() {
+            // Only the session is asked for (a change's own inodes are noted after).
+            return Some((Vec::new(), Watched { session }));
+        }
         let w = lock(&self.watched);
         let missing = inos.iter().copied().filter(|i| !w.contains(i)).collect();
         Some((missing, Watched { session }))
@@ -270,7 +274,7 @@ fn session(
         internal: None,
         strong: false,
         name: format!("{} callbacks", cfg.name),
-        nonce: u64::from_le_bytes(orion_format::random_uuid()[..8].try_into().expect("8")),
+        nonce: orion_format::random_u64(),
         instance,
     });
     let mut other = Vec::new();

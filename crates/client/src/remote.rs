@@ -176,7 +176,7 @@ impl Remote {
             mds_at,
             term: None,
             term_changed: false,
-            nonce: u64::from_le_bytes(orion_format::random_uuid()[..8].try_into().expect("8")),
+            nonce: orion_format::random_u64(),
             instance,
             applied: Vec::new(),
             lane,

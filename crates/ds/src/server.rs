@@ -203,11 +203,7 @@ pub fn run(
         resync_thread: None,
         resync_again: None,
         beat: Instant::now(),
-        incarnation: u64::from_le_bytes(
-            orion_format::random_uuid()[..8]
-                .try_into()
-                .expect("8 bytes"),
-        ),
+        incarnation: orion_format::random_u64(),
         restarted_host,
     };
     // Serve only once the MDS has accepted this store (a pool of another cluster is

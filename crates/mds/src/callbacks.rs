@@ -154,17 +154,8 @@ impl Callbacks {
         let Some(h) = self.holders.get_mut(&instance) else {
             return;
         };
-        for ino in inos {
-            if !h.watches.remove(ino) {
-                continue;
-            }
-            if let Some(ws) = self.watchers.get_mut(ino) {
-                ws.retain(|w| *w != instance);
-                if ws.is_empty() {
-                    self.watchers.remove(ino);
-                }
-            }
-        }
+        let gone = inos.iter().copied().filter(|i| h.watches.remove(i));
+        drop_watchers(&mut self.watchers, instance, gone);
     }
 
     /// Turns committed changes into queued invalidations for the instances that
@@ -281,10 +272,7 @@ impl Callbacks {
             return;
         };
         self.quiet_until = self.quiet_until.max(h.lease_until);
-        let inos: Vec<u64> = h.watches.iter().copied().collect();
-        self.holders.insert(instance, h);
-        self.unwatch(instance, &inos);
-        self.holders.remove(&instance);
+        drop_watchers(&mut self.watchers, instance, h.watches);
     }
 
     /// Replies whose waits are over, in the order they were held.
@@ -314,6 +302,22 @@ impl Callbacks {
     /// Whether replies wait (the event loop then looks again soon).
     pub fn holds_replies(&self) -> bool {
         !self.held.is_empty()
+    }
+}
+
+/// Takes `instance` off the watcher lists of `inos`.
+fn drop_watchers(
+    watchers: &mut HashMap<u64, Vec<u64>>,
+    instance: u64,
+    inos: impl IntoIterator<Item = u64>,
+) {
+    for ino in inos {
+        if let Some(ws) = watchers.get_mut(&ino) {
+            ws.retain(|w| *w != instance);
+            if ws.is_empty() {
+                watchers.remove(&ino);
+            }
+        }
     }
 }
 

@@ -7,26 +7,14 @@
 //! primary that stops without closing anything (SIGSTOP) is the harder case, tested
 //! with processes in `cli/tests/mds_mirror.rs` (the chunk's quiet-time rule).
 
-use orion_client::{Client, OpenFlags};
+#[path = "../../cli/tests/stale_chunk/mod.rs"]
+mod stale_chunk;
+
 use orion_sim::{MirroredCluster, MDSS};
-
-fn read(c: &Client, path: &str) -> Vec<u8> {
-    let fd = c.open(path, OpenFlags::read(), 0).unwrap();
-    let b = c.pread(fd, 0, 1 << 20).unwrap();
-    c.close(fd).unwrap();
-    b
-}
-
-fn put(c: &Client, path: &str, data: &[u8]) {
-    let fd = c.open(path, OpenFlags::create(), 0o644).unwrap();
-    c.pwrite(fd, 0, data).unwrap();
-    c.close(fd).unwrap();
-}
 
 #[test]
 fn a_client_of_a_deposed_primary_overwrites_no_page_of_the_new_primarys_clients() {
     let mut cluster = MirroredCluster::start(7).unwrap();
-    let page = |fill: u8| vec![fill; 4096];
     // One lane and a large chunk, so that the write below would take its pages from
     // the chunk the first primary granted; a short timeout, so that the cut-off
     // primary's silence is noticed soon.
@@ -37,36 +25,15 @@ fn a_client_of_a_deposed_primary_overwrites_no_page_of_the_new_primarys_clients(
             cfg.op_timeout_ms = 2_000;
         })
         .unwrap();
-    put(&stale, "/first", &page(1));
-    let rw = OpenFlags {
-        read: true,
-        write: true,
-        create: true,
-        ..Default::default()
+    let old = std::cell::Cell::new(0);
+    let depose = |c: &mut MirroredCluster| {
+        old.set(c.isolate_primary().unwrap());
+        // A client of the new primary only (the old one still answers connections).
+        c.client_with(|cfg| cfg.mds = MDSS[1 - old.get()].1.into())
+            .unwrap()
     };
-    let fd = stale.open("/late", rw, 0o644).unwrap();
-
-    let old = cluster.isolate_primary().unwrap();
-    // A client of the new primary only (the old one still answers connections).
-    let fresh = cluster
-        .client_with(|cfg| cfg.mds = MDSS[1 - old].1.into())
-        .unwrap();
-    for i in 0..16u8 {
-        put(&fresh, &format!("/b{i}"), &page(0x10 + i));
-    }
-    // The stale client writes: not into its old chunk.
-    stale.pwrite(fd, 0, &page(0xee)).unwrap();
-    stale.close(fd).unwrap();
-    cluster.heal(old).unwrap();
-    for i in 0..16u8 {
-        let intact = read(&fresh, &format!("/b{i}")) == page(0x10 + i);
-        assert!(
-            intact,
-            "/b{i} was overwritten by the client of the deposed primary"
-        );
-    }
-    assert!(read(&fresh, "/late") == page(0xee), "/late");
-    assert!(read(&fresh, "/first") == page(1), "/first");
-    drop((stale, fresh));
+    let heal = |c: &mut MirroredCluster| c.heal(old.get()).unwrap();
+    stale_chunk::stale_client_overwrites_nothing(&mut cluster, &stale, depose, heal);
+    drop(stale);
     cluster.stop().unwrap();
 }

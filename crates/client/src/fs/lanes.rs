@@ -128,7 +128,7 @@ impl Lanes {
             closing: AtomicBool::new(false),
             uid,
             gid,
-            instance: u64::from_le_bytes(orion_format::random_uuid()[..8].try_into().expect("8")),
+            instance: orion_format::random_u64(),
         };
         l.open_lane(0, false)?;
         Ok(l)
