@@ -127,19 +127,49 @@ impl FileIndex {
     pub fn runs(&self) -> Vec<(u64, Gpa, u32)> {
         let mut runs: Vec<(u64, Gpa, u32)> = Vec::new();
         for (&pg, ext) in &self.pages {
-            if let Some(last) = runs.last_mut() {
-                if last.0 + last.2 as u64 == pg
-                    && last.1.offset_by(last.2 as u64) == ext.gpa
-                    && last.2 < orion_format::MAX_WRITE_PAGES
-                {
-                    last.2 += 1;
-                    continue;
-                }
+            match runs.last_mut() {
+                Some(last) if extends(*last, pg, ext.gpa) => last.2 += 1,
+                _ => runs.push((pg, ext.gpa, 1)),
             }
-            runs.push((pg, ext.gpa, 1));
         }
         runs
     }
+
+    /// After log GC rewrote the file's writes as [`FileIndex::runs`] (one write entry
+    /// per run, in order), each run is one live entry: the pages of a run get a
+    /// sequence number of their own, so later overwrites count dead entries against
+    /// the compacted log. Returns the number of runs. One pass, no allocation per
+    /// page: this is what keeps a GC of a large file off the commit's tail (the
+    /// earlier way rebuilt the whole index from the compacted entries).
+    pub fn renumber_as_runs(&mut self) -> u64 {
+        self.live_pages.clear();
+        let mut last: Option<(u64, Gpa, u32)> = None;
+        for (&pg, ext) in self.pages.iter_mut() {
+            match last.as_mut() {
+                Some(run) if extends(*run, pg, ext.gpa) => run.2 += 1,
+                _ => {
+                    if let Some(run) = last {
+                        self.live_pages.insert(self.next_seq - 1, run.2);
+                    }
+                    self.next_seq += 1;
+                    last = Some((pg, ext.gpa, 1));
+                }
+            }
+            ext.write_seq = self.next_seq - 1;
+        }
+        if let Some(run) = last {
+            self.live_pages.insert(self.next_seq - 1, run.2);
+        }
+        self.live_pages.len() as u64
+    }
+}
+
+/// Whether the file page `pg`, mapped to `gpa`, continues the run `last` (file page,
+/// data page, length): the same rule for listing runs and for numbering them.
+fn extends(last: (u64, Gpa, u32), pg: u64, gpa: Gpa) -> bool {
+    last.0 + last.2 as u64 == pg
+        && last.1.offset_by(last.2 as u64) == gpa
+        && last.2 < orion_format::MAX_WRITE_PAGES
 }
 
 #[derive(Debug)]
@@ -249,6 +279,14 @@ impl InodeState {
                 Body::Symlink(_) => 1,
                 Body::Special => 0,
             }
+    }
+
+    /// File pages a log GC walks to find the runs it writes (0 but for files).
+    pub fn mapped_pages(&self) -> u64 {
+        match &self.body {
+            Body::File(f) => f.pages.len() as u64,
+            _ => 0,
+        }
     }
 
     /// Applies one entry. Data pages the entry supersedes are pushed to `freed`.
@@ -380,6 +418,15 @@ impl InodeState {
 
     /// The entries of a compacted log that rebuilds exactly this state (log GC).
     /// Attributes come last so the writes' timestamps do not override them.
+    /// Makes the live-entry accounting describe a log rewritten as
+    /// [`InodeState::compacted_entries`] (called once that log is committed). Only a
+    /// file's write numbering changes: the compacted log rebuilds the same inode.
+    pub fn compacted(&mut self) {
+        if let Body::File(f) = &mut self.body {
+            f.renumber_as_runs();
+        }
+    }
+
     pub fn compacted_entries(&self) -> Vec<Entry> {
         let a = &self.attr;
         let mut out = Vec::new();

@@ -32,7 +32,8 @@ pub const ROOT_INO: u64 = 1;
 pub struct EngineConfig {
     /// How long freed pages wait before reuse (readers may still hold them).
     pub grace: Duration,
-    /// Log GC runs when dead entries reach this many and outnumber live ones.
+    /// Log GC runs when dead entries reach this many, outnumber live ones, and
+    /// number at least a sixteenth of a file's mapped pages (see `gc`).
     pub gc_min_dead: u64,
 }
 
