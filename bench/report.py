@@ -32,6 +32,12 @@ ROWS = [
     ("webserver", "webserver", ["ops_s"], "ops/s", True),
     ("SQLite, synchronous", "sqlite", ["tx_s"], "tx/s", True),
 ]
+# The scaling section: (label, workload); each has ops/s per job count.
+SCALING = [
+    ("4 KiB rand write", "scale_4k_randwrite"),
+    ("4 KiB rand read", "scale_4k_randread"),
+    ("create+stat+unlink", "scale_create_stat_unlink"),
+]
 ORDER = ["tmpfs", "null-fuse", "orion-mount", "orion-mount-r2", "orion-api", "orion-api-opt",
          "glusterfs", "cephfs", "moosefs"]
 PEERS = ["glusterfs", "cephfs", "moosefs"]
@@ -150,6 +156,75 @@ def markdown(table, systems, machine, meta, rounds):
     return "\n".join(lines) + "\n"
 
 
+def build_scaling(runs, systems):
+    """Per scaling workload and system: the median ops/s of each job count."""
+    out = []
+    for label, w in SCALING:
+        counts = sorted({int(j) for s in systems for r in runs[s]
+                         for j in (r.get(w, {}).get("jobs") or {})})
+        if not counts:
+            continue
+        cells = {s: {j: median(values(runs[s], w, ["jobs", str(j), "ops_s"])) for j in counts}
+                 for s in systems}
+        out.append({"row": label, "workload": w, "jobs": counts, "cells": cells})
+    return out
+
+
+def scaling_markdown(scaling, systems):
+    """One row per workload and job count: ops/s, and × against the system's 1 job."""
+    if not scaling:
+        return ""
+    k = lambda x: "—" if x is None else (f"{x / 1e6:.2f} M" if x >= 1e6 else f"{x / 1e3:.1f} k")
+    lines = [
+        "",
+        "## Scaling: jobs at once through one mount (or one client)",
+        "",
+        "Each job is a thread of the benchmark on files of its own (a 16 MiB file, or a "
+        "directory), all through the same mount (for the client library: the same "
+        "`Client`); operations per second over all jobs, and × against one job of the "
+        "same system. This VM has the CPUs above: past them, jobs only share cores.",
+        "",
+        "| workload | jobs | " + " | ".join(systems) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in systems) + " |",
+    ]
+    for r in scaling:
+        for j in r["jobs"]:
+            cells = []
+            for s in systems:
+                x, one = r["cells"][s].get(j), r["cells"][s].get(1)
+                times = f" ({x / one:.2f}×)" if x and one and j != 1 else ""
+                cells.append(k(x) + times)
+            lines.append(f"| {r['row']} | {j} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def scaling_plot(scaling, systems, out):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    if not scaling:
+        return
+    fig, axes = plt.subplots(1, len(scaling), figsize=(4.2 * len(scaling), 3.8))
+    if len(scaling) == 1:
+        axes = [axes]
+    for ax, r in zip(axes, scaling):
+        for s in systems:
+            js = [j for j in r["jobs"] if r["cells"][s].get(j)]
+            if js:
+                ax.plot(js, [r["cells"][s][j] for j in js], marker="o", label=s)
+        ax.set_xticks(r["jobs"])
+        ax.set_xlabel("jobs")
+        ax.set_yscale("log")
+        ax.set_title(f"{r['row']} (ops/s)")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(f"{out}-scaling.png", dpi=110)
+    plt.close(fig)
+
+
 def plots(table, systems, out):
     try:
         import matplotlib
@@ -197,14 +272,17 @@ def main():
         "cpus": os.cpu_count(),
         "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
     }
+    scaling = build_scaling(runs, systems)
     with open(a.out + ".json", "w") as f:
-        json.dump({"machine": machine, "runs": meta, "results": runs, "table": table}, f, indent=1)
+        json.dump({"machine": machine, "runs": meta, "results": runs, "table": table,
+                   "scaling": scaling}, f, indent=1)
     rounds = max(len(v) for v in runs.values())
-    md = markdown(table, systems, machine, meta, rounds)
+    md = markdown(table, systems, machine, meta, rounds) + scaling_markdown(scaling, systems)
     with open(a.out + ".md", "w") as f:
         f.write(md)
     print(md)
     plots(table, systems, a.out)
+    scaling_plot(scaling, systems, a.out)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@
 //!   `--scale`; operations per second (each open, close, read, append, fsync,
 //!   create, delete and stat counts one);
 //! - SQLite with synchronous commits (`synchronous=FULL`): transactions per second
-//!   (a mounted directory only: the sqlite3 program needs system calls).
+//!   (a mounted directory only: the sqlite3 program needs system calls);
+//! - scaling: 4 KiB random writes and reads, and create + stat + unlink, with 1, 2
+//!   and 4 jobs (8 on 8 cores) at once (`bench_scaling`).
 //!
 //! The same code runs every workload on every target, so the figures differ only by
 //! the file system under it.
@@ -32,6 +34,7 @@ use serde_json::{json, Value};
 
 use crate::bench_fabric::{lat, Lat};
 use crate::bench_mount::timed;
+use crate::bench_scaling::{scaling, Scaled};
 
 pub struct Options {
     /// The system's name, for the progress lines and the JSON.
@@ -335,6 +338,18 @@ pub fn run<T: Target>(t: &T, o: &Options) -> Result<Value> {
             Box::new(move |d: &str| table2(t, d, &WEBSERVER, scale, work_secs)),
         ),
         ("sqlite", Box::new(|d: &str| sqlite(t, d, 300))),
+        (
+            "scale_4k_randwrite",
+            Box::new(move |d: &str| scaling(t, d, Scaled::Write4k, secs)),
+        ),
+        (
+            "scale_4k_randread",
+            Box::new(move |d: &str| scaling(t, d, Scaled::Read4k, secs)),
+        ),
+        (
+            "scale_create_stat_unlink",
+            Box::new(move |d: &str| scaling(t, d, Scaled::CreateStatUnlink, secs)),
+        ),
     ];
     let chosen: Vec<&Workload> = all
         .iter()
@@ -550,7 +565,7 @@ const WEBSERVER: Personality = Personality {
 };
 
 /// xorshift64*: seeded, so every system sees the same sequence of choices.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -563,7 +578,7 @@ impl Rng {
         (self.next() % n.max(1) as u64) as usize
     }
     /// Puts `v` in a uniformly random order (Fisher-Yates).
-    fn shuffle<T>(&mut self, v: &mut [T]) {
+    pub(crate) fn shuffle<T>(&mut self, v: &mut [T]) {
         for i in (1..v.len()).rev() {
             v.swap(i, self.below(i + 1));
         }

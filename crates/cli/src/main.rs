@@ -17,6 +17,7 @@ mod bench_local;
 mod bench_mds;
 mod bench_mount;
 mod bench_replicas;
+mod bench_scaling;
 mod bench_threads;
 mod bench_workloads;
 mod config;
