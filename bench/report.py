@@ -148,11 +148,15 @@ def markdown(table, systems, machine, meta, rounds):
         "| --- | --- | " + " | ".join("---" for _ in systems) + " | --- | --- | --- | --- |",
     ]
     for r in table:
+        if not any(r["cells"][s] is not None for s in systems):
+            continue  # a run of some workloads only (ONLY=)
         lines.append(
             f"| {r['row']} | {r['unit']} | "
             + " | ".join(fmt(r["cells"][s], r["unit"]) for s in systems)
             + f" | {rv(r['orion_vs_best_peer'])} | {rv(r['orion_vs_tmpfs'])}"
             + f" | {rv(r['api_vs_tmpfs'])} | {rv(r['api_opt_vs_tmpfs'])} |")
+    if lines[-1].startswith("| --- "):
+        lines = lines[:-3]  # no row has a figure: no table
     return "\n".join(lines) + "\n"
 
 
@@ -235,7 +239,8 @@ def plots(table, systems, out):
         return
     groups = [("latency", ["µs"]), ("bandwidth", ["MiB/s"]), ("applications", ["ops/s", "tx/s"])]
     for name, units in groups:
-        rows = [r for r in table if r["unit"] in units]
+        rows = [r for r in table
+                if r["unit"] in units and any(r["cells"][s] for s in systems)]
         if not rows:
             continue
         fig, ax = plt.subplots(figsize=(max(6, len(rows) * 1.3), 4.2))

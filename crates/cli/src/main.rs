@@ -256,7 +256,8 @@ enum BenchCmd {
         /// Entries for the metadata rows.
         #[arg(long, default_value_t = 10000)]
         entries: usize,
-        /// Seconds per fio latency row (the Table 2 workloads run twice as long).
+        /// Seconds per fio latency row and per job count of a scaling row (the
+        /// Table 2 workloads run twice as long).
         #[arg(long, default_value_t = 5)]
         seconds: u64,
         /// Scale of Table 2's file counts (1.0: 30 K, 10 K and 50 K files).

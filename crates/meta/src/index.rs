@@ -276,7 +276,7 @@ impl InodeState {
             + match &self.body {
                 Body::File(f) => f.live_writes(),
                 Body::Dir(d) => d.names.len() as u64 + 1, // + its next-cookie entry
-                Body::Symlink(_) => 1,
+                Body::Symlink(s) => s.is_some() as u64,
                 Body::Special => 0,
             }
     }
@@ -416,8 +416,6 @@ impl InodeState {
         Ok(())
     }
 
-    /// The entries of a compacted log that rebuilds exactly this state (log GC).
-    /// Attributes come last so the writes' timestamps do not override them.
     /// Makes the live-entry accounting describe a log rewritten as
     /// [`InodeState::compacted_entries`] (called once that log is committed). Only a
     /// file's write numbering changes: the compacted log rebuilds the same inode.
@@ -427,6 +425,8 @@ impl InodeState {
         }
     }
 
+    /// The entries of a compacted log that rebuilds exactly this state (log GC).
+    /// Attributes come last so the writes' timestamps do not override them.
     pub fn compacted_entries(&self) -> Vec<Entry> {
         let a = &self.attr;
         let mut out = Vec::new();

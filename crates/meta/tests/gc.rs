@@ -194,10 +194,10 @@ enum FileOp {
 fn file_op() -> impl proptest::strategy::Strategy<Value = FileOp> {
     use proptest::prelude::*;
     prop_oneof![
-        6 => (0u64..48, 1u32..12, 0u64..64).prop_map(|(pgoff, npages, page)| FileOp::Write {
+        6 => (0u64..48, 1u32..12, 0u64..4).prop_map(|(pgoff, npages, base)| FileOp::Write {
             pgoff,
             npages,
-            page,
+            page: base * 64 + pgoff,
         }),
         1 => (0u64..48).prop_map(|pages| FileOp::Truncate { pages }),
         1 => (0u64..48, 1u64..8).prop_map(|(pgoff, npages)| FileOp::Hole { pgoff, npages }),
@@ -214,7 +214,9 @@ fn apply_op(s: &mut orion_meta::InodeState, op: &FileOp) {
         } => Entry::Write(WriteRec {
             pgoff,
             npages,
-            gpa: Gpa::new(0, page * 16), // runs may continue across writes
+            // Data page = base + file page: writes of one base continue each other's
+            // runs, so compaction merges runs across writes.
+            gpa: Gpa::new(0, page),
             size: (pgoff + npages as u64) * 4096,
             mtime: 1,
         }),

@@ -3,13 +3,13 @@
 use orion_format::{InodeSlot, Tail, PAGE_SIZE};
 
 use super::MetaEngine;
+use crate::error::*;
+use crate::log::{self, InodeLog};
 
 /// How many mapped file pages one dead entry pays the walk of: a step of the walk
 /// costs about a sixteenth of writing an entry (a `BTreeMap` step against encoding,
 /// checksumming, copying and persisting 64 bytes).
 const GC_PAGES_PER_DEAD_ENTRY: u64 = 16;
-use crate::error::*;
-use crate::log::{self, InodeLog};
 
 impl MetaEngine {
     /// Log GC (paper §4.2): when dead entries outnumber live ones, write the live
@@ -21,8 +21,8 @@ impl MetaEngine {
     /// so its cost is that commit's latency and every waiting request's. It costs
     /// one entry written per live entry plus one step per mapped page of a file
     /// (finding the runs). The trigger asks for at least as many dead entries as
-    /// either, so GC work per commit stays constant, and a file's GC spike comes at
-    /// most once per `mapped pages / 16` commits (design note 57).
+    /// either, so GC work per appended entry stays constant, and a file's GC comes at
+    /// most once per `mapped pages / 16` entries made dead (design note 57).
     pub(crate) fn gc(&mut self, ino: u64, force: bool) -> FsResult<()> {
         let inode = &self.inodes[&ino];
         let live = inode.state.live_entries();
@@ -83,7 +83,9 @@ impl MetaEngine {
             let mut rebuilt = crate::index::InodeState::new(ino, inode.state.attr.ftype);
             let mut ignored = Vec::new();
             for e in &entries {
-                rebuilt.apply(e, &mut ignored)?;
+                rebuilt
+                    .apply(e, &mut ignored)
+                    .expect("an entry GC wrote applies to a fresh inode");
             }
             assert!(
                 rebuilt.same_contents(&inode.state),
