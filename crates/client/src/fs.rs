@@ -35,13 +35,13 @@ use crate::kernel_cache::{callback_loop, Invalidate, KernelCache, Watched};
 use crate::remote::{io_err, Fail, Remote, Res};
 use crate::staging::Staging;
 use crate::{ClientConfig, Stats};
-
-/// A thread of the client, joined when it is dropped.
-type Thread = JoinHandle<()>;
 use flusher::flusher;
 pub use lanes::MAX_LANES;
 pub(crate) use lanes::{lock, Lanes, OpenFiles, Pick};
 use paths::check_name;
+
+/// A thread of the client, joined when it is dropped.
+type Thread = JoinHandle<()>;
 
 /// How to open a file (the flags of open(2) that matter to a file system).
 #[derive(Clone, Copy, Debug, Default)]

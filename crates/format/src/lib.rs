@@ -60,13 +60,13 @@ impl Gpa {
     }
 }
 
-/// A fresh random 16-byte id for a pool or a cluster (from the kernel's generator).
 /// A random 64-bit number (nonces, instance and incarnation numbers).
 pub fn random_u64() -> u64 {
     let u = random_uuid();
     u64::from_le_bytes([u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7]])
 }
 
+/// A fresh random 16-byte id for a pool or a cluster (from the kernel's generator).
 pub fn random_uuid() -> [u8; 16] {
     let mut u = [0u8; 16];
     if let Ok(mut f) = std::fs::File::open("/dev/urandom") {

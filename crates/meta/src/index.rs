@@ -138,10 +138,10 @@ impl FileIndex {
     /// After log GC rewrote the file's writes as [`FileIndex::runs`] (one write entry
     /// per run, in order), each run is one live entry: the pages of a run get a
     /// sequence number of their own, so later overwrites count dead entries against
-    /// the compacted log. Returns the number of runs. One pass, no allocation per
-    /// page: this is what keeps a GC of a large file off the commit's tail (the
-    /// earlier way rebuilt the whole index from the compacted entries).
-    pub fn renumber_as_runs(&mut self) -> u64 {
+    /// the compacted log. One pass, no allocation per page: this is what keeps a GC
+    /// of a large file off the commit's tail (the earlier way rebuilt the whole index
+    /// from the compacted entries).
+    pub fn renumber_as_runs(&mut self) {
         self.live_pages.clear();
         let mut last: Option<(u64, Gpa, u32)> = None;
         for (&pg, ext) in self.pages.iter_mut() {
@@ -160,7 +160,6 @@ impl FileIndex {
         if let Some(run) = last {
             self.live_pages.insert(self.next_seq - 1, run.2);
         }
-        self.live_pages.len() as u64
     }
 }
 
