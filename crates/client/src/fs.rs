@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use orion_fabric::{Domain, FabricConfig};
 use orion_format::{Entry, FileType, Gpa};
-use orion_meta::{Clock, FsResult, InodeState, SystemClock};
+use orion_meta::{Clock, FsResult, InodeState, RenameMode, SystemClock};
 use orion_proto::{Commit, Epoch, MdsRequest, ReplyBody, StoreInfo};
 
 use crate::alloc::Chunks;
@@ -298,32 +298,60 @@ impl Inner {
     /// Unlinks `name` in `parent`; a file this client holds open stays usable through
     /// its descriptors (link count 0) until the last of them closes.
     pub(crate) fn unlink_name(&mut self, parent: u64, name: Vec<u8>) -> Res<()> {
-        let any_open = !lock(&self.open).handles.is_empty();
-        let open = match any_open {
-            false => false,
-            true => match self.lookup(parent, &name) {
-                Ok(ino) => lock(&self.open).holds(ino),
-                Err(Fail::Fs(orion_meta::FsError::Errno(libc::ENOENT))) => false,
-                Err(e) => return Err(e),
-            },
-        };
-        if !open {
+        if !self.holds_open(parent, &name)? {
             return self.rpc(MdsRequest::Unlink { parent, name }).map(|_| ());
         }
-        // The inode the MDS kept (it may differ from the one looked up if the name
-        // was replaced meanwhile; 0 when other links keep it).
-        match self.rpc(MdsRequest::UnlinkOpen { parent, name })? {
-            ReplyBody::Ino(0) => {}
+        let r = self.rpc(MdsRequest::UnlinkOpen { parent, name })?;
+        self.keep_orphan(r)
+    }
+
+    /// rename(2) by directory inodes and names; a target this client holds open
+    /// outlives the rename, as it would an unlink.
+    pub(crate) fn rename_names(
+        &mut self,
+        (old_parent, old_name): (u64, Vec<u8>),
+        (new_parent, new_name): (u64, Vec<u8>),
+        mode: RenameMode,
+    ) -> Res<()> {
+        let target_open = mode == RenameMode::Replace && self.holds_open(new_parent, &new_name)?;
+        let r = self.rpc(MdsRequest::Rename {
+            old_parent,
+            old_name,
+            new_parent,
+            new_name,
+            mode,
+            target_open,
+        })?;
+        self.keep_orphan(r)
+    }
+
+    /// Whether `name` in `parent` is a file this client holds open (a removal of
+    /// that name must keep the inode).
+    fn holds_open(&mut self, parent: u64, name: &[u8]) -> Res<bool> {
+        if lock(&self.open).handles.is_empty() {
+            return Ok(false);
+        }
+        match self.lookup(parent, name) {
+            Ok(ino) => Ok(lock(&self.open).holds(ino)),
+            Err(Fail::Fs(orion_meta::FsError::Errno(libc::ENOENT))) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Remembers the inode an unlink or rename kept for this client's descriptors
+    /// (the reply names it: it may differ from the one looked up if the name was
+    /// replaced meanwhile; 0 when nothing was kept). The last close releases it.
+    fn keep_orphan(&mut self, reply: ReplyBody) -> Res<()> {
+        match reply {
+            ReplyBody::Ino(0) | ReplyBody::Empty => Ok(()),
             ReplyBody::Ino(ino) => {
                 lock(&self.open).orphans.insert(ino, self.lane);
+                Ok(())
             }
-            other => {
-                return Err(Fail::Fs(io_err(format!(
-                    "unlink: unexpected reply {other:?}"
-                ))))
-            }
+            other => Err(Fail::Fs(io_err(format!(
+                "unlink or rename: unexpected reply {other:?}"
+            )))),
         }
-        Ok(())
     }
 
     /// Commits the entries `build` makes from a current copy of the inode,

@@ -6,30 +6,62 @@ use orion_fabric::ConnId;
 use orion_format::{Entry, FileType, SYMLINK_MAX};
 use orion_meta::error::{EINVAL, ENAMETOOLONG, ENOENT, ENOTDIR};
 use orion_meta::index::Body;
-use orion_meta::{FsResult, MetaEngine, NewNode, StatFs};
-use orion_proto::{Create, ReplyBody};
+use orion_meta::{FsError, FsResult, MetaEngine, NewNode, StatFs};
+use orion_proto::{Create, MdsRequest, ReplyBody};
 use tracing::warn;
 
 use crate::server::Mds;
 
 impl Mds {
-    /// An unlink by a client that holds the file open: the inode stays while it does
-    /// (POSIX: an open file outlives its last name), remembered with the client. The
-    /// reply names the inode kept (0: other links keep it, nothing is held).
-    pub(crate) fn unlink_open(
-        &mut self,
-        conn: ConnId,
-        parent: u64,
-        name: &[u8],
-    ) -> FsResult<ReplyBody> {
-        let Some(ino) = self.engine.unlink_open(parent, name)? else {
-            return Ok(ReplyBody::Ino(0));
+    /// The requests that change names: unlink, rmdir, rename, link (and the parent
+    /// of a directory, for "..").
+    pub(crate) fn namespace_rpc(&mut self, conn: ConnId, req: MdsRequest) -> FsResult<ReplyBody> {
+        let e = &mut self.engine;
+        match req {
+            MdsRequest::Unlink { parent, name } => {
+                e.unlink(parent, &name).map(|_| ReplyBody::Empty)
+            }
+            MdsRequest::UnlinkOpen { parent, name } => {
+                let kept = e.unlink_open(parent, &name)?;
+                Ok(self.hold_orphan(conn, kept))
+            }
+            MdsRequest::Rmdir { parent, name } => e.rmdir(parent, &name).map(|_| ReplyBody::Empty),
+            MdsRequest::Rename {
+                old_parent,
+                old_name,
+                new_parent,
+                new_name,
+                mode,
+                target_open,
+            } => {
+                let (op, on, np, nn) = (old_parent, &old_name, new_parent, &new_name);
+                let kept = e.rename_open(op, on, np, nn, mode, target_open)?;
+                Ok(self.hold_orphan(conn, kept))
+            }
+            MdsRequest::Link { ino, parent, name } => {
+                e.link(ino, parent, &name).map(ReplyBody::Attr)
+            }
+            MdsRequest::Parent { ino } => parent(e, ino),
+            other => Err(FsError::Io(format!(
+                "not a namespace request: {:?}",
+                other.kind()
+            ))),
+        }
+    }
+
+    /// An inode an unlink or rename kept because the client holds it open (POSIX: an
+    /// open file outlives its last name): remembered with the client until it
+    /// releases it or goes away. The reply names it (0: nothing kept, other links
+    /// keep the inode or none was replaced).
+    pub(crate) fn hold_orphan(&mut self, conn: ConnId, kept: Option<u64>) -> ReplyBody {
+        let Some(ino) = kept else {
+            return ReplyBody::Ino(0);
         };
         match self.peers.get_mut(&conn) {
             Some(p) => p.orphans.push(ino),
             None => self.release_orphans(&[ino]),
         }
-        Ok(ReplyBody::Ino(ino))
+        ReplyBody::Ino(ino)
     }
 
     /// The client closed its last descriptor of an inode it unlinked while open.

@@ -560,28 +560,14 @@ impl Mds {
                 }
                 namespace::create(&mut self.engine, &c)
             }
-            MdsRequest::Unlink { parent, name } => {
-                self.engine.unlink(parent, &name).map(|_| ReplyBody::Empty)
-            }
-            MdsRequest::UnlinkOpen { parent, name } => self.unlink_open(conn, parent, &name),
             MdsRequest::Release { ino } => self.release(conn, ino),
             MdsRequest::ReturnPages { runs } => self.return_pages(conn, &runs),
-            MdsRequest::Rmdir { parent, name } => {
-                self.engine.rmdir(parent, &name).map(|_| ReplyBody::Empty)
-            }
-            MdsRequest::Rename {
-                old_parent,
-                old_name,
-                new_parent,
-                new_name,
-                mode,
-            } => self
-                .engine
-                .rename(old_parent, &old_name, new_parent, &new_name, mode)
-                .map(|_| ReplyBody::Empty),
-            MdsRequest::Link { ino, parent, name } => {
-                self.engine.link(ino, parent, &name).map(ReplyBody::Attr)
-            }
+            req @ (MdsRequest::Unlink { .. }
+            | MdsRequest::UnlinkOpen { .. }
+            | MdsRequest::Rmdir { .. }
+            | MdsRequest::Rename { .. }
+            | MdsRequest::Link { .. }
+            | MdsRequest::Parent { .. }) => self.namespace_rpc(conn, req),
             MdsRequest::Statfs => {
                 let (blocks, bfree) = self
                     .groups
@@ -589,7 +575,6 @@ impl Mds {
                     .fold((0, 0), |(b, f), g| (b + g.page_count, f + g.alloc.free()));
                 Ok(namespace::statfs(&self.engine, blocks, bfree))
             }
-            MdsRequest::Parent { ino } => namespace::parent(&self.engine, ino),
             MdsRequest::Lock(l) => self
                 .engine
                 .getattr(l.ino)

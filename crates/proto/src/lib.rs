@@ -20,9 +20,9 @@ pub use msg::*;
 
 /// Magic of every message ("OR") and the protocol version both ends must speak.
 pub const MAGIC: u16 = 0x524F;
-/// Version 10: callbacks that keep clients' kernel caches true (watches, cache
-/// leases, invalidations), and the client instance at hello.
-pub const VERSION: u8 = 10;
+/// Version 11: a rename by a client that holds its target open keeps the target
+/// (version 10: callbacks that keep clients' kernel caches true).
+pub const VERSION: u8 = 11;
 /// Bytes of the header: magic, version, kind, pad, request id.
 pub const HEADER: usize = 16;
 

@@ -128,6 +128,24 @@ pub fn run_client(c: &Client, top: &str, op: &Op) -> Outcome {
             c.close(fd).map_err(errno)?;
             r.map_err(errno)
         }
+        Op::RenameOpen(from, p, off, len, seed) => {
+            let flags = OpenFlags {
+                read: true,
+                write: true,
+                ..Default::default()
+            };
+            let fd = c.open(&at(p), flags, 0).map_err(errno)?;
+            let r = (|| {
+                c.rename(&at(from), &at(p))?;
+                let a = c.fstat(fd)?;
+                c.pwrite(fd, *off, &pattern(*len, *seed))?;
+                let size = c.fstat(fd)?.size;
+                let data = c.pread(fd, 0, size as usize)?;
+                Ok(unlinked_use(a.nlink as u64, a.size, size, &data))
+            })();
+            c.close(fd).map_err(errno)?;
+            r.map_err(errno)
+        }
     })();
     r.unwrap_or_else(Outcome::Err)
 }

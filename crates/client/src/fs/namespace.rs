@@ -63,16 +63,9 @@ impl Client {
     /// rename(2), or renameat2 with RENAME_NOREPLACE or RENAME_EXCHANGE.
     pub fn rename_with(&self, from: &str, to: &str, mode: RenameMode) -> FsResult<()> {
         self.run(|i| {
-            let (old_parent, old_name) = i.resolve_parent(from)?;
-            let (new_parent, new_name) = i.resolve_parent(to)?;
-            i.rpc(MdsRequest::Rename {
-                old_parent,
-                old_name,
-                new_parent,
-                new_name,
-                mode,
-            })
-            .map(|_| ())
+            let old = i.resolve_parent(from)?;
+            let new = i.resolve_parent(to)?;
+            i.rename_names(old, new, mode)
         })
     }
 
@@ -146,14 +139,11 @@ impl Client {
         check_name(old_name)?;
         check_name(new_name)?;
         self.run(|i| {
-            i.rpc(MdsRequest::Rename {
-                old_parent,
-                old_name: old_name.to_vec(),
-                new_parent,
-                new_name: new_name.to_vec(),
+            i.rename_names(
+                (old_parent, old_name.to_vec()),
+                (new_parent, new_name.to_vec()),
                 mode,
-            })
-            .map(|_| ())
+            )
         })
     }
 

@@ -16,6 +16,22 @@ impl MetaEngine {
         nn: &[u8],
         mode: RenameMode,
     ) -> FsResult<()> {
+        self.rename_open(op, on, np, nn, mode, false).map(|_| ())
+    }
+
+    /// [`MetaEngine::rename`] by a caller that may hold the target file open
+    /// (`target_open`): a replaced file losing its last link then stays, with a
+    /// link count of 0, until [`MetaEngine::release_orphan`], as after
+    /// [`MetaEngine::unlink_open`]. Returns the inode kept so.
+    pub fn rename_open(
+        &mut self,
+        op: u64,
+        on: &[u8],
+        np: u64,
+        nn: &[u8],
+        mode: RenameMode,
+        target_open: bool,
+    ) -> FsResult<Option<u64>> {
         // Linux looks the source up before the target name.
         if on.len() > NAME_MAX {
             return Err(ENAMETOOLONG);
@@ -35,7 +51,9 @@ impl MetaEngine {
             return Err(EEXIST);
         }
         if mode == RenameMode::Exchange {
-            return self.exchange(op, on, src, np, nn, dst.ok_or(ENOENT)?);
+            return self
+                .exchange(op, on, src, np, nn, dst.ok_or(ENOENT)?)
+                .map(|_| None);
         }
         // Linux: moving a directory under itself is EINVAL; replacing an ancestor of
         // the source is ENOTEMPTY; both before the type checks.
@@ -47,7 +65,7 @@ impl MetaEngine {
                 return Err(ENOTEMPTY);
             }
             if d.ino == src.ino {
-                return Ok(());
+                return Ok(None);
             }
             let dst_dir = d.ftype == FileType::Directory;
             if src_dir && !dst_dir {
@@ -81,6 +99,7 @@ impl MetaEngine {
             }),
         );
         let mut dst_dies = false;
+        let mut kept = None;
         let mut nlink_delta: Vec<(u64, i64)> = Vec::new();
         if src_dir && op != np {
             nlink_delta.push((op, -1));
@@ -102,14 +121,17 @@ impl MetaEngine {
             if d.ftype == FileType::Directory {
                 nlink_delta.push((np, -1));
                 dst_dies = true;
-            } else if dn <= 1 {
+            } else if dn <= 1 && !target_open {
                 dst_dies = true;
             } else {
+                if dn <= 1 {
+                    kept = Some(d.ino);
+                }
                 push_update(
                     &mut u,
                     d.ino,
                     Entry::LinkChange {
-                        nlink: dn - 1,
+                        nlink: dn.saturating_sub(1),
                         ctime: now,
                     },
                 );
@@ -158,6 +180,6 @@ impl MetaEngine {
                 self.destroy(d.ino)?;
             }
         }
-        Ok(())
+        Ok(kept)
     }
 }

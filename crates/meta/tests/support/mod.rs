@@ -113,6 +113,9 @@ pub enum Op<T = P> {
     /// descriptor fstat, pwrite (offset, length, seed), fstat and read it all, close.
     /// [`unlinked_use`] says what it answers.
     UnlinkOpen(T, u64, usize, u8),
+    /// An open file outlives a rename over it: open the second path O_RDWR, rename
+    /// the first over it, then use the descriptor as [`Op::UnlinkOpen`] does.
+    RenameOpen(T, T, u64, usize, u8),
 }
 
 /// What [`Op::UnlinkOpen`] answers: the link count and size after the unlink, the
@@ -190,6 +193,7 @@ impl OpT {
             Op::ListXattr(a) => Op::ListXattr(r(a)),
             Op::Fallocate(a, m, o, l) => Op::Fallocate(r(a), *m, *o, *l),
             Op::UnlinkOpen(a, o, l, s) => Op::UnlinkOpen(r(a), *o, *l, *s),
+            Op::RenameOpen(a, b, o, l, s) => Op::RenameOpen(r(a), r(b), *o, *l, *s),
         }
     }
 }
@@ -260,6 +264,8 @@ pub fn arb_op() -> impl Strategy<Value = OpT> {
             .prop_map(|(p, m, o, l)| Op::Fallocate(p, m, o, l)),
         2 => (arb_path(), prop::sample::select(&OFFSETS[..]), prop::sample::select(&LENS[..]), any::<u8>())
             .prop_map(|(p, o, l, s)| Op::UnlinkOpen(p, o, l, s)),
+        2 => (arb_path(), arb_path(), prop::sample::select(&OFFSETS[..]), prop::sample::select(&LENS[..]), any::<u8>())
+            .prop_map(|(a, b, o, l, s)| Op::RenameOpen(a, b, o, l, s)),
     ]
 }
 
@@ -478,6 +484,26 @@ pub fn run_core(fs: &LocalFs, op: &Op) -> Outcome {
             }
             let (d, n) = core_parent(fs, p)?;
             let kept = fs.with_engine(|e| e.unlink_open(d, &n)).map_err(errno)?;
+            let a = fs.getattr(ino).map_err(errno)?;
+            fs.write(ino, *off, &pattern(*len, *seed)).map_err(errno)?;
+            let size = fs.getattr(ino).map_err(errno)?.size;
+            let data = fs.read(ino, 0, size as usize).map_err(errno)?;
+            if let Some(k) = kept {
+                fs.with_engine(|e| e.release_orphan(k)).map_err(errno)?;
+            }
+            Ok(unlinked_use(a.nlink as u64, a.size, size, &data))
+        }
+        Op::RenameOpen(from, p, off, len, seed) => {
+            let ino = core_follow(fs, p)?;
+            if fs.getattr(ino).map_err(errno)?.ftype == FileType::Directory {
+                return Err(libc::EISDIR);
+            }
+            let (od, on) = core_parent(fs, from)?;
+            let (nd, nn) = core_parent(fs, p)?;
+            let replace = RenameMode::Replace;
+            let kept = fs
+                .with_engine(|e| e.rename_open(od, &on, nd, &nn, replace, true))
+                .map_err(errno)?;
             let a = fs.getattr(ino).map_err(errno)?;
             fs.write(ino, *off, &pattern(*len, *seed)).map_err(errno)?;
             let size = fs.getattr(ino).map_err(errno)?.size;

@@ -197,6 +197,19 @@ pub fn run_oracle(root: &Path, op: &Op) -> Outcome {
             io(f.read_exact_at(&mut data, 0))?;
             Ok(unlinked_use(m.nlink(), m.len(), size, &data))
         }
+        Op::RenameOpen(from, p, off, len, seed) => {
+            let f = io(std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(at(p)))?;
+            io(std::fs::rename(at(from), at(p)))?;
+            let m = io(f.metadata())?;
+            io(f.write_at(&pattern(*len, *seed), *off))?;
+            let size = io(f.metadata())?.len();
+            let mut data = vec![0u8; size as usize];
+            io(f.read_exact_at(&mut data, 0))?;
+            Ok(unlinked_use(m.nlink(), m.len(), size, &data))
+        }
     })();
     r.unwrap_or_else(Outcome::Err)
 }

@@ -49,12 +49,16 @@ pub enum MdsRequest {
         parent: u64,
         name: Vec<u8>,
     },
+    /// With `target_open`, the client holds the file `new_name` names open: if the
+    /// rename takes its last link, it stays as after [`MdsRequest::UnlinkOpen`], and
+    /// the reply names it ([`super::ReplyBody::Ino`]; 0 when nothing is kept).
     Rename {
         old_parent: u64,
         old_name: Vec<u8>,
         new_parent: u64,
         new_name: Vec<u8>,
         mode: RenameMode,
+        target_open: bool,
     },
     Link {
         ino: u64,
@@ -293,12 +297,14 @@ impl MdsRequest {
                 new_parent,
                 new_name,
                 mode,
+                target_open,
             } => {
                 w.u64(*old_parent)
                     .bytes(old_name)
                     .u64(*new_parent)
                     .bytes(new_name)
-                    .u8(*mode as u8);
+                    .u8(*mode as u8)
+                    .bool(*target_open);
             }
             MdsRequest::Link { ino, parent, name } => {
                 w.u64(*ino).u64(*parent).bytes(name);
@@ -401,6 +407,7 @@ impl MdsRequest {
                     2 => RenameMode::Exchange,
                     _ => return Err(ProtoError::Invalid("rename mode")),
                 },
+                target_open: r.bool("target open")?,
             },
             MdsKind::Link => MdsRequest::Link {
                 ino: r.u64("ino")?,

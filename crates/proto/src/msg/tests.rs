@@ -66,6 +66,15 @@ fn sample_requests() -> Vec<MdsRequest> {
             new_parent: 2,
             new_name: b"b".to_vec(),
             mode: RenameMode::Exchange,
+            target_open: false,
+        },
+        MdsRequest::Rename {
+            old_parent: 3,
+            old_name: b"c".to_vec(),
+            new_parent: 3,
+            new_name: b"d".to_vec(),
+            mode: RenameMode::Replace,
+            target_open: true,
         },
         MdsRequest::Lock(sample_lock()),
         MdsRequest::TestLock(LockReq {
