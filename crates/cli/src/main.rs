@@ -25,6 +25,7 @@ mod daemons;
 mod fs_cmd;
 mod mount_cmd;
 mod procs;
+mod run_cmd;
 mod signals;
 mod status;
 mod up;
@@ -101,6 +102,9 @@ enum Cmd {
     Umount(mount_cmd::UmountArgs),
     /// File-system operations through the client library.
     Fs(fs_cmd::FsArgs),
+    /// Run a program with the preload library: its file calls under the mount are
+    /// served in its own process, without the kernel (`orion run -- PROGRAM ARGS...`).
+    Run(run_cmd::RunArgs),
     /// Print the configuration: `--defaults` prints every key with its default.
     Config {
         #[arg(long)]
@@ -441,6 +445,10 @@ fn run() -> Result<ExitCode> {
         }
         Cmd::Fs(a) => {
             fs_cmd::run(a)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Run(a) => {
+            run_cmd::run(a)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Config { defaults, common } => {

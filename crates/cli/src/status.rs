@@ -41,6 +41,9 @@ pub struct UpState {
     #[serde(default)]
     pub manager: String,
     pub stores: Vec<StoreProc>,
+    /// Where the cluster is mounted (what `orion run` serves in-process).
+    #[serde(default)]
+    pub mount: String,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -61,6 +64,16 @@ pub struct StoreProc {
 }
 
 impl UpState {
+    /// The `mds` setting of a client: every MDS address.
+    pub fn mds_setting(&self) -> String {
+        match self.mdss.is_empty() {
+            true => self.mds.addr.clone(),
+            false => (self.mdss.iter().map(|m| m.addr.as_str()))
+                .collect::<Vec<_>>()
+                .join(","),
+        }
+    }
+
     pub fn path(state_dir: &Path) -> PathBuf {
         state_dir.join("cluster.json")
     }

@@ -73,7 +73,7 @@ pub struct UpArgs {
     pub check: bool,
 }
 
-fn default_state_dir() -> Result<PathBuf> {
+pub(crate) fn default_state_dir() -> Result<PathBuf> {
     if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
         return Ok(PathBuf::from(d).join("orion"));
     }
@@ -237,6 +237,7 @@ pub fn up(a: UpArgs) -> Result<()> {
         mdss: mdss.starts.iter().map(|m| m.proc.clone()).collect(),
         manager: mdss.manager.as_ref().map(|m| m.spec()).unwrap_or_default(),
         stores: Vec::new(),
+        mount: mnt.display().to_string(),
     };
     let mut restarts: Vec<Restart> = mdss
         .starts

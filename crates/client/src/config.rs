@@ -53,6 +53,12 @@ pub struct ClientConfig {
     ///
     /// [`MAX_LANES`]: crate::fs::MAX_LANES
     pub lanes: usize,
+    /// Paths are the host's (the preload library's programs): resolution never
+    /// leaves this file system. A symlink to an absolute path, or ".." above the
+    /// root, fails with EXDEV, and the caller asks the kernel instead, which resolves
+    /// it through the mount. Off (the native API): absolute symlink targets start at
+    /// this file system's root.
+    pub host_paths: bool,
 }
 
 impl Default for ClientConfig {
@@ -69,6 +75,7 @@ impl Default for ClientConfig {
             reconnect_ms: 30_000,
             name: String::new(),
             lanes: 8,
+            host_paths: false,
         }
     }
 }

@@ -105,6 +105,8 @@ pub(crate) struct Inner {
     lane: usize,
     uid: u32,
     gid: u32,
+    /// [`ClientConfig::host_paths`].
+    host_paths: bool,
 }
 
 pub struct Client {

@@ -21,15 +21,18 @@ pub mod fs;
 pub mod kernel_cache;
 pub mod remote;
 pub mod replicas;
+pub mod settings;
 pub mod staging;
 pub mod stats;
 
 pub use config::ClientConfig;
 pub use fs::{Client, DirEntry, Fd, OpenFlags};
 pub use kernel_cache::{Invalidate, Watched};
+pub use settings::FabricSection;
 pub use stats::Stats;
 
 // What a front-end needs of the crates below the client library.
+pub use orion_fabric::local::remove_own_files as remove_fabric_files;
 pub use orion_format::{FileType, PAGE_SIZE};
 pub use orion_meta::{perm, xattr};
 pub use orion_meta::{Attr, FsError, FsResult, NewNode, RenameMode, SetAttrReq, StatFs, TimeSet};

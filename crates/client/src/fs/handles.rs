@@ -122,6 +122,12 @@ impl Client {
         Ok(data.len())
     }
 
+    /// The file offset of a handle: where [`Client::read`] and [`Client::write`]
+    /// go next.
+    pub fn position(&self, fd: Fd) -> FsResult<u64> {
+        Ok(self.handle(fd)?.2)
+    }
+
     pub fn seek(&self, fd: Fd, pos: u64) -> FsResult<()> {
         self.open_files().handles.get_mut(&fd.0).ok_or(EBADF)?.pos = pos;
         Ok(())

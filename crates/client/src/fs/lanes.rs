@@ -180,6 +180,7 @@ impl Lanes {
             lane: i,
             uid: self.uid,
             gid: self.gid,
+            host_paths: self.cfg.host_paths,
         };
         Ok(self.slots[i].get_or_init(|| Mutex::new(inner)))
     }

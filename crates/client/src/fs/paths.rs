@@ -13,6 +13,9 @@ use crate::remote::{io_err, Res};
 /// Symlinks followed while resolving one path (as Linux's MAXSYMLINKS).
 pub(crate) const MAX_SYMLINKS: usize = 40;
 
+/// A host path that leaves this file system ([`crate::ClientConfig::host_paths`]).
+pub(crate) const LEAVES_FS: FsError = FsError::Errno(libc::EXDEV);
+
 /// rename/unlink of "/" itself.
 pub(crate) const EBUSY_ROOT: FsError = FsError::Errno(libc::EBUSY);
 
@@ -82,6 +85,8 @@ impl Inner {
             if name == b".." {
                 if stack.len() > 1 {
                     stack.pop();
+                } else if self.host_paths {
+                    return Err(LEAVES_FS.into());
                 }
                 cur = *stack.last().expect("root stays");
                 continue;
@@ -100,6 +105,9 @@ impl Inner {
                 let target = self.readlink(ent.ino)?;
                 let target = String::from_utf8_lossy(&target).into_owned();
                 if target.starts_with('/') {
+                    if self.host_paths {
+                        return Err(LEAVES_FS.into());
+                    }
                     stack.truncate(1);
                 }
                 let mut more = components(&target)?;

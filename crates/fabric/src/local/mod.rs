@@ -52,6 +52,19 @@ fn ring_of(dir: usize) -> Ring {
 /// Removes the shared-memory files of processes that died without cleaning up (SIGKILL, a
 /// crash): their names carry the owner's PID, and a PID without /proc entry is gone.
 pub fn sweep_dead_processes_files() {
+    remove_files_of(|pid| !Path::new(&format!("/proc/{pid}")).exists());
+}
+
+/// Removes this process's shared-memory files, for a process that exits without
+/// dropping its domains (the preload library's, whose client lives as long as the
+/// program). Mappings stay valid until the process ends; no new peer can connect.
+pub fn remove_own_files() {
+    let me = std::process::id();
+    remove_files_of(|pid| pid == me);
+}
+
+/// Removes the shared-memory files whose owner's PID satisfies `whose`.
+fn remove_files_of(whose: impl Fn(u32) -> bool) {
     let Ok(dir) = std::fs::read_dir(shm_dir()) else {
         return;
     };
@@ -63,7 +76,7 @@ pub fn sweep_dead_processes_files() {
         let Some(pid) = rest.split('.').next().and_then(|p| p.parse::<u32>().ok()) else {
             continue;
         };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
+        if whose(pid) {
             let _ = std::fs::remove_file(e.path());
         }
     }

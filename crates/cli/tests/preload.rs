@@ -1,0 +1,291 @@
+//! Unmodified programs under `orion run` (the preload library): the results they get
+//! through the mount, with their file calls served in their own process. Each run
+//! asks the library to report what it served (ORION_PRELOAD_STATS), so a test fails
+//! if the programs were merely passed through to the mount.
+
+mod cluster;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use cluster::{Cluster, Mount, ORION};
+
+/// Programs run under `orion run` against one cluster and its mount.
+struct Preload<'a> {
+    cluster: &'a Cluster,
+    mount: &'a Mount,
+}
+
+impl Preload<'_> {
+    fn command(&self, mds: &str, program: &[&str]) -> Command {
+        let mut c = Command::new(ORION);
+        c.args(["run", "--mds", mds]);
+        c.args(self.cluster.common_flags());
+        c.arg("--mount").arg(&self.mount.path).arg("--");
+        c.args(program);
+        c.env("ORION_PRELOAD_STATS", "1").env("RUST_LOG", "warn");
+        c
+    }
+
+    fn run(&self, program: &[&str]) -> Output {
+        (self.command(&self.cluster.mds.addr, program).output()).expect("running orion run")
+    }
+
+    /// Runs `script` with `bash -c` (which ends with exit(3), so every process
+    /// reports; dash ends with _exit); panics with its output if it fails or if nothing
+    /// was served in-process. Returns its standard output.
+    fn sh(&self, script: &str) -> String {
+        let o = self.run(&["bash", "-c", script]);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{script}\nfailed: {err}");
+        assert!(
+            served(&err) > 0,
+            "{script}\nwas not served in-process: {err}"
+        );
+        String::from_utf8(o.stdout).unwrap()
+    }
+}
+
+/// Calls served in-process, over every process's report.
+fn served(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .filter_map(|l| l.split(": ").nth(2)?.split(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Runs a host command (no preload); its standard output.
+fn host(script: &str) -> String {
+    let o = Command::new("sh").args(["-c", script]).output().unwrap();
+    assert!(
+        o.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// A source tree on the host: this crate's sources, a 1 MiB file of random bytes, an
+/// empty file, relative and absolute symlinks, a hard link, an empty directory.
+fn source_tree(dir: &Path) -> PathBuf {
+    let src = dir.join("src");
+    let here = env!("CARGO_MANIFEST_DIR");
+    host(&format!("cp -a {here}/src {}", src.display()));
+    let blob: Vec<u8> = (0..1u32 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(src.join("blob"), blob).unwrap();
+    std::fs::write(src.join("empty"), b"").unwrap();
+    std::os::unix::fs::symlink("blob", src.join("rel-link")).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", src.join("abs-link")).unwrap();
+    std::fs::hard_link(src.join("blob"), src.join("blob-hard")).unwrap();
+    std::fs::create_dir(src.join("nothing")).unwrap();
+    src
+}
+
+#[test]
+fn coreutils_tar_and_find_give_the_trees_they_give_on_the_host() {
+    let cluster = Cluster::start("local", 1);
+    let mount = cluster.mount("m", &[]);
+    let p = Preload {
+        cluster: &cluster,
+        mount: &mount,
+    };
+    let work = tempfile::tempdir_in("/dev/shm").unwrap();
+    let src = source_tree(work.path());
+    let m = mount.path.display().to_string();
+    let s = src.display().to_string();
+    let tarball = work.path().join("src.tar").display().to_string();
+    host(&format!(
+        "tar cf {tarball} -C {} src",
+        work.path().display()
+    ));
+
+    p.sh(&format!(
+        "cp -a {s} {m}/cp && diff -r --no-dereference {s} {m}/cp"
+    ));
+    p.sh(&format!("mkdir {m}/tx && tar xf {tarball} -C {m}/tx"));
+    p.sh(&format!("diff -r --no-dereference {s} {m}/tx/src"));
+    // The same listings, sizes and link targets as through the mount.
+    let listing = |root: &str| {
+        format!(
+            "cd {root} && find . -printf '%p %y %s %m %l %n\\n' | sort && du -s --apparent-size . \
+             && ls -l --time-style=+ | sort"
+        )
+    };
+    let tx = format!("{m}/tx/src");
+    assert_eq!(p.sh(&listing(&tx)), host(&listing(&tx)));
+    assert_eq!(
+        p.sh(&format!("cat {m}/cp/rel-link | md5sum")),
+        host(&format!("md5sum < {s}/blob"))
+    );
+    // Renames and removals, checked through the mount.
+    p.sh(&format!(
+        "mv {m}/cp {m}/cp2 && mv {m}/cp2/blob {m}/blob && rm -r {m}/cp2"
+    ));
+    assert!(!Path::new(&format!("{m}/cp2")).exists());
+    assert_eq!(
+        std::fs::read(format!("{m}/blob")).unwrap(),
+        std::fs::read(src.join("blob")).unwrap()
+    );
+    p.sh(&format!("rm -r {m}/tx {m}/blob"));
+    assert_eq!(std::fs::read_dir(&mount.path).unwrap().count(), 0);
+}
+
+#[test]
+fn sqlite_and_python_work_under_preload() {
+    let cluster = Cluster::start("local", 1);
+    let mount = cluster.mount("m", &[]);
+    let p = Preload {
+        cluster: &cluster,
+        mount: &mount,
+    };
+    let m = mount.path.display().to_string();
+    for (journal, db) in [("delete", "rollback.db"), ("wal", "wal.db")] {
+        let sql = format!(
+            "pragma journal_mode={journal}; create table t(a integer, b text); \
+             insert into t values (1, 'x'); \
+             begin; insert into t select a + 1, b || 'y' from t; commit; \
+             begin; insert into t select a + 2, b || 'z' from t; rollback; \
+             insert into t select a + 10, b from t; pragma integrity_check; \
+             select count(*), sum(a) from t;"
+        );
+        let out = p.sh(&format!("sqlite3 {m}/{db} \"{sql}\""));
+        assert_eq!(out, format!("{journal}\nok\n4|26\n"), "{journal}");
+        // The same database read through the mount.
+        let o = host(&format!(
+            "sqlite3 {m}/{db} 'select count(*), sum(a) from t'"
+        ));
+        assert_eq!(o, "4|26\n");
+    }
+    let script = format!(
+        r#"
+import os, shutil
+m = "{m}"
+shutil.copytree("{here}/src", m + "/py")
+walked = sorted(os.path.relpath(os.path.join(d, f), m + "/py") for d, _, fs in os.walk(m + "/py") for f in fs)
+host = sorted(os.path.relpath(os.path.join(d, f), "{here}/src") for d, _, fs in os.walk("{here}/src") for f in fs)
+assert walked == host, (walked, host)
+with open(m + "/py/data", "wb") as f:
+    f.write(bytes(range(256)) * 1000)
+    f.seek(10)
+    f.write(b"hello")
+with open(m + "/py/data", "rb") as f:
+    d = f.read()
+assert len(d) == 256000 and d[10:15] == b"hello" and d[15] == 15, len(d)
+# An open file outlives its name.
+f = open(m + "/py/data", "r+b")
+os.unlink(m + "/py/data")
+assert os.fstat(f.fileno()).st_nlink == 0
+f.seek(0)
+f.write(b"still")
+f.seek(0)
+assert f.read(5) == b"still"
+f.close()
+assert not os.path.exists(m + "/py/data")
+print("python ok")
+"#,
+        here = env!("CARGO_MANIFEST_DIR")
+    );
+    assert_eq!(
+        p.sh(&format!("python3 -c '{}'", script.replace('\'', "'\\''"))),
+        "python ok\n"
+    );
+}
+
+#[test]
+fn a_descriptor_keeps_its_offset_across_fork_and_exec() {
+    let cluster = Cluster::start("local", 1);
+    let mount = cluster.mount("m", &[]);
+    let p = Preload {
+        cluster: &cluster,
+        mount: &mount,
+    };
+    let m = mount.path.display().to_string();
+    // The shell opens the file, writes, forks a subshell, then a child that execs
+    // another shell: every write lands after the one before.
+    let out = p.sh(&format!(
+        "exec 3> {m}/f; echo a >&3; (echo b >&3); sh -c 'echo c >&3'; echo d >&3; \
+         exec 3>&-; cat {m}/f; exec 4< {m}/f; read x <&4; sh -c 'read y; echo $y' <&4; cat <&4"
+    ));
+    assert_eq!(out, "a\nb\nc\nd\nb\nc\nd\n");
+    assert_eq!(
+        std::fs::read_to_string(format!("{m}/f")).unwrap(),
+        "a\nb\nc\nd\n"
+    );
+    // The shell takes descriptors 3 to 9 after its client connected: the client's
+    // own descriptors are out of the way, and it goes on serving.
+    let out = p.sh(&format!(
+        "printf x > {m}/f0; for n in 3 4 5 6 7 8 9; do eval \"exec $n> {m}/g$n\"; done; \
+         read y < {m}/f0; for n in 3 4 5 6 7 8 9; do eval \"echo $n >&$n\"; done; \
+         echo $y; cat {m}/g3 {m}/g9"
+    ));
+    assert_eq!(out, "x\n3\n9\n");
+    for n in 3..=9 {
+        let g = std::fs::read_to_string(format!("{m}/g{n}")).unwrap();
+        assert_eq!(g, format!("{n}\n"));
+    }
+}
+
+#[test]
+fn preload_and_the_mount_see_each_others_changes_at_once() {
+    let cluster = Cluster::start("local", 1);
+    let mount = cluster.mount("m", &[]);
+    let p = Preload {
+        cluster: &cluster,
+        mount: &mount,
+    };
+    let m = mount.path.display().to_string();
+    let f = mount.path.join("shared");
+    p.sh(&format!("printf one > {m}/shared"));
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), "one");
+    std::fs::write(&f, "two, longer").unwrap();
+    assert_eq!(
+        p.sh(&format!("cat {m}/shared; stat -c ' %s' {m}/shared")),
+        "two, longer 11\n"
+    );
+    p.sh(&format!(
+        "printf 3 | dd of={m}/shared bs=1 seek=1 conv=notrunc status=none"
+    ));
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), "t3o, longer");
+    std::fs::rename(&f, mount.path.join("moved")).unwrap();
+    assert_eq!(
+        p.sh(&format!("ls {m}; cat {m}/moved")),
+        "moved\nt3o, longer"
+    );
+    p.sh(&format!(
+        "truncate -s 3 {m}/moved && mkdir {m}/d && mv {m}/moved {m}/d/x"
+    ));
+    assert_eq!(
+        std::fs::read_to_string(mount.path.join("d/x")).unwrap(),
+        "t3o"
+    );
+}
+
+#[test]
+fn an_unreachable_cluster_is_said_once_and_the_mount_serves() {
+    let cluster = Cluster::start("local", 1);
+    let mount = cluster.mount("m", &[]);
+    let p = Preload {
+        cluster: &cluster,
+        mount: &mount,
+    };
+    let m = mount.path.display().to_string();
+    std::fs::write(mount.path.join("a"), "through the mount\n").unwrap();
+    // Port 1 on loopback: nothing listens.
+    let o = (p
+        .command(
+            "127.0.0.1:1",
+            &["cat", &format!("{m}/a"), &format!("{m}/a")],
+        )
+        .output())
+    .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "through the mount\n".repeat(2)
+    );
+    assert_eq!(err.matches("cannot reach the cluster").count(), 1, "{err}");
+    assert_eq!(served(&err), 0, "{err}");
+}

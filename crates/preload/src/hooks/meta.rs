@@ -1,0 +1,287 @@
+//! Attributes: the stat family, access, truncate by path, and fchmod, fchown and
+//! futimens on served descriptors.
+
+use libc::{c_char, c_int, c_uint, mode_t, off_t, AT_EMPTY_PATH, AT_FDCWD, AT_SYMLINK_NOFOLLOW};
+use orion_client::{Attr, FileType, FsResult, SetAttrReq, TimeSet};
+
+use super::{errno_of, fail, leaves, route, served, Route};
+use crate::real;
+use crate::stat::{fill_stat, fill_statx};
+use crate::state::Inside;
+
+/// The attributes of what `path` names (`None`: the kernel's to answer).
+///
+/// # Safety
+/// `path` is null or NUL-terminated.
+unsafe fn attrs(d: c_int, path: *const c_char, flags: c_int) -> Option<Result<Attr, c_int>> {
+    let nofollow = flags & AT_SYMLINK_NOFOLLOW != 0;
+    // SAFETY: as the caller.
+    let r: FsResult<Attr> = match unsafe { route(d, path, flags & AT_EMPTY_PATH != 0) } {
+        Route::Serve(c, p) => {
+            let _in = Inside::enter();
+            if nofollow {
+                c.lstat(&p)
+            } else {
+                c.stat(&p)
+            }
+        }
+        Route::Fd(f) => {
+            let _in = Inside::enter();
+            f.client.fstat(f.fd)
+        }
+        Route::NotDir => return Some(Err(libc::ENOTDIR)),
+        Route::Kernel => return None,
+    };
+    match r {
+        Err(e) if leaves(&e) => None,
+        r => Some(r.map_err(|e| errno_of(&e))),
+    }
+}
+
+/// # Safety
+/// `path` is null or NUL-terminated; `st` valid for writing.
+unsafe fn stat_at(d: c_int, path: *const c_char, st: *mut libc::stat64, flags: c_int) -> c_int {
+    // SAFETY: as the caller.
+    match unsafe { attrs(d, path, flags) } {
+        // SAFETY: the caller's buffer, or null.
+        Some(Ok(a)) => match unsafe { st.as_mut() } {
+            Some(st) => {
+                fill_stat(&a, st);
+                0
+            }
+            None => fail(libc::EFAULT),
+        },
+        Some(Err(e)) => fail(e),
+        // SAFETY: the caller's arguments, passed on.
+        None => unsafe { real::fstatat64(d, path, st, flags) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn stat(path: *const c_char, st: *mut libc::stat64) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { stat_at(AT_FDCWD, path, st, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn stat64(path: *const c_char, st: *mut libc::stat64) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { stat_at(AT_FDCWD, path, st, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lstat(path: *const c_char, st: *mut libc::stat64) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { stat_at(AT_FDCWD, path, st, AT_SYMLINK_NOFOLLOW) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lstat64(path: *const c_char, st: *mut libc::stat64) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { stat_at(AT_FDCWD, path, st, AT_SYMLINK_NOFOLLOW) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstatat(
+    d: c_int,
+    path: *const c_char,
+    st: *mut libc::stat64,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { stat_at(d, path, st, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstatat64(
+    d: c_int,
+    path: *const c_char,
+    st: *mut libc::stat64,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { stat_at(d, path, st, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstat(fd: c_int, st: *mut libc::stat64) -> c_int {
+    if let Some(f) = served(fd) {
+        let _in = Inside::enter();
+        // SAFETY: the caller's buffer, or null.
+        return match (f.client.fstat(f.fd), unsafe { st.as_mut() }) {
+            (Ok(a), Some(st)) => {
+                fill_stat(&a, st);
+                0
+            }
+            (Ok(_), None) => fail(libc::EFAULT),
+            (Err(e), _) => fail(errno_of(&e)),
+        };
+    }
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { real::fstat64(fd, st) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstat64(fd: c_int, st: *mut libc::stat64) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { fstat(fd, st) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn statx(
+    d: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mask: c_uint,
+    st: *mut libc::statx,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    match unsafe { attrs(d, path, flags) } {
+        // SAFETY: the caller's buffer, or null.
+        Some(Ok(a)) => match unsafe { st.as_mut() } {
+            Some(st) => {
+                fill_statx(&a, st);
+                0
+            }
+            None => fail(libc::EFAULT),
+        },
+        Some(Err(e)) => fail(e),
+        // SAFETY: the caller's arguments, passed on.
+        None => unsafe { real::statx(d, path, flags, mask, st) },
+    }
+}
+
+/// access(2) for the superuser (the only caller served): read and write always,
+/// execute when a directory or any execute bit.
+fn allowed(a: &Attr, mode: c_int) -> Result<(), c_int> {
+    if mode & libc::X_OK != 0 && a.ftype != FileType::Directory && a.mode & 0o111 == 0 {
+        return Err(libc::EACCES);
+    }
+    Ok(())
+}
+
+/// # Safety
+/// `path` is null or NUL-terminated.
+unsafe fn access_at(d: c_int, path: *const c_char, mode: c_int, flags: c_int) -> c_int {
+    if mode & !(libc::R_OK | libc::W_OK | libc::X_OK) != 0 {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: as the caller.
+    match unsafe { attrs(d, path, flags & (AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH)) } {
+        Some(Ok(a)) => match allowed(&a, mode) {
+            Ok(()) => 0,
+            Err(e) => fail(e),
+        },
+        Some(Err(e)) => fail(e),
+        // SAFETY: the caller's arguments, passed on.
+        None => unsafe { real::faccessat(d, path, mode, flags) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { access_at(AT_FDCWD, path, mode, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn faccessat(d: c_int, path: *const c_char, mode: c_int, fl: c_int) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { access_at(d, path, mode, fl) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
+    // SAFETY: the caller's arguments.
+    if let Route::Serve(c, p) = unsafe { route(AT_FDCWD, path, false) } {
+        let _in = Inside::enter();
+        if len < 0 {
+            return fail(libc::EINVAL);
+        }
+        match c.truncate(&p, len as u64) {
+            Ok(()) => return 0,
+            Err(e) if leaves(&e) => {}
+            Err(e) => return fail(errno_of(&e)),
+        }
+    }
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { real::truncate64(path, len) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn truncate64(path: *const c_char, len: off_t) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { truncate(path, len) }
+}
+
+/// setattr on a served descriptor's inode.
+fn set(fd: c_int, req: SetAttrReq) -> Option<c_int> {
+    let f = served(fd)?;
+    let _in = Inside::enter();
+    Some(match f.client.setattr(f.ino, &req) {
+        Ok(_) => 0,
+        Err(e) => fail(errno_of(&e)),
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fchmod(fd: c_int, mode: mode_t) -> c_int {
+    let req = SetAttrReq {
+        mode: Some(mode & 0o7777),
+        ..Default::default()
+    };
+    match set(fd, req) {
+        Some(r) => r,
+        // SAFETY: the caller's arguments, passed on.
+        None => unsafe { real::fchmod(fd, mode) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fchown(fd: c_int, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
+    let req = SetAttrReq {
+        uid: (uid != u32::MAX).then_some(uid),
+        gid: (gid != u32::MAX).then_some(gid),
+        ..Default::default()
+    };
+    match set(fd, req) {
+        Some(r) => r,
+        // SAFETY: the caller's arguments, passed on.
+        None => unsafe { real::fchown(fd, uid, gid) },
+    }
+}
+
+fn time_set(t: &libc::timespec) -> Option<TimeSet> {
+    match t.tv_nsec {
+        libc::UTIME_OMIT => None,
+        libc::UTIME_NOW => Some(TimeSet::Now),
+        ns => Some(TimeSet::At(t.tv_sec * 1_000_000_000 + ns)),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn futimens(fd: c_int, t: *const libc::timespec) -> c_int {
+    if served(fd).is_none() {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { real::futimens(fd, t) };
+    }
+    let (atime, mtime) = if t.is_null() {
+        (Some(TimeSet::Now), Some(TimeSet::Now))
+    } else {
+        // SAFETY: a non-null times argument is an array of two timespecs.
+        let ts = unsafe { std::slice::from_raw_parts(t, 2) };
+        if ts.iter().any(|x| {
+            !matches!(x.tv_nsec, libc::UTIME_OMIT | libc::UTIME_NOW)
+                && !(0..1_000_000_000).contains(&x.tv_nsec)
+        }) {
+            return fail(libc::EINVAL);
+        }
+        (time_set(&ts[0]), time_set(&ts[1]))
+    };
+    let req = SetAttrReq {
+        atime,
+        mtime,
+        ..Default::default()
+    };
+    set(fd, req).unwrap_or_else(|| fail(libc::EBADF))
+}

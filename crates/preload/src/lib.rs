@@ -1,0 +1,18 @@
+//! `orion-preload`: OrionFS for unmodified, dynamically linked programs
+//! (`liborion_preload.so`, loaded with `LD_PRELOAD` or by `orion run`).
+//!
+//! It exports the C library's file calls; those on paths under the Orion mount
+//! (`ORION_MOUNT`) and on descriptors it opened are served in the program's own
+//! process through the client library (no kernel crossing, no FUSE request), and
+//! everything else goes on to the C library. Descriptors it serves are real numbers
+//! the kernel holds reserved ([`table`]); a call only the kernel can serve (mmap,
+//! locks, stdio, exec, fork) gets the same file reopened through the mount first.
+//! Directories are the kernel's (through the mount), as are paths that leave the
+//! file system. See docs/design.md, "The preload library".
+
+mod hooks;
+mod paths;
+mod real;
+mod stat;
+mod state;
+mod table;

@@ -1,0 +1,316 @@
+//! The descriptors this library serves. Each is a real descriptor number, reserved
+//! in the kernel by a duplicate of an `O_PATH` descriptor of the mount's root (so
+//! `close`, `poll` and inheritance see a number in use, and a call this library does
+//! not serve fails with EBADF rather than reading the wrong file). Descriptors made
+//! by dup share one open file (its offset, its flags), as the kernel's do.
+//!
+//! A descriptor goes back to the kernel ("to kernel") when a call needs what only
+//! the kernel has (mmap, ioctl, locks, fork, exec): the file is opened through the
+//! mount, moved onto the same numbers with dup3, and set to the same offset.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
+
+use libc::{c_int, O_ACCMODE, O_APPEND, O_CLOEXEC, O_CREAT, O_EXCL, O_TRUNC};
+use orion_client::{Client, Fd};
+
+use crate::real;
+use crate::state::{say, settings};
+
+/// An open file this library serves.
+pub struct OpenFile {
+    pub client: &'static Client,
+    pub fd: Fd,
+    pub ino: u64,
+    /// The host path it was opened at (reopened through the mount to go to kernel).
+    pub path: CString,
+    /// Its open(2) flags (access mode, O_APPEND, O_SYNC, ...).
+    pub flags: c_int,
+}
+
+impl OpenFile {
+    /// Writes must be durable before they return (O_SYNC, O_DSYNC).
+    pub fn sync(&self) -> bool {
+        self.flags & (libc::O_SYNC | libc::O_DSYNC) != 0
+    }
+}
+
+#[derive(Clone)]
+struct Slot {
+    file: Arc<OpenFile>,
+    cloexec: bool,
+}
+
+static TABLE: RwLock<Option<HashMap<c_int, Slot>>> = RwLock::new(None);
+/// Descriptors in the table: when 0 (most calls of most programs), no lock is taken.
+static COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether this library serves descriptor `fd`.
+pub fn is_ours(fd: c_int) -> bool {
+    get(fd).is_some()
+}
+
+/// The open file behind `fd`, if this library serves it.
+pub fn get(fd: c_int) -> Option<Arc<OpenFile>> {
+    if fd < 0 || COUNT.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let t = TABLE.read().unwrap_or_else(|e| e.into_inner());
+    t.as_ref()?.get(&fd).map(|s| s.file.clone())
+}
+
+/// A descriptor of the mount's root, opened once with O_PATH: what reserved numbers
+/// duplicate.
+fn anchor() -> Option<c_int> {
+    static ANCHOR: OnceLock<Option<c_int>> = OnceLock::new();
+    *ANCHOR.get_or_init(|| {
+        let root = CString::new(settings()?.mount.as_str()).ok()?;
+        // SAFETY: open(2) of a NUL-terminated path.
+        let fd = unsafe { real::open(root.as_ptr(), libc::O_PATH | O_CLOEXEC, 0) };
+        (fd >= 0).then(|| crate::state::relocate(fd))
+    })
+}
+
+/// Reserves the lowest free descriptor number at or above `min`.
+fn reserve(min: c_int, cloexec: bool) -> Result<c_int, c_int> {
+    let a = anchor().ok_or(libc::EIO)?;
+    let cmd = if cloexec {
+        libc::F_DUPFD_CLOEXEC
+    } else {
+        libc::F_DUPFD
+    };
+    // SAFETY: fcntl F_DUPFD on a descriptor we own.
+    let fd = unsafe { real::fcntl(a, cmd, min as libc::c_long) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    Ok(fd)
+}
+
+/// Serves `file` at a new descriptor (the lowest free number, as open(2) gives).
+pub fn insert(file: OpenFile) -> Result<c_int, c_int> {
+    let cloexec = file.flags & O_CLOEXEC != 0;
+    let fd = match reserve(0, cloexec) {
+        Ok(fd) => fd,
+        Err(e) => {
+            let _ = file.client.close(file.fd);
+            return Err(e);
+        }
+    };
+    put(fd, Arc::new(file), cloexec);
+    standard_stream(fd)?;
+    Ok(fd)
+}
+
+/// Descriptors 0, 1 and 2 are always the kernel's: stdio reads and writes them
+/// with the C library's internal calls, which this library cannot see (`ls >
+/// file` in a shell, a program that closed its stdout and opened a file).
+fn standard_stream(fd: c_int) -> Result<(), c_int> {
+    match fd {
+        0..=2 => to_kernel(fd),
+        _ => Ok(()),
+    }
+}
+
+fn put(fd: c_int, file: Arc<OpenFile>, cloexec: bool) {
+    let mut t = TABLE.write().unwrap_or_else(|e| e.into_inner());
+    let old = t
+        .get_or_insert_with(HashMap::new)
+        .insert(fd, Slot { file, cloexec });
+    if old.is_none() {
+        COUNT.fetch_add(1, Ordering::AcqRel);
+    }
+    debug_assert!(old.is_none(), "descriptor {fd} was served twice");
+}
+
+/// Stops serving `fd` (its number stays reserved: the caller closes or replaces
+/// it). Returns its open file when this was its last descriptor.
+fn take(fd: c_int) -> Option<Option<OpenFile>> {
+    let mut t = TABLE.write().unwrap_or_else(|e| e.into_inner());
+    let slot = t.as_mut()?.remove(&fd)?;
+    COUNT.fetch_sub(1, Ordering::AcqRel);
+    Some(Arc::into_inner(slot.file))
+}
+
+/// close(2) of a descriptor this library serves: the number is freed, and the file
+/// closed in the client with its last descriptor (reporting a write that failed to
+/// commit, as close(2) does). `None`: not ours.
+pub fn close(fd: c_int) -> Option<Result<(), c_int>> {
+    let last = take(fd)?;
+    // SAFETY: close(2) of the reserved number.
+    unsafe { real::close(fd) };
+    Some(match last {
+        Some(f) => f.client.close(f.fd).map_err(|e| e.errno()),
+        None => Ok(()),
+    })
+}
+
+/// dup(2), fcntl(F_DUPFD): the same open file at the lowest free number ≥ `min`.
+pub fn dup(fd: c_int, min: c_int, cloexec: bool) -> Option<Result<c_int, c_int>> {
+    let file = get(fd)?;
+    Some(reserve(min, cloexec).and_then(|new| {
+        put(new, file, cloexec);
+        standard_stream(new).map(|_| new)
+    }))
+}
+
+/// dup2(2)/dup3(2) onto `new`: whatever `new` was (ours or not) is closed first, as
+/// the kernel does.
+pub fn dup_onto(old: c_int, new: c_int, cloexec: bool) -> Result<c_int, c_int> {
+    let file = get(old);
+    if let Some(Some(f)) = take(new) {
+        let _ = f.client.close(f.fd);
+    }
+    let flags = if cloexec { O_CLOEXEC } else { 0 };
+    // SAFETY: dup3 of descriptor numbers; the kernel checks them.
+    if unsafe { real::dup3(old, new, flags) } < 0 {
+        return Err(errno());
+    }
+    if let Some(file) = file {
+        put(new, file, cloexec);
+        standard_stream(new)?;
+    }
+    Ok(new)
+}
+
+/// Sets the close-on-exec flag that `fd` carries here (the kernel's is set too).
+pub fn set_cloexec(fd: c_int, cloexec: bool) {
+    let mut t = TABLE.write().unwrap_or_else(|e| e.into_inner());
+    if let Some(s) = t.as_mut().and_then(|t| t.get_mut(&fd)) {
+        s.cloexec = cloexec;
+    }
+}
+
+/// Opens `file` through the mount and puts that kernel file on `fds` (all of which
+/// share it), at its current offset. Changes nothing of this library's state (safe
+/// in a vfork child).
+fn reopen_onto(file: &OpenFile, fds: &[(c_int, bool)]) -> Result<(), c_int> {
+    let pos = file.client.position(file.fd).map_err(|e| e.errno())?;
+    let flags = file.flags & !(O_CREAT | O_EXCL | O_TRUNC | O_CLOEXEC);
+    // SAFETY: open(2) of a NUL-terminated path.
+    let k = unsafe { real::open(file.path.as_ptr(), flags, 0) };
+    if k < 0 {
+        return Err(errno());
+    }
+    let mut st = std::mem::MaybeUninit::<libc::stat64>::uninit();
+    // SAFETY: fstat into a buffer of the right type.
+    let same = unsafe { real::fstat64(k, st.as_mut_ptr()) } == 0
+        // SAFETY: fstat succeeded, so it filled the buffer.
+        && unsafe { st.assume_init() }.st_ino == file.ino;
+    let mut r = if same { Ok(()) } else { Err(libc::ESTALE) };
+    for &(fd, cloexec) in fds {
+        if r.is_err() {
+            break;
+        }
+        let fl = if cloexec { O_CLOEXEC } else { 0 };
+        // SAFETY: dup3 of a descriptor we opened onto a number we reserved.
+        if unsafe { real::dup3(k, fd, fl) } < 0 {
+            r = Err(errno());
+        }
+    }
+    if r.is_ok() && file.flags & O_APPEND == 0 {
+        // SAFETY: lseek of the descriptor we opened (the dups share its offset).
+        unsafe { real::lseek64(k, pos as i64, libc::SEEK_SET) };
+    }
+    // SAFETY: close(2) of the descriptor we opened (the dups stay).
+    unsafe { real::close(k) };
+    r
+}
+
+/// Hands the open file behind `fd` (every descriptor of it) to the kernel, for
+/// good: from now on the C library serves them. Writes staged for it commit first.
+pub fn to_kernel(fd: c_int) -> Result<(), c_int> {
+    let Some(file) = get(fd) else {
+        return Ok(());
+    };
+    file.client.flush(file.fd).map_err(|e| e.errno())?;
+    let fds: Vec<(c_int, bool)> = {
+        let t = TABLE.read().unwrap_or_else(|e| e.into_inner());
+        (t.iter().flatten())
+            .filter(|(_, s)| Arc::ptr_eq(&s.file, &file))
+            .map(|(&n, s)| (n, s.cloexec))
+            .collect()
+    };
+    reopen_onto(&file, &fds)?;
+    crate::state::HANDED.fetch_add(1, Ordering::Relaxed);
+    drop(file);
+    for (n, _) in fds {
+        if let Some(Some(f)) = take(n) {
+            let _ = f.client.close(f.fd);
+        }
+    }
+    Ok(())
+}
+
+/// Hands every served descriptor to the kernel (before fork: parent and child then
+/// share the kernel's open files and offsets, as POSIX wants).
+pub fn all_to_kernel() {
+    let fds: Vec<c_int> = {
+        let t = TABLE.read().unwrap_or_else(|e| e.into_inner());
+        t.iter().flatten().map(|(&n, _)| n).collect()
+    };
+    for fd in fds {
+        if let Err(e) = to_kernel(fd) {
+            say(&format!(
+                "descriptor {fd} could not go to the kernel: errno {e}"
+            ));
+        }
+    }
+}
+
+/// Before exec: every descriptor that survives exec (no close-on-exec) becomes the
+/// kernel's, so the new program reads and writes the same files. Only system calls:
+/// in a vfork child, this library's memory is the parent's.
+pub fn prepare_exec() {
+    let t = TABLE.read().unwrap_or_else(|e| e.into_inner());
+    let Some(t) = t.as_ref() else {
+        return;
+    };
+    let mut done: Vec<*const OpenFile> = Vec::new();
+    for s in t.values().filter(|s| !s.cloexec) {
+        let key = Arc::as_ptr(&s.file);
+        if done.contains(&key) {
+            continue;
+        }
+        done.push(key);
+        let fds: Vec<(c_int, bool)> = (t.iter())
+            .filter(|(_, o)| !o.cloexec && Arc::ptr_eq(&o.file, &s.file))
+            .map(|(&n, _)| (n, false))
+            .collect();
+        if let Err(e) = reopen_onto(&s.file, &fds) {
+            say(&format!(
+                "{} could not pass to the new program: errno {e}",
+                s.file.path.to_string_lossy()
+            ));
+        }
+    }
+}
+
+/// Closes every served file in the client (at exit: writes staged with optimistic
+/// persistence commit).
+pub fn close_all() {
+    let fds: Vec<c_int> = {
+        let t = TABLE.read().unwrap_or_else(|e| e.into_inner());
+        t.iter().flatten().map(|(&n, _)| n).collect()
+    };
+    for fd in fds {
+        let _ = close(fd);
+    }
+}
+
+/// The access mode allows reading / writing.
+pub fn readable(flags: c_int) -> bool {
+    flags & O_ACCMODE != libc::O_WRONLY
+}
+
+pub fn writable(flags: c_int) -> bool {
+    flags & O_ACCMODE != libc::O_RDONLY
+}
+
+pub fn errno() -> c_int {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
