@@ -10,7 +10,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cluster::{as_nobody, is_mounted, Cluster, Mount, ORION};
+use cluster::{as_nobody, is_mounted, stat_with_daemon_stopped, with_daemon_stopped};
+use cluster::{Cluster, ORION};
 use proptest::prelude::*;
 use support::oracle::{oracle_snapshot, run_oracle, wait_past, OracleDir};
 use support::*;
@@ -631,31 +632,6 @@ fn locks_hold_across_mounts() {
     assert_eq!(first_line(&mut wout), "held");
     assert_eq!(run(&fa, &["r", "10", "10", "try"]), "ok", "readers share");
     assert_eq!(run(&fa, &["w", "10", "10", "try"]), "busy");
-}
-
-/// Runs `f` while mount `m`'s daemon is stopped: Some only if the kernel answered
-/// by itself (no request reached the daemon). The daemon runs again before this
-/// returns either way.
-fn with_daemon_stopped<T: Send + 'static>(
-    m: &Mount,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Option<T> {
-    let pid = m.daemon.pid() as i32;
-    // SAFETY: signals to a child process this test started.
-    unsafe { libc::kill(pid, libc::SIGSTOP) };
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    let r = rx.recv_timeout(std::time::Duration::from_secs(3));
-    // SAFETY: as above.
-    unsafe { libc::kill(pid, libc::SIGCONT) };
-    r.ok()
-}
-
-fn stat_with_daemon_stopped(m: &Mount, path: &Path) -> Option<std::fs::Metadata> {
-    let p = path.to_path_buf();
-    with_daemon_stopped(m, move || std::fs::metadata(p).unwrap())
 }
 
 /// The kernel keeps names and attributes: a repeated `stat` is answered with the

@@ -445,3 +445,41 @@ pub fn as_nobody(dir: &Path, script: &str) -> (bool, String) {
         String::from_utf8_lossy(&o.stderr).into_owned(),
     )
 }
+
+/// Runs `f` while mount `m`'s daemon is stopped: Some only if the kernel answered
+/// by itself (no request reached the daemon). The daemon runs again before this
+/// returns either way.
+pub fn with_daemon_stopped<T: Send + 'static>(
+    m: &Mount,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let pid = m.daemon.pid() as i32;
+    // SAFETY: signals to a child process this test started.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    // kill returns before every thread has stopped: one that was running (a poller)
+    // could still answer the request below. Wait until each says it is stopped.
+    let stopped = || {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+        tasks.flatten().all(|t| {
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            let state = stat.rsplit(") ").next().and_then(|s| s.chars().next());
+            matches!(state, Some('T' | 't') | None)
+        })
+    };
+    while !stopped() {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    let r = rx.recv_timeout(std::time::Duration::from_secs(3));
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    r.ok()
+}
+
+pub fn stat_with_daemon_stopped(m: &Mount, path: &Path) -> Option<std::fs::Metadata> {
+    let p = path.to_path_buf();
+    with_daemon_stopped(m, move || std::fs::metadata(p).unwrap())
+}

@@ -1,11 +1,12 @@
 //! Open files: handles, reads and writes through the data path, fsync, fallocate.
 
 use orion_format::FileType;
-use orion_meta::error::{EBADF, EEXIST, EINVAL, EISDIR, ENOENT};
+use orion_meta::error::{EBADF, EEXIST, EINVAL, EISDIR, ELOOP, ENOENT};
 use orion_meta::falloc::FallocPlan;
 use orion_meta::{Attr, FsResult, SetAttrReq};
 use orion_proto::{MdsRequest, ReplyBody};
 
+use super::paths::{LEAVES_FS, MAX_SYMLINKS};
 use super::*;
 use crate::remote::{io_err, Fail, Res};
 
@@ -203,26 +204,41 @@ impl Client {
 impl Inner {
     /// The file `open` opens: found, or created with O_CREAT.
     pub(crate) fn find_or_create(&mut self, path: &str, flags: OpenFlags, mode: u32) -> Res<u64> {
-        let ino = match self.resolve(path, true) {
-            Ok((ino, _)) => {
-                // Unless this very operation created it before a reconnection made it
-                // run again.
-                if flags.create && flags.excl && !self.remote.created_in_this_operation(ino) {
-                    return Err(EEXIST.into());
+        let mut path = path.to_string();
+        for _ in 0..=MAX_SYMLINKS {
+            match self.resolve(&path, true) {
+                Ok((ino, _)) => {
+                    // Unless this very operation created it before a reconnection made
+                    // it run again.
+                    if flags.create && flags.excl && !self.remote.created_in_this_operation(ino) {
+                        return Err(EEXIST.into());
+                    }
+                    return Ok(ino);
                 }
-                ino
+                Err(Fail::Fs(e)) if e == ENOENT && flags.create => {}
+                Err(e) => return Err(e),
             }
-            Err(Fail::Fs(e)) if e == ENOENT && flags.create => {
-                match self.make(path, FileType::Regular, mode, None) {
-                    Ok(a) => a.ino,
-                    // Created by someone else meanwhile.
-                    Err(Fail::Fs(e)) if e == EEXIST && !flags.excl => self.resolve(path, true)?.0,
-                    Err(e) => return Err(e),
+            match self.make(&path, FileType::Regular, mode, None) {
+                Ok(a) => return Ok(a.ino),
+                Err(Fail::Fs(e)) if e == EEXIST && !flags.excl => {
+                    // The name is there: made by someone else meanwhile, or a symlink
+                    // to nothing, whose target O_CREAT creates (as Linux does).
+                    let (ino, _) = self.resolve(&path, false)?;
+                    if self.getattr(ino)?.ftype != FileType::Symlink {
+                        return Ok(self.resolve(&path, true)?.0);
+                    }
+                    let target = String::from_utf8_lossy(&self.readlink(ino)?).into_owned();
+                    path = match (target.starts_with('/'), path.rfind('/')) {
+                        (true, _) if self.host_paths => return Err(LEAVES_FS.into()),
+                        (true, _) => target,
+                        (false, Some(cut)) => format!("{}/{target}", &path[..cut]),
+                        (false, None) => target,
+                    };
                 }
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
-        };
-        Ok(ino)
+        }
+        Err(ELOOP.into())
     }
 
     pub(crate) fn open_ino(&mut self, ino: u64, flags: OpenFlags) -> Res<Fd> {

@@ -1,0 +1,173 @@
+//! Random operations through the preload library and through the mount, on one
+//! cluster, compared after every step: the same Python executor
+//! (`preload_exec.py`, os.* calls) runs under `orion run` on one directory of the
+//! mount and plainly on another, and after each operation both answer and both
+//! trees must be the same. Seeded (`ORION_SEED`); `ORION_PRELOAD_OPS` sets the
+//! number of operations (long runs).
+
+mod cluster;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use cluster::{Cluster, ORION};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+
+const EXECUTOR: &str = include_str!("preload_exec.py");
+
+fn seed() -> u64 {
+    std::env::var("ORION_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5052_454C)
+}
+
+/// An executor process: operations in, results out.
+struct Executor {
+    child: Child,
+    input: Option<ChildStdin>,
+    output: BufReader<ChildStdout>,
+}
+
+impl Executor {
+    fn start(mut c: Command) -> Executor {
+        let mut child = (c.stdin(Stdio::piped()).stdout(Stdio::piped()))
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting the executor");
+        let input = child.stdin.take();
+        let output = BufReader::new(child.stdout.take().unwrap());
+        Executor {
+            child,
+            input,
+            output,
+        }
+    }
+
+    fn ask(&mut self, op: &Value) -> Value {
+        let input = self.input.as_mut().expect("the executor is running");
+        writeln!(input, "{op}").expect("the executor is gone");
+        let mut line = String::new();
+        self.output.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|_| panic!("executor said {line:?} to {op}"))
+    }
+}
+
+impl Executor {
+    /// Ends the executor (end of its input): whether it exited well, and what it
+    /// said on stderr.
+    fn finish(&mut self) -> (bool, String) {
+        use std::io::Read;
+        self.input = None;
+        let ok = self.child.wait().is_ok_and(|s| s.success());
+        let mut err = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        (ok, err)
+    }
+}
+
+impl Drop for Executor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const NAMES: &[&str] = &["a", "b", "c", "d", "d/e", "d/f", "g/h"];
+
+fn random_op(rng: &mut SmallRng) -> Value {
+    let name = |rng: &mut SmallRng| NAMES[rng.gen_range(0..NAMES.len())];
+    let off = |rng: &mut SmallRng| [0u64, 1, 4095, 4096, 10_000, 70_000][rng.gen_range(0..6)];
+    let len = |rng: &mut SmallRng| [1usize, 100, 4096, 5000, 65_536][rng.gen_range(0..5)];
+    let path = name(rng);
+    let held = ["x", "y"][rng.gen_range(0..2)];
+    let mode = [0o600, 0o755, 0o4755][rng.gen_range(0..3)];
+    match rng.gen_range(0..100) {
+        0..=19 => json!({"op": "write", "path": path, "off": off(rng), "len": len(rng),
+                         "seed": rng.gen::<u8>(), "append": rng.gen_bool(0.3)}),
+        20..=29 => json!({"op": "pread", "path": path, "off": off(rng), "len": len(rng)}),
+        30..=34 => json!({"op": "truncate", "path": path, "size": off(rng)}),
+        35..=41 => json!({"op": "unlink", "path": path}),
+        42..=51 => json!({"op": "rename", "path": path, "to": name(rng)}),
+        52..=57 => json!({"op": "mkdir", "path": path}),
+        58..=61 => json!({"op": "rmdir", "path": path}),
+        62..=64 => json!({"op": "symlink", "path": path, "target": name(rng)}),
+        65..=67 => json!({"op": "link", "path": path, "to": name(rng)}),
+        68..=70 => {
+            json!({"op": "chmod", "path": path, "mode": mode})
+        }
+        71..=77 => json!({"op": "stat", "path": path}),
+        78..=83 => json!({"op": "hold", "path": path, "name": held}),
+        84..=93 => json!({"op": "use", "name": held, "off": off(rng),
+                          "len": len(rng), "seed": rng.gen::<u8>()}),
+        _ => json!({"op": "drop", "name": held}),
+    }
+}
+
+#[test]
+fn random_operations_through_preload_match_the_mount() {
+    let cluster = Cluster::start("local", 1);
+    let mount = cluster.mount("m", &[]);
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let script = dir.path().join("preload_exec.py");
+    std::fs::write(&script, EXECUTOR).unwrap();
+    let (pre, mnt) = (mount.path.join("pre"), mount.path.join("mnt"));
+    std::fs::create_dir(&pre).unwrap();
+    std::fs::create_dir(&mnt).unwrap();
+    let python = |root: &Path| {
+        let mut c = Command::new("python3");
+        c.arg("-u").arg(&script).arg(root);
+        c
+    };
+    let mut preloaded = {
+        let mut c = Command::new(ORION);
+        c.args(["run", "--mds", &cluster.mds.addr]);
+        c.args(cluster.common_flags());
+        c.arg("--mount")
+            .arg(&mount.path)
+            .args(["--", "python3", "-u"]);
+        c.arg(&script).arg(&pre);
+        c.env("ORION_PRELOAD_STATS", "1").env("RUST_LOG", "warn");
+        Executor::start(c)
+    };
+    let mut plain = Executor::start(python(&mnt));
+    let seed = seed();
+    let ops: usize = std::env::var("ORION_PRELOAD_OPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(400);
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let snapshot = json!({"op": "snapshot"});
+    for i in 0..ops {
+        let op = random_op(&mut rng);
+        let (a, b) = (preloaded.ask(&op), plain.ask(&op));
+        assert_eq!(
+            a, b,
+            "op {i} {op}: preload left, mount right (ORION_SEED={seed})"
+        );
+        let (a, b) = (preloaded.ask(&snapshot), plain.ask(&snapshot));
+        assert_eq!(
+            a, b,
+            "tree after op {i} {op}: preload left, mount right (ORION_SEED={seed})"
+        );
+    }
+    // Every descriptor closes and the trees still match.
+    for name in ["x", "y"] {
+        let op = json!({"op": "drop", "name": name});
+        assert_eq!(preloaded.ask(&op), plain.ask(&op));
+    }
+    assert_eq!(preloaded.ask(&snapshot), plain.ask(&snapshot));
+    let (ok, err) = preloaded.finish();
+    assert!(ok, "the preloaded executor failed: {err}");
+    let served: u64 = (err.lines())
+        .filter_map(|l| l.split(": ").nth(2)?.split(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(served > 0, "nothing was served in-process: {err}");
+    let (ok, err) = plain.finish();
+    assert!(ok, "the plain executor failed: {err}");
+}
