@@ -160,7 +160,7 @@ fn sqlite_and_python_work_under_preload() {
     }
     let script = format!(
         r#"
-import os, shutil
+import ctypes, os, shutil, sys
 m = "{m}"
 shutil.copytree("{here}/src", m + "/py")
 walked = sorted(os.path.relpath(os.path.join(d, f), m + "/py") for d, _, fs in os.walk(m + "/py") for f in fs)
@@ -183,6 +183,27 @@ f.seek(0)
 assert f.read(5) == b"still"
 f.close()
 assert not os.path.exists(m + "/py/data")
+# A child that exits after a fork leaves the parent's unlinked file alone.
+fd = os.open(m + "/py/kept", os.O_RDWR | os.O_CREAT)
+os.write(fd, b"parent")
+os.unlink(m + "/py/kept")
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)
+os.waitpid(pid, 0)
+assert os.pread(fd, 6, 0) == b"parent"
+os.close(fd)
+# A file opened by stdio (the kernel serves it) outlives its name too.
+libc = ctypes.CDLL(None)
+libc.fopen.restype = ctypes.c_void_p
+fp = ctypes.c_void_p(libc.fopen(m.encode() + b"/py/stdio", b"w+"))
+assert libc.fputs(b"before", fp) >= 0 and libc.fflush(fp) == 0
+os.unlink(m + "/py/stdio")
+assert libc.fputs(b" after", fp) >= 0 and libc.fflush(fp) == 0
+libc.rewind(fp)
+buf = ctypes.create_string_buffer(32)
+assert libc.fgets(buf, 32, fp) and buf.value == b"before after", buf.value
+libc.fclose(fp)
 print("python ok")
 "#,
         here = env!("CARGO_MANIFEST_DIR")
@@ -288,4 +309,97 @@ fn an_unreachable_cluster_is_said_once_and_the_mount_serves() {
     );
     assert_eq!(err.matches("cannot reach the cluster").count(), 1, "{err}");
     assert_eq!(served(&err), 0, "{err}");
+}
+
+/// Whether this process (through the mount, not preloaded) can take `kind` on all of
+/// `path` at once: fcntl F_SETLK, or flock with LOCK_NB; taken locks are dropped.
+fn mount_can_lock(path: &Path, flock: bool) -> bool {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let fd = f.as_raw_fd();
+    // SAFETY: fcntl and flock on a descriptor this function owns, with a flock
+    // structure on its stack.
+    unsafe {
+        if flock {
+            return libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) == 0;
+        }
+        let mut l: libc::flock = std::mem::zeroed();
+        l.l_type = libc::F_WRLCK as _;
+        l.l_whence = libc::SEEK_SET as _;
+        libc::fcntl(fd, libc::F_SETLK, &l) == 0
+    }
+}
+
+#[test]
+fn locks_taken_in_process_hold_against_the_mount() {
+    use std::io::{BufRead, BufReader, Write};
+    let cluster = Cluster::start("local", 1);
+    let mount = cluster.mount("m", &[]);
+    let p = Preload {
+        cluster: &cluster,
+        mount: &mount,
+    };
+    let m = mount.path.display().to_string();
+    let lk = mount.path.join("lk");
+    std::fs::write(&lk, b"locks").unwrap();
+    // A preloaded process takes a record lock, then a flock; each step waits for a
+    // line from the test.
+    let script = format!(
+        r#"
+import fcntl, os, sys
+fd = os.open("{m}/lk", os.O_RDWR)
+fcntl.lockf(fd, fcntl.LOCK_EX)
+print("record", flush=True); sys.stdin.readline()
+d = os.dup(fd)
+os.close(d)
+print("closed a dup", flush=True); sys.stdin.readline()
+f = os.open("{m}/lk", os.O_RDWR)
+fcntl.flock(f, fcntl.LOCK_EX)
+print("flock", flush=True); sys.stdin.readline()
+os.close(f)
+print("closed", flush=True); sys.stdin.readline()
+"#
+    );
+    let mut child = p
+        .command(&cluster.mds.addr, &["python3", "-c", &script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let mut output = BufReader::new(child.stdout.take().unwrap());
+    let mut step = |expected: &str| {
+        let mut line = String::new();
+        output.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), expected);
+    };
+    step("record");
+    assert!(!mount_can_lock(&lk, false), "the record lock holds");
+    writeln!(input).unwrap();
+    // POSIX: closing any descriptor of the file drops the process's record locks.
+    step("closed a dup");
+    assert!(
+        mount_can_lock(&lk, false),
+        "the record lock went with the close"
+    );
+    writeln!(input).unwrap();
+    step("flock");
+    assert!(!mount_can_lock(&lk, true), "the flock holds");
+    writeln!(input).unwrap();
+    step("closed");
+    assert!(
+        mount_can_lock(&lk, true),
+        "the flock went with the last close"
+    );
+    writeln!(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(served(&err) > 0, "{err}");
+    assert!(err.contains(", 0 open files handed to the kernel"), "{err}");
 }

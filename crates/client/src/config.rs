@@ -57,7 +57,9 @@ pub struct ClientConfig {
     /// leaves this file system. A symlink to an absolute path, or ".." above the
     /// root, fails with EXDEV, and the caller asks the kernel instead, which resolves
     /// it through the mount. Off (the native API): absolute symlink targets start at
-    /// this file system's root.
+    /// this file system's root. Set by the preload library, never by a
+    /// configuration file.
+    #[serde(skip)]
     pub host_paths: bool,
 }
 

@@ -341,14 +341,21 @@ impl Inner {
     }
 
     /// Remembers the inode an unlink or rename kept for this client's descriptors
-    /// (the reply names it: it may differ from the one looked up if the name was
-    /// replaced meanwhile; 0 when nothing was kept). The last close releases it.
+    /// (0: nothing was kept); the last close releases it. One this client does not
+    /// hold (the name was replaced between the lookup and the MDS) is released now.
     fn keep_orphan(&mut self, reply: ReplyBody) -> Res<()> {
         match reply {
             ReplyBody::Ino(0) | ReplyBody::Empty => Ok(()),
             ReplyBody::Ino(ino) => {
-                lock(&self.open).orphans.insert(ino, self.lane);
-                Ok(())
+                let mut open = lock(&self.open);
+                if open.holds(ino) {
+                    open.orphans.insert(ino, self.lane);
+                    return Ok(());
+                }
+                drop(open);
+                // Another client put a file of its own under the name meanwhile:
+                // this client holds nothing of it, so it goes at once.
+                self.rpc(MdsRequest::Release { ino }).map(|_| ())
             }
             other => Err(Fail::Fs(io_err(format!(
                 "unlink or rename: unexpected reply {other:?}"

@@ -6,7 +6,8 @@
 //! process through the client library (no kernel crossing, no FUSE request), and
 //! everything else goes on to the C library. Descriptors it serves are real numbers
 //! the kernel holds reserved ([`table`]); a call only the kernel can serve (mmap,
-//! locks, stdio, exec, fork) gets the same file reopened through the mount first.
+//! stdio, exec, fork) gets the same file reopened through the mount first. Advisory
+//! locks are held at the MDS through the client, as the mount's are.
 //! Directories are the kernel's (through the mount), as are paths that leave the
 //! file system. See docs/design.md, "The preload library".
 

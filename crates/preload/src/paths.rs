@@ -100,3 +100,31 @@ fn fd_path(fd: c_int) -> Option<String> {
     let p = String::from_utf8(buf).ok()?;
     p.starts_with('/').then_some(p)
 }
+
+/// Whether a descriptor the kernel serves in this process (a file opened by stdio,
+/// mapped, locked through the mount, or handed to the kernel at a fork) is open on
+/// `p`, a path from the file system's root. Removing that name must then go through
+/// the kernel, whose mount keeps the file for its descriptor; the client library
+/// knows only its own. Compares paths, so a name reached through a symlinked
+/// directory is not recognized.
+pub fn kernel_holds(p: &str) -> bool {
+    let Some(s) = settings() else {
+        return false;
+    };
+    let parts: Vec<&str> = p
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
+    let want = format!("{}/{}", s.mount, parts.join("/"));
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return false;
+    };
+    dir.flatten().any(|e| {
+        let fd = e.file_name().to_str().and_then(|n| n.parse::<c_int>().ok());
+        if fd.is_none_or(table::is_ours) {
+            return false;
+        }
+        std::fs::read_link(e.path())
+            .is_ok_and(|l| l.as_os_str().as_encoded_bytes() == want.as_bytes())
+    })
+}

@@ -106,6 +106,11 @@ real! {
     fn getcwd(buf: *mut c_char, n: size_t) -> *mut c_char;
     fn readlink(path: *const c_char, buf: *mut c_char, n: size_t) -> ssize_t;
     fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int;
+    fn posix_fallocate64(fd: c_int, off: off_t, len: off_t) -> c_int;
+    fn posix_fadvise64(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int;
+    fn utimensat(d: c_int, path: *const c_char, t: *const libc::timespec, fl: c_int) -> c_int;
+    fn futimes(fd: c_int, t: *const libc::timeval) -> c_int;
+    fn lockf64(fd: c_int, cmd: c_int, len: off_t) -> c_int;
     fn eventfd(init: c_uint, flags: c_int) -> c_int;
     fn epoll_create1(flags: c_int) -> c_int;
 }

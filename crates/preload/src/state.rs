@@ -94,6 +94,7 @@ pub fn client() -> Option<&'static Client> {
         // SAFETY: as above.
         return unsafe { CLIENT.load(Ordering::Acquire).as_ref() };
     }
+    crate::hooks::setup();
     let made = connect();
     let p = match made {
         Some(c) => {

@@ -5,19 +5,19 @@
 //! by dup share one open file (its offset, its flags), as the kernel's do.
 //!
 //! A descriptor goes back to the kernel ("to kernel") when a call needs what only
-//! the kernel has (mmap, ioctl, locks, fork, exec): the file is opened through the
+//! the kernel has (mmap, ioctl, stdio, fork, exec): the file is opened through the
 //! mount, moved onto the same numbers with dup3, and set to the same offset.
 
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use libc::{c_int, O_ACCMODE, O_APPEND, O_CLOEXEC, O_CREAT, O_EXCL, O_TRUNC};
 use orion_client::{Client, Fd};
 
 use crate::real;
-use crate::state::{say, settings};
+use crate::state::say;
 
 /// An open file this library serves.
 pub struct OpenFile {
@@ -28,6 +28,14 @@ pub struct OpenFile {
     pub path: CString,
     /// Its open(2) flags (access mode, O_APPEND, O_SYNC, ...).
     pub flags: c_int,
+    /// An OFD lock or flock was taken through it (its last close releases them).
+    pub locked: AtomicBool,
+    /// Descriptors that share it: with the last one closed, so is the file (a call
+    /// still running on it in another thread then meets EBADF).
+    pub descriptors: AtomicUsize,
+    /// Held by a read, write or seek at the file offset, so that two threads sharing
+    /// the offset do not both use it (Linux's f_pos_lock).
+    pub offset: std::sync::Mutex<()>,
 }
 
 impl OpenFile {
@@ -61,14 +69,15 @@ pub fn get(fd: c_int) -> Option<Arc<OpenFile>> {
     t.as_ref()?.get(&fd).map(|s| s.file.clone())
 }
 
-/// A descriptor of the mount's root, opened once with O_PATH: what reserved numbers
-/// duplicate.
+/// An O_PATH descriptor of /dev/null, opened once: what reserved numbers duplicate.
+/// Not a directory, so a `*at` call the library does not see fails with ENOTDIR
+/// rather than resolving from somewhere; reads and writes it does not see fail with
+/// EBADF.
 fn anchor() -> Option<c_int> {
     static ANCHOR: OnceLock<Option<c_int>> = OnceLock::new();
     *ANCHOR.get_or_init(|| {
-        let root = CString::new(settings()?.mount.as_str()).ok()?;
         // SAFETY: open(2) of a NUL-terminated path.
-        let fd = unsafe { real::open(root.as_ptr(), libc::O_PATH | O_CLOEXEC, 0) };
+        let fd = unsafe { real::open(c"/dev/null".as_ptr(), libc::O_PATH | O_CLOEXEC, 0) };
         (fd >= 0).then(|| crate::state::relocate(fd))
     })
 }
@@ -99,8 +108,17 @@ pub fn insert(file: OpenFile) -> Result<c_int, c_int> {
             return Err(e);
         }
     };
-    put(fd, Arc::new(file), cloexec);
-    standard_stream(fd)?;
+    put_checked(fd, Arc::new(file), cloexec)
+}
+
+/// Puts `file` on `fd`; a standard stream goes to the kernel at once (if it cannot,
+/// the descriptor is closed and the error returned).
+fn put_checked(fd: c_int, file: Arc<OpenFile>, cloexec: bool) -> Result<c_int, c_int> {
+    put(fd, file, cloexec);
+    if let Err(e) = standard_stream(fd) {
+        let _ = close(fd);
+        return Err(e);
+    }
     Ok(fd)
 }
 
@@ -115,6 +133,7 @@ fn standard_stream(fd: c_int) -> Result<(), c_int> {
 }
 
 fn put(fd: c_int, file: Arc<OpenFile>, cloexec: bool) {
+    file.descriptors.fetch_add(1, Ordering::AcqRel);
     let mut t = TABLE.write().unwrap_or_else(|e| e.into_inner());
     let old = t
         .get_or_insert_with(HashMap::new)
@@ -126,53 +145,67 @@ fn put(fd: c_int, file: Arc<OpenFile>, cloexec: bool) {
 }
 
 /// Stops serving `fd` (its number stays reserved: the caller closes or replaces
-/// it). Returns its open file when this was its last descriptor.
-fn take(fd: c_int) -> Option<Option<OpenFile>> {
-    let mut t = TABLE.write().unwrap_or_else(|e| e.into_inner());
-    let slot = t.as_mut()?.remove(&fd)?;
-    COUNT.fetch_sub(1, Ordering::AcqRel);
-    Some(Arc::into_inner(slot.file))
+/// it); with its last descriptor, the file is closed in the client (reporting a
+/// write that failed to commit, as close(2) does). Locks go as a close makes them go.
+/// `None`: not ours.
+fn take(fd: c_int) -> Option<Result<(), c_int>> {
+    let file = {
+        let mut t = TABLE.write().unwrap_or_else(|e| e.into_inner());
+        let slot = t.as_mut()?.remove(&fd)?;
+        COUNT.fetch_sub(1, Ordering::AcqRel);
+        slot.file
+    };
+    let last = file.descriptors.fetch_sub(1, Ordering::AcqRel) == 1;
+    crate::hooks::locks_closed(&file, last);
+    Some(match last {
+        true => file.client.close(file.fd).map_err(|e| e.errno()),
+        false => Ok(()),
+    })
 }
 
-/// close(2) of a descriptor this library serves: the number is freed, and the file
-/// closed in the client with its last descriptor (reporting a write that failed to
-/// commit, as close(2) does). `None`: not ours.
+/// close(2) of a descriptor this library serves. `None`: not ours.
 pub fn close(fd: c_int) -> Option<Result<(), c_int>> {
-    let last = take(fd)?;
+    let r = take(fd)?;
     // SAFETY: close(2) of the reserved number.
     unsafe { real::close(fd) };
-    Some(match last {
-        Some(f) => f.client.close(f.fd).map_err(|e| e.errno()),
-        None => Ok(()),
-    })
+    Some(r)
 }
 
 /// dup(2), fcntl(F_DUPFD): the same open file at the lowest free number ≥ `min`.
 pub fn dup(fd: c_int, min: c_int, cloexec: bool) -> Option<Result<c_int, c_int>> {
     let file = get(fd)?;
-    Some(reserve(min, cloexec).and_then(|new| {
-        put(new, file, cloexec);
-        standard_stream(new).map(|_| new)
-    }))
+    Some(reserve(min, cloexec).and_then(|new| put_checked(new, file, cloexec)))
 }
 
-/// dup2(2)/dup3(2) onto `new`: whatever `new` was (ours or not) is closed first, as
-/// the kernel does.
+/// dup2(2)/dup3(2) onto `new`: whatever `new` was (ours or not) is closed, as the
+/// kernel does, once the kernel took the new number (a bad `old` leaves `new` be).
 pub fn dup_onto(old: c_int, new: c_int, cloexec: bool) -> Result<c_int, c_int> {
     let file = get(old);
-    if let Some(Some(f)) = take(new) {
-        let _ = f.client.close(f.fd);
-    }
     let flags = if cloexec { O_CLOEXEC } else { 0 };
     // SAFETY: dup3 of descriptor numbers; the kernel checks them.
     if unsafe { real::dup3(old, new, flags) } < 0 {
         return Err(errno());
     }
-    if let Some(file) = file {
-        put(new, file, cloexec);
-        standard_stream(new)?;
+    let _ = take(new);
+    match file {
+        Some(file) => put_checked(new, file, cloexec),
+        None => Ok(new),
     }
-    Ok(new)
+}
+
+/// In a child after fork: every descriptor still served belongs to the parent's
+/// client (one that could not go to the kernel before the fork, or was opened by
+/// another thread meanwhile). The child forgets them without a word to that client
+/// (its connections are the parent's); their numbers stay reserved and fail with
+/// EBADF.
+pub fn forget_all() {
+    let mut t = TABLE.write().unwrap_or_else(|e| e.into_inner());
+    if let Some(t) = t.as_mut() {
+        for (_, s) in t.drain() {
+            std::mem::forget(s.file);
+        }
+    }
+    COUNT.store(0, Ordering::Release);
 }
 
 /// Sets the close-on-exec flag that `fd` carries here (the kernel's is set too).
@@ -184,8 +217,7 @@ pub fn set_cloexec(fd: c_int, cloexec: bool) {
 }
 
 /// Opens `file` through the mount and puts that kernel file on `fds` (all of which
-/// share it), at its current offset. Changes nothing of this library's state (safe
-/// in a vfork child).
+/// share it), at its current offset. Changes nothing of this library's state.
 fn reopen_onto(file: &OpenFile, fds: &[(c_int, bool)]) -> Result<(), c_int> {
     let pos = file.client.position(file.fd).map_err(|e| e.errno())?;
     let flags = file.flags & !(O_CREAT | O_EXCL | O_TRUNC | O_CLOEXEC);
@@ -237,9 +269,7 @@ pub fn to_kernel(fd: c_int) -> Result<(), c_int> {
     crate::state::HANDED.fetch_add(1, Ordering::Relaxed);
     drop(file);
     for (n, _) in fds {
-        if let Some(Some(f)) = take(n) {
-            let _ = f.client.close(f.fd);
-        }
+        let _ = take(n);
     }
     Ok(())
 }
@@ -260,14 +290,24 @@ pub fn all_to_kernel() {
     }
 }
 
-/// Before exec: every descriptor that survives exec (no close-on-exec) becomes the
-/// kernel's, so the new program reads and writes the same files. Only system calls:
-/// in a vfork child, this library's memory is the parent's.
+/// Before exec: staged writes commit, and every descriptor that survives exec (no
+/// close-on-exec) becomes the kernel's, so the new program reads and writes the same
+/// files. The table stays as it is (an exec that fails goes on with it).
 pub fn prepare_exec() {
     let t = TABLE.read().unwrap_or_else(|e| e.into_inner());
     let Some(t) = t.as_ref() else {
         return;
     };
+    // Writes staged by an optimistic client commit first: no exit handler runs after
+    // a successful exec.
+    for s in t.values() {
+        if let Err(e) = s.file.client.flush(s.file.fd) {
+            say(&format!(
+                "{}: a write failed to commit before exec: {e}",
+                s.file.path.to_string_lossy()
+            ));
+        }
+    }
     let mut done: Vec<*const OpenFile> = Vec::new();
     for s in t.values().filter(|s| !s.cloexec) {
         let key = Arc::as_ptr(&s.file);

@@ -1,6 +1,7 @@
-//! Descriptor calls: dup and fcntl on served descriptors, and the calls only the
-//! kernel can serve (mmap, ioctl, flock and fcntl locks, fdopen's stdio, xattrs by
-//! descriptor), for which a served descriptor goes to the kernel first.
+//! Descriptor calls: dup, fcntl and flock on served descriptors (locks in
+//! `locks.rs`), and the calls only the kernel can serve (mmap, ioctl, fdopen's stdio,
+//! xattrs by descriptor, status flags changed), for which a served descriptor goes
+//! to the kernel first.
 
 use libc::{c_char, c_int, c_long, c_ulong, c_void, off_t, size_t, ssize_t};
 
@@ -79,6 +80,10 @@ pub extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_long) -> c_int {
     if let Some(f) = served(fd) {
         let _in = Inside::enter();
+        // SAFETY: a lock command's argument is the caller's struct flock.
+        if let Some(r) = unsafe { super::locks::fcntl_lock(&f, cmd, arg as *mut libc::flock) } {
+            return r.unwrap_or_else(fail);
+        }
         match cmd {
             libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
                 return match table::dup(fd, arg as c_int, cmd == libc::F_DUPFD_CLOEXEC) {
@@ -106,7 +111,7 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_long) -> c_int {
             }
             // The reserved number carries the close-on-exec flag.
             libc::F_GETFD => {}
-            // A status flag changed, locks, leases, anything else: the kernel's.
+            // A status flag changed, leases, anything else: the kernel's.
             _ => {
                 drop(f);
                 kernel_fd(fd);
@@ -161,7 +166,13 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: c_long) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn flock(fd: c_int, op: c_int) -> c_int {
-    kernel_fd(fd);
+    if let Some(f) = served(fd) {
+        let _in = Inside::enter();
+        return match super::locks::flock(&f, op) {
+            Ok(()) => 0,
+            Err(e) => fail(e),
+        };
+    }
     // SAFETY: the caller's arguments, passed on.
     unsafe { real::flock(fd, op) }
 }
@@ -295,4 +306,44 @@ pub extern "C" fn epoll_create1(flags: c_int) -> c_int {
         true => crate::state::relocate(fd),
         false => fd,
     }
+}
+
+/// lockf: glibc makes it of fcntl internally, unseen; a record lock from the file
+/// offset, `len` bytes (0: to the end and beyond; negative: before the offset).
+#[no_mangle]
+pub unsafe extern "C" fn lockf(fd: c_int, cmd: c_int, len: off_t) -> c_int {
+    let Some(f) = served(fd) else {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { real::lockf64(fd, cmd, len) };
+    };
+    let _in = Inside::enter();
+    // SAFETY: a struct flock is plain data.
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_whence = libc::SEEK_CUR as _;
+    l.l_len = len;
+    let (kind, fcmd) = match cmd {
+        libc::F_ULOCK => (libc::F_UNLCK, libc::F_SETLK),
+        libc::F_LOCK => (libc::F_WRLCK, libc::F_SETLKW),
+        libc::F_TLOCK => (libc::F_WRLCK, libc::F_SETLK),
+        libc::F_TEST => (libc::F_WRLCK, libc::F_GETLK),
+        _ => return fail(libc::EINVAL),
+    };
+    l.l_type = kind as _;
+    // SAFETY: a lock command with our struct flock.
+    let r = unsafe { super::locks::fcntl_lock(&f, fcmd, &mut l) };
+    match r {
+        Some(Ok(_)) if cmd == libc::F_TEST && l.l_type as c_int != libc::F_UNLCK => {
+            fail(libc::EACCES)
+        }
+        Some(Ok(_)) => 0,
+        Some(Err(e)) if e == libc::EAGAIN => fail(libc::EACCES),
+        Some(Err(e)) => fail(e),
+        None => fail(libc::EINVAL),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lockf64(fd: c_int, cmd: c_int, len: off_t) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { lockf(fd, cmd, len) }
 }

@@ -18,6 +18,9 @@ fn read_into(f: &OpenFile, buf: &mut [u8], off: Option<u64>) -> Result<usize, c_
     if !readable(f.flags) {
         return Err(libc::EBADF);
     }
+    let _offset = off
+        .is_none()
+        .then(|| f.offset.lock().unwrap_or_else(|e| e.into_inner()));
     let mut done = 0;
     while done < buf.len() {
         let want = (buf.len() - done).min(PIECE);
@@ -40,6 +43,9 @@ fn write_from(f: &OpenFile, data: &[u8], off: Option<u64>) -> Result<usize, c_in
     if !writable(f.flags) {
         return Err(libc::EBADF);
     }
+    let _offset = off
+        .is_none()
+        .then(|| f.offset.lock().unwrap_or_else(|e| e.into_inner()));
     let n = match off {
         Some(o) => f.client.pwrite(f.fd, o, data),
         None => f.client.write(f.fd, data),
@@ -212,6 +218,9 @@ unsafe fn readv_at(fd: c_int, iov: *const iovec, n: c_int, off: Option<off_t>) -
     let Some(v) = (unsafe { iovecs(iov, n) }) else {
         return fail_ssize(libc::EINVAL);
     };
+    if off.is_some_and(|o| o < 0) {
+        return fail_ssize(libc::EINVAL);
+    }
     let total: usize = v.iter().map(|x| x.iov_len).sum();
     let mut buf = vec![0u8; total];
     let got = match read_into(&f, &mut buf, off.map(|o| o as u64)) {
@@ -221,6 +230,9 @@ unsafe fn readv_at(fd: c_int, iov: *const iovec, n: c_int, off: Option<off_t>) -
     let mut at = 0;
     for x in v {
         let k = x.iov_len.min(got - at);
+        if k == 0 {
+            continue;
+        }
         // SAFETY: the caller's buffer of iov_len bytes; k is at most that.
         unsafe { std::ptr::copy_nonoverlapping(buf[at..].as_ptr(), x.iov_base.cast(), k) };
         at += k;
@@ -244,6 +256,9 @@ unsafe fn writev_at(fd: c_int, iov: *const iovec, n: c_int, off: Option<off_t>) 
     let Some(v) = (unsafe { iovecs(iov, n) }) else {
         return fail_ssize(libc::EINVAL);
     };
+    if off.is_some_and(|o| o < 0) {
+        return fail_ssize(libc::EINVAL);
+    }
     let mut buf = Vec::with_capacity(v.iter().map(|x| x.iov_len).sum());
     for x in v {
         if x.iov_len > 0 {
@@ -330,7 +345,32 @@ pub unsafe extern "C" fn pwritev2(
     unsafe { real::pwritev64v2(fd, iov, n, off, fl) }
 }
 
+#[no_mangle]
+pub unsafe extern "C" fn preadv64v2(
+    fd: c_int,
+    iov: *const iovec,
+    n: c_int,
+    off: off_t,
+    fl: c_int,
+) -> ssize_t {
+    // SAFETY: the caller's arguments.
+    unsafe { preadv2(fd, iov, n, off, fl) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev64v2(
+    fd: c_int,
+    iov: *const iovec,
+    n: c_int,
+    off: off_t,
+    fl: c_int,
+) -> ssize_t {
+    // SAFETY: the caller's arguments.
+    unsafe { pwritev2(fd, iov, n, off, fl) }
+}
+
 fn seek(f: &OpenFile, off: off_t, whence: c_int) -> Result<off_t, c_int> {
+    let _offset = f.offset.lock().unwrap_or_else(|e| e.into_inner());
     let cur = f.client.position(f.fd).map_err(|e| errno_of(&e))? as i64;
     let size = || -> Result<i64, c_int> {
         Ok(f.client.fstat(f.fd).map_err(|e| errno_of(&e))?.size as i64)
@@ -445,10 +485,8 @@ pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, off: off_t, len: of
 #[no_mangle]
 pub unsafe extern "C" fn posix_fallocate(fd: c_int, off: off_t, len: off_t) -> c_int {
     let Some((f, _in)) = file(fd) else {
-        // SAFETY: the caller's arguments, passed on; the C library's own
-        // posix_fallocate is this function, so its system call is asked directly.
-        let r = unsafe { real::fallocate64(fd, 0, off, len) };
-        return if r == 0 { 0 } else { crate::table::errno() };
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { real::posix_fallocate64(fd, off, len) };
     };
     match allocate(&f, 0, off, len) {
         Ok(()) => 0,
@@ -468,13 +506,8 @@ pub unsafe extern "C" fn posix_fadvise(fd: c_int, off: off_t, len: off_t, advice
     if served(fd).is_some() {
         return 0;
     }
-    // SAFETY: fadvise64 as a system call: the C library's posix_fadvise is this.
-    let r = unsafe { libc::syscall(libc::SYS_fadvise64, fd, off, len, advice) };
-    if r == 0 {
-        0
-    } else {
-        crate::table::errno()
-    }
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { real::posix_fadvise64(fd, off, len, advice) }
 }
 
 #[no_mangle]

@@ -265,6 +265,48 @@ pub unsafe extern "C" fn futimens(fd: c_int, t: *const libc::timespec) -> c_int 
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real::futimens(fd, t) };
     }
+    // SAFETY: as the caller.
+    unsafe { set_times(fd, t) }
+}
+
+/// utimensat with a null path sets a descriptor's times (glibc's futimens and
+/// futimes do this).
+#[no_mangle]
+pub unsafe extern "C" fn utimensat(
+    d: c_int,
+    path: *const c_char,
+    t: *const libc::timespec,
+    fl: c_int,
+) -> c_int {
+    if path.is_null() && served(d).is_some() {
+        // SAFETY: as the caller.
+        return unsafe { set_times(d, t) };
+    }
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { real::utimensat(d, path, t, fl) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn futimes(fd: c_int, tv: *const libc::timeval) -> c_int {
+    if served(fd).is_none() {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { real::futimes(fd, tv) };
+    }
+    // SAFETY: a non-null times argument is an array of two timevals.
+    let ts = unsafe { tv.as_ref().map(|_| std::slice::from_raw_parts(tv, 2)) }.map(|v| {
+        [0, 1].map(|i| libc::timespec {
+            tv_sec: v[i].tv_sec,
+            tv_nsec: v[i].tv_usec * 1000,
+        })
+    });
+    let p = ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
+    // SAFETY: null or our array of two timespecs.
+    unsafe { set_times(fd, p) }
+}
+
+/// # Safety
+/// `t` is null or an array of two timespecs.
+unsafe fn set_times(fd: c_int, t: *const libc::timespec) -> c_int {
     let (atime, mtime) = if t.is_null() {
         (Some(TimeSet::Now), Some(TimeSet::Now))
     } else {
@@ -284,4 +326,71 @@ pub unsafe extern "C" fn futimens(fd: c_int, t: *const libc::timespec) -> c_int 
         ..Default::default()
     };
     set(fd, req).unwrap_or_else(|| fail(libc::EBADF))
+}
+
+// The stat family as binaries built against glibc before 2.33 call it (the version
+// argument names the layout, the same on this ABI as `stat64`'s).
+
+#[no_mangle]
+pub unsafe extern "C" fn __xstat(_v: c_int, path: *const c_char, st: *mut libc::stat64) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { stat_at(AT_FDCWD, path, st, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __xstat64(_v: c_int, path: *const c_char, st: *mut libc::stat64) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { stat_at(AT_FDCWD, path, st, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __lxstat(_v: c_int, path: *const c_char, st: *mut libc::stat64) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { stat_at(AT_FDCWD, path, st, AT_SYMLINK_NOFOLLOW) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __lxstat64(
+    _v: c_int,
+    path: *const c_char,
+    st: *mut libc::stat64,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { stat_at(AT_FDCWD, path, st, AT_SYMLINK_NOFOLLOW) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __fxstat(_v: c_int, fd: c_int, st: *mut libc::stat64) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { fstat(fd, st) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __fxstat64(_v: c_int, fd: c_int, st: *mut libc::stat64) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { fstat(fd, st) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __fxstatat(
+    _v: c_int,
+    d: c_int,
+    path: *const c_char,
+    st: *mut libc::stat64,
+    fl: c_int,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { stat_at(d, path, st, fl) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __fxstatat64(
+    _v: c_int,
+    d: c_int,
+    path: *const c_char,
+    st: *mut libc::stat64,
+    fl: c_int,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { stat_at(d, path, st, fl) }
 }

@@ -10,6 +10,7 @@
 
 mod fds;
 mod io;
+mod locks;
 mod meta;
 mod names;
 mod open;
@@ -101,14 +102,17 @@ pub(crate) fn served(fd: c_int) -> Option<Arc<OpenFile>> {
     Some(f)
 }
 
+/// Asked at each path call: a process that drops its privileges (setuid, seteuid)
+/// goes through the kernel's checks from then on.
 fn superuser() -> bool {
-    use std::sync::OnceLock;
-    static ROOT: OnceLock<bool> = OnceLock::new();
     // SAFETY: geteuid has no preconditions.
-    *ROOT.get_or_init(|| unsafe { libc::geteuid() } == 0)
+    unsafe { libc::geteuid() == 0 }
 }
 
 /// The process's file-creation mask, as `umask` last set it.
 pub(crate) fn umask() -> u32 {
     open::current_umask()
 }
+
+pub(crate) use locks::closed as locks_closed;
+pub(crate) use open::setup;

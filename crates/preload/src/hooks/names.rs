@@ -5,6 +5,7 @@ use libc::{c_char, c_int, c_uint, mode_t, AT_FDCWD, AT_REMOVEDIR};
 use orion_client::{FsResult, RenameMode};
 
 use super::{errno_of, fail, leaves, route, umask, Route};
+use crate::paths::kernel_holds;
 use crate::real;
 use crate::state::Inside;
 
@@ -47,11 +48,12 @@ pub unsafe extern "C" fn unlinkat(d: c_int, path: *const c_char, flags: c_int) -
     let served = match unsafe { route(d, path, false) } {
         Route::Serve(c, p) => {
             let _in = Inside::enter();
-            done(if flags & AT_REMOVEDIR != 0 {
-                c.rmdir(&p)
-            } else {
-                c.unlink(&p)
-            })
+            match flags & AT_REMOVEDIR != 0 {
+                true => done(c.rmdir(&p)),
+                // A file this process holds through the kernel: the mount keeps it.
+                false if kernel_holds(&p) => None,
+                false => done(c.unlink(&p)),
+            }
         }
         Route::NotDir => Some(fail(libc::ENOTDIR)),
         _ => None,
@@ -93,7 +95,11 @@ pub unsafe extern "C" fn renameat2(
     let served = match (a, b) {
         (Route::Serve(c, p), Route::Serve(_, q)) => {
             let _in = Inside::enter();
-            done(c.rename_with(&p, &q, mode))
+            // A target this process holds through the kernel: the mount keeps it.
+            match mode == RenameMode::Replace && kernel_holds(&q) {
+                true => None,
+                false => done(c.rename_with(&p, &q, mode)),
+            }
         }
         (Route::NotDir, _) | (_, Route::NotDir) => Some(fail(libc::ENOTDIR)),
         _ => None,

@@ -95,6 +95,9 @@ fn open_served(
         ino: a.ino,
         path,
         flags,
+        locked: Default::default(),
+        descriptors: Default::default(),
+        offset: Default::default(),
     };
     table::insert(file).map(Some)
 }
@@ -214,8 +217,8 @@ pub extern "C" fn umask(mask: mode_t) -> mode_t {
     old
 }
 
-/// Once per process: fork and exit handlers.
-fn setup() {
+/// Once per process (before its first served call): fork and exit handlers.
+pub(crate) fn setup() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         extern "C" fn before_fork() {
@@ -224,6 +227,7 @@ fn setup() {
         }
         extern "C" fn in_child() {
             state::forked();
+            table::forget_all();
         }
         extern "C" fn at_exit() {
             let _in = Inside::enter();
