@@ -745,8 +745,7 @@ fn the_kernel_keeps_names_and_attributes_and_callbacks_keep_them_true() {
     // A mount that stops answering holds up a change to what its kernel keeps for
     // at most its lease, and then keeps nothing of it.
     let pid = b.daemon.pid() as i32;
-    // SAFETY: signals to a child process this test started.
-    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    cluster::stop_process(pid);
     let t = std::time::Instant::now();
     std::fs::set_permissions(a.path.join("g"), PermissionsExt::from_mode(0o604)).unwrap();
     let waited = t.elapsed();

@@ -16,7 +16,18 @@ struct Preload<'a> {
     mount: &'a Mount,
 }
 
-impl Preload<'_> {
+/// A cluster (one data store, shared-memory fabric) and its mount.
+fn start() -> (Cluster, Mount) {
+    let cluster = Cluster::start("local", 1);
+    let mount = cluster.mount("m", &[]);
+    (cluster, mount)
+}
+
+impl<'a> Preload<'a> {
+    fn new(cluster: &'a Cluster, mount: &'a Mount) -> Preload<'a> {
+        Preload { cluster, mount }
+    }
+
     fn command(&self, mds: &str, program: &[&str]) -> Command {
         let mut c = Command::new(ORION);
         c.args(["run", "--mds", mds]);
@@ -85,12 +96,8 @@ fn source_tree(dir: &Path) -> PathBuf {
 
 #[test]
 fn coreutils_tar_and_find_give_the_trees_they_give_on_the_host() {
-    let cluster = Cluster::start("local", 1);
-    let mount = cluster.mount("m", &[]);
-    let p = Preload {
-        cluster: &cluster,
-        mount: &mount,
-    };
+    let (cluster, mount) = start();
+    let p = Preload::new(&cluster, &mount);
     let work = tempfile::tempdir_in("/dev/shm").unwrap();
     let src = source_tree(work.path());
     let m = mount.path.display().to_string();
@@ -134,12 +141,8 @@ fn coreutils_tar_and_find_give_the_trees_they_give_on_the_host() {
 
 #[test]
 fn sqlite_and_python_work_under_preload() {
-    let cluster = Cluster::start("local", 1);
-    let mount = cluster.mount("m", &[]);
-    let p = Preload {
-        cluster: &cluster,
-        mount: &mount,
-    };
+    let (cluster, mount) = start();
+    let p = Preload::new(&cluster, &mount);
     let m = mount.path.display().to_string();
     for (journal, db) in [("delete", "rollback.db"), ("wal", "wal.db")] {
         let sql = format!(
@@ -216,12 +219,8 @@ print("python ok")
 
 #[test]
 fn a_descriptor_keeps_its_offset_across_fork_and_exec() {
-    let cluster = Cluster::start("local", 1);
-    let mount = cluster.mount("m", &[]);
-    let p = Preload {
-        cluster: &cluster,
-        mount: &mount,
-    };
+    let (cluster, mount) = start();
+    let p = Preload::new(&cluster, &mount);
     let m = mount.path.display().to_string();
     // The shell opens the file, writes, forks a subshell, then a child that execs
     // another shell: every write lands after the one before.
@@ -250,12 +249,8 @@ fn a_descriptor_keeps_its_offset_across_fork_and_exec() {
 
 #[test]
 fn preload_and_the_mount_see_each_others_changes_at_once() {
-    let cluster = Cluster::start("local", 1);
-    let mount = cluster.mount("m", &[]);
-    let p = Preload {
-        cluster: &cluster,
-        mount: &mount,
-    };
+    let (cluster, mount) = start();
+    let p = Preload::new(&cluster, &mount);
     let m = mount.path.display().to_string();
     let f = mount.path.join("shared");
     p.sh(&format!("printf one > {m}/shared"));
@@ -285,12 +280,8 @@ fn preload_and_the_mount_see_each_others_changes_at_once() {
 
 #[test]
 fn an_unreachable_cluster_is_said_once_and_the_mount_serves() {
-    let cluster = Cluster::start("local", 1);
-    let mount = cluster.mount("m", &[]);
-    let p = Preload {
-        cluster: &cluster,
-        mount: &mount,
-    };
+    let (cluster, mount) = start();
+    let p = Preload::new(&cluster, &mount);
     let m = mount.path.display().to_string();
     std::fs::write(mount.path.join("a"), "through the mount\n").unwrap();
     // Port 1 on loopback: nothing listens.
@@ -337,12 +328,8 @@ fn mount_can_lock(path: &Path, flock: bool) -> bool {
 #[test]
 fn locks_taken_in_process_hold_against_the_mount() {
     use std::io::{BufRead, BufReader, Write};
-    let cluster = Cluster::start("local", 1);
-    let mount = cluster.mount("m", &[]);
-    let p = Preload {
-        cluster: &cluster,
-        mount: &mount,
-    };
+    let (cluster, mount) = start();
+    let p = Preload::new(&cluster, &mount);
     let m = mount.path.display().to_string();
     let lk = mount.path.join("lk");
     std::fs::write(&lk, b"locks").unwrap();

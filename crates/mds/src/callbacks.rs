@@ -193,6 +193,19 @@ impl Callbacks {
         waits
     }
 
+    /// Inodes destroyed: nobody watches their numbers any more (a later inode that
+    /// takes a number is another file, which nobody caches yet). Their last
+    /// invalidations are queued already ([`Callbacks::on_changes`]).
+    pub fn forget_inodes(&mut self, inos: &[u64]) {
+        for ino in inos {
+            for w in self.watchers.remove(ino).unwrap_or_default() {
+                if let Some(h) = self.holders.get_mut(&w) {
+                    h.watches.remove(ino);
+                }
+            }
+        }
+    }
+
     /// Holds `reply` until its waits are answered and the quiet time is over; returns
     /// it when it may leave now.
     pub fn hold(
@@ -386,6 +399,7 @@ impl Mds {
         let changer = peer.and_then(|p| p.instance());
         let origin = peer.and_then(|p| p.nonce()).map(|n| (n, id));
         let waits = self.callbacks.on_changes(changer, &changes);
+        self.forget_destroyed(&changes);
         self.callbacks
             .hold((conn, id, reply), (changer, origin), waits, Instant::now())
     }
@@ -413,7 +427,16 @@ impl Mds {
         let changes = self.engine.take_changes();
         if !changes.is_empty() {
             self.callbacks.on_changes(None, &changes);
+            self.forget_destroyed(&changes);
         }
+    }
+
+    /// Watches of the changed inodes that no longer exist go.
+    fn forget_destroyed(&mut self, changes: &[orion_meta::Changed]) {
+        let gone: Vec<u64> = (changes.iter().map(|c| c.ino))
+            .filter(|&ino| self.engine.inode(ino).is_err())
+            .collect();
+        self.callbacks.forget_inodes(&gone);
     }
 }
 
@@ -448,6 +471,23 @@ mod tests {
             assert_eq!(cb.lease(i, conn(10 * i as u32), t), 200);
         }
         (cb, t)
+    }
+
+    /// A number freed by a destroyed inode and taken by a new one: nobody waits on
+    /// changes to the new file (a mount that watched the old one would otherwise be
+    /// called back at each write of someone else's new file).
+    #[test]
+    fn nobody_watches_the_number_of_a_destroyed_inode() {
+        let (mut cb, _) = started(&[1, 2]);
+        cb.watch(2, &[7, 8]).unwrap();
+        assert_eq!(cb.on_changes(Some(1), &[changed(7, &[])]).len(), 1);
+        cb.forget_inodes(&[7]);
+        assert!(cb.on_changes(Some(1), &[changed(7, &[])]).is_empty());
+        assert_eq!(
+            cb.on_changes(Some(1), &[changed(8, &[])]).len(),
+            1,
+            "8 lives"
+        );
     }
 
     #[test]

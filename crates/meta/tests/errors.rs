@@ -243,3 +243,31 @@ fn readdir_cookies_are_never_reused_after_compaction() {
     fs.create(d, b"y", 0o644, 0, 0).unwrap();
     assert!(cookie_of(&fs, b"y") > cookie_of(&fs, b"z"));
 }
+
+/// What commits changed includes an inode destroyed with its last name (callbacks
+/// then drop whoever watched its number), and not one a name still holds.
+#[test]
+fn a_destroyed_inode_is_a_recorded_change() {
+    let (_dir, _path, fs) = fresh(16 << 20);
+    let a = fs.create(ROOT_INO, b"a", 0o644, 0, 0).unwrap().ino;
+    fs.link(a, ROOT_INO, b"b").unwrap();
+    fs.with_engine(|e| e.record_changes());
+    fs.unlink(ROOT_INO, b"a").unwrap();
+    let changed: Vec<u64> = fs
+        .with_engine(|e| e.take_changes())
+        .iter()
+        .map(|c| c.ino)
+        .collect();
+    assert!(
+        changed.contains(&ROOT_INO) && changed.contains(&a),
+        "{changed:?}"
+    );
+    fs.unlink(ROOT_INO, b"b").unwrap();
+    let changed = fs.with_engine(|e| e.take_changes());
+    assert_eq!(
+        changed.iter().filter(|c| c.ino == a).count(),
+        1,
+        "the destroyed inode, once: {changed:?}"
+    );
+    assert!(fs.getattr(a).is_err());
+}

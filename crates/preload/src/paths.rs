@@ -5,6 +5,7 @@
 //! mount.
 
 use std::ffi::CStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use libc::{c_int, AT_FDCWD};
 
@@ -111,6 +112,9 @@ pub fn kernel_holds(p: &str) -> bool {
     let Some(s) = settings() else {
         return false;
     };
+    if !KERNEL_FILES.load(Ordering::Relaxed) && !inherited_kernel_files(s) {
+        return false;
+    }
     let parts: Vec<&str> = p
         .split('/')
         .filter(|c| !c.is_empty() && *c != ".")
@@ -121,10 +125,48 @@ pub fn kernel_holds(p: &str) -> bool {
     };
     dir.flatten().any(|e| {
         let fd = e.file_name().to_str().and_then(|n| n.parse::<c_int>().ok());
-        if fd.is_none_or(table::is_ours) {
+        // Not the library's own (its client's sockets and files), nor one it serves.
+        if fd.is_none_or(|fd| fd >= crate::state::own_floor() || table::is_ours(fd)) {
             return false;
         }
         std::fs::read_link(e.path())
             .is_ok_and(|l| l.as_os_str().as_encoded_bytes() == want.as_bytes())
+    })
+}
+
+/// Set once this process may hold a kernel descriptor of a file under the mount
+/// (one went to the kernel, a path under the mount was opened by the kernel, stdio
+/// opened one): only then does [`kernel_holds`] look through `/proc/self/fd`.
+static KERNEL_FILES: AtomicBool = AtomicBool::new(false);
+
+/// Notes that the kernel may now hold a file under the mount.
+pub fn kernel_may_hold() {
+    KERNEL_FILES.store(true, Ordering::Relaxed);
+}
+
+/// Notes it if `path` (relative to `dirfd`) is under the mount.
+pub fn note_kernel_open(dirfd: c_int, path: &CStr) {
+    if !KERNEL_FILES.load(Ordering::Relaxed)
+        && matches!(classify(dirfd, path, false), Target::Orion(_))
+    {
+        kernel_may_hold();
+    }
+}
+
+/// Whether the process started with descriptors under the mount (inherited across
+/// exec); asked once.
+fn inherited_kernel_files(s: &Settings) -> bool {
+    static INHERITED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *INHERITED.get_or_init(|| {
+        let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+            return true;
+        };
+        let mount = s.mount.as_bytes();
+        dir.flatten().any(|e| {
+            std::fs::read_link(e.path()).is_ok_and(|l| {
+                let l = l.as_os_str().as_encoded_bytes();
+                l.starts_with(mount) && matches!(l.get(mount.len()), None | Some(b'/'))
+            })
+        })
     })
 }

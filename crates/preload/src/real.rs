@@ -107,6 +107,8 @@ real! {
     fn readlink(path: *const c_char, buf: *mut c_char, n: size_t) -> ssize_t;
     fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int;
     fn posix_fallocate64(fd: c_int, off: off_t, len: off_t) -> c_int;
+    fn fopen64(path: *const c_char, mode: *const c_char) -> *mut libc::FILE;
+    fn freopen64(path: *const c_char, mode: *const c_char, f: *mut libc::FILE) -> *mut libc::FILE;
     fn posix_fadvise64(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int;
     fn utimensat(d: c_int, path: *const c_char, t: *const libc::timespec, fl: c_int) -> c_int;
     fn futimes(fd: c_int, t: *const libc::timeval) -> c_int;

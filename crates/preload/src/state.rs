@@ -219,19 +219,7 @@ pub fn report() {
 /// which would otherwise close the client's connection if it had that number. Below
 /// the soft limit on open files, 200 from its top.
 pub fn relocate(fd: libc::c_int) -> libc::c_int {
-    static FLOOR: std::sync::OnceLock<libc::c_int> = std::sync::OnceLock::new();
-    let floor = *FLOOR.get_or_init(|| {
-        let mut r = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit writes into a struct we own.
-        let soft = match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } {
-            0 => r.rlim_cur.min(1 << 20) as libc::c_int,
-            _ => 1024,
-        };
-        (soft - 200).max(64)
-    });
+    let floor = own_floor();
     if fd < 0 || fd >= floor {
         return fd;
     }
@@ -250,4 +238,21 @@ pub fn relocate(fd: libc::c_int) -> libc::c_int {
     // SAFETY: close(2) of the low number, now duplicated high.
     unsafe { real::close(fd) };
     high
+}
+
+/// The lowest number of the library's own descriptors ([`relocate`]).
+pub fn own_floor() -> libc::c_int {
+    static FLOOR: std::sync::OnceLock<libc::c_int> = std::sync::OnceLock::new();
+    *FLOOR.get_or_init(|| {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes into a struct we own.
+        let soft = match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } {
+            0 => r.rlim_cur.min(1 << 20) as libc::c_int,
+            _ => 1024,
+        };
+        (soft - 200).max(64)
+    })
 }

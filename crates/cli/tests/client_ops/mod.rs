@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use orion_client::xattr::SetMode;
-use orion_client::{Client, FsError, OpenFlags, RenameMode, SetAttrReq, TimeSet};
+use orion_client::{Client, FsError, FsResult, OpenFlags, RenameMode, SetAttrReq, TimeSet};
 
 use crate::support::*;
 
@@ -111,43 +111,41 @@ pub fn run_client(c: &Client, top: &str, op: &Op) -> Outcome {
             ok(r)
         }
         Op::UnlinkOpen(p, off, len, seed) => {
-            let flags = OpenFlags {
-                read: true,
-                write: true,
-                ..Default::default()
-            };
-            let fd = c.open(&at(p), flags, 0).map_err(errno)?;
-            let r = (|| {
-                c.unlink(&at(p))?;
-                let a = c.fstat(fd)?;
-                c.pwrite(fd, *off, &pattern(*len, *seed))?;
-                let size = c.fstat(fd)?.size;
-                let data = c.pread(fd, 0, size as usize)?;
-                Ok(unlinked_use(a.nlink as u64, a.size, size, &data))
-            })();
-            c.close(fd).map_err(errno)?;
-            r.map_err(errno)
+            nameless_use(c, &at(p), (*off, *len, *seed), || c.unlink(&at(p)))
         }
         Op::RenameOpen(from, p, off, len, seed) => {
-            let flags = OpenFlags {
-                read: true,
-                write: true,
-                ..Default::default()
-            };
-            let fd = c.open(&at(p), flags, 0).map_err(errno)?;
-            let r = (|| {
-                c.rename(&at(from), &at(p))?;
-                let a = c.fstat(fd)?;
-                c.pwrite(fd, *off, &pattern(*len, *seed))?;
-                let size = c.fstat(fd)?.size;
-                let data = c.pread(fd, 0, size as usize)?;
-                Ok(unlinked_use(a.nlink as u64, a.size, size, &data))
-            })();
-            c.close(fd).map_err(errno)?;
-            r.map_err(errno)
+            nameless_use(c, &at(p), (*off, *len, *seed), || {
+                c.rename(&at(from), &at(p))
+            })
         }
     })();
     r.unwrap_or_else(Outcome::Err)
+}
+
+/// Opens `path` O_RDWR, takes its name away with `unname`, then uses the descriptor:
+/// fstat, pwrite (offset, length, seed), fstat and read it all ([`unlinked_use`]).
+fn nameless_use(
+    c: &Client,
+    path: &str,
+    (off, len, seed): (u64, usize, u8),
+    unname: impl FnOnce() -> FsResult<()>,
+) -> Result<Outcome, i32> {
+    let flags = OpenFlags {
+        read: true,
+        write: true,
+        ..Default::default()
+    };
+    let fd = c.open(path, flags, 0).map_err(errno)?;
+    let r = (|| {
+        unname()?;
+        let a = c.fstat(fd)?;
+        c.pwrite(fd, off, &pattern(len, seed))?;
+        let size = c.fstat(fd)?.size;
+        let data = c.pread(fd, 0, size as usize)?;
+        Ok(unlinked_use(a.nlink as u64, a.size, size, &data))
+    })();
+    c.close(fd).map_err(errno)?;
+    r.map_err(errno)
 }
 
 pub fn node(c: &Client, path: &str) -> Node {

@@ -454,21 +454,7 @@ pub fn with_daemon_stopped<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Option<T> {
     let pid = m.daemon.pid() as i32;
-    // SAFETY: signals to a child process this test started.
-    unsafe { libc::kill(pid, libc::SIGSTOP) };
-    // kill returns before every thread has stopped: one that was running (a poller)
-    // could still answer the request below. Wait until each says it is stopped.
-    let stopped = || {
-        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
-        tasks.flatten().all(|t| {
-            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
-            let state = stat.rsplit(") ").next().and_then(|s| s.chars().next());
-            matches!(state, Some('T' | 't') | None)
-        })
-    };
-    while !stopped() {
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
+    stop_process(pid);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(f());
@@ -482,4 +468,25 @@ pub fn with_daemon_stopped<T: Send + 'static>(
 pub fn stat_with_daemon_stopped(m: &Mount, path: &Path) -> Option<std::fs::Metadata> {
     let p = path.to_path_buf();
     with_daemon_stopped(m, move || std::fs::metadata(p).unwrap())
+}
+
+/// SIGSTOP to a child process this test started, returning once every thread of it
+/// has stopped: kill returns before, and a thread that was running (a poller) could
+/// still answer a request meanwhile.
+pub fn stop_process(pid: i32) {
+    // SAFETY: a signal to a child process the test started.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let stopped = || {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return true;
+        };
+        tasks.flatten().all(|t| {
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            let state = stat.rsplit(") ").next().and_then(|s| s.chars().next());
+            matches!(state, Some('T' | 't') | None)
+        })
+    };
+    while !stopped() {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }

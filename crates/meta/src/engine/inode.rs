@@ -110,6 +110,14 @@ impl MetaEngine {
             return Ok(());
         };
         assert_ne!(ino, ROOT_INO, "the root directory is never forgotten");
+        // A change too: whoever caches the inode must drop it, and what watched the
+        // number must not watch the next inode to take it.
+        if let Some(changes) = self.changes.as_mut() {
+            changes.push(super::Changed {
+                ino,
+                removed: Vec::new(),
+            });
+        }
         debug_assert!(!self.free_inos.contains(&ino), "inode {ino} freed twice");
         for page in inode.log.pages {
             let idx = self.page_idx(page);

@@ -477,44 +477,44 @@ pub fn run_core(fs: &LocalFs, op: &Op) -> Outcome {
             }
             ok(fs.fallocate(ino, *off, *len, *mode))
         }
-        Op::UnlinkOpen(p, off, len, seed) => {
-            let ino = core_follow(fs, p)?;
-            if fs.getattr(ino).map_err(errno)?.ftype == FileType::Directory {
-                return Err(libc::EISDIR);
-            }
+        Op::UnlinkOpen(p, off, len, seed) => core_nameless_use(fs, p, (*off, *len, *seed), || {
             let (d, n) = core_parent(fs, p)?;
-            let kept = fs.with_engine(|e| e.unlink_open(d, &n)).map_err(errno)?;
-            let a = fs.getattr(ino).map_err(errno)?;
-            fs.write(ino, *off, &pattern(*len, *seed)).map_err(errno)?;
-            let size = fs.getattr(ino).map_err(errno)?.size;
-            let data = fs.read(ino, 0, size as usize).map_err(errno)?;
-            if let Some(k) = kept {
-                fs.with_engine(|e| e.release_orphan(k)).map_err(errno)?;
-            }
-            Ok(unlinked_use(a.nlink as u64, a.size, size, &data))
-        }
+            fs.with_engine(|e| e.unlink_open(d, &n)).map_err(errno)
+        }),
         Op::RenameOpen(from, p, off, len, seed) => {
-            let ino = core_follow(fs, p)?;
-            if fs.getattr(ino).map_err(errno)?.ftype == FileType::Directory {
-                return Err(libc::EISDIR);
-            }
-            let (od, on) = core_parent(fs, from)?;
-            let (nd, nn) = core_parent(fs, p)?;
-            let replace = RenameMode::Replace;
-            let kept = fs
-                .with_engine(|e| e.rename_open(od, &on, nd, &nn, replace, true))
-                .map_err(errno)?;
-            let a = fs.getattr(ino).map_err(errno)?;
-            fs.write(ino, *off, &pattern(*len, *seed)).map_err(errno)?;
-            let size = fs.getattr(ino).map_err(errno)?.size;
-            let data = fs.read(ino, 0, size as usize).map_err(errno)?;
-            if let Some(k) = kept {
-                fs.with_engine(|e| e.release_orphan(k)).map_err(errno)?;
-            }
-            Ok(unlinked_use(a.nlink as u64, a.size, size, &data))
+            core_nameless_use(fs, p, (*off, *len, *seed), || {
+                let (od, on) = core_parent(fs, from)?;
+                let (nd, nn) = core_parent(fs, p)?;
+                let replace = RenameMode::Replace;
+                (fs.with_engine(|e| e.rename_open(od, &on, nd, &nn, replace, true))).map_err(errno)
+            })
         }
     })();
     r.unwrap_or_else(Outcome::Err)
+}
+
+/// [`Op::UnlinkOpen`] and [`Op::RenameOpen`] on the core: `unname` takes the name
+/// (returning the inode kept for the open file), then the inode is used as through
+/// its descriptor, and released as its last close would.
+fn core_nameless_use(
+    fs: &LocalFs,
+    p: &P,
+    (off, len, seed): (u64, usize, u8),
+    unname: impl FnOnce() -> Result<Option<u64>, i32>,
+) -> Result<Outcome, i32> {
+    let ino = core_follow(fs, p)?;
+    if fs.getattr(ino).map_err(errno)?.ftype == FileType::Directory {
+        return Err(libc::EISDIR);
+    }
+    let kept = unname()?;
+    let a = fs.getattr(ino).map_err(errno)?;
+    fs.write(ino, off, &pattern(len, seed)).map_err(errno)?;
+    let size = fs.getattr(ino).map_err(errno)?.size;
+    let data = fs.read(ino, 0, size as usize).map_err(errno)?;
+    if let Some(k) = kept {
+        fs.with_engine(|e| e.release_orphan(k)).map_err(errno)?;
+    }
+    Ok(unlinked_use(a.nlink as u64, a.size, size, &data))
 }
 
 // ---- snapshots ----

@@ -275,37 +275,34 @@ pub unsafe extern "C" fn fstatvfs64(fd: c_int, st: *mut libc::statvfs64) -> c_in
     unsafe { fstatvfs(fd, st) }
 }
 
-/// The library's own sockets (its client's connections) go high ([`relocate`]).
+/// A descriptor made by the library itself goes high ([`relocate`]); a program's
+/// stays where the kernel put it.
 ///
 /// [`relocate`]: crate::state::relocate
-#[no_mangle]
-pub extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int {
-    // SAFETY: socket(2) has no pointer arguments.
-    let fd = unsafe { real::socket(domain, ty, proto) };
+fn own(fd: c_int) -> c_int {
     match Inside::now() {
         true => crate::state::relocate(fd),
         false => fd,
     }
+}
+
+/// The library's own sockets (its client's connections) go high.
+#[no_mangle]
+pub extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int {
+    // SAFETY: socket(2) has no pointer arguments.
+    own(unsafe { real::socket(domain, ty, proto) })
 }
 
 #[no_mangle]
 pub extern "C" fn eventfd(init: libc::c_uint, flags: c_int) -> c_int {
     // SAFETY: eventfd(2) has no pointer arguments.
-    let fd = unsafe { real::eventfd(init, flags) };
-    match Inside::now() {
-        true => crate::state::relocate(fd),
-        false => fd,
-    }
+    own(unsafe { real::eventfd(init, flags) })
 }
 
 #[no_mangle]
 pub extern "C" fn epoll_create1(flags: c_int) -> c_int {
     // SAFETY: epoll_create1(2) has no pointer arguments.
-    let fd = unsafe { real::epoll_create1(flags) };
-    match Inside::now() {
-        true => crate::state::relocate(fd),
-        false => fd,
-    }
+    own(unsafe { real::epoll_create1(flags) })
 }
 
 /// lockf: glibc makes it of fcntl internally, unseen; a record lock from the file

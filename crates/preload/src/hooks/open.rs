@@ -9,6 +9,7 @@ use libc::{c_char, c_int, mode_t, AT_FDCWD, O_CREAT, O_DIRECTORY, O_PATH, O_TMPF
 use orion_client::{Client, FileType, OpenFlags};
 
 use super::{fail, leaves, route, Route};
+use crate::paths;
 use crate::real;
 use crate::state::{self, Inside};
 use crate::table::{self, OpenFile};
@@ -19,10 +20,18 @@ use crate::table::{self, OpenFile};
 /// `path` is null or a NUL-terminated string.
 unsafe fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
     setup();
-    // SAFETY: the caller's arguments, passed on. The library's own files go high.
+    // SAFETY: the caller's arguments, passed on. The library's own files go high; a
+    // file under the mount that the kernel opens is noted (see kernel_holds).
     let kernel = || match Inside::now() {
         true => state::relocate(unsafe { real::openat(dirfd, path, flags, mode) }),
-        false => unsafe { real::openat(dirfd, path, flags, mode) },
+        false => {
+            if !path.is_null() {
+                let _in = Inside::enter();
+                // SAFETY: a NUL-terminated string (the caller's).
+                paths::note_kernel_open(dirfd, unsafe { std::ffi::CStr::from_ptr(path) });
+            }
+            unsafe { real::openat(dirfd, path, flags, mode) }
+        }
     };
     // Directories, O_PATH and O_TMPFILE descriptors are the kernel's (through the
     // mount): readdir and fchdir need kernel descriptors.
@@ -332,4 +341,61 @@ pub unsafe extern "C" fn posix_spawnp(
     before_spawn();
     // SAFETY: the caller's arguments, passed on.
     unsafe { real::posix_spawnp(pid, file, fa, at, argv, envp) }
+}
+
+/// stdio's fopen opens with the C library's internal call: the file is the kernel's,
+/// which removing its name must know (see `paths::kernel_holds`).
+///
+/// # Safety
+/// `path` is null or NUL-terminated.
+unsafe fn note_fopen(path: *const c_char) {
+    if !path.is_null() && !Inside::now() {
+        let _in = Inside::enter();
+        // SAFETY: as the caller.
+        paths::note_kernel_open(AT_FDCWD, unsafe { std::ffi::CStr::from_ptr(path) });
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    // SAFETY: the caller's arguments, passed on.
+    unsafe {
+        note_fopen(path);
+        real::fopen64(path, mode)
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    // SAFETY: the caller's arguments, passed on.
+    unsafe {
+        note_fopen(path);
+        real::fopen64(path, mode)
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn freopen(
+    path: *const c_char,
+    mode: *const c_char,
+    f: *mut libc::FILE,
+) -> *mut libc::FILE {
+    // SAFETY: the caller's arguments, passed on.
+    unsafe {
+        note_fopen(path);
+        real::freopen64(path, mode, f)
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn freopen64(
+    path: *const c_char,
+    mode: *const c_char,
+    f: *mut libc::FILE,
+) -> *mut libc::FILE {
+    // SAFETY: the caller's arguments, passed on.
+    unsafe {
+        note_fopen(path);
+        real::freopen64(path, mode, f)
+    }
 }
