@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use libc::{c_int, c_void, iovec, off_t, size_t, ssize_t};
 
-use super::{errno_of, fail, fail_ssize, served};
+use super::{fail, fail_ssize, served};
 use crate::real;
 use crate::state::Inside;
 use crate::table::{readable, writable, OpenFile};
@@ -28,7 +28,7 @@ fn read_into(f: &OpenFile, buf: &mut [u8], off: Option<u64>) -> Result<usize, c_
             Some(o) => f.client.pread(f.fd, o + done as u64, want),
             None => f.client.read(f.fd, want),
         }
-        .map_err(|e| errno_of(&e))?;
+        .map_err(|e| e.errno())?;
         buf[done..done + got.len()].copy_from_slice(&got);
         done += got.len();
         if got.len() < want {
@@ -50,9 +50,9 @@ fn write_from(f: &OpenFile, data: &[u8], off: Option<u64>) -> Result<usize, c_in
         Some(o) => f.client.pwrite(f.fd, o, data),
         None => f.client.write(f.fd, data),
     }
-    .map_err(|e| errno_of(&e))?;
+    .map_err(|e| e.errno())?;
     if f.sync() {
-        f.client.fsync(f.fd).map_err(|e| errno_of(&e))?;
+        f.client.fsync(f.fd).map_err(|e| e.errno())?;
     }
     Ok(n)
 }
@@ -371,10 +371,9 @@ pub unsafe extern "C" fn pwritev64v2(
 
 fn seek(f: &OpenFile, off: off_t, whence: c_int) -> Result<off_t, c_int> {
     let _offset = f.offset.lock().unwrap_or_else(|e| e.into_inner());
-    let cur = f.client.position(f.fd).map_err(|e| errno_of(&e))? as i64;
-    let size = || -> Result<i64, c_int> {
-        Ok(f.client.fstat(f.fd).map_err(|e| errno_of(&e))?.size as i64)
-    };
+    let cur = f.client.position(f.fd).map_err(|e| e.errno())? as i64;
+    let size =
+        || -> Result<i64, c_int> { Ok(f.client.fstat(f.fd).map_err(|e| e.errno())?.size as i64) };
     let to = match whence {
         libc::SEEK_SET => off,
         libc::SEEK_CUR => cur.checked_add(off).ok_or(libc::EOVERFLOW)?,
@@ -388,7 +387,7 @@ fn seek(f: &OpenFile, off: off_t, whence: c_int) -> Result<off_t, c_int> {
     if to < 0 {
         return Err(libc::EINVAL);
     }
-    f.client.seek(f.fd, to as u64).map_err(|e| errno_of(&e))?;
+    f.client.seek(f.fd, to as u64).map_err(|e| e.errno())?;
     Ok(to)
 }
 
@@ -418,7 +417,7 @@ pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
     };
     match f.client.fsync(f.fd) {
         Ok(()) => 0,
-        Err(e) => fail(errno_of(&e)),
+        Err(e) => fail(e.errno()),
     }
 }
 
@@ -443,7 +442,7 @@ pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
     }
     match f.client.ftruncate(f.fd, len as u64) {
         Ok(()) => 0,
-        Err(e) => fail(errno_of(&e)),
+        Err(e) => fail(e.errno()),
     }
 }
 
@@ -460,7 +459,7 @@ fn allocate(f: &OpenFile, mode: c_int, off: off_t, len: off_t) -> Result<(), c_i
     if !writable(f.flags) {
         return Err(libc::EBADF);
     }
-    (f.client.fallocate(f.fd, mode, off as u64, len as u64)).map_err(|e| errno_of(&e))
+    (f.client.fallocate(f.fd, mode, off as u64, len as u64)).map_err(|e| e.errno())
 }
 
 #[no_mangle]

@@ -4,7 +4,7 @@
 use libc::{c_char, c_int, c_uint, mode_t, off_t, AT_EMPTY_PATH, AT_FDCWD, AT_SYMLINK_NOFOLLOW};
 use orion_client::{Attr, FileType, FsResult, SetAttrReq, TimeSet};
 
-use super::{errno_of, fail, leaves, route, served, Route};
+use super::{fail, leaves, route, served, Route};
 use crate::real;
 use crate::stat::{fill_stat, fill_statx};
 use crate::state::Inside;
@@ -34,7 +34,7 @@ unsafe fn attrs(d: c_int, path: *const c_char, flags: c_int) -> Option<Result<At
     };
     match r {
         Err(e) if leaves(&e) => None,
-        r => Some(r.map_err(|e| errno_of(&e))),
+        r => Some(r.map_err(|e| e.errno())),
     }
 }
 
@@ -114,7 +114,7 @@ pub unsafe extern "C" fn fstat(fd: c_int, st: *mut libc::stat64) -> c_int {
                 0
             }
             (Ok(_), None) => fail(libc::EFAULT),
-            (Err(e), _) => fail(errno_of(&e)),
+            (Err(e), _) => fail(e.errno()),
         };
     }
     // SAFETY: the caller's arguments, passed on.
@@ -201,7 +201,7 @@ pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
         match c.truncate(&p, len as u64) {
             Ok(()) => return 0,
             Err(e) if leaves(&e) => {}
-            Err(e) => return fail(errno_of(&e)),
+            Err(e) => return fail(e.errno()),
         }
     }
     // SAFETY: the caller's arguments, passed on.
@@ -220,7 +220,7 @@ fn set(fd: c_int, req: SetAttrReq) -> Option<c_int> {
     let _in = Inside::enter();
     Some(match f.client.setattr(f.ino, &req) {
         Ok(_) => 0,
-        Err(e) => fail(errno_of(&e)),
+        Err(e) => fail(e.errno()),
     })
 }
 

@@ -42,11 +42,6 @@ pub(crate) fn fail_ssize(e: c_int) -> ssize_t {
     -1
 }
 
-/// An error of the client as errno.
-pub(crate) fn errno_of(e: &FsError) -> c_int {
-    e.errno()
-}
-
 /// The client said the path leaves the file system: the kernel must resolve it.
 pub(crate) fn leaves(e: &FsError) -> bool {
     e.errno() == libc::EXDEV
@@ -107,11 +102,6 @@ pub(crate) fn served(fd: c_int) -> Option<Arc<OpenFile>> {
 fn superuser() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
-}
-
-/// The process's file-creation mask, as `umask` last set it.
-pub(crate) fn umask() -> u32 {
-    open::current_umask()
 }
 
 pub(crate) use locks::closed as locks_closed;

@@ -4,7 +4,7 @@
 use libc::{c_char, c_int, c_uint, mode_t, AT_FDCWD, AT_REMOVEDIR};
 use orion_client::{FsResult, RenameMode};
 
-use super::{errno_of, fail, leaves, route, umask, Route};
+use super::{fail, leaves, route, Route};
 use crate::paths::kernel_holds;
 use crate::real;
 use crate::state::Inside;
@@ -14,7 +14,7 @@ fn done(r: FsResult<()>) -> Option<c_int> {
     match r {
         Ok(()) => Some(0),
         Err(e) if leaves(&e) => None,
-        Err(e) => Some(fail(errno_of(&e))),
+        Err(e) => Some(fail(e.errno())),
     }
 }
 
@@ -24,7 +24,10 @@ pub unsafe extern "C" fn mkdirat(d: c_int, path: *const c_char, mode: mode_t) ->
     let served = match unsafe { route(d, path, false) } {
         Route::Serve(c, p) => {
             let _in = Inside::enter();
-            done(c.mkdir(&p, mode & 0o7777 & !umask()).map(|_| ()))
+            done(
+                c.mkdir(&p, mode & 0o7777 & !super::open::current_umask())
+                    .map(|_| ()),
+            )
         }
         Route::NotDir => Some(fail(libc::ENOTDIR)),
         _ => None,
