@@ -1,4 +1,4 @@
-//! Compiles the C shim over libfabric's inline calls and links libfabric.
+//! Compiles the C shim over libfabric's inline calls (libfabric is opened at run time).
 fn main() {
     println!("cargo:rerun-if-changed=src/ofi/shim.c");
     let header = std::path::Path::new("/usr/include/rdma/fabric.h");
@@ -22,7 +22,9 @@ fn main() {
         }
     }
     build.compile("orion_fi_shim");
-    println!("cargo:rustc-link-lib=fabric");
+    // libfabric itself is opened with dlopen on first use (see shim.c): linking it
+    // would run its providers' constructors in every process at start.
+    println!("cargo:rustc-link-lib=dl");
 }
 
 fn pkg_config_cflags(lib: &str) -> Option<String> {

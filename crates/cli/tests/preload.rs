@@ -390,3 +390,75 @@ print("closed", flush=True); sys.stdin.readline()
     assert!(served(&err) > 0, "{err}");
     assert!(err.contains(", 0 open files handed to the kernel"), "{err}");
 }
+
+const DIRS_C: &str = include_str!("preload_dirs.c");
+
+#[test]
+fn make_git_and_fio_work_under_preload() {
+    let (cluster, mount) = start();
+    let p = Preload::new(&cluster, &mount);
+    let m = mount.path.display().to_string();
+    let work = tempfile::tempdir_in("/dev/shm").unwrap();
+    std::fs::write(work.path().join("dirs.c"), DIRS_C).unwrap();
+    std::fs::write(
+        work.path().join("Makefile"),
+        "dirs: dirs.o\n\tcc -o $@ dirs.o\ndirs.o: dirs.c\n\tcc -O1 -Wall -c dirs.c\n",
+    )
+    .unwrap();
+    let w = work.path().display().to_string();
+    // make builds the program on the mount, through the library.
+    p.sh(&format!(
+        "mkdir {m}/proj && cp {w}/dirs.c {w}/Makefile {m}/proj && make -s -C {m}/proj"
+    ));
+    // The program lists its own directory: the same lines in-process and through
+    // the mount (inode numbers, types, telldir/seekdir, rewinddir, errors).
+    let listed = p.sh(&format!("{m}/proj/dirs {m}/proj"));
+    assert_eq!(listed, host(&format!("{m}/proj/dirs {m}/proj")));
+    assert!(listed.contains("dirs.o type 8\n"), "{listed}");
+    assert!(listed.contains("seekdir: same entry\n"), "{listed}");
+    assert!(
+        listed.contains("rewinddir sees the new name: 1\n"),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("opendir of a file: Not a directory\n"),
+        "{listed}"
+    );
+    // git: a repository made, committed to and checked under preload, read through
+    // the mount.
+    p.sh(&format!(
+        "cd {m}/proj && git init -q && git add dirs.c Makefile && \
+         git -c user.name=t -c user.email=t@example.com commit -qm first && git fsck --strict 2>&1"
+    ));
+    assert_eq!(
+        host(&format!(
+            "git -C {m}/proj log --format=%s && git -C {m}/proj status --porcelain -uno"
+        )),
+        "first\n"
+    );
+    // The mount point itself: it exists (fio makes its directory first) and is not
+    // removed.
+    let root = format!(
+        "python3 -c 'import errno, os\nm = \"{m}\"\n\
+         for f in [lambda: os.mkdir(m), lambda: os.rmdir(m), lambda: os.symlink(\"x\", m),\n\
+         \x20   lambda: os.link(m + \"/proj/dirs.c\", m), lambda: os.rename(m, m + \"/x\"),\n\
+         \x20   lambda: os.rename(m + \"/proj\", m), lambda: os.unlink(m)]:\n\
+         \x20   try:\n\x20       f()\n\x20       print(\"done\")\n\
+         \x20   except OSError as e:\n\x20       print(errno.errorcode[e.errno])'"
+    );
+    assert_eq!(
+        p.sh(&root),
+        "EEXIST\nEBUSY\nEEXIST\nEEXIST\nEXDEV\nEXDEV\nEISDIR\n"
+    );
+    assert_eq!(host(&root), p.sh(&root));
+    // fio: random 4 KiB writes, each verified by its CRC32C.
+    let out = p.sh(&format!(
+        "fio --name=v --directory={m} --rw=randwrite --bs=4k --size=4m --ioengine=psync \
+         --verify=crc32c --do_verify=1 --verify_fatal=1 --output-format=terse"
+    ));
+    assert_eq!(
+        out.split(';').nth(4),
+        Some("0"),
+        "fio reported errors: {out}"
+    );
+}

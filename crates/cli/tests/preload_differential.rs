@@ -87,6 +87,9 @@ fn random_op(rng: &mut SmallRng) -> Value {
     let path = name(rng);
     let held = ["x", "y"][rng.gen_range(0..2)];
     let mode = [0o600, 0o755, 0o4755][rng.gen_range(0..3)];
+    if rng.gen_bool(0.2) {
+        return attribute_op(rng, path);
+    }
     match rng.gen_range(0..100) {
         0..=19 => json!({"op": "write", "path": path, "off": off(rng), "len": len(rng),
                          "seed": rng.gen::<u8>(), "append": rng.gen_bool(0.3)}),
@@ -106,6 +109,26 @@ fn random_op(rng: &mut SmallRng) -> Value {
         84..=93 => json!({"op": "use", "name": held, "off": off(rng),
                           "len": len(rng), "seed": rng.gen::<u8>()}),
         _ => json!({"op": "drop", "name": held}),
+    }
+}
+
+/// Listings, links, owners, times and extended attributes.
+fn attribute_op(rng: &mut SmallRng, path: &str) -> Value {
+    let follow = rng.gen_bool(0.5);
+    let dir = ["", "d", "g", "a"][rng.gen_range(0..4)];
+    let time = |rng: &mut SmallRng| rng.gen_range(0..4_000_000_000_000_000_000i64);
+    let xattr = ["user.a", "user.b", "trusted.t", "other.x", "user."][rng.gen_range(0..5)];
+    match rng.gen_range(0..7) {
+        0 => json!({"op": "listdir", "path": dir}),
+        1 => json!({"op": "readlink", "path": path}),
+        2 => json!({"op": "chown", "path": path, "uid": rng.gen_range(0..3),
+                    "gid": rng.gen_range(0..3), "follow": follow}),
+        3 => json!({"op": "utime", "path": path, "atime": time(rng), "mtime": time(rng),
+                    "follow": follow}),
+        _ => json!({"op": "xattr", "path": path, "name": xattr, "follow": follow,
+                    "do": (["set", "set", "get", "remove", "list"][rng.gen_range(0..5)]),
+                    "value": format!("v{}", rng.gen_range(0..100)),
+                    "flags": rng.gen_range(0..3)}),
     }
 }
 

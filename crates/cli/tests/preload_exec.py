@@ -19,7 +19,8 @@ def snapshot():
         for n in sorted(dirs + files):
             p = os.path.join(d, n)
             st = os.lstat(p)
-            row = [os.path.relpath(p, root), st.st_mode, st.st_nlink, st.st_size]
+            row = [os.path.relpath(p, root), st.st_mode, st.st_nlink, st.st_size,
+                   st.st_uid, st.st_gid]
             if os.path.islink(p):
                 row.append(os.readlink(p))
             elif os.path.isfile(p):
@@ -67,6 +68,32 @@ def run(o):
     if k == "stat":
         st = os.stat(p)
         return [st.st_mode, st.st_size, st.st_nlink]
+    if k == "readlink":
+        return os.readlink(p)
+    if k == "chown":
+        os.chown(p, o["uid"], o["gid"], follow_symlinks=o["follow"])
+        st = os.stat(p, follow_symlinks=o["follow"])
+        return [st.st_uid, st.st_gid, st.st_mode]
+    if k == "utime":
+        os.utime(p, ns=(o["atime"], o["mtime"]), follow_symlinks=o["follow"])
+        st = os.stat(p, follow_symlinks=o["follow"])
+        return [st.st_atime_ns, st.st_mtime_ns]
+    if k == "xattr":
+        f, name = o["follow"], o["name"]
+        if o["do"] == "set":
+            return os.setxattr(p, name, o["value"].encode(), o["flags"], follow_symlinks=f)
+        if o["do"] == "get":
+            return os.getxattr(p, name, follow_symlinks=f).decode()
+        if o["do"] == "remove":
+            return os.removexattr(p, name, follow_symlinks=f)
+        return sorted(os.listxattr(p, follow_symlinks=f))
+    if k == "listdir":
+        # Names, types and inode numbers as a directory stream gives them.
+        return sorted(
+            [e.name, e.is_dir(follow_symlinks=False), e.is_symlink(),
+             e.inode() == os.lstat(e.path).st_ino]
+            for e in os.scandir(p)
+        )
     if k == "hold":
         # Open and keep: later operations use the descriptor after the name changed.
         fd = os.open(p, os.O_RDWR)

@@ -28,7 +28,8 @@ use crate::convert::*;
 pub const MAX_IO: u32 = 1 << 20;
 
 /// The mounted file system: one client, and the directory listings of open
-/// directory handles (so that a listing read in several calls is one snapshot).
+/// directory handles (so that a listing read in several calls is one snapshot, taken
+/// at offset 0: the first call, or the first after a rewind).
 pub struct OrionFs {
     pub(crate) client: Arc<Client>,
     dirs: Mutex<HashMap<u64, Vec<DirEntry>>>,
@@ -588,16 +589,14 @@ impl Filesystem for OrionFs {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: KOpenFlags, reply: ReplyOpen) {
-        let r = self
-            .may(req, ino.0, perm::MAY_READ)
-            .and_then(|_| self.client.readdir_ino(ino.0));
-        match r {
-            Ok(list) => {
+        match self.may(req, ino.0, perm::MAY_READ) {
+            Ok(_) => {
+                // Listed at the first readdir, from offset 0.
                 let fh = self.next_dir.fetch_add(1, Ordering::Relaxed);
                 self.dirs
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .insert(fh, list);
+                    .insert(fh, Vec::new());
                 reply.opened(FileHandle(fh), FopenFlags::empty());
             }
             Err(e) => reply.error(errno(e)),
@@ -607,12 +606,27 @@ impl Filesystem for OrionFs {
     fn readdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
+        // Offset 0 lists the directory afresh: the first call on a handle, and every
+        // call after a rewinddir (which POSIX says sees the directory as it is now).
+        let fresh = match offset {
+            0 => match self.client.readdir_ino(ino.0) {
+                Ok(list) => Some(list),
+                Err(e) => {
+                    reply.error(errno(e));
+                    return;
+                }
+            },
+            _ => None,
+        };
+        let mut dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
+        if let (Some(list), Some(held)) = (fresh, dirs.get_mut(&fh.0)) {
+            *held = list;
+        }
         let Some(list) = dirs.get(&fh.0) else {
             reply.error(Errno::EBADF);
             return;

@@ -115,4 +115,25 @@ real! {
     fn lockf64(fd: c_int, cmd: c_int, len: off_t) -> c_int;
     fn eventfd(init: c_uint, flags: c_int) -> c_int;
     fn epoll_create1(flags: c_int) -> c_int;
+    fn symlinkat(target: *const c_char, d: c_int, path: *const c_char) -> c_int;
+    fn linkat(od: c_int, from: *const c_char, nd: c_int, to: *const c_char, fl: c_int) -> c_int;
+    fn readlinkat(d: c_int, path: *const c_char, buf: *mut c_char, n: size_t) -> ssize_t;
+    fn fchmodat(d: c_int, path: *const c_char, mode: mode_t, fl: c_int) -> c_int;
+    fn fchownat(d: c_int, path: *const c_char, uid: libc::uid_t, gid: libc::gid_t, fl: c_int) -> c_int;
+    fn getxattr(path: *const c_char, name: *const c_char, v: *mut c_void, n: size_t) -> ssize_t;
+    fn lgetxattr(path: *const c_char, name: *const c_char, v: *mut c_void, n: size_t) -> ssize_t;
+    fn setxattr(path: *const c_char, name: *const c_char, v: *const c_void, n: size_t, fl: c_int) -> c_int;
+    fn lsetxattr(path: *const c_char, name: *const c_char, v: *const c_void, n: size_t, fl: c_int) -> c_int;
+    fn listxattr(path: *const c_char, list: *mut c_char, n: size_t) -> ssize_t;
+    fn llistxattr(path: *const c_char, list: *mut c_char, n: size_t) -> ssize_t;
+    fn removexattr(path: *const c_char, name: *const c_char) -> c_int;
+    fn lremovexattr(path: *const c_char, name: *const c_char) -> c_int;
+    fn opendir(path: *const c_char) -> *mut libc::DIR;
+    fn closedir(d: *mut libc::DIR) -> c_int;
+    fn readdir64(d: *mut libc::DIR) -> *mut libc::dirent64;
+    fn readdir64_r(d: *mut libc::DIR, e: *mut libc::dirent64, out: *mut *mut libc::dirent64) -> c_int;
+    fn rewinddir(d: *mut libc::DIR) -> ();
+    fn seekdir(d: *mut libc::DIR, pos: c_long) -> ();
+    fn telldir(d: *mut libc::DIR) -> c_long;
+    fn dirfd(d: *mut libc::DIR) -> c_int;
 }

@@ -43,6 +43,9 @@ impl Client {
     }
 
     pub fn unlink(&self, path: &str) -> FsResult<()> {
+        if is_root(path)? {
+            return Err(FsError::Errno(libc::EISDIR));
+        }
         self.run(|i| {
             let (parent, name) = i.resolve_parent(path)?;
             i.unlink_name(parent, name)
@@ -70,6 +73,9 @@ impl Client {
     }
 
     pub fn link(&self, existing: &str, new: &str) -> FsResult<Attr> {
+        if is_root(new)? {
+            return Err(FsError::Errno(libc::EEXIST));
+        }
         self.run(|i| {
             let (ino, _) = i.resolve(existing, false)?;
             let (parent, name) = i.resolve_parent(new)?;
@@ -182,6 +188,9 @@ impl Inner {
         mode: u32,
         symlink: Option<&[u8]>,
     ) -> Res<Attr> {
+        if is_root(path)? {
+            return Err(FsError::Errno(libc::EEXIST).into());
+        }
         let (parent, name) = self.resolve_parent(path)?;
         let node = NewNode {
             ftype,
@@ -266,4 +275,10 @@ impl Inner {
         }
         Ok(out)
     }
+}
+
+/// Whether `path` names the root, which exists (EEXIST to a call that would make
+/// it) and cannot be removed.
+fn is_root(path: &str) -> FsResult<bool> {
+    Ok(super::paths::components(path)?.is_empty())
 }

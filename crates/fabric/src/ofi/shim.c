@@ -12,11 +12,53 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_rma.h>
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+
+/* libfabric is opened on first use rather than linked: loading it runs the library
+ * constructors of the providers it links (Debian's psm and psm2 ones calibrate timers for
+ * about 200 ms), which every orion process and every program under the preload library would
+ * otherwise pay at start, even when it speaks only the shared-memory fabric. The data-path
+ * calls need no symbol (they go through the objects' operation tables); these five do. */
+static struct {
+    int (*getinfo)(uint32_t, const char *, const char *, uint64_t, const struct fi_info *,
+                   struct fi_info **);
+    void (*freeinfo)(struct fi_info *);
+    struct fi_info *(*dupinfo)(const struct fi_info *);
+    int (*fabric)(struct fi_fabric_attr *, struct fid_fabric **, void *);
+    const char *(*strerror)(int);
+} lib;
+static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
+static int lib_loaded;
+static char lib_error[256];
+
+static void lib_open(void) {
+    void *h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(lib_error, sizeof lib_error, "libfabric could not be loaded (%s)", dlerror());
+        return;
+    }
+    lib.getinfo = dlsym(h, "fi_getinfo");
+    lib.freeinfo = dlsym(h, "fi_freeinfo");
+    lib.dupinfo = dlsym(h, "fi_dupinfo");
+    lib.fabric = dlsym(h, "fi_fabric");
+    lib.strerror = dlsym(h, "fi_strerror");
+    lib_loaded = lib.getinfo && lib.freeinfo && lib.dupinfo && lib.fabric && lib.strerror;
+    if (!lib_loaded)
+        snprintf(lib_error, sizeof lib_error, "libfabric.so.1 lacks a function OrionFS calls");
+}
+
+/* Whether libfabric is loaded (opening it on the first call). */
+static int lib_ready(void) {
+    pthread_once(&lib_once, lib_open);
+    return lib_loaded;
+}
 
 /* One completion as Rust sees it. */
 struct orion_cqe {
@@ -50,7 +92,9 @@ struct orion_info_attrs {
 };
 
 uint32_t orion_fi_api_version(void) { return FI_VERSION(1, 17); }
-const char *orion_fi_strerror(int err) { return fi_strerror(err); }
+const char *orion_fi_strerror(int err) {
+    return lib_ready() ? lib.strerror(err) : lib_error;
+}
 
 /* The memory-registration modes an RDMA provider may require; the provider keeps the ones it
  * needs and drops the rest, and the Rust side honours what comes back. */
@@ -59,7 +103,8 @@ uint64_t orion_fi_requested_mr_mode(void) {
 }
 
 int orion_fi_getinfo(const char *provider, const char *node, struct fi_info **out) {
-    struct fi_info *hints = fi_allocinfo();
+    if (!lib_ready()) return -FI_ENOSYS;
+    struct fi_info *hints = lib.dupinfo(NULL);
     if (!hints) return -FI_ENOMEM;
     hints->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_SEND | FI_RECV | FI_REMOTE_READ |
                   FI_REMOTE_WRITE;
@@ -81,8 +126,8 @@ int orion_fi_getinfo(const char *provider, const char *node, struct fi_info **ou
     if (provider && provider[0]) {
         hints->fabric_attr->prov_name = strdup(provider);
     }
-    int ret = fi_getinfo(orion_fi_api_version(), node, NULL, node ? FI_SOURCE : 0, hints, out);
-    fi_freeinfo(hints);
+    int ret = lib.getinfo(orion_fi_api_version(), node, NULL, node ? FI_SOURCE : 0, hints, out);
+    lib.freeinfo(hints);
     return ret;
 }
 
@@ -103,10 +148,10 @@ void orion_fi_info_attrs(const struct fi_info *info, struct orion_info_attrs *a)
         strncpy(a->domain, info->domain_attr->name, sizeof(a->domain) - 1);
 }
 
-void orion_fi_freeinfo(struct fi_info *info) { fi_freeinfo(info); }
+void orion_fi_freeinfo(struct fi_info *info) { lib.freeinfo(info); }
 
 int orion_fi_fabric(struct fi_info *info, struct fid_fabric **fabric) {
-    return fi_fabric(info->fabric_attr, fabric, NULL);
+    return lib.fabric(info->fabric_attr, fabric, NULL);
 }
 
 int orion_fi_domain(struct fid_fabric *fabric, struct fi_info *info, struct fid_domain **domain) {

@@ -1,9 +1,8 @@
 //! Descriptor calls: dup, fcntl and flock on served descriptors (locks in
 //! `locks.rs`), and the calls only the kernel can serve (mmap, ioctl, fdopen's stdio,
-//! xattrs by descriptor, status flags changed), for which a served descriptor goes
-//! to the kernel first.
+//! status flags changed), for which a served descriptor goes to the kernel first.
 
-use libc::{c_char, c_int, c_long, c_ulong, c_void, off_t, size_t, ssize_t};
+use libc::{c_char, c_int, c_long, c_ulong, c_void, off_t, size_t};
 
 use super::{fail, served};
 use crate::real;
@@ -193,45 +192,6 @@ pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
     }
     // SAFETY: the caller's descriptor, passed on.
     unsafe { real::fchdir(fd) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn fgetxattr(
-    fd: c_int,
-    name: *const c_char,
-    v: *mut c_void,
-    n: size_t,
-) -> ssize_t {
-    kernel_fd(fd);
-    // SAFETY: the caller's arguments, passed on.
-    unsafe { real::fgetxattr(fd, name, v, n) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn fsetxattr(
-    fd: c_int,
-    name: *const c_char,
-    v: *const c_void,
-    n: size_t,
-    fl: c_int,
-) -> c_int {
-    kernel_fd(fd);
-    // SAFETY: the caller's arguments, passed on.
-    unsafe { real::fsetxattr(fd, name, v, n, fl) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn flistxattr(fd: c_int, list: *mut c_char, n: size_t) -> ssize_t {
-    kernel_fd(fd);
-    // SAFETY: the caller's arguments, passed on.
-    unsafe { real::flistxattr(fd, list, n) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn fremovexattr(fd: c_int, name: *const c_char) -> c_int {
-    kernel_fd(fd);
-    // SAFETY: the caller's arguments, passed on.
-    unsafe { real::fremovexattr(fd, name) }
 }
 
 /// The mount point, for statfs of a served descriptor.

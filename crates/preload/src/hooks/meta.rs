@@ -1,5 +1,5 @@
-//! Attributes: the stat family, access, truncate by path, and fchmod, fchown and
-//! futimens on served descriptors.
+//! Attributes: the stat family, access, truncate, chmod, chown and the times, by
+//! path and on served descriptors.
 
 use libc::{c_char, c_int, c_uint, mode_t, off_t, AT_EMPTY_PATH, AT_FDCWD, AT_SYMLINK_NOFOLLOW};
 use orion_client::{Attr, FileType, FsResult, SetAttrReq, TimeSet};
@@ -269,8 +269,8 @@ pub unsafe extern "C" fn futimens(fd: c_int, t: *const libc::timespec) -> c_int 
     unsafe { set_times(fd, t) }
 }
 
-/// utimensat with a null path sets a descriptor's times (glibc's futimens and
-/// futimes do this).
+/// utimensat: a path's times, or with a null path a descriptor's (glibc's futimens
+/// and futimes do this).
 #[no_mangle]
 pub unsafe extern "C" fn utimensat(
     d: c_int,
@@ -278,35 +278,31 @@ pub unsafe extern "C" fn utimensat(
     t: *const libc::timespec,
     fl: c_int,
 ) -> c_int {
-    if path.is_null() && served(d).is_some() {
+    if path.is_null() {
+        if served(d).is_some() {
+            // SAFETY: as the caller.
+            return unsafe { set_times(d, t) };
+        }
+    } else {
         // SAFETY: as the caller.
-        return unsafe { set_times(d, t) };
+        let req = match unsafe { times(t) } {
+            Ok(req) => req,
+            Err(e) => return fail(e),
+        };
+        // SAFETY: as the caller.
+        if let Some(r) = unsafe { set_path(d, path, fl, req) } {
+            return r;
+        }
     }
     // SAFETY: the caller's arguments, passed on.
     unsafe { real::utimensat(d, path, t, fl) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn futimes(fd: c_int, tv: *const libc::timeval) -> c_int {
-    if served(fd).is_none() {
-        // SAFETY: the caller's arguments, passed on.
-        return unsafe { real::futimes(fd, tv) };
-    }
-    // SAFETY: a non-null times argument is an array of two timevals.
-    let ts = unsafe { tv.as_ref().map(|_| std::slice::from_raw_parts(tv, 2)) }.map(|v| {
-        [0, 1].map(|i| libc::timespec {
-            tv_sec: v[i].tv_sec,
-            tv_nsec: v[i].tv_usec * 1000,
-        })
-    });
-    let p = ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
-    // SAFETY: null or our array of two timespecs.
-    unsafe { set_times(fd, p) }
-}
-
+/// The two timespecs of `t` (null: both now) as a timestamp change.
+///
 /// # Safety
 /// `t` is null or an array of two timespecs.
-unsafe fn set_times(fd: c_int, t: *const libc::timespec) -> c_int {
+unsafe fn times(t: *const libc::timespec) -> Result<SetAttrReq, c_int> {
     let (atime, mtime) = if t.is_null() {
         (Some(TimeSet::Now), Some(TimeSet::Now))
     } else {
@@ -316,16 +312,168 @@ unsafe fn set_times(fd: c_int, t: *const libc::timespec) -> c_int {
             !matches!(x.tv_nsec, libc::UTIME_OMIT | libc::UTIME_NOW)
                 && !(0..1_000_000_000).contains(&x.tv_nsec)
         }) {
-            return fail(libc::EINVAL);
+            return Err(libc::EINVAL);
         }
         (time_set(&ts[0]), time_set(&ts[1]))
     };
-    let req = SetAttrReq {
+    Ok(SetAttrReq {
         atime,
         mtime,
         ..Default::default()
+    })
+}
+
+/// Two timevals (null: now) as the timespecs utimensat takes.
+///
+/// # Safety
+/// `tv` is null or an array of two timevals.
+unsafe fn from_timevals(tv: *const libc::timeval) -> Option<[libc::timespec; 2]> {
+    // SAFETY: a non-null times argument is an array of two timevals.
+    let v = unsafe { tv.as_ref().map(|_| std::slice::from_raw_parts(tv, 2)) }?;
+    Some([0, 1].map(|i| libc::timespec {
+        tv_sec: v[i].tv_sec,
+        tv_nsec: v[i].tv_usec * 1000,
+    }))
+}
+
+/// setattr on what `path` (relative to `d`) names, without following a final
+/// symlink under `AT_SYMLINK_NOFOLLOW`. `None`: the kernel's to do.
+///
+/// # Safety
+/// `path` is null or NUL-terminated.
+unsafe fn set_path(d: c_int, path: *const c_char, flags: c_int, req: SetAttrReq) -> Option<c_int> {
+    // SAFETY: as the caller.
+    let r = match unsafe { route(d, path, flags & AT_EMPTY_PATH != 0) } {
+        Route::Serve(c, p) => {
+            let _in = Inside::enter();
+            match flags & AT_SYMLINK_NOFOLLOW != 0 {
+                true => c.lstat(&p).and_then(|a| c.setattr(a.ino, &req)),
+                false => c.setattr_path(&p, &req),
+            }
+        }
+        Route::Fd(f) => {
+            let _in = Inside::enter();
+            f.client.setattr(f.ino, &req)
+        }
+        Route::NotDir => return Some(fail(libc::ENOTDIR)),
+        Route::Kernel => return None,
     };
-    set(fd, req).unwrap_or_else(|| fail(libc::EBADF))
+    match r {
+        Ok(_) => Some(0),
+        Err(e) if leaves(&e) => None,
+        Err(e) => Some(fail(e.errno())),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn utimes(path: *const c_char, tv: *const libc::timeval) -> c_int {
+    // SAFETY: the caller's arguments.
+    let ts = unsafe { from_timevals(tv) };
+    let t = ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
+    // SAFETY: the caller's path; null or our two timespecs.
+    unsafe { utimensat(AT_FDCWD, path, t, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lutimes(path: *const c_char, tv: *const libc::timeval) -> c_int {
+    // SAFETY: the caller's arguments.
+    let ts = unsafe { from_timevals(tv) };
+    let t = ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
+    // SAFETY: the caller's path; null or our two timespecs.
+    unsafe { utimensat(AT_FDCWD, path, t, AT_SYMLINK_NOFOLLOW) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn utime(path: *const c_char, b: *const libc::utimbuf) -> c_int {
+    // SAFETY: a non-null utimbuf is the caller's.
+    let ts = unsafe { b.as_ref() }.map(|b| {
+        [b.actime, b.modtime].map(|s| libc::timespec {
+            tv_sec: s,
+            tv_nsec: 0,
+        })
+    });
+    let t = ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
+    // SAFETY: the caller's path; null or our two timespecs.
+    unsafe { utimensat(AT_FDCWD, path, t, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fchmodat(d: c_int, path: *const c_char, mode: mode_t, fl: c_int) -> c_int {
+    // A symlink's own mode (AT_SYMLINK_NOFOLLOW) is the kernel's to refuse.
+    if fl == 0 {
+        let req = SetAttrReq {
+            mode: Some(mode & 0o7777),
+            ..Default::default()
+        };
+        // SAFETY: the caller's path.
+        if let Some(r) = unsafe { set_path(d, path, 0, req) } {
+            return r;
+        }
+    }
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { real::fchmodat(d, path, mode, fl) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn chmod(path: *const c_char, mode: mode_t) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { fchmodat(AT_FDCWD, path, mode, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fchownat(
+    d: c_int,
+    path: *const c_char,
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    fl: c_int,
+) -> c_int {
+    let req = SetAttrReq {
+        uid: (uid != u32::MAX).then_some(uid),
+        gid: (gid != u32::MAX).then_some(gid),
+        ..Default::default()
+    };
+    // SAFETY: the caller's path.
+    match unsafe { set_path(d, path, fl, req) } {
+        Some(r) => r,
+        // SAFETY: the caller's arguments, passed on.
+        None => unsafe { real::fchownat(d, path, uid, gid, fl) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn chown(path: *const c_char, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { fchownat(AT_FDCWD, path, uid, gid, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lchown(path: *const c_char, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { fchownat(AT_FDCWD, path, uid, gid, AT_SYMLINK_NOFOLLOW) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn futimes(fd: c_int, tv: *const libc::timeval) -> c_int {
+    if served(fd).is_none() {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { real::futimes(fd, tv) };
+    }
+    // SAFETY: the caller's times.
+    let ts = unsafe { from_timevals(tv) };
+    let p = ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
+    // SAFETY: null or our array of two timespecs.
+    unsafe { set_times(fd, p) }
+}
+
+/// # Safety
+/// `t` is null or an array of two timespecs.
+unsafe fn set_times(fd: c_int, t: *const libc::timespec) -> c_int {
+    // SAFETY: as the caller.
+    match unsafe { times(t) } {
+        Ok(req) => set(fd, req).unwrap_or_else(|| fail(libc::EBADF)),
+        Err(e) => fail(e),
+    }
 }
 
 // The stat family as binaries built against glibc before 2.33 call it (the version

@@ -8,12 +8,14 @@
 //! `openat`, `fcntl` or `ioctl` receives its optional argument where a fixed one
 //! would be).
 
+mod dirs;
 mod fds;
 mod io;
 mod locks;
 mod meta;
 mod names;
 mod open;
+mod xattrs;
 
 use std::ffi::CStr;
 use std::sync::atomic::Ordering;

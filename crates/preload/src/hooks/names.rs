@@ -1,10 +1,13 @@
-//! Names: mkdir, rmdir, unlink and rename under the mount, served through the
-//! client so that a file this process holds open outlives its name.
+//! Names: mkdir, rmdir, unlink, rename, link, symlink and readlink under the mount,
+//! served through the client (so that, among other things, a file this process holds
+//! open outlives its name).
 
-use libc::{c_char, c_int, c_uint, mode_t, AT_FDCWD, AT_REMOVEDIR};
+use std::ffi::CStr;
+
+use libc::{c_char, c_int, c_uint, mode_t, size_t, ssize_t, AT_FDCWD, AT_REMOVEDIR};
 use orion_client::{FsResult, RenameMode};
 
-use super::{fail, leaves, route, Route};
+use super::{fail, fail_ssize, leaves, route, Route};
 use crate::paths::kernel_holds;
 use crate::real;
 use crate::state::Inside;
@@ -98,8 +101,9 @@ pub unsafe extern "C" fn renameat2(
     let served = match (a, b) {
         (Route::Serve(c, p), Route::Serve(_, q)) => {
             let _in = Inside::enter();
-            // A target this process holds through the kernel: the mount keeps it.
-            match mode == RenameMode::Replace && kernel_holds(&q) {
+            // A target this process holds through the kernel: the mount keeps it. The
+            // mount point itself belongs to the file system it sits in (EXDEV).
+            match (mode == RenameMode::Replace && kernel_holds(&q)) || p == "/" || q == "/" {
                 true => None,
                 false => done(c.rename_with(&p, &q, mode)),
             }
@@ -126,4 +130,108 @@ pub unsafe extern "C" fn renameat(
 pub unsafe extern "C" fn rename(from: *const c_char, to: *const c_char) -> c_int {
     // SAFETY: the caller's arguments.
     unsafe { renameat2(AT_FDCWD, from, AT_FDCWD, to, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn symlinkat(target: *const c_char, d: c_int, path: *const c_char) -> c_int {
+    // SAFETY: the caller's path.
+    let served = match unsafe { route(d, path, false) } {
+        // SAFETY: a non-null target is the caller's NUL-terminated string.
+        Route::Serve(c, p) => match unsafe { target.as_ref().map(|t| CStr::from_ptr(t)) } {
+            Some(t) => {
+                let _in = Inside::enter();
+                // A target that is not UTF-8 is the kernel's to store.
+                t.to_str()
+                    .ok()
+                    .and_then(|t| done(c.symlink(t, &p).map(|_| ())))
+            }
+            None => Some(fail(libc::EFAULT)),
+        },
+        Route::NotDir => Some(fail(libc::ENOTDIR)),
+        _ => None,
+    };
+    // SAFETY: the caller's arguments, passed on.
+    served.unwrap_or_else(|| unsafe { real::symlinkat(target, d, path) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn symlink(target: *const c_char, path: *const c_char) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { symlinkat(target, AT_FDCWD, path) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn linkat(
+    od: c_int,
+    from: *const c_char,
+    nd: c_int,
+    to: *const c_char,
+    flags: c_int,
+) -> c_int {
+    // link(2) does not follow a final symlink; following it (AT_SYMLINK_FOLLOW) and
+    // linking a descriptor (AT_EMPTY_PATH) are the kernel's.
+    if flags != 0 {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { real::linkat(od, from, nd, to, flags) };
+    }
+    // SAFETY: the caller's paths.
+    let (a, b) = unsafe { (route(od, from, false), route(nd, to, false)) };
+    let served = match (a, b) {
+        (Route::Serve(c, p), Route::Serve(_, q)) => {
+            let _in = Inside::enter();
+            done(c.link(&p, &q).map(|_| ()))
+        }
+        (Route::NotDir, _) | (_, Route::NotDir) => Some(fail(libc::ENOTDIR)),
+        _ => None,
+    };
+    // SAFETY: the caller's arguments, passed on.
+    served.unwrap_or_else(|| unsafe { real::linkat(od, from, nd, to, flags) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn link(from: *const c_char, to: *const c_char) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { linkat(AT_FDCWD, from, AT_FDCWD, to, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readlinkat(
+    d: c_int,
+    path: *const c_char,
+    buf: *mut c_char,
+    n: size_t,
+) -> ssize_t {
+    // SAFETY: the caller's path.
+    let target = match unsafe { route(d, path, false) } {
+        Route::Serve(c, p) => {
+            let _in = Inside::enter();
+            match c.readlink(&p) {
+                Ok(t) => Ok(t),
+                Err(e) if leaves(&e) => Err(None),
+                Err(e) => Err(Some(e.errno())),
+            }
+        }
+        Route::NotDir => Err(Some(libc::ENOTDIR)),
+        _ => Err(None),
+    };
+    match target {
+        Ok(_) if buf.is_null() => fail_ssize(libc::EFAULT),
+        Ok(_) if n == 0 => fail_ssize(libc::EINVAL),
+        Ok(t) => {
+            // readlink(2) truncates to the buffer and writes no NUL.
+            let k = t.len().min(n);
+            // SAFETY: the caller's buffer holds `n` bytes; `k <= n`.
+            unsafe { std::ptr::copy_nonoverlapping(t.as_ptr(), buf.cast::<u8>(), k) };
+            k as ssize_t
+        }
+        Err(Some(e)) => fail_ssize(e),
+        // SAFETY: the caller's arguments, passed on.
+        Err(None) => unsafe { real::readlinkat(d, path, buf, n) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, n: size_t) -> ssize_t {
+    // SAFETY: the caller's arguments.
+    unsafe { readlinkat(AT_FDCWD, path, buf, n) }
 }

@@ -1,0 +1,85 @@
+/* Directory streams as a C program sees them, for the preload tests: run under
+ * `orion run` and plainly through the mount, it must print the same lines. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int by_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2)
+        return 2;
+    DIR *s = opendir(argv[1]);
+    if (!s) {
+        perror("opendir");
+        return 1;
+    }
+    char *rows[1024];
+    int n = 0;
+    long second_at = -1;
+    char second[256] = "";
+    struct dirent *e;
+    while ((e = readdir(s)) && n < 1024) {
+        struct stat st;
+        /* dirfd gives a descriptor the *at calls resolve names against. */
+        if (fstatat(dirfd(s), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            perror(e->d_name);
+            return 1;
+        }
+        if (st.st_ino != e->d_ino) {
+            printf("%s: d_ino %lu, st_ino %lu\n", e->d_name, (unsigned long)e->d_ino,
+                   (unsigned long)st.st_ino);
+            return 1;
+        }
+        char row[300];
+        snprintf(row, sizeof row, "%s type %d", e->d_name, e->d_type);
+        rows[n++] = strdup(row);
+        if (n == 1)
+            second_at = telldir(s);
+        if (n == 2)
+            snprintf(second, sizeof second, "%s", e->d_name);
+    }
+    qsort(rows, n, sizeof rows[0], by_name);
+    for (int i = 0; i < n; i++)
+        printf("%s\n", rows[i]);
+    /* seekdir to a telldir position gives the same entry again. */
+    seekdir(s, second_at);
+    e = readdir(s);
+    printf("seekdir: %s\n", e && strcmp(e->d_name, second) == 0 ? "same entry" : "differs");
+    /* rewinddir sees a name made since the open. */
+    int fd = openat(dirfd(s), "made-later", O_CREAT | O_WRONLY, 0644);
+    if (fd < 0) {
+        perror("openat");
+        return 1;
+    }
+    close(fd);
+    rewinddir(s);
+    int seen = 0;
+    while ((e = readdir(s)))
+        seen += strcmp(e->d_name, "made-later") == 0;
+    printf("rewinddir sees the new name: %d\n", seen);
+    if (unlinkat(dirfd(s), "made-later", 0) != 0) {
+        perror("unlinkat");
+        return 1;
+    }
+    if (closedir(s) != 0) {
+        perror("closedir");
+        return 1;
+    }
+    /* Errors: a file is not a directory; nothing is nothing. */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/Makefile", argv[1]);
+    errno = 0;
+    printf("opendir of a file: %s\n", opendir(path) ? "opened" : strerror(errno));
+    snprintf(path, sizeof path, "%s/nothing", argv[1]);
+    errno = 0;
+    printf("opendir of nothing: %s\n", opendir(path) ? "opened" : strerror(errno));
+    return 0;
+}
