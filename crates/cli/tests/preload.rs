@@ -217,6 +217,30 @@ print("python ok")
     );
 }
 
+const SPAWN_C: &str = include_str!("preload_spawn.c");
+
+#[test]
+fn execl_system_and_popen_inherit_open_files() {
+    let (cluster, mount) = start();
+    let p = Preload::new(&cluster, &mount);
+    let work = tempfile::tempdir_in("/dev/shm").unwrap();
+    let (src, bin) = (work.path().join("spawn.c"), work.path().join("spawn"));
+    std::fs::write(&src, SPAWN_C).unwrap();
+    host(&format!(
+        "cc -O1 -Wall -o {} {}",
+        bin.display(),
+        src.display()
+    ));
+    let (bin, m) = (bin.display().to_string(), mount.path.display().to_string());
+    // Run directly (no shell): its own process is the one served.
+    let o = p.run(&[&bin, &m]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(served(&err) > 0, "nothing served: {err}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "a\nb\n1\n2\n3\n4\n");
+    assert_eq!(std::fs::read_to_string(format!("{m}/h")).unwrap(), "x");
+}
+
 #[test]
 fn a_descriptor_keeps_its_offset_across_fork_and_exec() {
     let (cluster, mount) = start();
@@ -427,12 +451,14 @@ fn make_git_and_fio_work_under_preload() {
     // git: a repository made, committed to and checked under preload, read through
     // the mount.
     p.sh(&format!(
-        "cd {m}/proj && git init -q && git add dirs.c Makefile && \
+        "export GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1; \
+         cd {m}/proj && git init -q && git add dirs.c Makefile && \
          git -c user.name=t -c user.email=t@example.com commit -qm first && git fsck --strict 2>&1"
     ));
     assert_eq!(
         host(&format!(
-            "git -C {m}/proj log --format=%s && git -C {m}/proj status --porcelain -uno"
+            "export GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1; \
+             git -C {m}/proj log --format=%s && git -C {m}/proj status --porcelain -uno"
         )),
         "first\n"
     );
@@ -454,7 +480,8 @@ fn make_git_and_fio_work_under_preload() {
     // fio: random 4 KiB writes, each verified by its CRC32C.
     let out = p.sh(&format!(
         "fio --name=v --directory={m} --rw=randwrite --bs=4k --size=4m --ioengine=psync \
-         --verify=crc32c --do_verify=1 --verify_fatal=1 --output-format=terse"
+         --verify=crc32c --do_verify=1 --verify_fatal=1 --verify_state_save=0 \
+         --output-format=terse"
     ));
     assert_eq!(
         out.split(';').nth(4),

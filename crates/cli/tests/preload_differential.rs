@@ -121,8 +121,8 @@ fn attribute_op(rng: &mut SmallRng, path: &str) -> Value {
     match rng.gen_range(0..7) {
         0 => json!({"op": "listdir", "path": dir}),
         1 => json!({"op": "readlink", "path": path}),
-        2 => json!({"op": "chown", "path": path, "uid": rng.gen_range(0..3),
-                    "gid": rng.gen_range(0..3), "follow": follow}),
+        2 => json!({"op": "chown", "path": path, "uid": rng.gen_range(-1..3),
+                    "gid": rng.gen_range(-1..3), "follow": follow}),
         3 => json!({"op": "utime", "path": path, "atime": time(rng), "mtime": time(rng),
                     "follow": follow}),
         _ => json!({"op": "xattr", "path": path, "name": xattr, "follow": follow,

@@ -9,7 +9,8 @@ held = {}  # descriptors kept open across operations, by name
 
 
 def at(p):
-    return os.path.join(root, p)
+    # No trailing slash for the root itself (such a path goes to the kernel).
+    return os.path.join(root, p) if p else root
 
 
 def snapshot():

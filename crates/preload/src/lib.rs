@@ -8,8 +8,9 @@
 //! the kernel holds reserved ([`table`]); a call only the kernel can serve (mmap,
 //! stdio, exec, fork) gets the same file reopened through the mount first. Advisory
 //! locks are held at the MDS through the client, as the mount's are.
-//! Directories are the kernel's (through the mount), as are paths that leave the
-//! file system. See docs/design.md, "The preload library".
+//! Directory streams are served too; directory descriptors are the kernel's
+//! (through the mount), as are paths that leave the file system. The variadic exec
+//! calls are C (`variadic.c`), reached through jumps ([`variadic`]). See docs/design.md, "The preload library".
 
 mod hooks;
 mod paths;
@@ -17,3 +18,4 @@ mod real;
 mod stat;
 mod state;
 mod table;
+mod variadic;

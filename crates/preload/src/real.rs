@@ -136,4 +136,7 @@ real! {
     fn seekdir(d: *mut libc::DIR, pos: c_long) -> ();
     fn telldir(d: *mut libc::DIR) -> c_long;
     fn dirfd(d: *mut libc::DIR) -> c_int;
+    fn system(cmd: *const c_char) -> c_int;
+    fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int;
+    fn popen(cmd: *const c_char, mode: *const c_char) -> *mut libc::FILE;
 }

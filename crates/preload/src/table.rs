@@ -275,6 +275,17 @@ pub fn to_kernel(fd: c_int) -> Result<(), c_int> {
     Ok(())
 }
 
+/// The served descriptors from `first` to `last`.
+pub fn in_range(first: c_int, last: c_int) -> Vec<c_int> {
+    if COUNT.load(Ordering::Acquire) == 0 {
+        return Vec::new();
+    }
+    let t = TABLE.read().unwrap_or_else(|e| e.into_inner());
+    let mut fds: Vec<c_int> = t.iter().flatten().map(|(&n, _)| n).collect();
+    fds.retain(|&n| (first..=last).contains(&n));
+    fds
+}
+
 /// Hands every served descriptor to the kernel (before fork: parent and child then
 /// share the kernel's open files and offsets, as POSIX wants).
 pub fn all_to_kernel() {

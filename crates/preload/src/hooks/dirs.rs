@@ -187,8 +187,14 @@ pub unsafe extern "C" fn readdir64_r(
     }
     let got = match next(s) {
         Some(e) => {
-            // SAFETY: `e` is the stream's buffer; `entry` the caller's, of the same type.
-            unsafe { std::ptr::copy_nonoverlapping(e, entry, 1) };
+            // The record's length only, as the C library copies: a caller may size
+            // its entry for the name it can hold, not for a whole dirent64.
+            // SAFETY: `e` is the stream's buffer (d_reclen <= its size); `entry` is
+            // the caller's, at least d_reclen long for the name it receives.
+            unsafe {
+                let n = (*e).d_reclen as usize;
+                std::ptr::copy_nonoverlapping(e.cast::<u8>(), entry.cast::<u8>(), n)
+            };
             entry
         }
         None => std::ptr::null_mut(),
@@ -260,7 +266,21 @@ pub unsafe extern "C" fn dirfd(d: *mut DIR) -> c_int {
     if at.fd < 0 {
         let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
         // SAFETY: a NUL-terminated path we own.
-        at.fd = unsafe { real::openat(AT_FDCWD, s.path.as_ptr(), flags, 0) };
+        let fd = unsafe { real::openat(AT_FDCWD, s.path.as_ptr(), flags, 0) };
+        if fd < 0 {
+            return -1;
+        }
+        // The path names another directory if this one was renamed or removed since
+        // opendir: *at calls through it would act there.
+        // SAFETY: fstat of the descriptor just opened, into a struct we own.
+        let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+        if unsafe { real::fstat64(fd, &mut st) } != 0 || st.st_ino != s.ino {
+            // SAFETY: the descriptor just opened.
+            unsafe { real::close(fd) };
+            set_errno(libc::ENOENT);
+            return -1;
+        }
+        at.fd = fd;
     }
     at.fd
 }

@@ -239,16 +239,36 @@ pub unsafe extern "C" fn fchmod(fd: c_int, mode: mode_t) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn fchown(fd: c_int, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
-    let req = SetAttrReq {
-        uid: (uid != u32::MAX).then_some(uid),
-        gid: (gid != u32::MAX).then_some(gid),
-        ..Default::default()
-    };
+    let mut req = chown_req(uid, gid);
+    if keeps_owner(&req) {
+        if let Some(f) = served(fd) {
+            let _in = Inside::enter();
+            match f.client.fstat(f.fd) {
+                Ok(a) => req.gid = Some(a.gid),
+                Err(e) => return fail(e.errno()),
+            }
+        }
+    }
     match set(fd, req) {
         Some(r) => r,
         // SAFETY: the caller's arguments, passed on.
         None => unsafe { real::fchown(fd, uid, gid) },
     }
+}
+
+/// chown's change (-1: that id unchanged).
+fn chown_req(uid: libc::uid_t, gid: libc::gid_t) -> SetAttrReq {
+    SetAttrReq {
+        uid: (uid != u32::MAX).then_some(uid),
+        gid: (gid != u32::MAX).then_some(gid),
+        ..Default::default()
+    }
+}
+
+/// chown(f, -1, -1) changes no id, but Linux still clears the setuid and setgid bits
+/// of a file (and sets its ctime); setting the group it has does the same here.
+fn keeps_owner(req: &SetAttrReq) -> bool {
+    req.uid.is_none() && req.gid.is_none()
 }
 
 fn time_set(t: &libc::timespec) -> Option<TimeSet> {
@@ -428,11 +448,16 @@ pub unsafe extern "C" fn fchownat(
     gid: libc::gid_t,
     fl: c_int,
 ) -> c_int {
-    let req = SetAttrReq {
-        uid: (uid != u32::MAX).then_some(uid),
-        gid: (gid != u32::MAX).then_some(gid),
-        ..Default::default()
-    };
+    let mut req = chown_req(uid, gid);
+    if keeps_owner(&req) {
+        // SAFETY: the caller's path.
+        match unsafe { attrs(d, path, fl) } {
+            Some(Ok(a)) => req.gid = Some(a.gid),
+            Some(Err(e)) => return fail(e),
+            // SAFETY: the caller's arguments, passed on.
+            None => return unsafe { real::fchownat(d, path, uid, gid, fl) },
+        }
+    }
     // SAFETY: the caller's path.
     match unsafe { set_path(d, path, fl, req) } {
         Some(r) => r,

@@ -201,6 +201,10 @@ pub unsafe extern "C" fn readlinkat(
     buf: *mut c_char,
     n: size_t,
 ) -> ssize_t {
+    if n == 0 {
+        // Refused before the path is looked at, as the kernel does.
+        return fail_ssize(libc::EINVAL);
+    }
     // SAFETY: the caller's path.
     let target = match unsafe { route(d, path, false) } {
         Route::Serve(c, p) => {
@@ -216,7 +220,6 @@ pub unsafe extern "C" fn readlinkat(
     };
     match target {
         Ok(_) if buf.is_null() => fail_ssize(libc::EFAULT),
-        Ok(_) if n == 0 => fail_ssize(libc::EINVAL),
         Ok(t) => {
             // readlink(2) truncates to the buffer and writes no NUL.
             let k = t.len().min(n);

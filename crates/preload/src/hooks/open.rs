@@ -5,7 +5,7 @@ use std::ffi::CString;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Once;
 
-use libc::{c_char, c_int, mode_t, AT_FDCWD, O_CREAT, O_DIRECTORY, O_PATH, O_TMPFILE};
+use libc::{c_char, c_int, c_uint, mode_t, AT_FDCWD, O_CREAT, O_DIRECTORY, O_PATH, O_TMPFILE};
 use orion_client::{Client, FileType, OpenFlags};
 
 use super::{fail, leaves, route, Route};
@@ -21,11 +21,13 @@ use crate::table::{self, OpenFile};
 unsafe fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
     setup();
     // SAFETY: the caller's arguments, passed on. The library's own files go high; a
-    // file under the mount that the kernel opens is noted (see kernel_holds).
-    let kernel = || match Inside::now() {
+    // file under the mount that the kernel opens is noted (see kernel_holds) when it
+    // may be a regular file (`may_be_file`: directories and O_PATH descriptors hold no
+    // file the mount keeps for them).
+    let kernel = |may_be_file: bool| match Inside::now() {
         true => state::relocate(unsafe { real::openat(dirfd, path, flags, mode) }),
         false => {
-            if !path.is_null() {
+            if !path.is_null() && may_be_file {
                 let _in = Inside::enter();
                 // SAFETY: a NUL-terminated string (the caller's).
                 paths::note_kernel_open(dirfd, unsafe { std::ffi::CStr::from_ptr(path) });
@@ -36,35 +38,40 @@ unsafe fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t)
     // Directories, O_PATH and O_TMPFILE descriptors are the kernel's (through the
     // mount): readdir and fchdir need kernel descriptors.
     if flags & (O_DIRECTORY | O_PATH | O_TMPFILE) != 0 {
-        return kernel();
+        return kernel(flags & O_TMPFILE == O_TMPFILE);
     }
     // SAFETY: as the caller.
     match unsafe { route(dirfd, path, false) } {
         Route::Serve(c, p) => {
             let _in = Inside::enter();
             match open_served(c, &p, flags, mode) {
-                Ok(Some(fd)) => fd,
-                Ok(None) => kernel(),
+                Ok(Opened::Served(fd)) => fd,
+                Ok(Opened::NotRegular) => kernel(false),
+                Ok(Opened::Leaves) => kernel(true),
                 Err(e) => fail(e),
             }
         }
         Route::NotDir => fail(libc::ENOTDIR),
-        Route::Fd(_) | Route::Kernel => kernel(),
+        Route::Fd(_) | Route::Kernel => kernel(true),
     }
 }
 
-/// Opens `p` (from the file system's root) through the client. `Ok(None)`: not a
-/// regular file, or the path leaves the file system: the kernel opens it.
-fn open_served(
-    c: &'static Client,
-    p: &str,
-    flags: c_int,
-    mode: mode_t,
-) -> Result<Option<c_int>, c_int> {
+/// What a served open did.
+enum Opened {
+    /// Opened: this descriptor.
+    Served(c_int),
+    /// Not a regular file (a directory, FIFO or device): the kernel opens it.
+    NotRegular,
+    /// The path leaves the file system: the kernel opens it.
+    Leaves,
+}
+
+/// Opens `p` (from the file system's root) through the client.
+fn open_served(c: &'static Client, p: &str, flags: c_int, mode: mode_t) -> Result<Opened, c_int> {
     if flags & libc::O_NOFOLLOW != 0 {
         match c.lstat(p) {
             Ok(a) if a.ftype == FileType::Symlink => return Err(libc::ELOOP),
-            Err(e) if leaves(&e) => return Ok(None),
+            Err(e) if leaves(&e) => return Ok(Opened::Leaves),
             _ => {}
         }
     }
@@ -78,7 +85,7 @@ fn open_served(
     };
     let fd = match c.open(p, of, mode & !current_umask() & 0o7777) {
         Ok(fd) => fd,
-        Err(e) if leaves(&e) => return Ok(None),
+        Err(e) if leaves(&e) => return Ok(Opened::Leaves),
         Err(e) => return Err(e.errno()),
     };
     let a = match c.fstat(fd) {
@@ -90,7 +97,7 @@ fn open_served(
     };
     if a.ftype != FileType::Regular {
         let _ = c.close(fd);
-        return Ok(None);
+        return Ok(Opened::NotRegular);
     }
     // Reopened through the mount by this path when the file goes to the kernel.
     let mount = state::settings().map_or("", |s| s.mount.as_str());
@@ -108,7 +115,7 @@ fn open_served(
         descriptors: Default::default(),
         offset: Default::default(),
     };
-    table::insert(file).map(Some)
+    table::insert(file).map(Opened::Served)
 }
 
 #[no_mangle]
@@ -196,6 +203,42 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     }
     // SAFETY: the caller's descriptor, passed on.
     unsafe { real::close(fd) }
+}
+
+/// close_range and closefrom close whole ranges of numbers. Served descriptors in
+/// the range close as close() closes them (or only get close-on-exec, with
+/// CLOSE_RANGE_CLOEXEC). The library's own descriptors (the client's sockets and
+/// rings, all at or above `own_floor`, near the open-file limit) stay open: the
+/// program never knew them. A program's own descriptors up there stay open too.
+#[no_mangle]
+pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    if Inside::now() || first > last {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { real::close_range(first, last, flags) };
+    }
+    let floor = state::own_floor() as c_uint;
+    {
+        let _in = Inside::enter();
+        let top = last.min(c_int::MAX as c_uint) as c_int;
+        for fd in table::in_range(first.min(c_int::MAX as c_uint) as c_int, top) {
+            if flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0 {
+                table::set_cloexec(fd, true);
+            } else {
+                let _ = table::close(fd);
+            }
+        }
+    }
+    if first >= floor {
+        return 0;
+    }
+    // SAFETY: the caller's range, below the library's own descriptors.
+    unsafe { real::close_range(first, last.min(floor - 1), flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn closefrom(low: c_int) {
+    // SAFETY: a range of descriptors, as closefrom(3) closes.
+    unsafe { close_range(low.max(0) as c_uint, c_uint::MAX, 0) };
 }
 
 /// The mask as last set (u32::MAX: not read yet).
@@ -341,6 +384,22 @@ pub unsafe extern "C" fn posix_spawnp(
     before_spawn();
     // SAFETY: the caller's arguments, passed on.
     unsafe { real::posix_spawnp(pid, file, fa, at, argv, envp) }
+}
+
+/// system() and popen() start their shell with the C library's internal spawn: as
+/// for posix_spawn, every served descriptor goes to the kernel first.
+#[no_mangle]
+pub unsafe extern "C" fn system(cmd: *const c_char) -> c_int {
+    before_spawn();
+    // SAFETY: the caller's command, passed on.
+    unsafe { real::system(cmd) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn popen(cmd: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    before_spawn();
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { real::popen(cmd, mode) }
 }
 
 /// stdio's fopen opens with the C library's internal call: the file is the kernel's,
