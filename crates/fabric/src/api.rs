@@ -6,7 +6,7 @@
 //! registrations (a forged descriptor is refused there).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -106,8 +106,11 @@ pub(crate) trait ConnImpl: Send + Sync {
 pub(crate) trait CqImpl: Send + Sync {
     /// Moves up to `max` finished completions to `out`; never blocks.
     fn poll(&self, out: &mut Vec<Completion>, max: usize) -> usize;
-    /// Blocks until a completion may be ready, a peer may have died, or `timeout` passes.
-    fn sleep(&self, timeout: Duration);
+    /// Blocks until a completion may be ready, a peer may have died, `woken` is set, or
+    /// `timeout` passes.
+    fn sleep(&self, timeout: Duration, woken: &AtomicBool);
+    /// Ends a [`CqImpl::sleep`] in another thread (whose `woken` the caller has set).
+    fn wake(&self);
     /// Detects dead peers and completes their outstanding operations with `PeerGone`.
     fn check_peers(&self);
     fn as_any_arc(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync>;
@@ -200,6 +203,7 @@ impl Domain {
             domain: self.id,
             spinner: Spinner::new(self.cfg.spin),
             idle_polls: AtomicU32::new(0),
+            woken: AtomicBool::new(false),
         })
     }
 
@@ -448,6 +452,8 @@ pub struct CompletionQueue {
     pub(crate) domain: u64,
     spinner: Spinner,
     idle_polls: AtomicU32,
+    /// Set by [`CompletionQueue::wake`]: the waiter returns with nothing.
+    woken: AtomicBool,
 }
 
 /// How often a busy poller checks that its peers are still alive.
@@ -478,7 +484,17 @@ impl CompletionQueue {
         n
     }
 
+    /// Makes a [`CompletionQueue::wait`] in another thread (or the next one) return
+    /// at once, with no completion (`Ok(0)`): for a thread that hands the waiter work
+    /// from outside the queue, such as a connection just accepted, which the waiter
+    /// must adopt before its completions can arrive.
+    pub fn wake(&self) {
+        self.woken.store(true, Ordering::SeqCst);
+        self.imp.wake();
+    }
+
     /// Waits up to `timeout` for at least one completion; `Err(Timeout)` if none came.
+    /// `Ok(0)` after a [`CompletionQueue::wake`].
     pub fn wait(&self, out: &mut Vec<Completion>, max: usize, timeout: Duration) -> Result<usize> {
         let start = Instant::now();
         let n = self.imp.poll(out, max);
@@ -508,7 +524,11 @@ impl CompletionQueue {
                 self.spinner.miss(None);
                 return Err(Error::Timeout(timeout));
             }
-            self.imp.sleep((timeout - elapsed).min(SLEEP_SLICE));
+            if self.woken.swap(false, Ordering::SeqCst) {
+                return Ok(0);
+            }
+            self.imp
+                .sleep((timeout - elapsed).min(SLEEP_SLICE), &self.woken);
             let mut n = self.imp.poll(out, max);
             if n == 0 {
                 self.imp.check_peers();

@@ -769,13 +769,20 @@ impl CqImpl for MockCq {
         n
     }
 
-    fn sleep(&self, timeout: Duration) {
+    fn sleep(&self, timeout: Duration, woken: &AtomicBool) {
         let st = self.state.lock().unwrap();
-        let nothing =
-            st.ready.is_empty() && st.conns.iter().all(|c| c.inbox.lock().unwrap().is_empty());
+        let nothing = !woken.load(Ordering::SeqCst)
+            && st.ready.is_empty()
+            && st.conns.iter().all(|c| c.inbox.lock().unwrap().is_empty());
         if nothing {
             let _ = self.cv.wait_timeout(st, timeout);
         }
+    }
+
+    fn wake(&self) {
+        // Under the state lock: a sleeper between its check and its wait is not missed.
+        let _st = self.state.lock().unwrap();
+        self.cv.notify_all();
     }
 
     fn as_any_arc(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {

@@ -68,6 +68,10 @@ macro_rules! conformance {
             fn sleeping_waiter_wakes_and_idle_wait_times_out() {
                 tests::sleeping_waiter_wakes_and_idle_wait_times_out(setup())
             }
+            #[test]
+            fn a_wake_ends_a_wait_with_nothing() {
+                tests::a_wake_ends_a_wait_with_nothing(setup())
+            }
         }
     };
 }
@@ -634,5 +638,32 @@ mod tests {
         let c = p.client.collect(1, T);
         assert_eq!((c[0].wr_id, &c[0].status), (5, &Ok(())));
         t.join().unwrap();
+    }
+
+    /// What a server's acceptor does after handing over a connection: a waiter
+    /// sleeping with a long timeout returns at once with no completion, and a wake
+    /// given before the wait is not lost.
+    pub fn a_wake_ends_a_wait_with_nothing(s: Setup) {
+        let p = s.pair_with(orion_fabric::SpinPolicy::never());
+        let cq = p.client.cq.clone();
+        let waiter = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            let r = cq.wait(&mut out, 8, Duration::from_secs(600));
+            (r.map_err(|e| e.to_string()), out.len())
+        });
+        // The wake may come before or during the wait: either way it returns Ok(0)
+        // (a lost wake would leave it asleep for ten minutes).
+        std::thread::sleep(Duration::from_millis(20));
+        p.client.cq.wake();
+        assert_eq!(waiter.join().unwrap(), (Ok(0), 0));
+        // A wake with nobody waiting: the next wait returns with nothing, and the
+        // one after that waits as usual.
+        p.client.cq.wake();
+        let mut out = Vec::new();
+        assert_eq!(p.client.cq.wait(&mut out, 8, T).map_err(|e| e.to_string()), Ok(0));
+        assert!(matches!(
+            p.client.cq.wait(&mut out, 8, Duration::from_millis(30)),
+            Err(Error::Timeout(_))
+        ));
     }
 }

@@ -153,8 +153,10 @@ pub fn note_kernel_open(dirfd: c_int, path: &CStr) {
     }
 }
 
-/// Whether the process started with descriptors under the mount (inherited across
-/// exec); asked once.
+/// Whether the process started with descriptors of regular files under the mount
+/// (inherited across exec); asked once, at the first unlink or rename. Directories do
+/// not count: the mount keeps no file alive for them (and a program removing a tree
+/// holds one open at that first call).
 fn inherited_kernel_files(s: &Settings) -> bool {
     static INHERITED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *INHERITED.get_or_init(|| {
@@ -163,10 +165,20 @@ fn inherited_kernel_files(s: &Settings) -> bool {
         };
         let mount = s.mount.as_bytes();
         dir.flatten().any(|e| {
-            std::fs::read_link(e.path()).is_ok_and(|l| {
+            let fd = e.file_name().to_str().and_then(|n| n.parse::<c_int>().ok());
+            let under = std::fs::read_link(e.path()).is_ok_and(|l| {
                 let l = l.as_os_str().as_encoded_bytes();
                 l.starts_with(mount) && matches!(l.get(mount.len()), None | Some(b'/'))
-            })
+            });
+            under && fd.is_some_and(is_regular)
         })
     })
+}
+
+/// Whether kernel descriptor `fd` is open on a regular file.
+fn is_regular(fd: c_int) -> bool {
+    // SAFETY: stat64 is plain integers: all zeros is a valid value.
+    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat into a struct we own; a closed descriptor only fails.
+    unsafe { real::fstat64(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG }
 }

@@ -246,6 +246,9 @@ pub fn spawn_acceptor(
                                 if tx.send(ch).is_err() {
                                     return;
                                 }
+                                // The server adopts it (posts its receives) at its
+                                // next turn: now, not after its idle wait.
+                                cq.wake();
                             }
                             Err(e) => on_error(format!("connection from {peer}: {e}")),
                         }

@@ -532,7 +532,7 @@ impl CqImpl for LocalCq {
         out.len() - start
     }
 
-    fn sleep(&self, timeout: Duration) {
+    fn sleep(&self, timeout: Duration, woken: &AtomicBool) {
         let conns = self.conns();
         // A sender waiting for ring space is not woken by the consumer; poll it again soon.
         let backlog = conns.iter().any(|c| c.backlogged.load(Ordering::Acquire));
@@ -542,8 +542,14 @@ impl CqImpl for LocalCq {
             timeout
         };
         self.shared.file.sleep(self.bell, timeout, || {
-            !self.ready.lock().unwrap().is_empty() || conns.iter().any(|c| c.deliverable())
+            woken.load(Ordering::SeqCst)
+                || !self.ready.lock().unwrap().is_empty()
+                || conns.iter().any(|c| c.deliverable())
         });
+    }
+
+    fn wake(&self) {
+        self.shared.file.ring(self.bell);
     }
 
     fn check_peers(&self) {

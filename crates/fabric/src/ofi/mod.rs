@@ -22,8 +22,10 @@ mod ffi;
 
 use std::collections::VecDeque;
 use std::ffi::{CStr, CString};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::io::AsRawFd;
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -419,9 +421,16 @@ impl DomainImpl for OfiDomain {
     }
 
     fn completion_queue(&self) -> Result<Arc<dyn CqImpl>> {
+        let wake =
+            UnixStream::pair().map_err(|e| Error::io("a completion queue's wake-up pair", e))?;
+        wake.0
+            .set_nonblocking(true)
+            .and_then(|_| wake.1.set_nonblocking(true))
+            .map_err(|e| Error::io("a completion queue's wake-up pair", e))?;
         Ok(Arc::new(OfiCq {
             fi: self.fi.clone(),
             conns: Mutex::new(Vec::new()),
+            wake,
         }))
     }
 
@@ -473,6 +482,8 @@ impl ListenerImpl for OfiListener {
 pub(crate) struct OfiCq {
     fi: Arc<Fi>,
     conns: Mutex<Vec<Arc<OfiConn>>>,
+    /// A byte written to `wake.1` ends a sleep polling `wake.0` ([`CqImpl::wake`]).
+    wake: (UnixStream, UnixStream),
 }
 
 impl OfiCq {
@@ -504,9 +515,12 @@ impl CqImpl for OfiCq {
         out.len() - start
     }
 
-    fn sleep(&self, timeout: Duration) {
+    fn sleep(&self, timeout: Duration, woken: &AtomicBool) {
+        if woken.load(Ordering::SeqCst) {
+            return;
+        }
         let conns = self.conns();
-        let mut fds = Vec::with_capacity(conns.len() * 2);
+        let mut fds = Vec::with_capacity(conns.len() * 2 + 1);
         let mut timeout = timeout;
         for c in &conns {
             if !c.ready.lock().unwrap().is_empty() {
@@ -537,12 +551,25 @@ impl CqImpl for OfiCq {
             });
         }
         if fds.is_empty() {
-            std::thread::sleep(timeout.min(Duration::from_millis(1)));
-            return;
+            // No connection to wait on: look again soon.
+            timeout = timeout.min(Duration::from_millis(1));
         }
+        fds.push(libc::pollfd {
+            fd: self.wake.0.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
         let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
         // SAFETY: fds is a valid array of pollfd of the given length.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        // Wake-ups consumed (the flag, not the bytes, says whether one came).
+        let mut sink = [0u8; 64];
+        while matches!((&self.wake.0).read(&mut sink), Ok(n) if n > 0) {}
+    }
+
+    fn wake(&self) {
+        // A full socket buffer already holds a wake-up: nothing lost.
+        let _ = (&self.wake.1).write(&[1]);
     }
 
     fn check_peers(&self) {

@@ -272,8 +272,9 @@ pub unsafe extern "C" fn dirfd(d: *mut DIR) -> c_int {
         }
         // The path names another directory if this one was renamed or removed since
         // opendir: *at calls through it would act there.
-        // SAFETY: fstat of the descriptor just opened, into a struct we own.
+        // SAFETY: stat64 is plain integers: all zeros is a valid value.
         let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat of the descriptor just opened, into a struct we own.
         if unsafe { real::fstat64(fd, &mut st) } != 0 || st.st_ino != s.ino {
             // SAFETY: the descriptor just opened.
             unsafe { real::close(fd) };
