@@ -23,6 +23,7 @@ mod bench_workloads;
 mod config;
 mod daemons;
 mod fs_cmd;
+mod hosted;
 mod mount_cmd;
 mod procs;
 mod run_cmd;
@@ -105,6 +106,12 @@ enum Cmd {
     /// Run a program with the preload library: its file calls under the mount are
     /// served in its own process, without the kernel (`orion run -- PROGRAM ARGS...`).
     Run(run_cmd::RunArgs),
+    /// The file systems `orion up` left on this host: pools (and the RAM they hold),
+    /// state directory, running or not.
+    List(hosted::ListArgs),
+    /// Remove a file system of `orion up`: its pools and its state directory (asks
+    /// first unless --yes; refuses while it runs).
+    Destroy(hosted::DestroyArgs),
     /// Print the configuration: `--defaults` prints every key with its default.
     Config {
         #[arg(long)]
@@ -449,6 +456,14 @@ fn run() -> Result<ExitCode> {
         }
         Cmd::Run(a) => {
             run_cmd::run(a)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::List(a) => {
+            hosted::list(a)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Destroy(a) => {
+            hosted::destroy(a)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Config { defaults, common } => {

@@ -85,7 +85,7 @@ pub(crate) fn default_state_dir() -> Result<PathBuf> {
 
 /// /dev/shm/orion-<uid>-<hash of the state directory>: one pool directory per state
 /// directory, so two clusters of one user do not share pools.
-fn default_pool_dir(state: &Path) -> PathBuf {
+pub(crate) fn default_pool_dir(state: &Path) -> PathBuf {
     let h = crc32c::crc32c(state.as_os_str().as_encoded_bytes());
     // SAFETY: getuid only reads the process's credentials.
     let uid = unsafe { libc::getuid() };
@@ -121,6 +121,8 @@ pub fn up(a: UpArgs) -> Result<()> {
     std::fs::create_dir_all(&mnt)
         .with_context(|| format!("creating the mount point {}", mnt.display()))?;
     let secret = state.join("secret");
+    // A state directory without its secret is new (or was removed and made again).
+    let state_is_new = !secret.exists();
     crate::config::ensure_secret(&secret)?;
     if a.replicas == 0 {
         bail!("--replicas must be at least 1");
@@ -153,6 +155,15 @@ pub fn up(a: UpArgs) -> Result<()> {
             pools.display()
         );
     }
+    if state_is_new && !fresh {
+        eprintln!(
+            "orion up: the pools in {} hold a file system whose state directory was removed; \
+             serving it again (`orion destroy --pools {}` removes it instead)",
+            pools.display(),
+            pools.display()
+        );
+    }
+    crate::hosted::record(&state, &pools)?;
     let logs = state.join("logs");
     let common: Vec<String> = vec![
         "--backend".into(),

@@ -660,7 +660,10 @@ mod tests {
         // one after that waits as usual.
         p.client.cq.wake();
         let mut out = Vec::new();
-        assert_eq!(p.client.cq.wait(&mut out, 8, T).map_err(|e| e.to_string()), Ok(0));
+        assert_eq!(
+            p.client.cq.wait(&mut out, 8, T).map_err(|e| e.to_string()),
+            Ok(0)
+        );
         assert!(matches!(
             p.client.cq.wait(&mut out, 8, Duration::from_millis(30)),
             Err(Error::Timeout(_))
