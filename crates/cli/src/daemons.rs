@@ -109,6 +109,9 @@ pub struct Serve {
     /// then serve.
     #[arg(long)]
     pub format: bool,
+    /// host:port of a Prometheus endpoint (`/metrics`; port 0: any free port).
+    #[arg(long)]
+    pub metrics: Option<String>,
 }
 
 impl Serve {
@@ -119,6 +122,7 @@ impl Serve {
         pool_size: &mut String,
         pool_mode: &mut String,
         listen: &mut String,
+        metrics: &mut String,
     ) {
         if let Some(p) = &self.pool {
             *pool = p.clone();
@@ -131,6 +135,9 @@ impl Serve {
         }
         if let Some(l) = &self.listen {
             *listen = l.clone();
+        }
+        if let Some(m) = &self.metrics {
+            *metrics = m.clone();
         }
     }
 
@@ -200,6 +207,19 @@ fn stop_flag() -> Result<Arc<AtomicBool>> {
     crate::signals::stop_flag().context("installing signal handlers")
 }
 
+/// Starts the Prometheus endpoint `listen` names (if any), before the daemon serves;
+/// what its ready line says of it ("; metrics on http://ADDR/metrics").
+fn endpoint(
+    listen: &str,
+    registry: std::sync::Arc<prometheus_client::registry::Registry>,
+) -> Result<String> {
+    if listen.is_empty() {
+        return Ok(String::new());
+    }
+    let addr = crate::metrics_http::start(listen, registry)?;
+    Ok(format!("; metrics on http://{addr}/metrics"))
+}
+
 pub fn announce(line: String) {
     println!("{line}");
     let _ = std::io::stdout().flush();
@@ -234,6 +254,7 @@ pub fn mds(a: MdsArgs) -> Result<()> {
         &mut m.pool_size,
         &mut m.pool_mode,
         &mut m.listen,
+        &mut m.metrics,
     );
     if a.serve.format {
         ensure_secret(&c.fabric.secret_file)?;
@@ -244,9 +265,10 @@ pub fn mds(a: MdsArgs) -> Result<()> {
     }
     let fabric = c.fabric.fabric_config()?;
     let stop = stop_flag()?;
+    let metrics = endpoint(&c.mds.metrics, c.mds.counters.registry())?;
     orion_mds::run(c.mds, fabric, stop, |r| {
         announce(format!(
-            "orion mds ready: listening on {} ({})",
+            "orion mds ready: listening on {} ({}){metrics}",
             r.addr, r.describe
         ))
     })
@@ -261,6 +283,7 @@ pub fn ds(a: DsArgs) -> Result<()> {
         &mut d.pool_size,
         &mut d.pool_mode,
         &mut d.listen,
+        &mut d.metrics,
     );
     if let Some(g) = a.group {
         d.group = g;
@@ -276,9 +299,10 @@ pub fn ds(a: DsArgs) -> Result<()> {
     }
     let fabric = c.fabric.fabric_config()?;
     let stop = stop_flag()?;
+    let metrics = endpoint(&c.ds.metrics, c.ds.counters.registry())?;
     orion_ds::run(c.ds, fabric, stop, |r| {
         announce(format!(
-            "orion ds ready: listening on {} ({})",
+            "orion ds ready: listening on {} ({}){metrics}",
             r.addr, r.describe
         ))
     })

@@ -22,6 +22,8 @@ use crate::status::UpState;
 const OWNER: &str = "owner.json";
 /// In a state directory: where its pools are.
 const POOLS: &str = "pools.json";
+/// In a pool directory: locked by the `orion up` that serves it, for its whole run.
+const UP_LOCK: &str = "up.lock";
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Owner {
@@ -60,6 +62,32 @@ fn read_register() -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
+/// Opens (creating) a lock file.
+fn lock_file(p: &Path) -> Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(p)
+        .with_context(|| format!("opening {}", p.display()))
+}
+
+/// flock(2) on `f`, exclusive; without waiting when `wait` is false. Whether it was
+/// taken.
+fn flock(f: &std::fs::File, wait: bool) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    let op = libc::LOCK_EX | if wait { 0 } else { libc::LOCK_NB };
+    // SAFETY: flock on a descriptor `f` keeps open.
+    if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EWOULDBLOCK) if !wait => Ok(false),
+        _ => Err(e),
+    }
+}
+
 /// Holds the register for a read-modify-write (`orion up`s starting at once each
 /// add their pools); released when dropped.
 fn lock_register() -> Result<std::fs::File> {
@@ -67,15 +95,64 @@ fn lock_register() -> Result<std::fs::File> {
     if let Some(d) = p.parent() {
         std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&p)
-        .with_context(|| format!("opening {}", p.display()))?;
-    f.lock()
-        .with_context(|| format!("locking {}", p.display()))?;
+    let f = lock_file(&p)?;
+    flock(&f, true).with_context(|| format!("locking {}", p.display()))?;
     Ok(f)
+}
+
+/// The lock an `orion up` holds on its pool directory while it runs (see [`hold`]).
+pub struct PoolsHeld(#[allow(dead_code)] std::fs::File);
+
+/// Takes the pool directory's lock for this `orion up` and the daemons it starts
+/// (they inherit it, so it stays held while any of them lives): a second `orion up`
+/// on the same pools, and `orion destroy`, find it taken.
+pub fn hold(pools: &Path) -> Result<PoolsHeld> {
+    use std::os::fd::AsRawFd;
+    let p = pools.join(UP_LOCK);
+    let f = lock_file(&p)?;
+    if !flock(&f, false).with_context(|| format!("locking {}", p.display()))? {
+        bail!(
+            "the pools in {} are in use: another `orion up` (or a daemon it started) holds \
+             {}; stop it first",
+            pools.display(),
+            p.display()
+        );
+    }
+    // SAFETY: fcntl on a descriptor `f` keeps open: clears close-on-exec, so that the
+    // daemons inherit the lock.
+    unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETFD, 0) };
+    Ok(PoolsHeld(f))
+}
+
+/// Whether something holds the pool directory's lock (an `orion up` or its daemons).
+fn in_use(pools: &Path) -> Result<bool> {
+    let p = pools.join(UP_LOCK);
+    if !p.exists() {
+        return Ok(false);
+    }
+    let f = lock_file(&p)?;
+    Ok(!flock(&f, false).with_context(|| format!("locking {}", p.display()))?)
+}
+
+/// `p` absolute, with its deepest existing ancestor canonical (symlinks and `..`
+/// resolved where the path exists): how `orion up` named a state directory that may
+/// have been removed since.
+fn canonical(p: &Path) -> PathBuf {
+    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let mut rest = Vec::new();
+    let mut cur = abs.as_path();
+    loop {
+        if let Ok(c) = std::fs::canonicalize(cur) {
+            return rest.iter().rev().fold(c, |acc: PathBuf, r| acc.join(r));
+        }
+        match (cur.parent(), cur.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                cur = parent;
+            }
+            _ => return abs,
+        }
+    }
 }
 
 fn write_register(list: &[PathBuf]) -> Result<()> {
@@ -124,7 +201,7 @@ fn register(pools: PathBuf) -> Result<()> {
 }
 
 /// The state directory a pool directory's owner record names, if any.
-fn owner_of(pools: &Path) -> Option<PathBuf> {
+pub fn owner_of(pools: &Path) -> Option<PathBuf> {
     let b = std::fs::read(pools.join(OWNER)).ok()?;
     serde_json::from_slice::<Owner>(&b).ok().map(|o| o.state)
 }
@@ -132,7 +209,8 @@ fn owner_of(pools: &Path) -> Option<PathBuf> {
 /// Whether `name` is a file `orion up` or its daemons make in a pool directory.
 fn ours(name: &str) -> bool {
     name == OWNER
-        || [".pool", ".boot", ".members", ".ring"]
+        || name == UP_LOCK
+        || [".pool", ".boot", ".members", ".ring", ".copying", ".tmp"]
             .iter()
             .any(|s| name.ends_with(s))
 }
@@ -292,25 +370,138 @@ pub struct DestroyArgs {
     pub yes: bool,
 }
 
-/// The pool directory and state directory `a` names.
+/// The state directory's record of its pools, if any.
+fn pools_of(state: &Path) -> Option<PathBuf> {
+    let b = std::fs::read(state.join(POOLS)).ok()?;
+    serde_json::from_slice::<PoolsRecord>(&b)
+        .ok()
+        .map(|r| r.pools)
+}
+
+/// Whether `dir` is named as `orion up` names its default pool directories in
+/// /dev/shm (those made before pool directories had an owner record).
+fn default_named(dir: &Path) -> bool {
+    // SAFETY: getuid only reads the process's credentials.
+    let uid = unsafe { libc::getuid() };
+    let prefix = format!("orion-{uid}-");
+    dir.parent() == Some(Path::new("/dev/shm"))
+        && dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+            n.strip_prefix(&prefix)
+                .is_some_and(|h| h.len() == 8 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+        })
+}
+
+/// The pool directory and state directory `a` names, checked to belong together.
 fn target(a: &DestroyArgs) -> Result<(PathBuf, Option<PathBuf>)> {
     if let Some(p) = &a.pools {
-        let p = std::path::absolute(p)?;
+        let p = canonical(p);
         let state = owner_of(&p);
+        if state.is_none() && p.is_dir() && !default_named(&p) {
+            bail!(
+                "{} has no {OWNER}: not a pool directory of `orion up` (nothing destroyed)",
+                p.display()
+            );
+        }
+        if let Some(s) = state.as_ref().filter(|s| s.is_dir()) {
+            if let Some(q) = pools_of(s).filter(|q| canonical(q) != p) {
+                bail!(
+                    "{} keeps its pools in {} now: not removing it with {} (nothing \
+                     destroyed)",
+                    s.display(),
+                    q.display(),
+                    p.display()
+                );
+            }
+        }
         return Ok((p, state));
     }
     let state = match &a.dir {
         Some(d) => d.clone(),
         None => crate::up::default_state_dir()?,
     };
-    // As `orion up` named it: canonical if it exists (a removed one as written).
-    let state = std::fs::canonicalize(&state).or_else(|_| std::path::absolute(&state))?;
-    let recorded = std::fs::read(state.join(POOLS))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<PoolsRecord>(&b).ok())
-        .map(|r| r.pools);
-    let pools = recorded.unwrap_or_else(|| crate::up::default_pool_dir(&state));
+    let state = canonical(&state);
+    let pools = pools_of(&state).unwrap_or_else(|| crate::up::default_pool_dir(&state));
+    if let Some(o) = owner_of(&pools).filter(|o| canonical(o) != state) {
+        bail!(
+            "the pools in {} belong to the file system of {}, not of {}: nothing destroyed",
+            pools.display(),
+            o.display(),
+            state.display()
+        );
+    }
     Ok((pools, Some(state)))
+}
+
+/// Mount points at or under `dir` (from /proc/self/mountinfo).
+fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(unescape_octal)
+        .map(PathBuf::from)
+        .filter(|m| m.starts_with(dir))
+        .collect()
+}
+
+/// mountinfo's escapes ("\040" for a space) undone.
+fn unescape_octal(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let digits = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (b[i], digits) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Checks that `dir` may go as a state directory of `orion up`: it says so (a record
+/// of its pools, or its secret and cluster record), and nothing is mounted in it (a
+/// stale mount of a dead mount process is detached first).
+fn state_removable(dir: &Path) -> Result<()> {
+    let looks =
+        dir.join(POOLS).exists() || (dir.join("secret").exists() && UpState::path(dir).exists());
+    if !looks {
+        bail!(
+            "{} has neither {POOLS} nor a secret and cluster.json: not removing what may \
+             not be a state directory of `orion up` (nothing destroyed)",
+            dir.display()
+        );
+    }
+    let mnt = UpState::load(dir)
+        .ok()
+        .map(|u| PathBuf::from(u.mount))
+        .filter(|m| !m.as_os_str().is_empty())
+        .unwrap_or_else(|| dir.join("mnt"));
+    if orion_fuse::unmount_stale(&mnt)? {
+        eprintln!("orion destroy: removed a stale mount at {}", mnt.display());
+    }
+    let mounted = mounts_under(dir);
+    if !mounted.is_empty() {
+        bail!(
+            "something is mounted in {}: {} (unmount it first; nothing destroyed)",
+            dir.display(),
+            mounted
+                .iter()
+                .map(|m| m.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(())
 }
 
 pub fn destroy(a: DestroyArgs) -> Result<()> {
@@ -323,15 +514,20 @@ pub fn destroy(a: DestroyArgs) -> Result<()> {
             state.map_or(String::new(), |s| format!(" (state {})", s.display()))
         );
     }
+    // Every check before anything goes.
+    let live = state_dir.map(|s| running(s)).unwrap_or_default();
+    if (pools.is_dir() && in_use(&pools)?) || !live.is_empty() {
+        bail!(
+            "the file system in {} is running{}: stop its `orion up` (Ctrl-C) first",
+            pools.display(),
+            match live.is_empty() {
+                true => String::new(),
+                false => format!(" (daemons {live:?})"),
+            }
+        );
+    }
     if let Some(s) = state_dir {
-        let live = running(s);
-        if !live.is_empty() {
-            bail!(
-                "the file system of {} is running (daemons {live:?}): stop its `orion up` \
-                 (Ctrl-C) first",
-                s.display()
-            );
-        }
+        state_removable(s)?;
     }
     let bytes = allocated(&pools);
     let what = format!(
@@ -350,7 +546,7 @@ pub fn destroy(a: DestroyArgs) -> Result<()> {
         remove_pools(&pools)?;
     }
     if let Some(s) = state_dir {
-        remove_state(s)?;
+        std::fs::remove_dir_all(s).with_context(|| format!("removing {}", s.display()))?;
     }
     let _locked = lock_register()?;
     let mut list = read_register();
@@ -401,27 +597,6 @@ fn remove_pools(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Removes a state directory, once it looks like one (a secret or a cluster record)
-/// and its mount point is not mounted.
-fn remove_state(dir: &Path) -> Result<()> {
-    if !dir.join("secret").exists() && !UpState::path(dir).exists() {
-        bail!(
-            "{} has no secret and no cluster.json: not removing what may not be a state \
-             directory of `orion up`",
-            dir.display()
-        );
-    }
-    let mnt = UpState::load(dir)
-        .ok()
-        .map(|u| PathBuf::from(u.mount))
-        .filter(|m| !m.as_os_str().is_empty())
-        .unwrap_or_else(|| dir.join("mnt"));
-    if orion_fuse::unmount_stale(&mnt)? {
-        eprintln!("orion destroy: removed a stale mount at {}", mnt.display());
-    }
-    std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -440,6 +615,39 @@ mod tests {
         for n in ["notes.txt", "pool", "mds.pool.bak"] {
             assert!(!ours(n), "{n}");
         }
+    }
+
+    #[test]
+    fn default_pool_directories_are_told_by_their_name() {
+        // SAFETY: getuid only reads the process's credentials.
+        let uid = unsafe { libc::getuid() };
+        assert!(default_named(Path::new(&format!(
+            "/dev/shm/orion-{uid}-0a1b2c3d"
+        ))));
+        assert!(!default_named(Path::new(&format!(
+            "/tmp/orion-{uid}-0a1b2c3d"
+        ))));
+        assert!(!default_named(Path::new(&format!(
+            "/dev/shm/orion-{uid}-0a1b"
+        ))));
+        assert!(!default_named(Path::new("/dev/shm/mine")));
+    }
+
+    #[test]
+    fn a_removed_directory_is_named_through_its_existing_parent() {
+        let d = tempfile::tempdir().unwrap();
+        let real = d.path().canonicalize().unwrap();
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert_eq!(canonical(&link.join("gone/state")), real.join("gone/state"));
+        assert_eq!(canonical(&link), real);
+    }
+
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(unescape_octal(r"/mnt/a\040b"), "/mnt/a b");
+        assert_eq!(unescape_octal("/plain"), "/plain");
+        assert_eq!(unescape_octal(r"/end\"), r"/end\");
     }
 
     #[test]

@@ -24,6 +24,7 @@ mod config;
 mod daemons;
 mod fs_cmd;
 mod hosted;
+mod metrics_http;
 mod mount_cmd;
 mod procs;
 mod run_cmd;

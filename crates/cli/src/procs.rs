@@ -144,6 +144,13 @@ pub fn listen_addr(ready: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// Where a daemon `orion up` starts serves its metrics: a free loopback port, chosen
+/// here so that `cluster.json` names it before the daemon says anything (a mirror says
+/// nothing until it takes over), and kept across a restart of the daemon.
+pub fn metrics_listen() -> Result<String> {
+    Ok(format!("127.0.0.1:{}", free_port()?))
+}
+
 /// A free loopback port (bound, then released for a daemon to take).
 pub fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?

@@ -53,6 +53,9 @@ pub struct Proc {
     pub name: String,
     pub addr: String,
     pub pid: u32,
+    /// host:port of its Prometheus endpoint ("": none).
+    #[serde(default)]
+    pub metrics: String,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -61,6 +64,9 @@ pub struct StoreProc {
     pub index: u16,
     pub addr: String,
     pub pid: u32,
+    /// host:port of its Prometheus endpoint ("": none).
+    #[serde(default)]
+    pub metrics: String,
 }
 
 impl UpState {
@@ -124,6 +130,9 @@ struct ManagerRow {
 #[derive(Debug, Serialize)]
 struct MdsRow {
     name: String,
+    /// Its Prometheus endpoint (host:port of `/metrics`), if `orion up` started it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metrics: Option<String>,
     /// primary, mirror (in sync: may take over), catching-up, or down.
     role: String,
     addr: String,
@@ -134,6 +143,9 @@ struct MdsRow {
 #[derive(Debug, Serialize)]
 struct StoreRow {
     group: u16,
+    /// Its Prometheus endpoint (host:port of `/metrics`), if `orion up` started it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metrics: Option<String>,
     index: u16,
     addr: String,
     pid: Option<u32>,
@@ -220,10 +232,15 @@ pub fn status(a: StatusArgs) -> Result<()> {
     let mut fabric = fabric.fabric_config()?;
     fabric.connect_timeout = Duration::from_secs(3);
     let map = Client::connect(cfg, fabric).and_then(|c| c.cluster_map());
-    let pid_of = |g: u16, i: u16| {
+    let started = |g: u16, i: u16| {
         up.as_ref()
             .and_then(|u| u.stores.iter().find(|s| s.group == g && s.index == i))
-            .map(|s| s.pid)
+    };
+    let pid_of = |g: u16, i: u16| started(g, i).map(|s| s.pid);
+    let metrics_of = |g: u16, i: u16| {
+        started(g, i)
+            .map(|s| s.metrics.clone())
+            .filter(|m| !m.is_empty())
     };
     let alive = |pid: u32| {
         // SAFETY: kill(2) with signal 0 only checks that the process exists.
@@ -258,6 +275,7 @@ pub fn status(a: StatusArgs) -> Result<()> {
                 };
                 MdsRow {
                     name: m.name.clone(),
+                    metrics: Some(m.metrics.clone()).filter(|m| !m.is_empty()),
                     role: role.into(),
                     addr: m.addr.clone(),
                     pid,
@@ -274,6 +292,7 @@ pub fn status(a: StatusArgs) -> Result<()> {
             stores: stores
                 .iter()
                 .map(|s| StoreRow {
+                    metrics: metrics_of(s.member.group, s.member.index),
                     group: s.member.group,
                     index: s.member.index,
                     addr: s.addr.clone(),
@@ -296,6 +315,7 @@ pub fn status(a: StatusArgs) -> Result<()> {
                 .iter()
                 .flat_map(|u| u.stores.iter())
                 .map(|s| StoreRow {
+                    metrics: Some(s.metrics.clone()).filter(|m| !m.is_empty()),
                     group: s.group,
                     index: s.index,
                     addr: s.addr.clone(),

@@ -155,13 +155,31 @@ pub fn up(a: UpArgs) -> Result<()> {
             pools.display()
         );
     }
-    if state_is_new && !fresh {
-        eprintln!(
+    // The pools' lock, held (with the daemons, which inherit it) until this returns.
+    let _pools_held = crate::hosted::hold(&pools)?;
+    match crate::hosted::owner_of(&pools).filter(|o| !fresh && o != &state) {
+        Some(o) if o.is_dir() => bail!(
+            "the pools in {} belong to the file system of {}: run `orion up --dir {}`, or \
+             give this one other pools",
+            pools.display(),
+            o.display(),
+            o.display()
+        ),
+        Some(o) => eprintln!(
+            "orion up: the pools in {} hold the file system of {}, which was removed; \
+             serving it with this state directory (`orion destroy --pools {}` removes it \
+             instead)",
+            pools.display(),
+            o.display(),
+            pools.display()
+        ),
+        None if state_is_new && !fresh => eprintln!(
             "orion up: the pools in {} hold a file system whose state directory was removed; \
              serving it again (`orion destroy --pools {}` removes it instead)",
             pools.display(),
             pools.display()
-        );
+        ),
+        None => {}
     }
     crate::hosted::record(&state, &pools)?;
     let logs = state.join("logs");
@@ -278,6 +296,8 @@ pub fn up(a: UpArgs) -> Result<()> {
             "--mds".into(),
             mds_addr.clone(),
         ]);
+        let metrics = crate::procs::metrics_listen()?;
+        args.extend(["--metrics".into(), metrics.clone()]);
         let log = logs.join(format!(
             "{}.log",
             store_pool_name(*g, *i).trim_end_matches(".pool")
@@ -302,6 +322,7 @@ pub fn up(a: UpArgs) -> Result<()> {
             index: *i,
             addr,
             pid: ds.pid(),
+            metrics,
         });
         children.push(ds);
     }

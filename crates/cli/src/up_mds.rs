@@ -11,7 +11,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use crate::procs::{free_port, listen_addr, mds_role_args, Daemon, ManagerProc};
+use crate::procs::{free_port, listen_addr, mds_role_args, metrics_listen, Daemon, ManagerProc};
 use crate::status::Proc;
 
 /// The name the manager knows `orion up`'s cluster by.
@@ -48,7 +48,9 @@ pub fn start(
 ) -> Result<(Mdss, Vec<Daemon>, usize)> {
     let Some(kind) = manager_kind else {
         let pool = pools.join("mds.pool");
-        let args = base(&pool, true);
+        let metrics = metrics_listen()?;
+        let mut args = base(&pool, true);
+        args.extend(["--metrics".into(), metrics.clone()]);
         let log = logs.join("mds.log");
         let (d, line) = Daemon::spawn("the MDS", &args, &log)?;
         let addr = listen_addr(&line).context("the MDS's ready line has no address")?;
@@ -56,6 +58,7 @@ pub fn start(
             name: String::new(),
             addr: addr.clone(),
             pid: d.pid(),
+            metrics,
         };
         let start = MdsStart {
             name: "the MDS".into(),
@@ -113,7 +116,8 @@ pub fn start(
             None => None,
         };
         let addr = format!("127.0.0.1:{}", port.map_or_else(free_port, Ok)?);
-        let args = mds_role_args(
+        let metrics = metrics_listen()?;
+        let mut args = mds_role_args(
             base(&pool, k == 0),
             &addr,
             &manager.spec(),
@@ -121,6 +125,7 @@ pub fn start(
             CLUSTER,
             LEASE_MS,
         );
+        args.extend(["--metrics".into(), metrics.clone()]);
         let log = logs.join(format!("{name}.log"));
         starts.push(MdsStart {
             name: name.into(),
@@ -130,6 +135,7 @@ pub fn start(
                 name: name.into(),
                 addr,
                 pid: 0,
+                metrics,
             },
             pool,
         });

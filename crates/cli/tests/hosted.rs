@@ -114,6 +114,13 @@ fn list_shows_and_destroy_removes_a_file_system_of_orion_up() {
         text(&o)
     );
     assert!(pools.join("mds.pool").exists());
+    // A second `orion up` on the same pools is refused while the first runs.
+    let o = orion(data.path(), &check);
+    assert!(
+        !o.status.success() && text(&o).contains("in use"),
+        "{}",
+        text(&o)
+    );
     drop(running);
 
     // The state directory deleted: the pools are said to be served again.
@@ -127,6 +134,21 @@ fn list_shows_and_destroy_removes_a_file_system_of_orion_up() {
         "{}",
         text(&o)
     );
+
+    // A directory orion did not make is not taken for pools, whatever it holds.
+    let other = work.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("data.pool"), b"mine").unwrap();
+    let o = orion(
+        data.path(),
+        &["destroy", "--pools", other.to_str().unwrap(), "--yes"],
+    );
+    assert!(
+        !o.status.success() && text(&o).contains("owner.json"),
+        "{}",
+        text(&o)
+    );
+    assert!(other.join("data.pool").exists());
 
     // Destroy asks first: without a terminal and without --yes, nothing goes.
     let o = orion(data.path(), &["destroy", "--dir", s]);

@@ -27,6 +27,7 @@ impl Up {
     fn start_with(state: &Path, pools: &Path, extra: &[&str]) -> Up {
         let mnt = state.join("mnt");
         let mut child = Command::new(ORION)
+            .env("XDG_DATA_HOME", register_home())
             .args(["up", "--mds-size", "64M", "--ds-size", "64M"])
             .args(extra)
             .arg("--dir")
@@ -335,6 +336,7 @@ fn orion_up_runs_etcd_as_its_cluster_manager_and_stops_it() {
     let state = tempfile::tempdir().unwrap();
     let pools = tempfile::tempdir_in("/dev/shm").unwrap();
     let o = Command::new(ORION)
+        .env("XDG_DATA_HOME", register_home())
         .args([
             "up",
             "--etcd",
@@ -387,4 +389,10 @@ fn nothing_runs(pattern: &str) -> bool {
         .unwrap();
     assert_ne!(o.status.code(), Some(2), "pgrep refused {pattern:?}");
     o.status.code() == Some(1)
+}
+
+/// Where these tests' `orion up`s keep the register of file systems: under the build
+/// directory, not in the user's home.
+fn register_home() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("orion-up-register")
 }

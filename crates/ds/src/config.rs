@@ -22,6 +22,12 @@ pub struct DsConfig {
     /// The metadata server to join ("host:port"; the primary and its mirror,
     /// comma-separated).
     pub mds: String,
+    /// host:port of the Prometheus endpoint (`/metrics`) the `orion` binary serves for
+    /// this store ("": none; port 0: any free port).
+    pub metrics: String,
+    /// What the store counts into (not configured: made with the config).
+    #[serde(skip)]
+    pub counters: crate::metrics::DsMetrics,
 }
 
 impl Default for DsConfig {
@@ -34,6 +40,8 @@ impl Default for DsConfig {
             index: 0,
             listen: "127.0.0.1:7420".into(),
             mds: "127.0.0.1:7410".into(),
+            metrics: String::new(),
+            counters: Default::default(),
         }
     }
 }

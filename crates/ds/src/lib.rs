@@ -6,12 +6,15 @@
 //! immediate value carrying the page index: the store persists that page and tells the
 //! MDS, which applies the matching log commit only then (paper §5.3). A store that
 //! joins its replication group without every committed page copies them from a peer
-//! first ([`resync`], paper §5.4).
+//! first ([`resync`], paper §5.4). What it counts, for a Prometheus endpoint, is in
+//! [`metrics`].
 
 mod config;
 mod host;
+pub mod metrics;
 mod resync;
 mod server;
 
 pub use config::DsConfig;
+pub use metrics::DsMetrics;
 pub use server::{format_pool, run, Ready};

@@ -36,6 +36,8 @@ pub struct Job {
     pub pool: Arc<Pool>,
     pub page_area_off: u64,
     pub page_count: u64,
+    /// Counts the pages copied as they land (the store's metrics).
+    pub copied_pages: prometheus_client::metrics::counter::Counter,
     /// Set when the store gives this resync up (it lost the MDS, or stops).
     pub cancel: Arc<AtomicBool>,
 }
@@ -176,6 +178,7 @@ pub fn run(job: &Job) -> Result<Copied> {
             job.pool.write_data(off, &bytes)?;
             job.pool.persist(off, len)?;
             copied += count;
+            job.copied_pages.inc_by(count);
             next_page = page + count;
         }
         if failures > 0 {

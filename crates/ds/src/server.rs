@@ -222,6 +222,7 @@ pub fn run(
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+    (st.cfg.counters.get().pool_bytes).set(st.pool.len() as i64);
     ready(&Ready { addr, describe });
     let mut batch = Vec::with_capacity(64);
     while !stop.load(Ordering::Relaxed) {
@@ -236,6 +237,9 @@ pub fn run(
         st.notify_mds();
         st.heartbeat();
         st.poll_resync();
+        let m = st.cfg.counters.get();
+        m.clients.set(st.clients.len() as i64);
+        m.joined.set(i64::from(st.mds.is_some()));
         while let Ok(ch) = rx.try_recv() {
             match ch.post_receives() {
                 Ok(()) => {
@@ -496,6 +500,7 @@ impl Store {
             pool: self.pool.clone(),
             page_area_off: self.sb.page_area_off,
             page_count: self.sb.page_count,
+            copied_pages: self.cfg.counters.get().resync_pages.clone(),
             cancel: cancel.clone(),
         };
         let spawned = std::thread::Builder::new()
@@ -510,6 +515,7 @@ impl Store {
             Ok(t) => {
                 self.resync = Some((cancel, rx));
                 self.resync_thread = Some(t);
+                self.cfg.counters.resync("started");
             }
             Err(e) => {
                 warn!("starting the resync: {e}");
@@ -542,6 +548,10 @@ impl Store {
         };
         self.resync = None;
         let member = MemberId::new(self.cfg.group, self.cfg.index);
+        self.cfg.counters.resync(match &result {
+            Ok(_) => "finished",
+            Err(_) => "failed",
+        });
         match result {
             Ok(c) => {
                 info!(
@@ -632,6 +642,7 @@ impl Store {
             "a persisted notice names a page of this store"
         );
         let mut failed = None;
+        (self.cfg.counters.get().persisted_pages).inc_by(self.persisted.len() as u64);
         for pages in self.persisted.chunks(MAX_PERSISTED) {
             let req = StoreToMds::Persisted {
                 pages: pages.to_vec(),

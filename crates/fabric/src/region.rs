@@ -167,7 +167,7 @@ impl Mapping {
 
     pub(crate) fn atomic_u64(&self, off: usize) -> &AtomicU64 {
         assert!(
-            off % 8 == 0 && off + 8 <= self.len,
+            off.is_multiple_of(8) && off + 8 <= self.len,
             "atomic u64 at {off} outside mapping"
         );
         // SAFETY: aligned and in bounds (asserted); AtomicU64 has the layout of u64 and the
@@ -177,7 +177,7 @@ impl Mapping {
 
     pub(crate) fn atomic_u32(&self, off: usize) -> &AtomicU32 {
         assert!(
-            off % 4 == 0 && off + 4 <= self.len,
+            off.is_multiple_of(4) && off + 4 <= self.len,
             "atomic u32 at {off} outside mapping"
         );
         // SAFETY: aligned and in bounds (asserted); the memory lives as long as &self.
@@ -347,7 +347,7 @@ impl Region {
 
     fn check_word(&self, off: u64) -> Result<()> {
         self.inner.map.check(off, 8)?;
-        if off % 8 != 0 {
+        if !off.is_multiple_of(8) {
             return Err(Error::OutOfBounds {
                 offset: off,
                 len: 8,

@@ -317,6 +317,11 @@ impl Callbacks {
     pub fn holds_replies(&self) -> bool {
         !self.held.is_empty()
     }
+
+    /// How many replies wait for answers (or for the quiet time).
+    pub fn held_count(&self) -> usize {
+        self.held.len()
+    }
 }
 
 /// Takes `instance` off the watcher lists of `inos`.

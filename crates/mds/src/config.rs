@@ -55,6 +55,13 @@ pub struct MdsConfig {
     /// and attributes without asking, at most, and how long a change waits for a
     /// client that does not answer its callback (design note 56).
     pub cache_lease_ms: u64,
+    /// host:port of the Prometheus endpoint (`/metrics`) the `orion` binary serves for
+    /// this MDS ("": none; port 0: any free port).
+    pub metrics: String,
+    /// What the MDS counts into (not configured: made with the config, shared by the
+    /// MDS's terms).
+    #[serde(skip)]
+    pub counters: crate::metrics::MdsMetrics,
 }
 
 impl Default for MdsConfig {
@@ -76,6 +83,8 @@ impl Default for MdsConfig {
             lease_ms: 1000,
             grant_quiet_ms: 200,
             cache_lease_ms: 200,
+            metrics: String::new(),
+            counters: Default::default(),
         }
     }
 }

@@ -12,7 +12,8 @@
 //! With a cluster manager an MDS serves only while it holds the primary role
 //! ([`primary`]); until then it mirrors the primary (`follow`), which writes what it
 //! persists into a ring in the mirror's memory (`mirror`, `ring`); the start loops
-//! between the two (`startup`).
+//! between the two (`startup`). What it counts, for a Prometheus endpoint, is in
+//! [`metrics`].
 
 mod callbacks;
 pub mod chunks;
@@ -22,6 +23,7 @@ pub mod config;
 mod follow;
 pub mod locks;
 pub mod members;
+pub mod metrics;
 mod mirror;
 pub mod namespace;
 pub mod primary;
@@ -33,5 +35,6 @@ pub mod stores;
 pub mod strong;
 
 pub use config::MdsConfig;
+pub use metrics::MdsMetrics;
 pub use server::Ready;
 pub use startup::{format_pool, run, serve};

@@ -260,6 +260,7 @@ pub(crate) fn serve_loop(
         let now = Instant::now();
         mds.expire_parked(now);
         mds.check_heartbeats(now);
+        mds.metrics_turn(now);
         mds.callbacks_turn();
         // The mirror gets what this turn persisted before any of its replies leave.
         mds.mirror_turn();
@@ -406,6 +407,7 @@ impl Mds {
             Err(e) => {
                 let name = &self.peers[&conn].name;
                 warn!("malformed message from {name}: {e}");
+                self.cfg.counters.malformed();
                 let id = peek_id(msg).unwrap_or(0);
                 self.reply(
                     conn,
@@ -418,9 +420,11 @@ impl Mds {
                 return;
             }
         };
+        let (kind, started) = (crate::metrics::kind_index(&req), Instant::now());
         if let Some(reply) = self.dispatch(conn, id, req) {
             self.reply(conn, id, reply);
         }
+        self.cfg.counters.served(kind, started.elapsed());
     }
 
     /// Serves one request; `None` when the answer comes later (a parked commit) or

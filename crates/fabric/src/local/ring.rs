@@ -147,7 +147,7 @@ impl Ring {
                     why: why.into(),
                 })
             };
-            if head % ALIGN as u64 != 0 {
+            if !head.is_multiple_of(ALIGN as u64) {
                 return bad("ring head is misaligned");
             }
             let at = (head % self.size as u64) as usize;

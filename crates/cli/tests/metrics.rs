@@ -1,0 +1,188 @@
+//! The daemons' Prometheus endpoints, as an operator scrapes them: every MDS and data
+//! store `orion up` starts serves `/metrics` at the address `cluster.json` and `orion
+//! status --json` give, the text parses (prometheus-parse), the counters move when a
+//! program writes through the mount, and a scrape left open does not hold the stop.
+
+mod cluster;
+
+use std::io::{BufRead, Read, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use cluster::ORION;
+
+/// GET /metrics from `addr`, parsed.
+fn scrape(addr: &str) -> prometheus_parse::Scrape {
+    let mut s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut page = String::new();
+    s.read_to_string(&mut page).unwrap();
+    let (head, body) = page.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.contains(" 200 "), "{head}");
+    prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
+        .unwrap_or_else(|e| panic!("{addr} does not parse: {e}\n{body}"))
+}
+
+/// The value of the sample `name` whose labels include `labels` (0 if absent).
+fn value(s: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
+    s.samples
+        .iter()
+        .filter(|x| x.metric == name && labels.iter().all(|(k, v)| x.labels.get(k) == Some(v)))
+        .map(|x| match &x.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => *v,
+            _ => 0.0,
+        })
+        .sum()
+}
+
+fn names(s: &prometheus_parse::Scrape) -> Vec<&str> {
+    s.samples.iter().map(|x| x.metric.as_str()).collect()
+}
+
+/// A running `orion up`, interrupted (SIGINT, by PID) and waited for when dropped.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our child's PID.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn every_daemon_serves_metrics_that_parse_and_move() {
+    let data = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let pools = tempfile::tempdir_in("/dev/shm").unwrap();
+    let mut child = Command::new(ORION)
+        .args(["up", "--mds-size", "64M", "--ds-size", "64M", "--dir"])
+        .arg(state.path())
+        .arg("--pools")
+        .arg(pools.path())
+        .env("XDG_DATA_HOME", data.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let up = Running(child);
+    let ready = out
+        .lines()
+        .map_while(Result::ok)
+        .any(|l| l.starts_with("orion up ready"));
+    assert!(ready, "orion up did not become ready");
+
+    // Where the endpoints are: cluster.json and `orion status --json` agree.
+    let rec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.path().join("cluster.json")).unwrap()).unwrap();
+    let addr = |v: &serde_json::Value| v["metrics"].as_str().unwrap_or("").to_string();
+    let mdss: Vec<String> = rec["mdss"].as_array().unwrap().iter().map(addr).collect();
+    let stores: Vec<String> = rec["stores"].as_array().unwrap().iter().map(addr).collect();
+    assert_eq!((mdss.len(), stores.len()), (2, 2), "{rec}");
+    assert!(mdss.iter().chain(&stores).all(|a| !a.is_empty()), "{rec}");
+    let o = Command::new(ORION)
+        .args(["status", "--json", "--dir"])
+        .arg(state.path())
+        .output()
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let listed: Vec<String> = (status["mds"].as_array().unwrap().iter())
+        .chain(status["stores"].as_array().unwrap())
+        .map(addr)
+        .collect();
+    for a in mdss.iter().chain(&stores) {
+        assert!(listed.contains(a), "{a} not in orion status: {status}");
+    }
+
+    // Every endpoint parses and names what an operator looks for. The MDS refreshes
+    // its gauges every 200 ms: until both stores have joined, they may say less.
+    let primary = &mdss[0];
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let before = loop {
+        let s = scrape(primary);
+        let joined = value(&s, "orion_mds_connections", &[("role", "store")]) == 2.0
+            && value(&s, "orion_mds_data_pages", &[]) > 0.0;
+        if joined || std::time::Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    for want in [
+        "orion_mds_requests_total",
+        "orion_mds_data_pages",
+        "orion_mds_inodes_free",
+        "orion_mds_epoch",
+        "orion_mds_connections",
+    ] {
+        assert!(
+            names(&before).contains(&want),
+            "{want}: {:?}",
+            names(&before)
+        );
+    }
+    let mirror = scrape(&mdss[1]);
+    assert!(names(&mirror).contains(&"orion_mds_malformed_messages_total"));
+    assert!(value(&before, "orion_mds_data_pages", &[]) > 0.0);
+    assert_eq!(
+        value(&before, "orion_mds_connections", &[("role", "store")]),
+        2.0
+    );
+    for s in &stores {
+        let d = scrape(s);
+        assert_eq!(value(&d, "orion_ds_joined", &[]), 1.0, "{s}");
+        assert!(
+            value(&d, "orion_ds_pool_bytes", &[]) >= (64 << 20) as f64,
+            "{s}"
+        );
+    }
+
+    // A program writes through the mount: its creates and commits are counted.
+    let mnt = state.path().join("mnt");
+    for i in 0..20 {
+        std::fs::write(mnt.join(format!("f{i}")), vec![7u8; 8192]).unwrap();
+    }
+    let after = scrape(primary);
+    let creates =
+        |s: &prometheus_parse::Scrape| value(s, "orion_mds_requests_total", &[("kind", "create")]);
+    assert!(
+        creates(&after) >= creates(&before) + 20.0,
+        "creates not counted"
+    );
+    assert!(
+        value(
+            &after,
+            "orion_mds_request_seconds_count",
+            &[("kind", "create")]
+        ) >= 20.0,
+        "create latency not recorded"
+    );
+    let commits =
+        |s: &prometheus_parse::Scrape| value(s, "orion_mds_requests_total", &[("kind", "commit")]);
+    assert!(
+        commits(&after) >= commits(&before) + 20.0,
+        "commits not counted"
+    );
+    // The mount is an internal client here (same host: it writes the stores' pools
+    // itself), so the stores report no pages; the counter is there for when they do.
+    for s in &stores {
+        let d = scrape(s);
+        assert!(names(&d).contains(&"orion_ds_persisted_pages_total"), "{s}");
+        assert!(names(&d).contains(&"orion_ds_resync_pages_total"), "{s}");
+    }
+
+    // A scrape that has begun (connected, request not sent) does not hold the
+    // cluster's stop: the drop below waits for every daemon to exit. After it, nothing
+    // listens there.
+    let idle = std::net::TcpStream::connect(primary).unwrap();
+    drop(up);
+    drop(idle);
+    assert!(std::net::TcpStream::connect_timeout(
+        &primary.parse().unwrap(),
+        Duration::from_secs(5)
+    )
+    .is_err());
+}

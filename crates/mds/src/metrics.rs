@@ -1,0 +1,245 @@
+//! What the MDS counts, for a `/metrics` endpoint (Prometheus text format; the `orion`
+//! binary serves [`MdsMetrics::registry`] over HTTP): requests by kind with the time
+//! the event loop spent on each, malformed messages, connections by role, the pools'
+//! use, the epoch and the cache callbacks in flight. The loop updates them (atomics; a
+//! histogram takes a short lock), so a scrape never waits for it, and one registry
+//! outlives the MDS's terms (a mirror that takes over counts on).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use orion_proto::MdsInbound;
+
+use crate::server::{Mds, Role};
+
+type Labels = Vec<(String, String)>;
+
+/// How often the loop refreshes the gauges (a scrape sees them this stale at most).
+const GAUGES_EVERY: Duration = Duration::from_millis(200);
+
+fn latency() -> Histogram {
+    // 1 µs to about half a second.
+    Histogram::new(exponential_buckets(1e-6, 2.0, 20))
+}
+
+/// The metrics of one MDS process, shared by its terms (clones share them).
+#[derive(Clone)]
+pub struct MdsMetrics(Arc<Inner>);
+
+struct Inner {
+    registry: Arc<Registry>,
+    requests: Family<Labels, Counter>,
+    seconds: Family<Labels, Histogram, fn() -> Histogram>,
+    /// The counter and histogram of each request kind, by [`kind_index`].
+    by_kind: Mutex<Vec<Option<(Counter, Histogram)>>>,
+    malformed: Counter,
+    connections: Family<Labels, Gauge>,
+    data_pages: Gauge,
+    data_pages_free: Gauge,
+    inodes: Gauge,
+    inodes_free: Gauge,
+    epoch: Gauge,
+    callbacks_waiting: Gauge,
+    gauges_due: Mutex<Instant>,
+}
+
+impl Default for MdsMetrics {
+    fn default() -> Self {
+        let mut r = Registry::with_prefix("orion_mds");
+        let requests = Family::<Labels, Counter>::default();
+        r.register("requests", "Requests served, by kind", requests.clone());
+        let seconds = Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(latency);
+        r.register(
+            "request_seconds",
+            "Time the event loop spent on a request, by kind (a commit that waits for \
+             its pages to persist is answered later: its wait is not in here)",
+            seconds.clone(),
+        );
+        let malformed = Counter::default();
+        r.register(
+            "malformed_messages",
+            "Messages that did not decode",
+            malformed.clone(),
+        );
+        let connections = Family::<Labels, Gauge>::default();
+        r.register("connections", "Connections, by role", connections.clone());
+        let gauge = |r: &mut Registry, name: &str, help: &str| {
+            let g = Gauge::default();
+            r.register(name, help, g.clone());
+            g
+        };
+        let data_pages = gauge(
+            &mut r,
+            "data_pages",
+            "Data pages of every replication group",
+        );
+        let data_pages_free = gauge(&mut r, "data_pages_free", "Data pages not allocated");
+        let inodes = gauge(&mut r, "inodes", "Inode slots of the MDS pool");
+        let inodes_free = gauge(&mut r, "inodes_free", "Inode slots free");
+        let epoch = gauge(&mut r, "epoch", "The cluster map's epoch");
+        let callbacks_waiting = gauge(
+            &mut r,
+            "replies_waiting_for_callbacks",
+            "Replies held until clients answer cache callbacks",
+        );
+        MdsMetrics(Arc::new(Inner {
+            registry: Arc::new(r),
+            requests,
+            seconds,
+            by_kind: Mutex::new(vec![None; 3 * 64]),
+            malformed,
+            connections,
+            data_pages,
+            data_pages_free,
+            inodes,
+            inodes_free,
+            epoch,
+            callbacks_waiting,
+            gauges_due: Mutex::new(Instant::now()),
+        }))
+    }
+}
+
+impl std::fmt::Debug for MdsMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MdsMetrics")
+    }
+}
+
+/// Counters are not configuration: two configurations that say the same are equal,
+/// whatever their daemons counted.
+impl PartialEq for MdsMetrics {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+/// A request kind's slot: clients' kinds, then stores', then the mirror's.
+pub(crate) fn kind_index(req: &MdsInbound) -> (usize, String) {
+    let (base, name) = match req {
+        MdsInbound::Client(r) => (0, format!("{:?}", r.kind())),
+        MdsInbound::Store(s) => (64, format!("store_{:?}", s.kind())),
+        MdsInbound::Mirror(m) => (128, format!("mirror_{:?}", m.kind())),
+    };
+    let code = match req {
+        MdsInbound::Client(r) => r.kind() as usize,
+        MdsInbound::Store(s) => s.kind() as usize,
+        MdsInbound::Mirror(m) => m.kind() as usize,
+    };
+    ((base + code).min(3 * 64 - 1), snake(&name))
+}
+
+/// "AllocChunk" → "alloc_chunk".
+fn snake(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 4);
+    for (i, c) in s.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 && !out.ends_with('_') {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+impl MdsMetrics {
+    /// What an HTTP endpoint encodes.
+    pub fn registry(&self) -> Arc<Registry> {
+        self.0.registry.clone()
+    }
+
+    /// A request of kind `kind` (from [`kind_index`]) took `spent` in the loop.
+    pub(crate) fn served(&self, kind: (usize, String), spent: Duration) {
+        let mut slots = self.0.by_kind.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = slots[kind.0].get_or_insert_with(|| {
+            let l = vec![("kind".to_string(), kind.1)];
+            (
+                self.0.requests.get_or_create(&l).clone(),
+                self.0.seconds.get_or_create(&l).clone(),
+            )
+        });
+        slot.0.inc();
+        slot.1.observe(spent.as_secs_f64());
+    }
+
+    pub(crate) fn malformed(&self) {
+        self.0.malformed.inc();
+    }
+}
+
+impl Mds {
+    /// Refreshes the gauges every [`GAUGES_EVERY`] (called every turn of the loop).
+    pub(crate) fn metrics_turn(&self, now: Instant) {
+        let m = &self.cfg.counters.0;
+        {
+            let mut due = m.gauges_due.lock().unwrap_or_else(|e| e.into_inner());
+            if now < *due {
+                return;
+            }
+            *due = now + GAUGES_EVERY;
+        }
+        let mut roles = [0i64; 4];
+        for p in self.peers.values() {
+            roles[match p.role {
+                Role::New => 0,
+                Role::Client { .. } => 1,
+                Role::Store { .. } => 2,
+                Role::Mirror => 3,
+            }] += 1;
+        }
+        for (name, n) in ["new", "client", "store", "mirror"].iter().zip(roles) {
+            let l = vec![("role".to_string(), name.to_string())];
+            m.connections.get_or_create(&l).set(n);
+        }
+        let (pages, free) = self
+            .groups
+            .values()
+            .fold((0, 0), |(b, f), g| (b + g.page_count, f + g.alloc.free()));
+        m.data_pages.set(pages as i64);
+        m.data_pages_free.set(free as i64);
+        let (files, ffree, _, _) = self.engine.usage();
+        m.inodes.set(files as i64);
+        m.inodes_free.set(ffree as i64);
+        m.epoch.set(i64::from(self.map.epoch()));
+        m.callbacks_waiting.set(self.callbacks.held_count() as i64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_read_as_snake_case() {
+        assert_eq!(snake("AllocChunk"), "alloc_chunk");
+        assert_eq!(snake("store_Heartbeat"), "store_heartbeat");
+        assert_eq!(snake("Ping"), "ping");
+    }
+
+    #[test]
+    fn a_served_request_is_counted_and_timed_under_its_kind() {
+        let m = MdsMetrics::default();
+        let ping = MdsInbound::Client(orion_proto::MdsRequest::Ping);
+        m.served(kind_index(&ping), Duration::from_micros(3));
+        m.served(kind_index(&ping), Duration::from_micros(5));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &m.registry()).unwrap();
+        assert!(
+            text.contains("orion_mds_requests_total{kind=\"ping\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("orion_mds_request_seconds_count{kind=\"ping\"} 2"),
+            "{text}"
+        );
+    }
+}
