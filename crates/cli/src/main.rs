@@ -30,6 +30,7 @@ mod procs;
 mod run_cmd;
 mod signals;
 mod status;
+mod top;
 mod up;
 mod up_mds;
 
@@ -113,6 +114,8 @@ enum Cmd {
     /// Remove a file system of `orion up`: its pools and its state directory (asks
     /// first unless --yes; refuses while it runs).
     Destroy(hosted::DestroyArgs),
+    /// A live view of a cluster from its daemons' metrics (every second; q quits).
+    Top(top::TopArgs),
     /// Print the configuration: `--defaults` prints every key with its default.
     Config {
         #[arg(long)]
@@ -465,6 +468,10 @@ fn run() -> Result<ExitCode> {
         }
         Cmd::Destroy(a) => {
             hosted::destroy(a)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Top(a) => {
+            top::top(a)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Config { defaults, common } => {
