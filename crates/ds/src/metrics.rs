@@ -55,6 +55,9 @@ impl Default for DsMetrics {
             "Resyncs by outcome (started, finished, failed)",
             resyncs.clone(),
         );
+        for outcome in ["started", "finished", "failed"] {
+            let _ = resyncs.get_or_create(&vec![("outcome".to_string(), outcome.to_string())]);
+        }
         let resync_running = gauge(&mut r, "resync_running", "1 while a resync copies");
         let resync_pages = counter(
             &mut r,

@@ -88,11 +88,22 @@ impl Default for MdsMetrics {
             "replies_waiting_for_callbacks",
             "Replies held until clients answer cache callbacks",
         );
+        for role in ["new", "client", "store", "mirror"] {
+            let _ = connections.get_or_create(&vec![("role".to_string(), role.to_string())]);
+        }
+        let mut by_kind = vec![None; 3 * 64];
+        for (i, name) in every_kind() {
+            let l = vec![("kind".to_string(), name)];
+            by_kind[i] = Some((
+                requests.get_or_create(&l).clone(),
+                seconds.get_or_create(&l).clone(),
+            ));
+        }
         MdsMetrics(Arc::new(Inner {
             registry: Arc::new(r),
             requests,
             seconds,
-            by_kind: Mutex::new(vec![None; 3 * 64]),
+            by_kind: Mutex::new(by_kind),
             malformed,
             connections,
             data_pages,
@@ -122,17 +133,36 @@ impl PartialEq for MdsMetrics {
 
 /// A request kind's slot: clients' kinds, then stores', then the mirror's.
 pub(crate) fn kind_index(req: &MdsInbound) -> (usize, String) {
-    let (base, name) = match req {
-        MdsInbound::Client(r) => (0, format!("{:?}", r.kind())),
-        MdsInbound::Store(s) => (64, format!("store_{:?}", s.kind())),
-        MdsInbound::Mirror(m) => (128, format!("mirror_{:?}", m.kind())),
-    };
-    let code = match req {
-        MdsInbound::Client(r) => r.kind() as usize,
-        MdsInbound::Store(s) => s.kind() as usize,
-        MdsInbound::Mirror(m) => m.kind() as usize,
-    };
-    ((base + code).min(3 * 64 - 1), snake(&name))
+    match req {
+        MdsInbound::Client(r) => slot(0, "", r.kind() as u8, r.kind()),
+        MdsInbound::Store(s) => slot(64, "store_", s.kind() as u8, s.kind()),
+        MdsInbound::Mirror(m) => slot(128, "mirror_", m.kind() as u8, m.kind()),
+    }
+}
+
+fn slot(base: usize, prefix: &str, code: u8, kind: impl std::fmt::Debug) -> (usize, String) {
+    (
+        (base + code as usize).min(3 * 64 - 1),
+        snake(&format!("{prefix}{kind:?}")),
+    )
+}
+
+/// Every kind a client, a store or the mirror can send, with its slot: their series
+/// exist (at zero) from the start, so a rate over them is defined at once.
+fn every_kind() -> Vec<(usize, String)> {
+    let mut v = Vec::new();
+    for code in 0..64u8 {
+        if let Ok(k) = orion_proto::MdsKind::try_from(code) {
+            v.push(slot(0, "", code, k));
+        }
+        if let Ok(k) = orion_proto::StoreToMdsKind::try_from(code) {
+            v.push(slot(64, "store_", code, k));
+        }
+        if let Ok(k) = orion_proto::MirrorToMdsKind::try_from(code) {
+            v.push(slot(128, "mirror_", code, k));
+        }
+    }
+    v
 }
 
 /// "AllocChunk" → "alloc_chunk".
