@@ -20,6 +20,7 @@ mod bench_replicas;
 mod bench_scaling;
 mod bench_threads;
 mod bench_workloads;
+mod client_metrics;
 mod config;
 mod daemons;
 mod fs_cmd;

@@ -43,6 +43,10 @@ pub struct MountArgs {
     /// so it is off by default.
     #[arg(long, conflicts_with = "no_kernel_cache")]
     pub cache_data: bool,
+    /// host:port of a Prometheus endpoint (`/metrics`) for this mount's client (port
+    /// 0: any free port).
+    #[arg(long)]
+    pub metrics: Option<String>,
 }
 
 pub fn mount(a: MountArgs) -> Result<()> {
@@ -68,6 +72,16 @@ pub fn mount(a: MountArgs) -> Result<()> {
     let shown = a.mountpoint.display().to_string();
     let client = Arc::new(client);
     let kernel_cache = !a.no_kernel_cache;
+    let metrics = match &a.metrics {
+        Some(listen) => {
+            let addr = crate::metrics_http::start(
+                listen,
+                crate::client_metrics::registry(client.clone()),
+            )?;
+            format!("; metrics on http://{addr}/metrics")
+        }
+        None => String::new(),
+    };
     let fs = orion_fuse::OrionFs::new(client.clone()).with_data_cache(a.cache_data);
     orion_fuse::mount(fs, &opts, stop, |notifier| {
         if kernel_cache {
@@ -77,7 +91,7 @@ pub fn mount(a: MountArgs) -> Result<()> {
             }
         }
         crate::daemons::announce(format!(
-            "orion mount ready: {shown} (MDS {mds}, pid {})",
+            "orion mount ready: {shown} (MDS {mds}, pid {}){metrics}",
             std::process::id()
         ))
     })

@@ -44,6 +44,9 @@ pub struct UpState {
     /// Where the cluster is mounted (what `orion run` serves in-process).
     #[serde(default)]
     pub mount: String,
+    /// host:port of the mount's Prometheus endpoint ("": none).
+    #[serde(default)]
+    pub mount_metrics: String,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -106,6 +109,9 @@ impl UpState {
 #[derive(Debug, Serialize)]
 struct Report {
     epoch: Option<u32>,
+    /// The mount's Prometheus endpoint (host:port of `/metrics`), if `orion up` made one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mount_metrics: Option<String>,
     /// The cluster manager, if the MDS has a mirror.
     manager: Option<ManagerRow>,
     mds: Vec<MdsRow>,
@@ -287,6 +293,7 @@ pub fn status(a: StatusArgs) -> Result<()> {
     let report = match &map {
         Ok((epoch, stores)) => Report {
             epoch: Some(*epoch),
+            mount_metrics: None,
             manager: None,
             mds: mds_rows(true),
             stores: stores
@@ -308,6 +315,7 @@ pub fn status(a: StatusArgs) -> Result<()> {
         },
         Err(_) => Report {
             epoch: None,
+            mount_metrics: None,
             manager: None,
             mds: mds_rows(false),
             // What `orion up` started, in a state nobody can tell without the MDS.
@@ -326,7 +334,15 @@ pub fn status(a: StatusArgs) -> Result<()> {
                 .collect(),
         },
     };
-    let report = Report { manager, ..report };
+    let mount_metrics = up
+        .as_ref()
+        .map(|u| u.mount_metrics.clone())
+        .filter(|m| !m.is_empty());
+    let report = Report {
+        manager,
+        mount_metrics,
+        ..report
+    };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

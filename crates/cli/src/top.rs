@@ -32,8 +32,16 @@ pub struct TopArgs {
 /// A daemon with a metrics endpoint.
 struct Node {
     name: String,
-    store: bool,
+    kind: Kind,
     addr: String,
+}
+
+#[derive(PartialEq)]
+enum Kind {
+    Mds,
+    Store,
+    /// A mount: its client's counters.
+    Client,
 }
 
 /// What one scrape of every node gave (None: the node did not answer).
@@ -51,15 +59,22 @@ fn nodes(up: &UpState) -> Vec<Node> {
                 "" => "mds".into(),
                 n => n.into(),
             },
-            store: false,
+            kind: Kind::Mds,
             addr: m.metrics.clone(),
         })
         .collect();
     v.extend(up.stores.iter().map(|s| Node {
         name: format!("ds {}.{}", s.group, s.index),
-        store: true,
+        kind: Kind::Store,
         addr: s.metrics.clone(),
     }));
+    if !up.mount_metrics.is_empty() {
+        v.push(Node {
+            name: "mount".into(),
+            kind: Kind::Client,
+            addr: up.mount_metrics.clone(),
+        });
+    }
     v
 }
 
@@ -208,7 +223,31 @@ fn rows(nodes: &[Node], before: &Snapshot, after: &Snapshot, secs: f64) -> Vec<[
             ]);
             continue;
         };
-        if n.store {
+        if n.kind == Kind::Client {
+            let per_s =
+                |name: &str| (sum(a, name, &[]) - b.map_or(0.0, |b| sum(b, name, &[]))) / secs;
+            let (tails, hits) = (
+                per_s("orion_client_tail_reads_total"),
+                per_s("orion_client_tail_hits_total"),
+            );
+            out.push([
+                n.name.clone(),
+                "up".into(),
+                rate(per_s("orion_client_mds_requests_total")),
+                format!(
+                    "commits {}, tail reads {} ({} current)",
+                    rate(per_s("orion_client_commits_total")),
+                    rate(tails),
+                    pct(hits, tails)
+                ),
+                "".into(),
+                "".into(),
+                "".into(),
+                "".into(),
+            ]);
+            continue;
+        }
+        if n.kind == Kind::Store {
             let state = match (
                 sum(a, "orion_ds_joined", &[]),
                 sum(a, "orion_ds_resync_running", &[]),

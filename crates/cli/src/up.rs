@@ -267,6 +267,7 @@ pub fn up(a: UpArgs) -> Result<()> {
         manager: mdss.manager.as_ref().map(|m| m.spec()).unwrap_or_default(),
         stores: Vec::new(),
         mount: mnt.display().to_string(),
+        mount_metrics: String::new(),
     };
     let mut restarts: Vec<Restart> = mdss
         .starts
@@ -339,7 +340,11 @@ pub fn up(a: UpArgs) -> Result<()> {
     let mut args: Vec<String> = vec!["mount".into(), mnt.display().to_string()];
     args.extend(["--mds".into(), mds_addr.clone()]);
     args.extend(common.iter().cloned());
+    let mount_metrics = crate::procs::metrics_listen()?;
+    args.extend(["--metrics".into(), mount_metrics.clone()]);
     let (mount, _) = Daemon::spawn("the mount", &args, &logs.join("mount.log"))?;
+    up_state.mount_metrics = mount_metrics;
+    up_state.save(&state)?;
     done(t, "");
     rows.push(format!("  mount  pid {:<7} {}", mount.pid(), mnt.display()));
     children.push(mount);

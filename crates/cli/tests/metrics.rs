@@ -1,5 +1,5 @@
-//! The daemons' Prometheus endpoints, as an operator scrapes them: every MDS and data
-//! store `orion up` starts serves `/metrics` at the address `cluster.json` and `orion
+//! The daemons' Prometheus endpoints, as an operator scrapes them: every MDS, data
+//! store and mount `orion up` starts serves `/metrics` at the address `cluster.json` and `orion
 //! status --json` give, the text parses (prometheus-parse), the counters move when a
 //! program writes through the mount, and a scrape left open does not hold the stop.
 
@@ -166,6 +166,20 @@ fn every_daemon_serves_metrics_that_parse_and_move() {
         commits(&after) >= commits(&before) + 20.0,
         "commits not counted"
     );
+    // The mount's own endpoint: its client counted the same commits.
+    let mount = rec["mount_metrics"].as_str().unwrap_or("").to_string();
+    assert_eq!(
+        status["mount_metrics"].as_str(),
+        Some(mount.as_str()),
+        "{status}"
+    );
+    let m = scrape(&mount);
+    assert!(
+        value(&m, "orion_client_commits_total", &[]) >= 20.0,
+        "{:?}",
+        names(&m)
+    );
+    assert!(value(&m, "orion_client_mds_requests_total", &[]) >= 40.0);
     // The mount is an internal client here (same host: it writes the stores' pools
     // itself), so the stores report no pages; the counter is there for when they do.
     for s in &stores {

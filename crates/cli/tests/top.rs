@@ -66,7 +66,7 @@ fn top_prints_every_node_and_quits_on_q_in_a_terminal() {
         "{table}{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    for node in ["mds-a", "mds-b", "ds 0.0", "ds 1.0"] {
+    for node in ["mds-a", "mds-b", "ds 0.0", "ds 1.0", "mount"] {
         assert!(table.contains(node), "{node} missing:\n{table}");
     }
     assert!(table.contains("epoch"), "{table}");

@@ -2,11 +2,10 @@
 //! types in, `orion_client` calls, kernel replies out. Errors keep their errno; an
 //! error without one (a broken connection, a damaged pool) is logged and becomes EIO.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -23,17 +22,16 @@ use orion_client::{
 };
 
 use crate::convert::*;
+use crate::listings::Listings;
 
 /// Largest read or write the kernel is asked to send in one request.
 pub const MAX_IO: u32 = 1 << 20;
 
-/// The mounted file system: one client, and the directory listings of open
-/// directory handles (so that a listing read in several calls is one snapshot, taken
-/// at offset 0: the first call, or the first after a rewind).
+/// The mounted file system: one client, and the listings of open directory handles
+/// ([`Listings`]).
 pub struct OrionFs {
     pub(crate) client: Arc<Client>,
-    dirs: Mutex<HashMap<u64, Vec<DirEntry>>>,
-    next_dir: AtomicU64,
+    listings: Listings,
     /// Inodes this mount ever asked to lock: only their closes need to drop locks at
     /// the MDS (a round trip every other close can skip).
     locked: Mutex<HashSet<u64>>,
@@ -45,8 +43,7 @@ impl OrionFs {
     pub fn new(client: Arc<Client>) -> OrionFs {
         OrionFs {
             client,
-            dirs: Mutex::new(HashMap::new()),
-            next_dir: AtomicU64::new(1),
+            listings: Listings::default(),
             locked: Mutex::new(HashSet::new()),
             data_cache: false,
         }
@@ -590,15 +587,7 @@ impl Filesystem for OrionFs {
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: KOpenFlags, reply: ReplyOpen) {
         match self.may(req, ino.0, perm::MAY_READ) {
-            Ok(_) => {
-                // Listed at the first readdir, from offset 0.
-                let fh = self.next_dir.fetch_add(1, Ordering::Relaxed);
-                self.dirs
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(fh, Vec::new());
-                reply.opened(FileHandle(fh), FopenFlags::empty());
-            }
+            Ok(_) => reply.opened(FileHandle(self.listings.open()), FopenFlags::empty()),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -611,34 +600,18 @@ impl Filesystem for OrionFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        // Offset 0 lists the directory afresh: the first call on a handle, and every
-        // call after a rewinddir (which POSIX says sees the directory as it is now).
-        let fresh = match offset {
-            0 => match self.client.readdir_ino(ino.0) {
-                Ok(list) => Some(list),
-                Err(e) => {
-                    reply.error(errno(e));
-                    return;
-                }
-            },
-            _ => None,
-        };
-        let mut dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
-        if let (Some(list), Some(held)) = (fresh, dirs.get_mut(&fh.0)) {
-            *held = list;
-        }
-        let Some(list) = dirs.get(&fh.0) else {
-            reply.error(Errno::EBADF);
-            return;
-        };
-        // The offset of an entry is its position + 1: where the next call resumes.
-        for (i, e) in list.iter().enumerate().skip(offset as usize) {
+        let add = |next: u64, e: &DirEntry| {
             let name = OsStr::from_bytes(&e.name);
-            if reply.add(INodeNo(e.ino), i as u64 + 1, kind(e.ftype), name) {
-                break;
-            }
+            reply.add(INodeNo(e.ino), next, kind(e.ftype), name)
+        };
+        match self
+            .listings
+            .read(fh.0, offset, || self.client.readdir_ino(ino.0), add)
+        {
+            Ok(true) => reply.ok(),
+            Ok(false) => reply.error(Errno::EBADF),
+            Err(e) => reply.error(errno(e)),
         }
-        reply.ok();
     }
 
     fn releasedir(
@@ -649,10 +622,7 @@ impl Filesystem for OrionFs {
         _flags: KOpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.dirs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&fh.0);
+        self.listings.release(fh.0);
         reply.ok();
     }
 

@@ -15,6 +15,7 @@
 pub mod cache;
 mod convert;
 pub mod fs;
+mod listings;
 pub mod mount;
 pub mod passthrough;
 
