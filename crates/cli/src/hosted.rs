@@ -124,14 +124,15 @@ pub fn hold(pools: &Path) -> Result<PoolsHeld> {
     Ok(PoolsHeld(f))
 }
 
-/// Whether something holds the pool directory's lock (an `orion up` or its daemons).
-fn in_use(pools: &Path) -> Result<bool> {
+/// The pool directory's lock, taken for a destroy (held until dropped, so that no
+/// `orion up` starts on the pools while they go); `None` if an `orion up` or its
+/// daemons hold it.
+fn take_for_destroy(pools: &Path) -> Result<Option<std::fs::File>> {
     let p = pools.join(UP_LOCK);
-    if !p.exists() {
-        return Ok(false);
-    }
     let f = lock_file(&p)?;
-    Ok(!flock(&f, false).with_context(|| format!("locking {}", p.display()))?)
+    Ok(flock(&f, false)
+        .with_context(|| format!("locking {}", p.display()))?
+        .then_some(f))
 }
 
 /// `p` absolute, with its deepest existing ancestor canonical (symlinks and `..`
@@ -516,7 +517,11 @@ pub fn destroy(a: DestroyArgs) -> Result<()> {
     }
     // Every check before anything goes.
     let live = state_dir.map(|s| running(s)).unwrap_or_default();
-    if (pools.is_dir() && in_use(&pools)?) || !live.is_empty() {
+    let held = match pools.is_dir() {
+        true => Some(take_for_destroy(&pools)?),
+        false => None,
+    };
+    if matches!(held, Some(None)) || !live.is_empty() {
         bail!(
             "the file system in {} is running{}: stop its `orion up` (Ctrl-C) first",
             pools.display(),
@@ -571,13 +576,16 @@ fn confirm(question: &str) -> Result<bool> {
     Ok(matches!(line.trim(), "y" | "Y" | "yes"))
 }
 
-/// Removes the files `orion up` made in a pool directory, then the directory if
-/// nothing else is left in it.
+/// Removes the files `orion up` made in a pool directory (its lock last: the caller
+/// holds it), then the directory if nothing else is left in it.
 fn remove_pools(dir: &Path) -> Result<()> {
     let mut others = Vec::new();
     for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
         let e = e?;
         let name = e.file_name().to_string_lossy().into_owned();
+        if name == UP_LOCK {
+            continue; // last: held until everything else is gone
+        }
         if ours(&name) && e.file_type()?.is_file() {
             std::fs::remove_file(e.path())
                 .with_context(|| format!("removing {}", e.path().display()))?;
@@ -585,6 +593,7 @@ fn remove_pools(dir: &Path) -> Result<()> {
             others.push(name);
         }
     }
+    let _ = std::fs::remove_file(dir.join(UP_LOCK));
     if others.is_empty() {
         std::fs::remove_dir(dir).with_context(|| format!("removing {}", dir.display()))?;
     } else {

@@ -1,59 +1,107 @@
 //! The `/metrics` endpoint of a daemon: the registry it counts into, encoded in the
-//! Prometheus (OpenMetrics) text format, over HTTP (tiny_http) on a thread of its own.
-//! A scrape reads atomics and never waits for the daemon's event loop, so a scrape
-//! during a shutdown is answered (or its connection closed with the process), never
-//! left hanging.
+//! Prometheus (OpenMetrics) text format, served over HTTP/1.0 on threads of its own.
+//! A scrape reads atomics and never waits for the daemon's event loop.
+//!
+//! The server is a few lines over `std::net` rather than an HTTP crate: it answers
+//! `GET /metrics` and nothing else, reads at most a few KiB of request head with a
+//! time limit and never a body, and serves a bounded number of connections at once,
+//! so no request (a huge Content-Length, a client that sends slowly or never reads)
+//! can take memory from the daemon or hold up other scrapes for long.
 
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 use prometheus_client::registry::Registry;
 
 /// The content type of the OpenMetrics text format, which Prometheus reads.
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The most of a request read (its head; a body is never read).
+const MAX_HEAD: usize = 8 << 10;
+/// How long a connection may take to send its request, or to take the answer.
+const IO_LIMIT: Duration = Duration::from_secs(2);
+/// Connections served at once; more are closed at once.
+const MAX_CONNECTIONS: usize = 8;
 
 /// Serves `registry` at `http://LISTEN/metrics` from now on; returns the address bound
 /// (port 0 in `listen`: a free one).
 pub fn start(listen: &str, registry: Arc<Registry>) -> Result<String> {
-    let server = tiny_http::Server::http(listen).map_err(|e| {
+    let l = TcpListener::bind(listen).map_err(|e| {
         anyhow!(
             "the metrics endpoint cannot listen on {listen}: {e} (another process has the \
              port? give another, or port 0 for any free one)"
         )
     })?;
-    let addr = server
-        .server_addr()
-        .to_ip()
-        .ok_or_else(|| anyhow!("the metrics endpoint on {listen} has no IP address"))?
-        .to_string();
+    let addr = l.local_addr()?.to_string();
+    let busy = Arc::new(AtomicUsize::new(0));
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || {
-            for req in server.incoming_requests() {
-                let resp = answer(&req, &registry);
-                let _ = req.respond(resp);
+            for conn in l.incoming().flatten() {
+                if busy.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
+                    busy.fetch_sub(1, Ordering::AcqRel);
+                    continue; // dropped: closed
+                }
+                let (registry, mine) = (registry.clone(), busy.clone());
+                let spawned = std::thread::Builder::new()
+                    .name("metrics-conn".into())
+                    .spawn(move || {
+                        let _ = serve(conn, &registry);
+                        mine.fetch_sub(1, Ordering::AcqRel);
+                    });
+                if spawned.is_err() {
+                    busy.fetch_sub(1, Ordering::AcqRel);
+                }
             }
         })?;
     Ok(addr)
 }
 
-fn answer(req: &tiny_http::Request, registry: &Registry) -> tiny_http::ResponseBox {
-    let path = req.url().split('?').next().unwrap_or("");
-    if *req.method() != tiny_http::Method::Get || path != "/metrics" {
-        return tiny_http::Response::from_string("only GET /metrics here\n")
-            .with_status_code(404)
-            .boxed();
+/// Reads one request head and answers it; the connection closes after.
+fn serve(mut conn: TcpStream, registry: &Registry) -> std::io::Result<()> {
+    conn.set_read_timeout(Some(IO_LIMIT))?;
+    conn.set_write_timeout(Some(IO_LIMIT))?;
+    let mut head = Vec::with_capacity(512);
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < MAX_HEAD {
+        let n = conn.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
     }
-    let mut body = String::new();
-    if let Err(e) = prometheus_client::encoding::text::encode(&mut body, registry) {
-        return tiny_http::Response::from_string(format!("encoding the metrics: {e}\n"))
-            .with_status_code(500)
-            .boxed();
-    }
-    let ct = tiny_http::Header::from_bytes("Content-Type", CONTENT_TYPE).expect("a valid header");
-    tiny_http::Response::from_string(body)
-        .with_header(ct)
-        .boxed()
+    let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut words = line.split_whitespace();
+    let (method, target) = (words.next(), words.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    let (status, ctype, body) = if method != Some("GET") || path != "/metrics" {
+        (
+            "404 Not Found",
+            "text/plain",
+            "only GET /metrics here\n".to_string(),
+        )
+    } else {
+        let mut body = String::new();
+        match prometheus_client::encoding::text::encode(&mut body, registry) {
+            Ok(()) => ("200 OK", CONTENT_TYPE, body),
+            Err(e) => (
+                "500 Internal Server Error",
+                "text/plain",
+                format!("encoding the metrics: {e}\n"),
+            ),
+        }
+    };
+    write!(
+        conn,
+        "HTTP/1.0 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    conn.flush()
 }
 
 #[cfg(test)]
@@ -83,6 +131,24 @@ mod tests {
         );
         assert!(page.contains("things_total 7"), "{page}");
         assert!(get(&addr, "/other").contains(" 404 "));
+    }
+
+    #[test]
+    fn a_huge_or_silent_request_costs_nothing_and_blocks_no_other() {
+        let addr = start("127.0.0.1:0", Arc::new(Registry::default())).unwrap();
+        // A request announcing a terabyte of body: answered, the body never read.
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        write!(
+            s,
+            "POST /metrics HTTP/1.1\r\nContent-Length: 1000000000000\r\n\r\nxx"
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        assert!(out.contains(" 404 "), "{out}");
+        // A client that connects and says nothing does not hold up a scrape.
+        let _silent = std::net::TcpStream::connect(&addr).unwrap();
+        assert!(get(&addr, "/metrics").contains(" 200 "));
     }
 
     #[test]

@@ -48,12 +48,19 @@ pub fn stop_flag() -> std::io::Result<Arc<AtomicBool>> {
 pub fn detach_and_die_with_parent(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
     cmd.process_group(0);
+    // SAFETY: getpid only reads this process's id.
+    let parent = unsafe { libc::getpid() };
     // SAFETY: the closure runs in the child between fork and exec and only calls
-    // prctl(2), which is async-signal-safe.
+    // prctl(2) and getppid(2), which are async-signal-safe.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            // The parent died before the death signal was asked for: nobody would
+            // send it, and the child (holding the pools' lock) would live on.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other("the parent died while starting"));
             }
             Ok(())
         });

@@ -177,6 +177,7 @@ fn micros(s: Option<f64>) -> String {
 
 fn rate(n: f64) -> String {
     match n {
+        n if n.is_nan() => "-".into(),
         n if n >= 1e6 => format!("{:.1}M/s", n / 1e6),
         n if n >= 1e3 => format!("{:.1}k/s", n / 1e3),
         n => format!("{n:.0}/s"),
@@ -224,8 +225,13 @@ fn rows(nodes: &[Node], before: &Snapshot, after: &Snapshot, secs: f64) -> Vec<[
             continue;
         };
         if n.kind == Kind::Client {
-            let per_s =
-                |name: &str| (sum(a, name, &[]) - b.map_or(0.0, |b| sum(b, name, &[]))) / secs;
+            // No earlier scrape, or a restart (counters went back): no rate.
+            let per_s = |name: &str| match b {
+                Some(b) if sum(a, name, &[]) >= sum(b, name, &[]) => {
+                    (sum(a, name, &[]) - sum(b, name, &[])) / secs
+                }
+                _ => f64::NAN,
+            };
             let (tails, hits) = (
                 per_s("orion_client_tail_reads_total"),
                 per_s("orion_client_tail_hits_total"),
@@ -256,8 +262,10 @@ fn rows(nodes: &[Node], before: &Snapshot, after: &Snapshot, secs: f64) -> Vec<[
                 (j, _) if j > 0.0 => "up",
                 _ => "not joined",
             };
-            let copied = sum(a, "orion_ds_resync_pages_total", &[])
-                - b.map_or(0.0, |b| sum(b, "orion_ds_resync_pages_total", &[]));
+            let copied = b.map_or(0.0, |b| {
+                sum(a, "orion_ds_resync_pages_total", &[])
+                    - sum(b, "orion_ds_resync_pages_total", &[])
+            });
             out.push([
                 n.name.clone(),
                 state.into(),
@@ -276,6 +284,23 @@ fn rows(nodes: &[Node], before: &Snapshot, after: &Snapshot, secs: f64) -> Vec<[
             ]);
             continue;
         }
+        // Rates need an earlier scrape of the same run of the daemon: none (it was
+        // down) or counters that went back (it restarted) show no rate.
+        let total_of = |s: &Scrape| sum(s, "orion_mds_requests_total", &[]);
+        let Some(b) = b.filter(|b| total_of(a) >= total_of(b)) else {
+            out.push([
+                n.name.clone(),
+                format!("epoch {}", sum(a, "orion_mds_epoch", &[])),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "".into(),
+                "".into(),
+            ]);
+            continue;
+        };
+        let b = Some(b);
         let (ka, kb) = (by_kind(a), b.map(by_kind).unwrap_or_default());
         let mut kinds: Vec<(String, f64)> = ka
             .iter()

@@ -145,7 +145,17 @@ fn every_daemon_serves_metrics_that_parse_and_move() {
     for i in 0..20 {
         std::fs::write(mnt.join(format!("f{i}")), vec![7u8; 8192]).unwrap();
     }
-    let after = scrape(primary);
+    // The request counters are counted before the answers go; the latency of each
+    // just after: a scrape may come between, so it is taken again until both show.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let after = loop {
+        let s = scrape(primary);
+        let created = value(&s, "orion_mds_request_seconds_count", &[("kind", "create")]);
+        if created >= 20.0 || std::time::Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     let creates =
         |s: &prometheus_parse::Scrape| value(s, "orion_mds_requests_total", &[("kind", "create")]);
     assert!(

@@ -52,10 +52,10 @@ impl Default for DsMetrics {
         let resyncs = Family::<Labels, Counter>::default();
         r.register(
             "resyncs",
-            "Resyncs by outcome (started, finished, failed)",
+            "Resyncs by outcome (started, finished, failed, cancelled)",
             resyncs.clone(),
         );
-        for outcome in ["started", "finished", "failed"] {
+        for outcome in ["started", "finished", "failed", "cancelled"] {
             let _ = resyncs.get_or_create(&vec![("outcome".to_string(), outcome.to_string())]);
         }
         let resync_running = gauge(&mut r, "resync_running", "1 while a resync copies");
@@ -101,7 +101,8 @@ impl DsMetrics {
         &self.0
     }
 
-    /// A resync `outcome`: "started", "finished" or "failed".
+    /// A resync `outcome`: "started", "finished", "failed" or "cancelled" (the store
+    /// lost the MDS, or stops).
     pub(crate) fn resync(&self, outcome: &str) {
         let l = vec![("outcome".to_string(), outcome.to_string())];
         self.0.resyncs.get_or_create(&l).inc();

@@ -527,6 +527,7 @@ impl Store {
     fn cancel_resync(&mut self) {
         if let Some((cancel, _)) = self.resync.take() {
             cancel.store(true, Ordering::Relaxed);
+            self.cfg.counters.resync("cancelled");
         }
         self.resync_again = None;
     }

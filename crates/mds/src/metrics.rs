@@ -34,10 +34,9 @@ pub struct MdsMetrics(Arc<Inner>);
 
 struct Inner {
     registry: Arc<Registry>,
-    requests: Family<Labels, Counter>,
-    seconds: Family<Labels, Histogram, fn() -> Histogram>,
-    /// The counter and histogram of each request kind, by [`kind_index`].
-    by_kind: Mutex<Vec<Option<(Counter, Histogram)>>>,
+    /// The counter and histogram of each request kind, by [`kind_slot`] (every kind's
+    /// made at start: nothing is allocated per request).
+    by_kind: Vec<Option<(Counter, Histogram)>>,
     malformed: Counter,
     connections: Family<Labels, Gauge>,
     data_pages: Gauge,
@@ -101,9 +100,7 @@ impl Default for MdsMetrics {
         }
         MdsMetrics(Arc::new(Inner {
             registry: Arc::new(r),
-            requests,
-            seconds,
-            by_kind: Mutex::new(by_kind),
+            by_kind,
             malformed,
             connections,
             data_pages,
@@ -132,12 +129,13 @@ impl PartialEq for MdsMetrics {
 }
 
 /// A request kind's slot: clients' kinds, then stores', then the mirror's.
-pub(crate) fn kind_index(req: &MdsInbound) -> (usize, String) {
-    match req {
-        MdsInbound::Client(r) => slot(0, "", r.kind() as u8, r.kind()),
-        MdsInbound::Store(s) => slot(64, "store_", s.kind() as u8, s.kind()),
-        MdsInbound::Mirror(m) => slot(128, "mirror_", m.kind() as u8, m.kind()),
-    }
+pub(crate) fn kind_slot(req: &MdsInbound) -> usize {
+    let (base, code) = match req {
+        MdsInbound::Client(r) => (0, r.kind() as usize),
+        MdsInbound::Store(s) => (64, s.kind() as usize),
+        MdsInbound::Mirror(m) => (128, m.kind() as usize),
+    };
+    (base + code).min(3 * 64 - 1)
 }
 
 fn slot(base: usize, prefix: &str, code: u8, kind: impl std::fmt::Debug) -> (usize, String) {
@@ -187,18 +185,34 @@ impl MdsMetrics {
         self.0.registry.clone()
     }
 
-    /// A request of kind `kind` (from [`kind_index`]) took `spent` in the loop.
-    pub(crate) fn served(&self, kind: (usize, String), spent: Duration) {
-        let mut slots = self.0.by_kind.lock().unwrap_or_else(|e| e.into_inner());
-        let slot = slots[kind.0].get_or_insert_with(|| {
-            let l = vec![("kind".to_string(), kind.1)];
-            (
-                self.0.requests.get_or_create(&l).clone(),
-                self.0.seconds.get_or_create(&l).clone(),
-            )
-        });
-        slot.0.inc();
-        slot.1.observe(spent.as_secs_f64());
+    /// A request of kind `slot` (from [`kind_slot`]) arrived: counted before it is
+    /// answered, so a client that got its answer finds it counted.
+    pub(crate) fn arrived(&self, slot: usize) {
+        if let Some((c, _)) = &self.0.by_kind[slot] {
+            c.inc();
+        }
+    }
+
+    /// The loop spent `spent` on a request of kind `slot`.
+    pub(crate) fn served(&self, slot: usize, spent: Duration) {
+        if let Some((_, h)) = &self.0.by_kind[slot] {
+            h.observe(spent.as_secs_f64());
+        }
+    }
+
+    /// This MDS lost the primary role: what it said of the cluster (connections,
+    /// pools, held replies) is no longer its to say, and sums over every MDS must not
+    /// count it twice.
+    pub(crate) fn demoted(&self) {
+        let m = &self.0;
+        for role in ["new", "client", "store", "mirror"] {
+            let l = vec![("role".to_string(), role.to_string())];
+            m.connections.get_or_create(&l).set(0);
+        }
+        for g in [&m.data_pages, &m.data_pages_free, &m.inodes, &m.inodes_free] {
+            g.set(0);
+        }
+        m.callbacks_waiting.set(0);
     }
 
     pub(crate) fn malformed(&self) {
@@ -258,9 +272,11 @@ mod tests {
     #[test]
     fn a_served_request_is_counted_and_timed_under_its_kind() {
         let m = MdsMetrics::default();
-        let ping = MdsInbound::Client(orion_proto::MdsRequest::Ping);
-        m.served(kind_index(&ping), Duration::from_micros(3));
-        m.served(kind_index(&ping), Duration::from_micros(5));
+        let ping = kind_slot(&MdsInbound::Client(orion_proto::MdsRequest::Ping));
+        for us in [3, 5] {
+            m.arrived(ping);
+            m.served(ping, Duration::from_micros(us));
+        }
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &m.registry()).unwrap();
         assert!(

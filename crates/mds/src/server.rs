@@ -242,6 +242,7 @@ pub(crate) fn serve_loop(
             // What it remembered answers the retries of its clients if it takes the
             // role again before it mirrors another primary.
             let replies = std::mem::take(&mut mds.replies);
+            mds.cfg.counters.demoted();
             // The pool is unmapped and unregistered before the mirror copies into it.
             drop(mds);
             let l = Listening {
@@ -420,7 +421,8 @@ impl Mds {
                 return;
             }
         };
-        let (kind, started) = (crate::metrics::kind_index(&req), Instant::now());
+        let (kind, started) = (crate::metrics::kind_slot(&req), Instant::now());
+        self.cfg.counters.arrived(kind);
         if let Some(reply) = self.dispatch(conn, id, req) {
             self.reply(conn, id, reply);
         }
