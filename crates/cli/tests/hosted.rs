@@ -5,11 +5,10 @@
 
 mod cluster;
 
-use std::io::BufRead;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use cluster::ORION;
+use cluster::{Up, ORION};
 
 /// `orion` with the register of file systems in `data` (not the user's own).
 fn orion(data: &Path, args: &[&str]) -> Output {
@@ -54,17 +53,6 @@ fn listed(data: &Path, pools: &Path) -> Option<serde_json::Value> {
         .find(|h| h["pools"].as_str() == Some(want.to_str().unwrap()))
 }
 
-/// A running `orion up`, interrupted (SIGINT, by PID) and waited for when dropped.
-struct Running(std::process::Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our child's PID.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn list_shows_and_destroy_removes_a_file_system_of_orion_up() {
     let data = tempfile::tempdir().unwrap();
@@ -91,20 +79,7 @@ fn list_shows_and_destroy_removes_a_file_system_of_orion_up() {
     assert!(table.contains("stopped") && table.contains(p), "{table}");
 
     // Running: listed so, and destroy refuses.
-    let mut child = Command::new(ORION)
-        .args(up_args(s, p))
-        .env("XDG_DATA_HOME", data.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let running = Running(child);
-    let ready = out
-        .lines()
-        .map_while(Result::ok)
-        .any(|l| l.starts_with("orion up ready"));
-    assert!(ready, "orion up did not become ready");
+    let running = Up::start(&state, &pools, data.path(), &["--no-mirror"]);
     let h = listed(data.path(), &pools).unwrap();
     assert!(!h["running"].as_array().unwrap().is_empty(), "{h}");
     let o = orion(data.path(), &["destroy", "--dir", s, "--yes"]);

@@ -5,11 +5,11 @@
 
 mod cluster;
 
-use std::io::{BufRead, Read, Write};
-use std::process::{Command, Stdio};
+use std::io::{Read, Write};
+use std::process::Command;
 use std::time::Duration;
 
-use cluster::ORION;
+use cluster::{Up, ORION};
 
 /// GET /metrics from `addr`, parsed.
 fn scrape(addr: &str) -> prometheus_parse::Scrape {
@@ -42,39 +42,12 @@ fn names(s: &prometheus_parse::Scrape) -> Vec<&str> {
     s.samples.iter().map(|x| x.metric.as_str()).collect()
 }
 
-/// A running `orion up`, interrupted (SIGINT, by PID) and waited for when dropped.
-struct Running(std::process::Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our child's PID.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn every_daemon_serves_metrics_that_parse_and_move() {
     let data = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
     let pools = tempfile::tempdir_in("/dev/shm").unwrap();
-    let mut child = Command::new(ORION)
-        .args(["up", "--mds-size", "64M", "--ds-size", "64M", "--dir"])
-        .arg(state.path())
-        .arg("--pools")
-        .arg(pools.path())
-        .env("XDG_DATA_HOME", data.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let up = Running(child);
-    let ready = out
-        .lines()
-        .map_while(Result::ok)
-        .any(|l| l.starts_with("orion up ready"));
-    assert!(ready, "orion up did not become ready");
+    let up = Up::start(state.path(), pools.path(), data.path(), &[]);
 
     // Where the endpoints are: cluster.json and `orion status --json` agree.
     let rec: serde_json::Value =

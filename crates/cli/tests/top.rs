@@ -8,42 +8,14 @@ use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use cluster::ORION;
-
-/// A running `orion up`, interrupted (SIGINT, by PID) and waited for when dropped.
-struct Running(std::process::Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our child's PID.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
-        let _ = self.0.wait();
-    }
-}
+use cluster::{Up, ORION};
 
 #[test]
 fn top_prints_every_node_and_quits_on_q_in_a_terminal() {
-    use std::io::BufRead;
     let data = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
     let pools = tempfile::tempdir_in("/dev/shm").unwrap();
-    let mut child = Command::new(ORION)
-        .args(["up", "--mds-size", "64M", "--ds-size", "64M", "--dir"])
-        .arg(state.path())
-        .arg("--pools")
-        .arg(pools.path())
-        .env("XDG_DATA_HOME", data.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let _up = Running(child);
-    let ready = out
-        .lines()
-        .map_while(Result::ok)
-        .any(|l| l.starts_with("orion up ready"));
-    assert!(ready, "orion up did not become ready");
+    let _up = Up::start(state.path(), pools.path(), data.path(), &[]);
     let dir = state.path().to_str().unwrap().to_string();
 
     // Not a terminal: one plain table, every node, the requests of the interval.

@@ -33,54 +33,56 @@ static void gather(char **argv, size_t n, const char *first, va_list ap) {
     argv[n] = NULL;
 }
 
-int orion_execl(const char *path, const char *arg, ...) {
-    va_list ap;
-    va_start(ap, arg);
-    size_t n = count(arg, ap);
-    va_end(ap);
+enum how { EXECV, EXECVP, EXECVE };
+
+/* Gathers `arg` and what follows it in `ap` into an array and execs with it: execv,
+ * execvp, or execve with the environment after the terminating NULL. */
+static int exec_list(const char *file, const char *arg, va_list ap, enum how how) {
+    va_list counting;
+    va_copy(counting, ap);
+    size_t n = count(arg, counting);
+    va_end(counting);
     if (n > MAX_ARGS) {
         errno = E2BIG;
         return -1;
     }
     char *argv[n + 1];
-    va_start(ap, arg);
     gather(argv, n, arg, ap);
+    switch (how) {
+    case EXECVP:
+        return execvp(file, argv);
+    case EXECVE: {
+        if (n)
+            (void)va_arg(ap, char *); /* the NULL after the last argument */
+        char *const *envp = va_arg(ap, char *const *);
+        return execve(file, argv, envp);
+    }
+    default:
+        return execv(file, argv);
+    }
+}
+
+int orion_execl(const char *path, const char *arg, ...) {
+    va_list ap;
+    va_start(ap, arg);
+    int r = exec_list(path, arg, ap, EXECV);
     va_end(ap);
-    return execv(path, argv);
+    return r;
 }
 
 int orion_execlp(const char *file, const char *arg, ...) {
     va_list ap;
     va_start(ap, arg);
-    size_t n = count(arg, ap);
+    int r = exec_list(file, arg, ap, EXECVP);
     va_end(ap);
-    if (n > MAX_ARGS) {
-        errno = E2BIG;
-        return -1;
-    }
-    char *argv[n + 1];
-    va_start(ap, arg);
-    gather(argv, n, arg, ap);
-    va_end(ap);
-    return execvp(file, argv);
+    return r;
 }
 
 /* execle: the environment follows the NULL that ends the arguments. */
 int orion_execle(const char *path, const char *arg, ...) {
     va_list ap;
     va_start(ap, arg);
-    size_t n = count(arg, ap);
+    int r = exec_list(path, arg, ap, EXECVE);
     va_end(ap);
-    if (n > MAX_ARGS) {
-        errno = E2BIG;
-        return -1;
-    }
-    char *argv[n + 1];
-    va_start(ap, arg);
-    gather(argv, n, arg, ap);
-    if (n)
-        (void)va_arg(ap, char *); /* the NULL after the last argument */
-    char *const *envp = va_arg(ap, char *const *);
-    va_end(ap);
-    return execve(path, argv, envp);
+    return r;
 }

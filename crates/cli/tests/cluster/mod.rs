@@ -490,3 +490,43 @@ pub fn stop_process(pid: i32) {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
+
+/// A running `orion up` of a test's own (state, pools and the register of file
+/// systems in directories the test gives), interrupted with SIGINT (by PID) and
+/// waited for when dropped, so its daemons stop and it unmounts, also when the test
+/// fails.
+pub struct Up(Child);
+
+impl Up {
+    /// Runs `orion up --mds-size 64M --ds-size 64M --dir STATE --pools POOLS EXTRA`
+    /// with the register in `data`, and returns once it says it is ready.
+    pub fn start(state: &Path, pools: &Path, data: &Path, extra: &[&str]) -> Up {
+        let mut child = Command::new(ORION)
+            .args(["up", "--mds-size", "64M", "--ds-size", "64M", "--dir"])
+            .arg(state)
+            .arg("--pools")
+            .arg(pools)
+            .args(extra)
+            .env("XDG_DATA_HOME", data)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let up = Up(child);
+        let ready = out
+            .lines()
+            .map_while(Result::ok)
+            .any(|l| l.starts_with("orion up ready"));
+        assert!(ready, "orion up did not become ready");
+        up
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our child's PID.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
+        let _ = self.0.wait();
+    }
+}

@@ -91,24 +91,41 @@ unsafe fn answer(r: FsResult<Vec<u8>>, out: *mut c_void, n: size_t) -> ssize_t {
     }
 }
 
+/// The client, inode and attribute name a call on `node` serves, or the errno it
+/// fails with (`refused` for a user.* name on a file that may not carry one);
+/// `None`: the kernel's.
+///
+/// # Safety
+/// `name` is null or NUL-terminated.
+#[allow(clippy::type_complexity)]
+unsafe fn named<'a>(
+    node: Node,
+    name: *const c_char,
+    refused: c_int,
+) -> Option<Result<(&'static Client, u64, &'a [u8]), c_int>> {
+    let (c, ino, t) = match node {
+        Node::Served(c, ino, t) => (c, ino, t),
+        Node::Failed(e) => return Some(Err(e)),
+        Node::Kernel => return None,
+    };
+    // SAFETY: as the caller.
+    Some(match unsafe { name_of(name) } {
+        Ok(name) if user_refused(name, t) => Err(refused),
+        Ok(name) => Ok((c, ino, name)),
+        Err(e) => Err(e),
+    })
+}
+
 /// getxattr on `node`; `None`: the kernel's.
 ///
 /// # Safety
 /// As getxattr(2)'s arguments.
 unsafe fn get(node: Node, name: *const c_char, v: *mut c_void, n: size_t) -> Option<ssize_t> {
-    let (c, ino, t) = match node {
-        Node::Served(c, ino, t) => (c, ino, t),
-        Node::Failed(e) => return Some(fail_ssize(e)),
-        Node::Kernel => return None,
-    };
     // SAFETY: as the caller.
-    let name = match unsafe { name_of(name) } {
-        Ok(name) => name,
+    let (c, ino, name) = match unsafe { named(node, name, libc::ENODATA) }? {
+        Ok(x) => x,
         Err(e) => return Some(fail_ssize(e)),
     };
-    if user_refused(name, t) {
-        return Some(fail_ssize(libc::ENODATA));
-    }
     let _in = Inside::enter();
     let r = xattr::namespace(name).and_then(|_| c.getxattr_ino(ino, name));
     // SAFETY: as the caller.
@@ -126,19 +143,11 @@ unsafe fn set(
     n: size_t,
     fl: c_int,
 ) -> Option<c_int> {
-    let (c, ino, t) = match node {
-        Node::Served(c, ino, t) => (c, ino, t),
-        Node::Failed(e) => return Some(fail(e)),
-        Node::Kernel => return None,
-    };
     // SAFETY: as the caller.
-    let name = match unsafe { name_of(name) } {
-        Ok(name) => name,
+    let (c, ino, name) = match unsafe { named(node, name, libc::EPERM) }? {
+        Ok(x) => x,
         Err(e) => return Some(fail(e)),
     };
-    if user_refused(name, t) {
-        return Some(fail(libc::EPERM));
-    }
     if v.is_null() && n != 0 {
         return Some(fail(libc::EFAULT));
     }
@@ -178,19 +187,11 @@ unsafe fn list(node: Node, out: *mut c_char, n: size_t) -> Option<ssize_t> {
 /// # Safety
 /// As removexattr(2)'s arguments.
 unsafe fn remove(node: Node, name: *const c_char) -> Option<c_int> {
-    let (c, ino, t) = match node {
-        Node::Served(c, ino, t) => (c, ino, t),
-        Node::Failed(e) => return Some(fail(e)),
-        Node::Kernel => return None,
-    };
     // SAFETY: as the caller.
-    let name = match unsafe { name_of(name) } {
-        Ok(name) => name,
+    let (c, ino, name) = match unsafe { named(node, name, libc::EPERM) }? {
+        Ok(x) => x,
         Err(e) => return Some(fail(e)),
     };
-    if user_refused(name, t) {
-        return Some(fail(libc::EPERM));
-    }
     let _in = Inside::enter();
     Some(
         match xattr::namespace(name).and_then(|_| c.removexattr_ino(ino, name)) {
