@@ -96,7 +96,7 @@ fn list_shows_and_destroy_removes_a_file_system_of_orion_up() {
         "{}",
         text(&o)
     );
-    drop(running);
+    running.stop();
 
     // The state directory deleted: the pools are said to be served again.
     std::fs::remove_dir_all(&state).unwrap();

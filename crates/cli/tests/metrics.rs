@@ -175,7 +175,7 @@ fn every_daemon_serves_metrics_that_parse_and_move() {
     // cluster's stop: the drop below waits for every daemon to exit. After it, nothing
     // listens there.
     let idle = std::net::TcpStream::connect(primary).unwrap();
-    drop(up);
+    up.stop();
     drop(idle);
     assert!(std::net::TcpStream::connect_timeout(
         &primary.parse().unwrap(),

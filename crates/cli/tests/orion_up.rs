@@ -5,100 +5,26 @@
 mod cluster;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use cluster::{is_mounted, ORION};
+use cluster::{is_mounted, Up, ORION};
 
-/// `orion up` as a child: started with its own state and pool directories, stopped
-/// with SIGINT (by PID), and checked to leave nothing behind.
-struct Up {
-    child: std::process::Child,
-    mnt: PathBuf,
-    /// What it printed before it was ready (a row per process, with its pid).
-    rows: Vec<String>,
+/// `orion up` with its state and pool directories, the register under the build
+/// directory.
+fn start_up(state: &Path, pools: &Path) -> Up {
+    up_with(state, pools, &[])
 }
 
-impl Up {
-    fn start(state: &Path, pools: &Path) -> Up {
-        Up::start_with(state, pools, &[])
-    }
-
-    fn start_with(state: &Path, pools: &Path, extra: &[&str]) -> Up {
-        let mnt = state.join("mnt");
-        let mut child = Command::new(ORION)
-            .env("XDG_DATA_HOME", register_home())
-            .args(["up", "--mds-size", "64M", "--ds-size", "64M"])
-            .args(extra)
-            .arg("--dir")
-            .arg(state)
-            .arg("--pools")
-            .arg(pools)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::BufRead;
-        let out = std::io::BufReader::new(child.stdout.take().unwrap());
-        let mut seen = Vec::new();
-        for line in out.lines() {
-            let line = line.unwrap();
-            let ready = line.starts_with("orion up ready");
-            seen.push(line);
-            if ready {
-                return Up {
-                    child,
-                    mnt,
-                    rows: seen,
-                };
-            }
-        }
-        let _ = child.kill();
-        let o = child.wait_with_output().unwrap();
-        panic!(
-            "orion up did not become ready: {seen:?}\n{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
-
-    /// The pid of the process whose row starts with `name` (e.g. "ds 0.1").
-    fn pid(&self, name: &str) -> i32 {
-        let row = self
-            .rows
-            .iter()
-            .find(|r| r.trim_start().starts_with(name))
-            .unwrap_or_else(|| panic!("no row for {name}: {:?}", self.rows));
-        let after = row.split("pid").nth(1).expect("a pid");
-        after.split_whitespace().next().unwrap().parse().unwrap()
-    }
-
-    fn stop(mut self) -> String {
-        // SAFETY: kill(2) on our child's PID.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let o = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap())
-            .wait_with_output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&o.stderr).into_owned();
-        assert!(o.status.success(), "orion up failed: {err}");
-        err
-    }
-}
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if is_mounted(&self.mnt) {
-            let _ = Command::new(ORION).arg("umount").arg(&self.mnt).output();
-        }
-    }
+fn up_with(state: &Path, pools: &Path, extra: &[&str]) -> Up {
+    Up::start(state, pools, &register_home(), extra)
 }
 
 #[test]
 fn orion_up_serves_the_same_file_system_again() {
     let state = tempfile::tempdir().unwrap();
     let pools = tempfile::tempdir_in("/dev/shm").unwrap();
-    let up = Up::start(state.path(), pools.path());
+    let up = start_up(state.path(), pools.path());
     let mnt = up.mnt.clone();
     std::fs::write(mnt.join("hello"), b"hello, orion").unwrap();
     std::fs::create_dir(mnt.join("dir")).unwrap();
@@ -112,7 +38,7 @@ fn orion_up_serves_the_same_file_system_again() {
         )),
         "daemons left running"
     );
-    let up = Up::start(state.path(), pools.path());
+    let up = start_up(state.path(), pools.path());
     assert_eq!(std::fs::read(mnt.join("hello")).unwrap(), b"hello, orion");
     assert!(mnt.join("dir").is_dir());
     let err = up.stop();
@@ -124,7 +50,7 @@ fn orion_up_serves_the_same_file_system_again() {
 fn a_replicated_cluster_loses_a_store_and_the_application_sees_nothing() {
     let state = tempfile::tempdir().unwrap();
     let pools = tempfile::tempdir_in("/dev/shm").unwrap();
-    let up = Up::start_with(state.path(), pools.path(), &["--replicas", "2"]);
+    let up = up_with(state.path(), pools.path(), &["--replicas", "2"]);
     let mnt = up.mnt.clone();
     let content =
         |i: usize| -> Vec<u8> { (0..5000 + i * 37).map(|k| (k * 31 + i * 7) as u8).collect() };
@@ -230,7 +156,7 @@ fn a_replicated_cluster_loses_a_store_and_the_application_sees_nothing() {
 fn the_primary_mds_dies_and_the_mount_goes_on_through_its_mirror() {
     let state = tempfile::tempdir().unwrap();
     let pools = tempfile::tempdir_in("/dev/shm").unwrap();
-    let up = Up::start(state.path(), pools.path());
+    let up = start_up(state.path(), pools.path());
     let mnt = up.mnt.clone();
     let status = || -> serde_json::Value {
         let o = Command::new(ORION)

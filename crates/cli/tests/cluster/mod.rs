@@ -492,41 +492,86 @@ pub fn stop_process(pid: i32) {
 }
 
 /// A running `orion up` of a test's own (state, pools and the register of file
-/// systems in directories the test gives), interrupted with SIGINT (by PID) and
-/// waited for when dropped, so its daemons stop and it unmounts, also when the test
-/// fails.
-pub struct Up(Child);
+/// systems in directories the test gives). [`Up::stop`] interrupts it (SIGINT, by PID)
+/// and waits for it to stop its daemons in order and unmount; dropped without a stop
+/// (a failing test), it gets SIGINT, then SIGKILL after 10 s, and its mount is cleaned
+/// up.
+pub struct Up {
+    child: Child,
+    /// Where it mounted the file system.
+    pub mnt: PathBuf,
+    /// What it printed before it was ready (a row per process, with its pid).
+    rows: Vec<String>,
+}
 
 impl Up {
-    /// Runs `orion up --mds-size 64M --ds-size 64M --dir STATE --pools POOLS EXTRA`
+    /// Runs `orion up --mds-size 64M --ds-size 64M EXTRA --dir STATE --pools POOLS`
     /// with the register in `data`, and returns once it says it is ready.
     pub fn start(state: &Path, pools: &Path, data: &Path, extra: &[&str]) -> Up {
         let mut child = Command::new(ORION)
-            .args(["up", "--mds-size", "64M", "--ds-size", "64M", "--dir"])
+            .env("XDG_DATA_HOME", data)
+            .args(["up", "--mds-size", "64M", "--ds-size", "64M"])
+            .args(extra)
+            .arg("--dir")
             .arg(state)
             .arg("--pools")
             .arg(pools)
-            .args(extra)
-            .env("XDG_DATA_HOME", data)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         let out = BufReader::new(child.stdout.take().unwrap());
-        let up = Up(child);
-        let ready = out
-            .lines()
-            .map_while(Result::ok)
-            .any(|l| l.starts_with("orion up ready"));
-        assert!(ready, "orion up did not become ready");
-        up
+        let mut rows = Vec::new();
+        for line in out.lines().map_while(Result::ok) {
+            let ready = line.starts_with("orion up ready");
+            rows.push(line);
+            if ready {
+                let mnt = state.join("mnt");
+                return Up { child, mnt, rows };
+            }
+        }
+        let _ = child.kill();
+        let o = child.wait_with_output().unwrap();
+        panic!(
+            "orion up did not become ready: {rows:?}\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
+    /// The pid of the process whose row starts with `name` (e.g. "ds 0.1").
+    pub fn pid(&self, name: &str) -> i32 {
+        let row = (self.rows.iter())
+            .find(|r| r.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("no row for {name}: {:?}", self.rows));
+        let after = row.split("pid").nth(1).expect("a pid");
+        after.split_whitespace().next().unwrap().parse().unwrap()
+    }
+
+    /// Stops it as Ctrl-C does and waits; what it said on stderr (it must succeed).
+    pub fn stop(mut self) -> String {
+        // SAFETY: kill(2) on our child's PID.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let o = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap())
+            .wait_with_output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "orion up failed: {err}");
+        err
     }
 }
 
 impl Drop for Up {
     fn drop(&mut self) {
         // SAFETY: kill(2) on our child's PID.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
-        let _ = self.0.wait();
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let end = std::time::Instant::now() + Duration::from_secs(10);
+        while matches!(self.child.try_wait(), Ok(None)) && std::time::Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if is_mounted(&self.mnt) {
+            let _ = Command::new(ORION).arg("umount").arg(&self.mnt).output();
+        }
     }
 }
