@@ -5,7 +5,7 @@
 //! histogram takes a short lock), so a scrape never waits for it, and one registry
 //! outlives the MDS's terms (a mirror that takes over counts on).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::counter::Counter;
@@ -45,7 +45,6 @@ struct Inner {
     inodes_free: Gauge,
     epoch: Gauge,
     callbacks_waiting: Gauge,
-    gauges_due: Mutex<Instant>,
 }
 
 impl Default for MdsMetrics {
@@ -109,7 +108,6 @@ impl Default for MdsMetrics {
             inodes_free,
             epoch,
             callbacks_waiting,
-            gauges_due: Mutex::new(Instant::now()),
         }))
     }
 }
@@ -222,15 +220,12 @@ impl MdsMetrics {
 
 impl Mds {
     /// Refreshes the gauges every [`GAUGES_EVERY`] (called every turn of the loop).
-    pub(crate) fn metrics_turn(&self, now: Instant) {
-        let m = &self.cfg.counters.0;
-        {
-            let mut due = m.gauges_due.lock().unwrap_or_else(|e| e.into_inner());
-            if now < *due {
-                return;
-            }
-            *due = now + GAUGES_EVERY;
+    pub(crate) fn metrics_turn(&mut self, now: Instant) {
+        if now < self.gauges_due {
+            return;
         }
+        self.gauges_due = now + GAUGES_EVERY;
+        let m = &self.cfg.counters.0;
         let mut roles = [0i64; 4];
         for p in self.peers.values() {
             roles[match p.role {
