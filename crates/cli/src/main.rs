@@ -20,7 +20,6 @@ mod bench_replicas;
 mod bench_scaling;
 mod bench_threads;
 mod bench_workloads;
-mod client_metrics;
 mod config;
 mod daemons;
 mod fs_cmd;

@@ -74,10 +74,8 @@ pub fn mount(a: MountArgs) -> Result<()> {
     let kernel_cache = !a.no_kernel_cache;
     let metrics = match &a.metrics {
         Some(listen) => {
-            let addr = crate::metrics_http::start(
-                listen,
-                crate::client_metrics::registry(client.clone()),
-            )?;
+            let addr =
+                crate::metrics_http::start(listen, orion_fuse::metrics::registry(client.clone()))?;
             format!("; metrics on http://{addr}/metrics")
         }
         None => String::new(),

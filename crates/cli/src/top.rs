@@ -2,7 +2,8 @@
 //! addresses `orion up` records in `cluster.json`), refreshed every second: per node,
 //! requests per second (and the busiest kinds), latency percentiles of the last
 //! interval, pool and inode use, connections, the epoch; per store, whether it is
-//! joined, its clients and its resync. A terminal gets a full-screen table (ratatui;
+//! joined, its clients and its resync; per mount, its calls the way the MDS's
+//! requests are shown, the bytes it moved and its commits. A terminal gets a full-screen table (ratatui;
 //! `q` quits); anything else, or `--once`, gets one plain table.
 
 use std::collections::HashMap;
@@ -110,29 +111,21 @@ fn sum(s: &Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
         + 0.0 // an empty sum is -0.0
 }
 
-/// Requests per kind (a counter's value by its `kind` label).
-fn by_kind(s: &Scrape) -> HashMap<String, f64> {
+/// A counter's value by one of its labels (requests by `kind`, calls by `call`).
+fn by_label(s: &Scrape, counter: &str, label: &str) -> HashMap<String, f64> {
     let mut m = HashMap::new();
-    for x in s
-        .samples
-        .iter()
-        .filter(|x| x.metric == "orion_mds_requests_total")
-    {
-        if let (Some(k), Value::Counter(v) | Value::Untyped(v)) = (x.labels.get("kind"), &x.value) {
+    for x in s.samples.iter().filter(|x| x.metric == counter) {
+        if let (Some(k), Value::Counter(v) | Value::Untyped(v)) = (x.labels.get(label), &x.value) {
             *m.entry(k.to_string()).or_insert(0.0) += v;
         }
     }
     m
 }
 
-/// The cumulative request-time histogram over every kind: (upper bound, count).
-fn latency(s: &Scrape) -> Vec<(f64, f64)> {
+/// A time histogram summed over every label: (upper bound, cumulative count).
+fn latency(s: &Scrape, hist: &str) -> Vec<(f64, f64)> {
     let mut acc: Vec<(f64, f64)> = Vec::new();
-    for x in s
-        .samples
-        .iter()
-        .filter(|x| x.metric == "orion_mds_request_seconds")
-    {
+    for x in s.samples.iter().filter(|x| x.metric == hist) {
         if let Value::Histogram(h) = &x.value {
             for b in h {
                 match acc.iter_mut().find(|(le, _)| *le == b.less_than) {
@@ -144,6 +137,45 @@ fn latency(s: &Scrape) -> Vec<(f64, f64)> {
     }
     acc.sort_by(|a, b| a.0.total_cmp(&b.0));
     acc
+}
+
+/// What a node did between two scrapes of the same run: operations per second in
+/// all, the busiest kinds, and the p50 and p99 of their times.
+struct Busy {
+    total: f64,
+    busiest: String,
+    p50: String,
+    p99: String,
+}
+
+/// [`Busy`] from a counter by `label` and a time histogram; None when the counter
+/// went back (the node restarted in between: no rate).
+fn busy(a: &Scrape, b: &Scrape, secs: f64, counter: &str, label: &str, hist: &str) -> Option<Busy> {
+    let (ka, kb) = (by_label(a, counter, label), by_label(b, counter, label));
+    if ka.values().sum::<f64>() < kb.values().sum::<f64>() {
+        return None;
+    }
+    let mut kinds: Vec<(String, f64)> = ka
+        .iter()
+        .map(|(k, v)| (k.clone(), (v - kb.get(k).copied().unwrap_or(0.0)) / secs))
+        .filter(|(_, r)| *r > 0.0)
+        .collect();
+    kinds.sort_by(|x, y| y.1.total_cmp(&x.1));
+    let busiest = (kinds.iter().take(3))
+        .map(|(k, r)| format!("{k} {}", rate(*r)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let (la, lb) = (latency(a, hist), latency(b, hist));
+    Some(Busy {
+        total: kinds.iter().map(|k| k.1).sum::<f64>() + 0.0,
+        busiest: if busiest.is_empty() {
+            "-".into()
+        } else {
+            busiest
+        },
+        p50: micros(quantile(&lb, &la, 0.5)),
+        p99: micros(quantile(&lb, &la, 0.99)),
+    })
 }
 
 /// The `q` quantile of what fell into a cumulative histogram between two scrapes
@@ -194,12 +226,12 @@ fn pct(used: f64, total: f64) -> String {
 const HEADER: [&str; 8] = [
     "node",
     "state",
-    "requests",
+    "ops",
     "busiest",
     "p50",
     "p99",
-    "pool used",
-    "conns",
+    "used / moved",
+    "peers / commits",
 ];
 
 /// The table's rows, from two snapshots `secs` apart.
@@ -232,24 +264,36 @@ fn rows(nodes: &[Node], before: &Snapshot, after: &Snapshot, secs: f64) -> Vec<[
                 }
                 _ => f64::NAN,
             };
-            let (tails, hits) = (
-                per_s("orion_client_tail_reads_total"),
-                per_s("orion_client_tail_hits_total"),
-            );
+            let calls = b.and_then(|b| {
+                let (count, hist) = (
+                    "orion_client_call_seconds_count",
+                    "orion_client_call_seconds",
+                );
+                busy(a, b, secs, count, "call", hist)
+            });
+            let calls = calls.unwrap_or(Busy {
+                total: f64::NAN,
+                busiest: "-".into(),
+                p50: "-".into(),
+                p99: "-".into(),
+            });
+            let mib = |name: &str| match per_s(name) {
+                r if r.is_nan() => "-".to_string(),
+                r => format!("{:.1} MiB/s", r / (1 << 20) as f64),
+            };
             out.push([
                 n.name.clone(),
                 "up".into(),
-                rate(per_s("orion_client_mds_requests_total")),
+                rate(calls.total),
+                calls.busiest,
+                calls.p50,
+                calls.p99,
                 format!(
-                    "commits {}, tail reads {} ({} current)",
-                    rate(per_s("orion_client_commits_total")),
-                    rate(tails),
-                    pct(hits, tails)
+                    "read {}, wrote {}",
+                    mib("orion_client_read_bytes_total"),
+                    mib("orion_client_written_bytes_total")
                 ),
-                "".into(),
-                "".into(),
-                "".into(),
-                "".into(),
+                format!("{} commits", rate(per_s("orion_client_commits_total"))),
             ]);
             continue;
         }
@@ -286,8 +330,11 @@ fn rows(nodes: &[Node], before: &Snapshot, after: &Snapshot, secs: f64) -> Vec<[
         }
         // Rates need an earlier scrape of the same run of the daemon: none (it was
         // down) or counters that went back (it restarted) show no rate.
-        let total_of = |s: &Scrape| sum(s, "orion_mds_requests_total", &[]);
-        let Some(b) = b.filter(|b| total_of(a) >= total_of(b)) else {
+        let requests = b.as_ref().and_then(|b| {
+            let (count, hist) = ("orion_mds_requests_total", "orion_mds_request_seconds");
+            busy(a, b, secs, count, "kind", hist)
+        });
+        let Some(requests) = requests else {
             out.push([
                 n.name.clone(),
                 format!("epoch {}", sum(a, "orion_mds_epoch", &[])),
@@ -300,20 +347,6 @@ fn rows(nodes: &[Node], before: &Snapshot, after: &Snapshot, secs: f64) -> Vec<[
             ]);
             continue;
         };
-        let b = Some(b);
-        let (ka, kb) = (by_kind(a), b.map(by_kind).unwrap_or_default());
-        let mut kinds: Vec<(String, f64)> = ka
-            .iter()
-            .map(|(k, v)| (k.clone(), (v - kb.get(k).copied().unwrap_or(0.0)) / secs))
-            .filter(|(_, r)| *r > 0.0)
-            .collect();
-        kinds.sort_by(|x, y| y.1.total_cmp(&x.1));
-        let total = kinds.iter().map(|k| k.1).sum::<f64>() + 0.0;
-        let busiest = (kinds.iter().take(3))
-            .map(|(k, r)| format!("{k} {}", rate(*r)))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let (la, lb) = (latency(a), b.map(latency).unwrap_or_default());
         let pages = sum(a, "orion_mds_data_pages", &[]);
         let free = sum(a, "orion_mds_data_pages_free", &[]);
         let inodes = sum(a, "orion_mds_inodes", &[]);
@@ -321,14 +354,10 @@ fn rows(nodes: &[Node], before: &Snapshot, after: &Snapshot, secs: f64) -> Vec<[
         out.push([
             n.name.clone(),
             format!("epoch {}", sum(a, "orion_mds_epoch", &[])),
-            rate(total),
-            if busiest.is_empty() {
-                "-".into()
-            } else {
-                busiest
-            },
-            micros(quantile(&lb, &la, 0.5)),
-            micros(quantile(&lb, &la, 0.99)),
+            rate(requests.total),
+            requests.busiest,
+            requests.p50,
+            requests.p99,
             format!(
                 "{} (inodes {})",
                 pct(pages - free, pages),
@@ -412,7 +441,7 @@ pub fn top(a: TopArgs) -> Result<()> {
                 Constraint::Min(24),
                 Constraint::Length(8),
                 Constraint::Length(8),
-                Constraint::Length(26),
+                Constraint::Length(34),
                 Constraint::Length(22),
             ],
         )

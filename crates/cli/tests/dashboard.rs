@@ -1,5 +1,5 @@
 //! The Grafana dashboard in `ops/` is valid JSON with panels that query Prometheus,
-//! and every metric its queries name is one the MDS or a data store exports (as
+//! and every metric its queries name is one the MDS, a data store or a mount exports (as
 //! their registries encode them: a counter as `NAME_total`, a histogram as
 //! `NAME_bucket`, `_sum` and `_count`).
 
@@ -14,6 +14,8 @@ fn exported() -> HashSet<String> {
     let ds = orion_ds::DsMetrics::default();
     prometheus_client::encoding::text::encode(&mut text, &mds.registry()).unwrap();
     prometheus_client::encoding::text::encode(&mut text, &ds.registry()).unwrap();
+    let mount = orion_fuse::metrics::registry_of(Default::default, Default::default());
+    prometheus_client::encoding::text::encode(&mut text, &mount).unwrap();
     let mut names = HashSet::new();
     for line in text.lines() {
         let mut w = line.split_whitespace();
@@ -74,6 +76,7 @@ fn the_dashboard_parses_and_names_only_exported_metrics() {
     // The dashboard shows both kinds of daemon.
     assert!(seen.iter().any(|n| n.starts_with("orion_mds_")));
     assert!(seen.iter().any(|n| n.starts_with("orion_ds_")));
+    assert!(seen.iter().any(|n| n.starts_with("orion_client_")));
 }
 
 #[test]

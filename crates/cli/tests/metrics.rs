@@ -163,6 +163,17 @@ fn every_daemon_serves_metrics_that_parse_and_move() {
         names(&m)
     );
     assert!(value(&m, "orion_client_mds_requests_total", &[]) >= 40.0);
+    // Each call the mount served is timed by kind, and the bytes it wrote counted.
+    let served = |call: &str| value(&m, "orion_client_call_seconds_count", &[("call", call)]);
+    assert!(served("create") >= 20.0, "{:?}", names(&m));
+    assert!(served("write") >= 20.0 && served("release") >= 20.0);
+    assert!(
+        value(&m, "orion_client_call_seconds_sum", &[("call", "write")]) > 0.0,
+        "no time recorded for writes"
+    );
+    assert_eq!(served("symlink"), 0.0, "a call never made is counted");
+    assert!(value(&m, "orion_client_written_bytes_total", &[]) >= (20 * 8192) as f64);
+    assert!(names(&m).contains(&"orion_client_read_bytes_total"));
     // The mount is an internal client here (same host: it writes the stores' pools
     // itself), so the stores report no pages; the counter is there for when they do.
     for s in &stores {

@@ -29,6 +29,7 @@ use orion_proto::{Commit, Epoch, MdsRequest, ReplyBody, StoreInfo};
 
 use crate::alloc::Chunks;
 use crate::arbitration::InodeCache;
+use crate::calls::{Call, CallTimes, Timed};
 use crate::commit::{commit_loop, Step};
 use crate::datapath::{fetch, DataPath, PageCache};
 use crate::kernel_cache::{callback_loop, Invalidate, KernelCache, Watched};
@@ -115,6 +116,8 @@ pub struct Client {
     flusher: Option<JoinHandle<()>>,
     /// Callbacks for a front-end's kernel cache, once asked for, and their thread.
     kernel: OnceLock<(Arc<KernelCache>, Mutex<Option<Thread>>)>,
+    /// Each front-end call's time, and the bytes moved ([`crate::calls`]).
+    calls: Arc<CallTimes>,
 }
 
 impl Client {
@@ -140,6 +143,7 @@ impl Client {
             lanes,
             flusher,
             kernel: OnceLock::new(),
+            calls: Arc::default(),
         })
     }
 
@@ -262,6 +266,16 @@ impl Client {
     /// What the client has done so far (every lane's counters, added up).
     pub fn stats(&self) -> Stats {
         self.lanes.stats()
+    }
+
+    /// Times a front-end's `call` until the guard is dropped ([`crate::calls`]).
+    pub fn timed(&self, call: Call) -> Timed<'_> {
+        self.calls.timed(call)
+    }
+
+    /// Every front-end call's times so far, and the bytes read and written.
+    pub fn calls(&self) -> &Arc<CallTimes> {
+        &self.calls
     }
 
     /// The cluster map as the MDS describes it now: its epoch and every data store,

@@ -14,6 +14,7 @@
 
 pub mod alloc;
 pub mod arbitration;
+pub mod calls;
 pub mod commit;
 pub mod config;
 pub mod datapath;
@@ -25,6 +26,7 @@ pub mod settings;
 pub mod staging;
 pub mod stats;
 
+pub use calls::Call;
 pub use config::ClientConfig;
 pub use fs::{Client, DirEntry, Fd, OpenFlags};
 pub use kernel_cache::{Invalidate, Watched};

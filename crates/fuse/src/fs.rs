@@ -16,13 +16,15 @@ use fuser::{
     ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use orion_client::perm::{self};
-use orion_client::xattr::{self, SetMode};
+use orion_client::xattr::SetMode;
 use orion_client::{
-    Attr, Client, DirEntry, Fd, FileType, FsError, FsResult, LockKind, RenameMode, SetAttrReq,
+    Attr, Call, Client, DirEntry, Fd, FileType, FsError, FsResult, LockKind, RenameMode, SetAttrReq,
 };
 
 use crate::convert::*;
 use crate::listings::Listings;
+
+mod permissions;
 
 /// Largest read or write the kernel is asked to send in one request.
 pub const MAX_IO: u32 = 1 << 20;
@@ -76,100 +78,6 @@ impl OrionFs {
     }
 }
 
-/// Permission checks, made by the file system itself (the mount does not ask the
-/// kernel to check modes: `default_permissions` is off).
-impl OrionFs {
-    /// Whether the caller may access the inode as `mask` asks. Root may do anything
-    /// but execute a file without execute bits: no attribute read otherwise.
-    fn may(&self, req: &Request, ino: u64, mask: u32) -> FsResult<()> {
-        if req.uid() == 0 && mask & perm::MAY_EXEC == 0 {
-            return Ok(());
-        }
-        let a = self.client.getattr(ino)?;
-        with_cred(req, |c| perm::check(&a, c, mask))
-    }
-
-    /// Adding a name to `parent`: write and search permission.
-    fn may_add(&self, req: &Request, parent: u64) -> FsResult<()> {
-        if req.uid() == 0 {
-            // Root passes every directory check: skip the attribute read.
-            return Ok(());
-        }
-        self.may(req, parent, perm::MAY_WRITE | perm::MAY_EXEC)
-    }
-
-    /// Removing `name` from `parent` (sticky rule included); returns the victim's
-    /// attributes when they were needed. Root passes without reading any.
-    fn may_delete(&self, req: &Request, parent: u64, name: &[u8]) -> FsResult<Option<Attr>> {
-        if req.uid() == 0 {
-            return Ok(None);
-        }
-        let victim = self.client.lookup(parent, name)?;
-        let dir = self.client.getattr(parent)?;
-        with_cred(req, |c| perm::check_delete(&dir, &victim, c))?;
-        Ok(Some(victim))
-    }
-
-    fn may_rename(
-        &self,
-        req: &Request,
-        (op, on): (u64, &[u8]),
-        (np, nn): (u64, &[u8]),
-        mode: RenameMode,
-    ) -> FsResult<()> {
-        let src = self.may_delete(req, op, on)?;
-        let dst = match self.may_delete(req, np, nn) {
-            Ok(d) => Some(d),
-            Err(FsError::Errno(libc::ENOENT)) => {
-                self.may_add(req, np)?;
-                None
-            }
-            Err(e) => return Err(e),
-        };
-        // A directory that changes parent rewrites its "..": it must be writable.
-        if op != np && req.uid() != 0 {
-            let mut moved: Vec<&Attr> = src.iter().collect();
-            if mode == RenameMode::Exchange {
-                moved.extend(dst.iter().flatten());
-            }
-            for a in moved {
-                if a.ftype == FileType::Directory {
-                    with_cred(req, |c| perm::check(a, c, perm::MAY_WRITE))?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Extended attributes: user.* and security.* follow the inode's read/write
-    /// permission (user.* on sticky directories only for their owner); trusted.* is
-    /// root's alone, and unprivileged callers neither see nor read it.
-    fn may_xattr(&self, req: &Request, ino: u64, name: &[u8], write: bool) -> FsResult<Attr> {
-        let ns = xattr::namespace(name)?;
-        let a = self.client.getattr(ino)?;
-        if req.uid() == 0 {
-            return Ok(a);
-        }
-        match ns {
-            xattr::Namespace::Trusted if write => Err(FsError::Errno(libc::EPERM)),
-            xattr::Namespace::Trusted => Err(FsError::Errno(libc::ENODATA)),
-            _ => {
-                let sticky_dir = a.ftype == FileType::Directory && a.mode & libc::S_ISVTX != 0;
-                if ns == xattr::Namespace::User && write && sticky_dir && a.uid != req.uid() {
-                    return Err(FsError::Errno(libc::EPERM));
-                }
-                let mask = if write {
-                    perm::MAY_WRITE
-                } else {
-                    perm::MAY_READ
-                };
-                with_cred(req, |c| perm::check(&a, c, mask))?;
-                Ok(a)
-            }
-        }
-    }
-}
-
 impl Filesystem for OrionFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // O_TRUNC arrives with open (one conditional commit, not open + setattr);
@@ -195,6 +103,7 @@ impl Filesystem for OrionFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _timed = self.client.timed(Call::Lookup);
         let _kernel = self.client.kernel_gate();
         let r = if req.uid() == 0 {
             Ok(())
@@ -212,6 +121,7 @@ impl Filesystem for OrionFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _timed = self.client.timed(Call::Getattr);
         let _kernel = self.client.kernel_gate();
         match self.getattr_for_kernel(ino.0) {
             Ok((a, ttl)) => reply.attr(&ttl, &file_attr(&a)),
@@ -237,6 +147,7 @@ impl Filesystem for OrionFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let _timed = self.client.timed(Call::Setattr);
         let _kernel = self.client.kernel_gate();
         let req_of = req;
         let req = SetAttrReq {
@@ -263,6 +174,7 @@ impl Filesystem for OrionFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let _timed = self.client.timed(Call::Readlink);
         match self.client.readlink_ino(ino.0) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(e)),
@@ -279,6 +191,7 @@ impl Filesystem for OrionFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        let _timed = self.client.timed(Call::Mknod);
         let _kernel = self.client.kernel_gate();
         let r = node_type(mode).and_then(|t| {
             self.may_add(req, parent.0)?;
@@ -299,6 +212,7 @@ impl Filesystem for OrionFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
+        let _timed = self.client.timed(Call::Mkdir);
         let _kernel = self.client.kernel_gate();
         let node = owner(req, FileType::Directory, mode, 0);
         self.entry(
@@ -312,6 +226,7 @@ impl Filesystem for OrionFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _timed = self.client.timed(Call::Unlink);
         let name = name.as_bytes();
         empty(
             reply,
@@ -321,6 +236,7 @@ impl Filesystem for OrionFs {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _timed = self.client.timed(Call::Rmdir);
         let name = name.as_bytes();
         empty(
             reply,
@@ -337,6 +253,7 @@ impl Filesystem for OrionFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        let _timed = self.client.timed(Call::Symlink);
         let _kernel = self.client.kernel_gate();
         let node = owner(req, FileType::Symlink, 0o777, 0);
         let t = target.as_os_str().as_bytes();
@@ -361,6 +278,7 @@ impl Filesystem for OrionFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let _timed = self.client.timed(Call::Rename);
         let mode = if flags == RenameFlags::RENAME_NOREPLACE {
             RenameMode::NoReplace
         } else if flags == RenameFlags::RENAME_EXCHANGE {
@@ -388,6 +306,7 @@ impl Filesystem for OrionFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        let _timed = self.client.timed(Call::Link);
         let _kernel = self.client.kernel_gate();
         self.entry(
             reply,
@@ -400,6 +319,7 @@ impl Filesystem for OrionFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: KOpenFlags, reply: ReplyOpen) {
+        let _timed = self.client.timed(Call::Open);
         let r = self
             .may(req, ino.0, open_mask(flags.0))
             .and_then(|_| self.client.open_ino(ino.0, open_flags(flags.0)));
@@ -420,6 +340,7 @@ impl Filesystem for OrionFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let _timed = self.client.timed(Call::Read);
         match self.client.pread(Fd(fh.0), offset, size as usize) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(errno(e)),
@@ -438,6 +359,7 @@ impl Filesystem for OrionFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let _timed = self.client.timed(Call::Write);
         // The writer lacks CAP_FSETID: its write drops the setid bits, as Linux does on
         // its own file systems (the kernel leaves that to FUSE ones). Checked before
         // (by the client's copy of the inode) and again after, by the copy the write
@@ -465,6 +387,7 @@ impl Filesystem for OrionFs {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        let _timed = self.client.timed(Call::Flush);
         // A close(2): writes staged by optimistic persistence commit now (and a
         // failure to commit one is what close returns), and the POSIX locks the
         // closing owner holds on the file go (fcntl's rule: any close releases them).
@@ -492,6 +415,7 @@ impl Filesystem for OrionFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let _timed = self.client.timed(Call::Release);
         // The kernel names an owner here when the file held flock locks.
         let released = match lock_owner {
             Some(o) => self.client.release_locks(ino.0, o.0),
@@ -512,6 +436,7 @@ impl Filesystem for OrionFs {
         pid: u32,
         reply: ReplyLock,
     ) {
+        let _timed = self.client.timed(Call::Lock);
         let r =
             lock_req(ino, lock_owner, start, end, typ, pid).and_then(|l| self.client.test_lock(l));
         match r {
@@ -540,6 +465,7 @@ impl Filesystem for OrionFs {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
+        let _timed = self.client.timed(Call::Lock);
         let l = match lock_req(ino, lock_owner, start, end, typ, pid) {
             Ok(l) => l,
             Err(e) => return reply.error(errno(e)),
@@ -582,10 +508,12 @@ impl Filesystem for OrionFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let _timed = self.client.timed(Call::Fsync);
         empty(reply, self.client.fsync(Fd(fh.0)));
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: KOpenFlags, reply: ReplyOpen) {
+        let _timed = self.client.timed(Call::Opendir);
         match self.may(req, ino.0, perm::MAY_READ) {
             Ok(_) => reply.opened(FileHandle(self.listings.open()), FopenFlags::empty()),
             Err(e) => reply.error(errno(e)),
@@ -600,6 +528,7 @@ impl Filesystem for OrionFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        let _timed = self.client.timed(Call::Readdir);
         let add = |next: u64, e: &DirEntry| {
             let name = OsStr::from_bytes(&e.name);
             reply.add(INodeNo(e.ino), next, kind(e.ftype), name)
@@ -622,6 +551,7 @@ impl Filesystem for OrionFs {
         _flags: KOpenFlags,
         reply: ReplyEmpty,
     ) {
+        let _timed = self.client.timed(Call::Release);
         self.listings.release(fh.0);
         reply.ok();
     }
@@ -634,11 +564,13 @@ impl Filesystem for OrionFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let _timed = self.client.timed(Call::Fsync);
         // Namespace changes are durable at the MDS when their call returns.
         reply.ok();
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let _timed = self.client.timed(Call::Statfs);
         match self.client.statfs() {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bfree, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
@@ -648,6 +580,7 @@ impl Filesystem for OrionFs {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let _timed = self.client.timed(Call::Access);
         // F_OK asks only whether the inode exists.
         let mask = (mask.bits() as u32) & (perm::MAY_READ | perm::MAY_WRITE | perm::MAY_EXEC);
         let r = self
@@ -667,6 +600,7 @@ impl Filesystem for OrionFs {
         position: u32,
         reply: ReplyEmpty,
     ) {
+        let _timed = self.client.timed(Call::Xattr);
         let name = name.as_bytes();
         let r = (|| {
             if position != 0 {
@@ -680,6 +614,7 @@ impl Filesystem for OrionFs {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let _timed = self.client.timed(Call::Xattr);
         let name = name.as_bytes();
         let r = self
             .may_xattr(req, ino.0, name, false)
@@ -688,6 +623,7 @@ impl Filesystem for OrionFs {
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let _timed = self.client.timed(Call::Xattr);
         xattr_reply(
             reply,
             size,
@@ -696,6 +632,7 @@ impl Filesystem for OrionFs {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _timed = self.client.timed(Call::Xattr);
         let name = name.as_bytes();
         let r = self
             .may_xattr(req, ino.0, name, true)
@@ -713,6 +650,7 @@ impl Filesystem for OrionFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        let _timed = self.client.timed(Call::Fallocate);
         // The kernel lets only a file opened for writing get here.
         empty(reply, self.client.fallocate(Fd(fh.0), mode, offset, length));
     }
@@ -727,6 +665,7 @@ impl Filesystem for OrionFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let _timed = self.client.timed(Call::Create);
         let _kernel = self.client.kernel_gate();
         let r = node_type(mode).and_then(|t| {
             self.may_add(req, parent.0)?;

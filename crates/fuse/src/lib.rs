@@ -9,13 +9,15 @@
 //! it too (`OrionFs::with_data_cache`), dropped by the same callbacks.
 //!
 //! [`fs::OrionFs`] is the `fuser::Filesystem`; [`mount`] mounts it and serves until
-//! unmounted or asked to stop. [`passthrough`] is a null passthrough of a local
+//! unmounted or asked to stop; [`metrics`] is what its `/metrics` endpoint shows.
+//! [`passthrough`] is a null passthrough of a local
 //! directory with the same settings, the FUSE floor for the benchmarks.
 
 pub mod cache;
 mod convert;
 pub mod fs;
 mod listings;
+pub mod metrics;
 pub mod mount;
 pub mod passthrough;
 

@@ -78,7 +78,9 @@ impl Client {
             return Err(EBADF);
         }
         let gen = self.generation(fd)?;
-        self.run_data(ino, |i| i.datapath().read(ino, gen, off, len))
+        let out = self.run_data(ino, |i| i.datapath().read(ino, gen, off, len))?;
+        self.calls.read(out.len());
+        Ok(out)
     }
 
     pub fn read(&self, fd: Fd, len: usize) -> FsResult<Vec<u8>> {
@@ -102,6 +104,7 @@ impl Client {
         self.run_data(ino, |i| {
             i.datapath().write(ino, gen, off, data, flags.append)
         })?;
+        self.calls.written(data.len());
         Ok(data.len())
     }
 
@@ -117,6 +120,7 @@ impl Client {
         let at = self.run_data(ino, |i| {
             i.datapath().write(ino, gen, pos, data, flags.append)
         })?;
+        self.calls.written(data.len());
         if let Some(h) = self.open_files().handles.get_mut(&fd.0) {
             h.pos = at + data.len() as u64;
         }
