@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use orion_client::{Client, Fd, OpenFlags};
 use orion_meta::FsError;
+use orion_progress::{Progress, Unit};
 use serde_json::{json, Value};
 
 use crate::bench_fabric::{lat, Lat};
@@ -247,48 +248,6 @@ impl Target for Api {
     }
 }
 
-/// A progress bar on a terminal, one line per step otherwise.
-struct Progress {
-    system: String,
-    total: usize,
-    done: usize,
-    tty: bool,
-    started: Instant,
-}
-
-impl Progress {
-    fn step(&mut self, what: &str) {
-        let width = 24;
-        let filled = self.done * width / self.total.max(1);
-        let bar: String = "#".repeat(filled) + &"-".repeat(width - filled);
-        let line = format!(
-            "[{bar}] {}/{} {}: {what} ({:.0} s)",
-            self.done + 1,
-            self.total,
-            self.system,
-            self.started.elapsed().as_secs_f64()
-        );
-        if self.tty {
-            eprint!("\r\x1b[2K{line}");
-        } else {
-            eprintln!("{line}");
-        }
-        self.done += 1;
-    }
-
-    fn finish(&self) {
-        if self.tty {
-            eprintln!();
-        }
-        eprintln!(
-            "{}: {} workloads in {:.0} s",
-            self.system,
-            self.total,
-            self.started.elapsed().as_secs_f64()
-        );
-    }
-}
-
 type Workload<'a> = (&'static str, Box<dyn Fn(&str) -> Result<Value> + 'a>);
 
 pub fn run<T: Target>(t: &T, o: &Options) -> Result<Value> {
@@ -355,16 +314,11 @@ pub fn run<T: Target>(t: &T, o: &Options) -> Result<Value> {
         .iter()
         .filter(|(n, _)| o.only.is_empty() || o.only.iter().any(|x| n.contains(x.as_str())))
         .collect();
-    let mut p = Progress {
-        system: o.system.clone(),
-        total: chosen.len(),
-        done: 0,
-        tty: stderr_is_tty(),
-        started: Instant::now(),
-    };
+    let what = format!("{}: workloads", o.system);
+    let mut p = Progress::new(what, chosen.len() as u64, Unit::Items("workloads"));
     let mut results = serde_json::Map::new();
-    for (name, f) in chosen {
-        p.step(name);
+    for (done, (name, f)) in chosen.into_iter().enumerate() {
+        p.say(format!("running {name}"));
         let sub = format!("w-{name}");
         let r = t
             .mkdir(&sub)
@@ -380,6 +334,8 @@ pub fn run<T: Target>(t: &T, o: &Options) -> Result<Value> {
         };
         let _ = t.remove_tree(&sub);
         results.insert(name.to_string(), v);
+        p.say(format!("{name} done"));
+        p.set(done as u64 + 1);
     }
     p.finish();
     Ok(json!({
@@ -389,11 +345,6 @@ pub fn run<T: Target>(t: &T, o: &Options) -> Result<Value> {
         "scale": o.scale,
         "results": results,
     }))
-}
-
-fn stderr_is_tty() -> bool {
-    // SAFETY: isatty only inspects a file descriptor.
-    unsafe { libc::isatty(2) == 1 }
 }
 
 fn lat_json(l: Lat) -> Value {

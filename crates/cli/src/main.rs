@@ -1,13 +1,14 @@
 //! `orion`: the one command of OrionFS.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use orion_meta::localfs::data_pool_path;
 use orion_meta::{Clock, LocalFs, SystemClock};
-use orion_pmem::{ModeChoice, Pool};
+use orion_pmem::ModeChoice;
+use orion_progress::{Progress, Unit};
 
 mod bench_client;
 mod bench_cluster;
@@ -23,6 +24,7 @@ mod bench_workloads;
 mod config;
 mod daemons;
 mod fs_cmd;
+mod fsck_cmd;
 mod hosted;
 mod metrics_http;
 mod mount_cmd;
@@ -62,22 +64,7 @@ enum Cmd {
         force: bool,
     },
     /// Check a file system's pools without changing them; exit 1 if inconsistent.
-    Fsck {
-        #[arg(long)]
-        pool: PathBuf,
-        /// The data pool (default: POOL.data if it exists).
-        #[arg(long)]
-        data_pool: Option<PathBuf>,
-        /// The data pools of a cluster's stores (POOL is its MDS pool): the replicas of
-        /// each group must hold the same bytes in every page a file names.
-        #[arg(long, num_args = 1.., conflicts_with = "data_pool")]
-        replicas: Vec<PathBuf>,
-        /// The pool of POOL's mirror MDS: both are checked, and must hold the same
-        /// bytes (stop the cluster, or let it be quiet, first: the mirror applies
-        /// behind the primary).
-        #[arg(long, conflicts_with_all = ["data_pool", "replicas"])]
-        mirror: Option<PathBuf>,
-    },
+    Fsck(fsck_cmd::FsckArgs),
     /// Run the metadata server (foreground; SIGTERM stops it cleanly).
     Mds(daemons::MdsArgs),
     /// Run a data store (foreground; SIGTERM stops it cleanly).
@@ -330,8 +317,14 @@ fn run() -> Result<ExitCode> {
                     );
                 }
             }
-            let (m, d) = LocalFs::mkfs(&pool, size, mode_choice(&pool_mode)?, SystemClock.now())
-                .with_context(|| format!("formatting {}", pool.display()))?;
+            let what = format!("formatting {}", pool.display());
+            let mut progress = Progress::new(what, size, Unit::Bytes);
+            let mode = mode_choice(&pool_mode)?;
+            let (m, d) = LocalFs::mkfs_reporting(&pool, size, mode, SystemClock.now(), &mut |n| {
+                progress.set(n)
+            })
+            .with_context(|| format!("formatting {}", pool.display()))?;
+            progress.finish();
             println!("{}", m.describe());
             println!("{}", d.describe());
             let sb =
@@ -416,36 +409,7 @@ fn run() -> Result<ExitCode> {
             mount_cmd::umount(a)?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Fsck {
-            pool,
-            data_pool,
-            replicas,
-            mirror,
-        } => {
-            let meta = Pool::open(&pool, ModeChoice::Auto)?;
-            if !replicas.is_empty() {
-                return fsck_replicas(&pool, &meta, &replicas);
-            }
-            if let Some(mirror) = mirror {
-                return fsck_mirror(&pool, &meta, &mirror);
-            }
-            let data_path =
-                data_pool.or_else(|| Some(data_pool_path(&pool)).filter(|p| p.exists()));
-            let data = data_path
-                .as_deref()
-                .map(|p| Pool::open(p, ModeChoice::Auto))
-                .transpose()?;
-            let report = orion_meta::fsck::check(&meta, data.as_ref());
-            for p in &report.problems {
-                println!("problem: {p}");
-            }
-            println!("orion fsck {}: {}", pool.display(), report.summary());
-            Ok(if report.is_clean() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            })
-        }
+        Cmd::Fsck(a) => fsck_cmd::fsck(a),
         Cmd::Mds(a) => {
             daemons::mds(a)?;
             Ok(ExitCode::SUCCESS)
@@ -640,73 +604,4 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
-}
-
-/// `orion fsck --pool MDS --mirror POOL`: both MDS pools' checks, then the two compared
-/// page by page.
-fn fsck_mirror(pool: &Path, meta: &Pool, mirror: &Path) -> anyhow::Result<ExitCode> {
-    let other = Pool::open(mirror, ModeChoice::Auto)?;
-    let mut clean = true;
-    for (path, p) in [(pool, meta), (mirror, &other)] {
-        let report = orion_meta::fsck::check(p, None);
-        for problem in &report.problems {
-            println!("problem in {}: {problem}", path.display());
-        }
-        println!("orion fsck {}: {}", path.display(), report.summary());
-        clean &= report.is_clean();
-    }
-    let differ = orion_meta::fsck::differing_pages(meta, &other).map_err(anyhow::Error::msg)?;
-    if differ.is_empty() {
-        println!(
-            "the pools are identical ({} pages)",
-            meta.len() / orion_format::PAGE_SIZE
-        );
-    } else {
-        let shown: Vec<String> = differ.iter().take(10).map(u64::to_string).collect();
-        println!(
-            "the pools differ in {} pages: {}{}",
-            differ.len(),
-            shown.join(", "),
-            if differ.len() > 10 { ", ..." } else { "" }
-        );
-        clean = false;
-    }
-    Ok(if clean {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
-}
-
-/// `orion fsck --pool MDS --replicas POOL...`: the MDS pool's check, then the replicas
-/// of each group compared page by page over the pages files name.
-fn fsck_replicas(pool: &Path, meta: &Pool, replicas: &[PathBuf]) -> anyhow::Result<ExitCode> {
-    let report = orion_meta::fsck::check(meta, None);
-    for p in &report.problems {
-        println!("problem: {p}");
-    }
-    let pools = replicas
-        .iter()
-        .map(|p| Pool::open(p, ModeChoice::Auto).with_context(|| format!("{}", p.display())))
-        .collect::<anyhow::Result<Vec<Pool>>>()?;
-    let refs: Vec<&Pool> = pools.iter().collect();
-    let r = orion_meta::fsck::compare_replicas(&report.named, &refs);
-    for (i, p) in replicas.iter().enumerate() {
-        println!("pool {i}: {}", p.display());
-    }
-    for p in &r.problems {
-        println!("problem: {p}");
-    }
-    println!(
-        "orion fsck {}: {}; replicas: {} pages equal, {} differences",
-        pool.display(),
-        report.summary(),
-        r.equal,
-        r.problems.len()
-    );
-    Ok(if report.is_clean() && r.problems.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
 }

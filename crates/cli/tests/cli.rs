@@ -1,15 +1,23 @@
-//! The `orion` command: mkfs and fsck exit codes and messages.
+//! The `orion` command: mkfs and fsck exit codes and messages, and their progress.
 
 use std::process::Command;
 
-fn orion(args: &[&str]) -> (i32, String) {
+/// Exit code, stdout and stderr (captured: not a terminal).
+fn run(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_orion"))
         .args(args)
+        .env_remove("RUST_LOG")
         .output()
         .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.code().unwrap_or(-1), text)
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let code = out.status.code().unwrap_or(-1);
+    (code, text(&out.stdout), text(&out.stderr))
+}
+
+/// Exit code and everything printed.
+fn orion(args: &[&str]) -> (i32, String) {
+    let (code, out, err) = run(args);
+    (code, out + &err)
 }
 
 #[test]
@@ -26,9 +34,13 @@ fn mkfs_then_fsck_is_clean_and_damage_exits_1() {
     let (code, text) = orion(&["mkfs", "--pool", p, "--size", "16M"]);
     assert_ne!(code, 0);
     assert!(text.contains("already exists"), "{text}");
-    let (code, text) = orion(&["fsck", "--pool", p]);
+    let (code, text, progress) = run(&["fsck", "--pool", p]);
     assert_eq!(code, 0, "{text}");
-    assert_eq!(text.lines().count(), 1, "one-line summary: {text}");
+    assert_eq!(
+        text.lines().count(),
+        1,
+        "one-line summary: {text}{progress}"
+    );
     assert!(text.contains("clean: 1 inodes"), "{text}");
     // Damage the root's log page header.
     let mut bytes = std::fs::read(&pool).unwrap();
@@ -54,4 +66,48 @@ fn mkfs_then_fsck_is_clean_and_damage_exits_1() {
     let (code, text) = orion(&["mkfs", "--pool", p, "--size", "12x", "--force"]);
     assert_ne!(code, 0);
     assert!(text.contains("invalid size"), "{text}");
+}
+
+/// Long work on a non-terminal says how far it has come in whole lines (a log, CI):
+/// formatting a pool and checking it, a line per tenth or per step, ending at 100 %,
+/// and never a carriage return.
+#[test]
+fn progress_on_a_non_terminal_is_whole_lines() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let pool = dir.path().join("fs.pool");
+    let p = pool.to_str().unwrap();
+    let (code, out, err) = run(&["mkfs", "--pool", p, "--size", "1G"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let lines = |err: &str, what: &str| -> Vec<String> {
+        assert!(!err.contains('\r'), "a carriage return in {err:?}");
+        (err.lines())
+            .filter(|l| l.contains(what))
+            .map(String::from)
+            .collect()
+    };
+    let formatting = lines(&err, &format!("formatting {p}: "));
+    // 1 GiB goes in 128 MiB steps: eight lines, each a larger share.
+    assert!(formatting.len() >= 5, "{err}");
+    assert!(
+        formatting
+            .last()
+            .unwrap()
+            .contains("100 % (1.0 GiB of 1.0 GiB)"),
+        "{err}"
+    );
+    let shares: Vec<u32> = (formatting.iter())
+        .map(|l| {
+            let at = l.find(" % (").unwrap();
+            let start = l[..at].rfind(' ').unwrap() + 1;
+            l[start..at].parse().unwrap()
+        })
+        .collect();
+    assert!(shares.windows(2).all(|w| w[0] < w[1]), "{shares:?}");
+    assert!(!out.contains("formatting"), "progress on stdout: {out}");
+
+    let (code, out, err) = run(&["fsck", "--pool", p]);
+    assert_eq!(code, 0, "{out}{err}");
+    let loading = lines(&err, &format!("fsck {p}: loading inodes: "));
+    assert_eq!(loading.len(), 1, "{err}");
+    assert!(loading[0].contains("100 % (1 inodes of 1 inodes)"), "{err}");
 }

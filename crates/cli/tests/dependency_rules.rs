@@ -11,6 +11,8 @@ const RULES: &[(&str, &[&str])] = &[
     ("orion-pmem", &[]),
     ("orion-format", &[]),
     ("orion-fabric", &[]),
+    // How far long work has come: a bar or log lines, for any crate above.
+    ("orion-progress", &[]),
     // The cluster manager speaks to etcd, and knows nothing of the file system (its
     // epoch file is written as the pools' side files are).
     ("orion-manager", &["orion-pmem"]),
@@ -33,11 +35,18 @@ const RULES: &[(&str, &[&str])] = &[
             "orion-fabric",
             "orion-proto",
             "orion-manager",
+            "orion-progress",
         ],
     ),
     (
         "orion-ds",
-        &["orion-pmem", "orion-format", "orion-fabric", "orion-proto"],
+        &[
+            "orion-pmem",
+            "orion-format",
+            "orion-fabric",
+            "orion-proto",
+            "orion-progress",
+        ],
     ),
     (
         "orion-client",

@@ -16,6 +16,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use orion_fabric::{Access, CompletionQueue, Domain, FabricConfig, RemoteRegion};
 use orion_format::PAGE_SIZE;
 use orion_pmem::Pool;
+use orion_progress::{Progress, Unit};
 use orion_proto::{Channel, MemberId, Reply, ReplyBody, StoreRequest, StoreToMds};
 use tracing::{info, warn};
 
@@ -74,7 +75,7 @@ pub fn run(job: &Job) -> Result<Copied> {
     let mut bytes = Vec::with_capacity((RUN_PAGES * PAGE_SIZE) as usize);
     let mut next_page = 0u64;
     let mut copied = 0u64;
-    let mut progress = Progress::new(job.member, job.page_count);
+    let mut progress = ResyncProgress::new(job.member, job.page_count);
     let mut waiting_said = false;
     let mut failures = 0u32;
     let mut other = Vec::new();
@@ -243,59 +244,25 @@ fn read_from(
     }
 }
 
-/// How far a resync has come: a bar on a terminal, one log line per tenth of the pool
-/// otherwise (a daemon's log).
-struct Progress {
-    member: MemberId,
-    pages: u64,
-    bar: Option<indicatif::ProgressBar>,
-    reported: u64,
-}
+/// How far a resync has come, in pool pages scanned (see [`orion_progress`]): a
+/// daemon's log gets a line per tenth of the pool.
+struct ResyncProgress(Progress);
 
-impl Progress {
-    fn new(member: MemberId, pages: u64) -> Progress {
-        let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
-            let bar = indicatif::ProgressBar::new(pages);
-            let style = indicatif::ProgressStyle::with_template(
-                "{prefix} [{bar:30}] {percent:>3} % of the pool scanned, {msg}",
-            )
-            .expect("a valid template")
-            .progress_chars("=> ");
-            bar.set_style(style);
-            bar.set_prefix(format!("{member}: resync"));
-            bar
-        });
-        Progress {
-            member,
-            pages: pages.max(1),
-            bar,
-            reported: 0,
-        }
+impl ResyncProgress {
+    fn new(member: MemberId, pages: u64) -> ResyncProgress {
+        let what = format!("{member}: resync, pool scanned");
+        ResyncProgress(Progress::new(what, pages, Unit::Items("pages")))
     }
 
     /// `scanned` pages of the pool passed, `copied` of them copied, in `spent`.
     fn at(&mut self, scanned: u64, copied: u64, spent: Duration) {
-        let scanned = scanned.min(self.pages);
         let mib = (copied * PAGE_SIZE) as f64 / (1 << 20) as f64;
         let rate = mib / spent.as_secs_f64().max(1e-9);
-        if let Some(bar) = &self.bar {
-            bar.set_position(scanned);
-            bar.set_message(format!("{mib:.0} MiB copied, {rate:.0} MiB/s"));
-            return;
-        }
-        let tenth = scanned * 10 / self.pages;
-        if tenth > self.reported {
-            self.reported = tenth;
-            info!(
-                "{}: resync {}0 % of the pool scanned, {mib:.0} MiB copied ({rate:.0} MiB/s)",
-                self.member, tenth
-            );
-        }
+        self.0.say(format!("{mib:.0} MiB copied ({rate:.0} MiB/s)"));
+        self.0.set(scanned);
     }
 
-    fn done(&self) {
-        if let Some(bar) = &self.bar {
-            bar.finish();
-        }
+    fn done(&mut self) {
+        self.0.finish();
     }
 }

@@ -9,6 +9,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use orion_fabric::{Access, CompletionQueue, ConnId, Domain, FabricConfig, OpKind, Region};
 use orion_format::{Gpa, PoolKind, Superblock, PAGE_SIZE, SUPERBLOCK_SIZE};
 use orion_pmem::{ModeChoice, Pool};
+use orion_progress::{Progress, Unit};
 use orion_proto::{
     is_reply, peek_id, Channel, DsHello, DsInfoReply, Event, MemberId, Message, Reply, ReplyBody,
     StoreRequest, StoreToMds, MAX_PERSISTED,
@@ -35,7 +36,10 @@ pub fn format_pool(path: &Path, size: u64, group: u16, mode: ModeChoice) -> Resu
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let pool = Pool::create(path, size, mode).with_context(|| format!("{}", path.display()))?;
+    let mut progress = Progress::new(format!("formatting {}", path.display()), size, Unit::Bytes);
+    let pool = Pool::create_reporting(path, size, mode, &mut |n| progress.set(n))
+        .with_context(|| format!("{}", path.display()))?;
+    progress.finish();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)

@@ -25,6 +25,7 @@ use orion_fabric::{Access, CompletionQueue, Domain, Error as FabricError, Remote
 use orion_format::{PoolKind, Superblock, SUPERBLOCK_SIZE};
 use orion_manager::{Manager, Primary};
 use orion_pmem::{ModeChoice, Pool};
+use orion_progress::{Progress, Unit};
 use orion_proto::channel::USER_WR_BASE;
 use orion_proto::{Channel, Event, MdsToMirror, Message, MirrorToMds, Reply, ReplyBody};
 use tracing::{debug, info, warn};
@@ -477,7 +478,11 @@ fn open_sized(path: &Path, len: u64, mode: ModeChoice) -> Result<Pool> {
     let pool = if same {
         Pool::open(path, mode)
     } else {
-        Pool::create(path, len, mode)
+        let what = format!("making the mirror's pool {}", path.display());
+        let mut progress = Progress::new(what, len, Unit::Bytes);
+        let pool = Pool::create_reporting(path, len, mode, &mut |n| progress.set(n));
+        progress.finish();
+        pool
     };
     pool.with_context(|| format!("the mirror's pool {}", path.display()))
 }

@@ -12,6 +12,7 @@ use orion_fabric::{CompletionQueue, Domain, FabricConfig};
 use orion_format::{PoolKind, Superblock, SUPERBLOCK_SIZE};
 use orion_meta::{MetaEngine, SystemClock};
 use orion_pmem::{ModeChoice, Pool};
+use orion_progress::{Progress, Unit};
 use orion_proto::Channel;
 use tracing::{info, warn};
 
@@ -33,7 +34,10 @@ pub fn format_pool(path: &Path, size: u64, mode: ModeChoice) -> Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let pool = Pool::create(path, size, mode).with_context(|| format!("{}", path.display()))?;
+    let mut progress = Progress::new(format!("formatting {}", path.display()), size, Unit::Bytes);
+    let pool = Pool::create_reporting(path, size, mode, &mut |n| progress.set(n))
+        .with_context(|| format!("{}", path.display()))?;
+    progress.finish();
     let now = orion_meta::Clock::now(&SystemClock);
     let sb = Superblock::new_metadata(
         size,

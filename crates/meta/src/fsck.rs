@@ -59,8 +59,28 @@ impl FsckReport {
     }
 }
 
+/// The parts of a check that take time on a large pool, for the caller's progress:
+/// each is reported as (part, done, total) as it goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// Inodes loaded from their logs, of those whose slots are in use.
+    LoadingInodes,
+    /// Pages compared, of the pages files name ([`compare_replicas_reporting`]).
+    ComparingReplicas,
+    /// Pages compared, of the pool's pages ([`differing_pages_reporting`]).
+    ComparingPools,
+}
+
+/// Where a check reports how far it has come.
+pub type Reporter<'a> = &'a mut dyn FnMut(Part, u64, u64);
+
 /// Checks a metadata pool and, if given, its data pool.
 pub fn check(meta: &Pool, data: Option<&Pool>) -> FsckReport {
+    check_reporting(meta, data, &mut |_, _, _| {})
+}
+
+/// [`check`], reporting how far it has come.
+pub fn check_reporting(meta: &Pool, data: Option<&Pool>, report: Reporter) -> FsckReport {
     let mut r = FsckReport::default();
     let sb = match meta
         .read_vec(0, SUPERBLOCK_SIZE)
@@ -107,13 +127,20 @@ pub fn check(meta: &Pool, data: Option<&Pool>) -> FsckReport {
         Ok(None) => {}
         Err(e) => r.problems.push(format!("journal: {e}")),
     }
-    let tree = match recovery::load_tree(meta, &sb, Some(&tails)) {
+    // The slots in use bound the inodes the walk can reach: its total.
+    let slots_used = (ROOT_INO..sb.inode_count)
+        .filter(|&ino| meta.load_u64(sb.slot_off(ino)).unwrap_or(0) != 0)
+        .count() as u64;
+    report(Part::LoadingInodes, 0, slots_used);
+    let loaded = &mut |n: u64| report(Part::LoadingInodes, n, slots_used);
+    let tree = match recovery::load_tree_reporting(meta, &sb, Some(&tails), loaded) {
         Ok(t) => t,
         Err(e) => {
             r.problems.push(e.to_string());
             return r;
         }
     };
+    report(Part::LoadingInodes, tree.inodes.len() as u64, slots_used);
     r.problems.extend(tree.problems.iter().cloned());
     let mut log_pages = HashSet::new();
     let mut data_pages = HashSet::new();
@@ -227,6 +254,15 @@ pub struct ReplicaReport {
 /// same bytes there. Pools are told apart by the group in their superblock; a group
 /// with one pool has nothing to compare.
 pub fn compare_replicas(named: &[Gpa], pools: &[&Pool]) -> ReplicaReport {
+    compare_replicas_reporting(named, pools, &mut |_, _, _| {})
+}
+
+/// [`compare_replicas`], reporting how far it has come.
+pub fn compare_replicas_reporting(
+    named: &[Gpa],
+    pools: &[&Pool],
+    report: Reporter,
+) -> ReplicaReport {
     let mut r = ReplicaReport::default();
     let mut groups: HashMap<u16, Vec<(usize, Superblock)>> = HashMap::new();
     for (i, p) in pools.iter().enumerate() {
@@ -242,7 +278,8 @@ pub fn compare_replicas(named: &[Gpa], pools: &[&Pool]) -> ReplicaReport {
             Err(e) => r.problems.push(format!("pool {i}: {e}")),
         }
     }
-    for g in named {
+    for (n, g) in named.iter().enumerate() {
+        report(Part::ComparingReplicas, n as u64, named.len() as u64);
         let Some(replicas) = groups.get(&g.group()) else {
             continue;
         };
@@ -278,6 +315,11 @@ pub fn compare_replicas(named: &[Gpa], pools: &[&Pool]) -> ReplicaReport {
             r.equal += 1;
         }
     }
+    report(
+        Part::ComparingReplicas,
+        named.len() as u64,
+        named.len() as u64,
+    );
     r
 }
 
@@ -285,6 +327,15 @@ pub fn compare_replicas(named: &[Gpa], pools: &[&Pool]) -> ReplicaReport {
 /// the mirror applied everything the primary persisted (the cluster quiet). Pools of
 /// different sizes differ everywhere (an error).
 pub fn differing_pages(primary: &Pool, mirror: &Pool) -> Result<Vec<u64>, String> {
+    differing_pages_reporting(primary, mirror, &mut |_, _, _| {})
+}
+
+/// [`differing_pages`], reporting how far it has come.
+pub fn differing_pages_reporting(
+    primary: &Pool,
+    mirror: &Pool,
+    report: Reporter,
+) -> Result<Vec<u64>, String> {
     if primary.len() != mirror.len() {
         return Err(format!(
             "the pools differ in size: {} and {} bytes",
@@ -294,7 +345,9 @@ pub fn differing_pages(primary: &Pool, mirror: &Pool) -> Result<Vec<u64>, String
     }
     let (mut x, mut y) = (vec![0u8; PAGE_SIZE as usize], vec![0u8; PAGE_SIZE as usize]);
     let mut differ = Vec::new();
-    for page in 0..primary.len() / PAGE_SIZE {
+    let pages = primary.len() / PAGE_SIZE;
+    for page in 0..pages {
+        report(Part::ComparingPools, page, pages);
         let read = |p: &Pool, b: &mut [u8]| p.read(page * PAGE_SIZE, b).map_err(|e| e.to_string());
         read(primary, &mut x)?;
         read(mirror, &mut y)?;
@@ -302,6 +355,7 @@ pub fn differing_pages(primary: &Pool, mirror: &Pool) -> Result<Vec<u64>, String
             differ.push(page);
         }
     }
+    report(Part::ComparingPools, pages, pages);
     Ok(differ)
 }
 

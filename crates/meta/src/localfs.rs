@@ -80,6 +80,18 @@ impl LocalFs {
     /// `orion mkfs`: creates `path` (metadata, 1/8 of `size`, at least 1 MiB) and
     /// `path.data` (the rest) and formats them.
     pub fn mkfs(path: &Path, size: u64, mode: ModeChoice, now: i64) -> FsResult<(Pool, Pool)> {
+        Self::mkfs_reporting(path, size, mode, now, &mut |_| {})
+    }
+
+    /// [`LocalFs::mkfs`], telling `done` how many bytes of the two pools (`size` in
+    /// all, or a little less) are allocated as it goes.
+    pub fn mkfs_reporting(
+        path: &Path,
+        size: u64,
+        mode: ModeChoice,
+        now: i64,
+        done: &mut dyn FnMut(u64),
+    ) -> FsResult<(Pool, Pool)> {
         let meta_size = ((size / 8).max(1 << 20) / PAGE_SIZE) * PAGE_SIZE;
         let data_size = (size.saturating_sub(meta_size) / PAGE_SIZE) * PAGE_SIZE;
         if data_size < 16 * PAGE_SIZE {
@@ -88,9 +100,12 @@ impl LocalFs {
                 meta_size + 16 * PAGE_SIZE
             )));
         }
-        let meta = Pool::create(path, meta_size, mode).map_err(|e| FsError::Io(e.to_string()))?;
-        let data = Pool::create(&data_pool_path(path), data_size, mode)
+        let meta = Pool::create_reporting(path, meta_size, mode, done)
             .map_err(|e| FsError::Io(e.to_string()))?;
+        let data = Pool::create_reporting(&data_pool_path(path), data_size, mode, &mut |n| {
+            done(meta_size + n)
+        })
+        .map_err(|e| FsError::Io(e.to_string()))?;
         Self::format(&meta, &data, now)?;
         Ok((meta, data))
     }

@@ -66,6 +66,16 @@ pub fn load_tree(
     sb: &Superblock,
     tails: Option<&HashMap<u64, u64>>,
 ) -> FsResult<Tree> {
+    load_tree_reporting(pool, sb, tails, &mut |_| {})
+}
+
+/// [`load_tree`], telling `loaded` how many inodes it has loaded as it goes.
+pub fn load_tree_reporting(
+    pool: &Pool,
+    sb: &Superblock,
+    tails: Option<&HashMap<u64, u64>>,
+    loaded: &mut dyn FnMut(u64),
+) -> FsResult<Tree> {
     let empty = HashMap::new();
     let tails = tails.unwrap_or(&empty);
     let mut tree = Tree {
@@ -143,6 +153,7 @@ pub fn load_tree(
                             parent: dir,
                         },
                     );
+                    loaded(tree.inodes.len() as u64);
                     if ftype == FileType::Directory {
                         queue.push_back(ino);
                     }

@@ -122,6 +122,17 @@ const TMPFS_MAGIC: i64 = 0x0102_1994;
 impl Pool {
     /// Creates (or truncates) the file at `path` with `size` bytes and maps it.
     pub fn create(path: &Path, size: u64, choice: ModeChoice) -> Result<Pool, PoolError> {
+        Self::create_reporting(path, size, choice, &mut |_| {})
+    }
+
+    /// [`Pool::create`], telling `done` how many bytes are allocated as it goes:
+    /// allocating a large pool takes seconds (tmpfs hands out every page at once).
+    pub fn create_reporting(
+        path: &Path,
+        size: u64,
+        choice: ModeChoice,
+        done: &mut dyn FnMut(u64),
+    ) -> Result<Pool, PoolError> {
         let io = |what, source| PoolError::Io {
             path: path.to_owned(),
             what,
@@ -136,7 +147,7 @@ impl Pool {
             .map_err(|e| io("cannot create pool file", e))?;
         file.set_len(size)
             .map_err(|e| io("cannot size pool file", e))?;
-        allocate(&file, size).map_err(|e| io("cannot allocate the pool's space", e))?;
+        allocate(&file, size, done).map_err(|e| io("cannot allocate the pool's space", e))?;
         Self::map(file, path, choice)
     }
 
@@ -512,19 +523,29 @@ impl std::fmt::Debug for Pool {
 /// a pool on a file system that later runs out of space would otherwise take SIGBUS
 /// on a page fault in the middle of a write, instead of failing here with ENOSPC.
 /// On tmpfs this also moves the zeroing of new pages out of the write path, as on
-/// persistent memory. File systems without fallocate keep a sparse file.
-fn allocate(file: &File, size: u64) -> std::io::Result<()> {
+/// persistent memory. File systems without fallocate keep a sparse file. It goes a
+/// step at a time so that `done` can tell how far it has come.
+fn allocate(file: &File, size: u64, done: &mut dyn FnMut(u64)) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
-    // SAFETY: fallocate on a file descriptor this function borrows; no memory is passed.
-    let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, size as libc::off_t) };
-    if r == 0 {
-        return Ok(());
+    const STEP: u64 = 128 << 20;
+    let mut at = 0;
+    while at < size {
+        let len = STEP.min(size - at);
+        // SAFETY: fallocate on a file descriptor this function borrows; no memory is
+        // passed.
+        let r =
+            unsafe { libc::fallocate(file.as_raw_fd(), 0, at as libc::off_t, len as libc::off_t) };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EOPNOTSUPP) => Ok(()),
+                _ => Err(e),
+            };
+        }
+        at += len;
+        done(at);
     }
-    let e = std::io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EOPNOTSUPP) => Ok(()),
-        _ => Err(e),
-    }
+    Ok(())
 }
 
 #[cfg(test)]
