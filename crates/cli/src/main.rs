@@ -26,6 +26,7 @@ mod daemons;
 mod fs_cmd;
 mod fsck_cmd;
 mod hosted;
+mod logs;
 mod metrics_http;
 mod mount_cmd;
 mod procs;
@@ -588,20 +589,22 @@ fn main() -> ExitCode {
     // `orion up` talks to its user itself, and logs (its cluster manager's) to a file
     // in its state directory once it knows it (`up::log_to`).
     if std::env::args().nth(1).as_deref() != Some("up") {
-        tracing_subscriber::fmt()
-            .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_default_env()
-                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-            )
-            .with_writer(std::io::stderr)
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init();
+        if let Err(e) = logs::init() {
+            eprintln!("orion: {e:#}");
+            return ExitCode::from(2);
+        }
     }
-    match run() {
+    let code = match run() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("orion: {e:#}");
             ExitCode::from(2)
         }
-    }
+    };
+    // A daemon's threads may still hold its fabric domain (a connection a mirror
+    // was following, the metrics endpoint's client) as the process ends, and with it
+    // the domain's shared-memory files, which hold RAM: they go now, whatever holds
+    // them.
+    orion_fabric::local::remove_own_files();
+    code
 }

@@ -46,6 +46,7 @@ impl Daemon {
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
             )
+            .env(crate::logs::LOG_FILE_ENV, log)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(err);

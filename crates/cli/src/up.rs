@@ -357,6 +357,7 @@ pub fn up(a: UpArgs) -> Result<()> {
         mnt.display(),
         logs.display()
     );
+    tracing::info!("ready: mounted at {}", mnt.display());
     use std::io::Write;
     let _ = std::io::stdout().flush();
     // Serve until asked to stop, or until the mount ends on its own; an MDS or a data
@@ -373,13 +374,13 @@ pub fn up(a: UpArgs) -> Result<()> {
             let c = children.remove(k);
             match restarts.iter().position(|r| r.name == c.name) {
                 Some(r) => {
-                    eprintln!(
-                        "orion up: {} exited ({status}); the others go on serving, and it \
-                         starts again in {} s (log: {})",
+                    event(format!(
+                        "{} exited ({status}); the others go on serving, and it starts again \
+                         in {} s (log: {})",
                         c.name,
                         RESTART_PAUSE.as_secs(),
                         restarts[r].log.display()
-                    );
+                    ));
                     pending.push((Instant::now() + RESTART_PAUSE, r));
                 }
                 None => {
@@ -404,7 +405,7 @@ pub fn up(a: UpArgs) -> Result<()> {
             };
             match started {
                 Ok((d, line)) => {
-                    eprintln!("orion up: {} started again (pid {})", s.name, d.pid());
+                    event(format!("{} started again (pid {})", s.name, d.pid()));
                     match s.what {
                         Which::Mds(k) => up_state.mdss[k].pid = d.pid(),
                         Which::Store(k) => {
@@ -425,46 +426,44 @@ pub fn up(a: UpArgs) -> Result<()> {
                     children.insert(at.min(children.len()), d);
                 }
                 Err(e) => {
-                    eprintln!(
-                        "orion up: starting {} again failed: {e:#}; trying later",
+                    event(format!(
+                        "starting {} again failed: {e:#}; trying later",
                         s.name
-                    );
+                    ));
                     pending.push((Instant::now() + RESTART_PAUSE, r));
                 }
             }
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    eprintln!("orion up: stopping");
+    event("stopping".into());
     stop_all(children);
     if orion_fuse::unmount_stale(&mnt).unwrap_or(false) {
         eprintln!("orion up: removed the mount left at {}", mnt.display());
     }
     match failed {
-        Some(why) => bail!("{why}"),
+        Some(why) => {
+            tracing::error!("stopped: {why}");
+            bail!("{why}")
+        }
         None => {
-            eprintln!("orion up: stopped; run it again to serve the same file system");
+            event("stopped; run it again to serve the same file system".into());
             Ok(())
         }
     }
 }
 
-/// Sends this process's log (its cluster manager's) to `path`, appended to.
+/// Tells the user, and the log (`up.log`, next to the cluster manager's lines): what
+/// `orion up` sees happen to its processes.
+fn event(what: String) {
+    eprintln!("orion up: {what}");
+    tracing::info!("{what}");
+}
+
+/// Sends this process's log (its cluster manager's) to `path`, appended to and
+/// rotated ([`crate::logs`]); its stderr stays the user's.
 fn log_to(path: &Path) -> Result<()> {
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .with_context(|| format!("opening the log {}", path.display()))?;
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::sync::Mutex::new(file))
-        .with_ansi(false)
-        .init();
-    Ok(())
+    crate::logs::to_file(path, false)
 }
 
 /// How `orion up` starts a daemon again after it died.

@@ -111,3 +111,38 @@ fn progress_on_a_non_terminal_is_whole_lines() {
     assert_eq!(loading.len(), 1, "{err}");
     assert!(loading[0].contains("100 % (1 inodes of 1 inodes)"), "{err}");
 }
+
+/// A daemon `orion up` starts logs to the file it is given, rotated by size, and its
+/// stderr (an error printed outside the log) lands in the current file too.
+#[test]
+fn a_log_file_is_rotated_and_takes_stderr_along() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let log = dir.path().join("d.log");
+    let pool = dir.path().join("fs.pool");
+    let orion = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_orion"))
+            .args(args)
+            .env("ORION_LOG_FILE", &log)
+            .env("ORION_LOG_ROTATE_BYTES", "400")
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap()
+    };
+    let o = orion(&["mkfs", "--pool", pool.to_str().unwrap(), "--size", "1G"]);
+    assert!(o.status.success());
+    assert!(o.stderr.is_empty(), "{}", String::from_utf8_lossy(&o.stderr));
+    let read = |n: &str| std::fs::read_to_string(dir.path().join(n)).unwrap_or_default();
+    // Eight progress lines of about 130 bytes: the log turned over at least once, and
+    // no file holds more than one line past the limit.
+    assert!(read("d.log.1").contains("formatting"), "{}", read("d.log"));
+    for n in ["d.log", "d.log.1", "d.log.2"] {
+        assert!(read(n).len() <= 400 + 200, "{n}: {}", read(n));
+    }
+    assert!(read("d.log").contains("100 %"), "{}", read("d.log"));
+    // An error printed on stderr goes to the current log.
+    let missing = dir.path().join("missing");
+    let o = orion(&["fsck", "--pool", missing.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(o.stderr.is_empty());
+    assert!(read("d.log").contains("cannot open pool file"), "{}", read("d.log"));
+}

@@ -125,6 +125,40 @@ fn a_replicated_cluster_loses_a_store_and_the_application_sees_nothing() {
     );
     assert!(err.contains("started again"), "{err}");
     assert!(!is_mounted(&mnt));
+    // What an operator reads in the logs: a line per event, in the log of the process
+    // that saw it; progress in whole lines.
+    let log = |name: &str| {
+        let text = std::fs::read_to_string(state.path().join("logs").join(name))
+            .unwrap_or_else(|e| panic!("logs/{name}: {e}"));
+        assert!(!text.contains('\r'), "a carriage return in {name}");
+        text
+    };
+    let has = |text: &str, all: &[&str]| text.lines().any(|l| all.iter().all(|w| l.contains(w)));
+    let (mds, up_log, store) = (log("mds-a.log"), log("up.log"), log("ds0.r1.log"));
+    for (text, event) in [
+        (&mds, &["mds-a is the primary (epoch 1", "lease"][..]),
+        (&mds, &["mirror mds-b is in sync"]),
+        (&mds, &["client pid", "joined"]),
+        (&mds, &["data store group 0 replica 1 joined from", "epoch"]),
+        (
+            &mds,
+            &["group 0 replica 1", "left:", "goes on with 1 replica(s)"],
+        ),
+        (
+            &mds,
+            &["group 0 replica 0", "left:", "goes on with 1 replica(s)"],
+        ),
+        (&store, &["formatting", "100 %"]),
+        (&store, &["joined the MDS at"]),
+        (&up_log, &["is the primary, epoch 1"]),
+        (&up_log, &["ds 0.1 exited"]),
+        (&up_log, &["ds 0.1 started again"]),
+        (&up_log, &["stopped; run it again"]),
+    ] {
+        assert!(has(text, event), "no line with {event:?} in:\n{text}");
+    }
+    // The store that died and came back joined once per life.
+    assert!(store.matches("joined the MDS at").count() >= 2, "{store}");
     // The replicas of each group hold the same bytes in every page a file names.
     let p = |name: &str| pools.path().join(name);
     let o = Command::new(ORION)

@@ -41,7 +41,7 @@ pub struct ClientConfig {
     pub op_timeout_ms: u64,
     /// How long to keep trying to reconnect to a restarted MDS, in milliseconds.
     pub reconnect_ms: u64,
-    /// A name for the MDS's logs (defaults to host and process id).
+    /// A name for the MDS's logs (defaults to the process id: [`ClientConfig::shown_name`]).
     pub name: String,
     /// Connections ("lanes", each with its own state) a client opens at most, on
     /// first need: calls on different inodes run in parallel on different lanes, so
@@ -83,6 +83,14 @@ impl Default for ClientConfig {
 }
 
 impl ClientConfig {
+    /// The name the MDS's logs show for this client.
+    pub fn shown_name(&self) -> String {
+        match self.name.is_empty() {
+            true => format!("pid {}", std::process::id()),
+            false => self.name.clone(),
+        }
+    }
+
     pub fn strong(&self) -> Result<bool, String> {
         match self.consistency.as_str() {
             "strong" => Ok(true),

@@ -273,7 +273,7 @@ fn session(
     let hello = MdsRequest::Hello(Hello {
         internal: None,
         strong: false,
-        name: format!("{} callbacks", cfg.name),
+        name: format!("{} callbacks", cfg.shown_name()),
         nonce: orion_format::random_u64(),
         instance,
     });

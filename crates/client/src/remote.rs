@@ -200,11 +200,7 @@ impl Remote {
     /// Introduces this client, learns the MDS pool and the data stores, connects to
     /// the stores, and tells the MDS which group it is internal to.
     fn hello(&mut self) -> FsResult<()> {
-        let mut name = if self.cfg.name.is_empty() {
-            format!("pid {}", std::process::id())
-        } else {
-            self.cfg.name.clone()
-        };
+        let mut name = self.cfg.shown_name();
         if self.lane > 0 {
             name += &format!(" lane {}", self.lane);
         }

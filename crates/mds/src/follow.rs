@@ -227,10 +227,10 @@ impl Follower<'_> {
         let mut bytes = vec![0u8; COPY_CHUNK];
         let total = region.len;
         let t0 = Instant::now();
-        let mut next_tenth = 1;
         let mut other = Vec::new();
         let mut off = 0u64;
-        info!("copying the pool of {} ({} MiB)", p.name, total >> 20);
+        let what = format!("copying the pool of {}", p.name);
+        let mut progress = Progress::new(what, total, Unit::Bytes);
         while off < total {
             if self.stop.load(Ordering::Relaxed) {
                 bail!("stopped");
@@ -245,18 +245,12 @@ impl Follower<'_> {
             pool.write(off, &bytes[..n])?;
             pool.persist(off, n)?;
             off += n as u64;
-            while next_tenth <= 10 && off * 10 >= total * next_tenth {
-                let secs = t0.elapsed().as_secs_f64().max(1e-6);
-                info!(
-                    "copied {}0% of the pool of {} ({:.0} MiB/s)",
-                    next_tenth,
-                    p.name,
-                    off as f64 / secs / (1 << 20) as f64
-                );
-                next_tenth += 1;
-            }
+            let secs = t0.elapsed().as_secs_f64().max(1e-6);
+            progress.say(format!("{:.0} MiB/s", off as f64 / secs / (1 << 20) as f64));
+            progress.set(off);
             self.turn_clients_away();
         }
+        progress.finish();
         Ok(())
     }
 

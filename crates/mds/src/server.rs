@@ -355,7 +355,9 @@ impl Mds {
         match peer.role {
             Role::Store { member } => self.store_left(conn, member, &peer.name, why),
             Role::Client { .. } => info!("client {} left: {why}", peer.name),
-            Role::New => info!("connection from {} closed: {why}", peer.name),
+            // A connection that never said who it is (a probe, a store's resync
+            // asking for its source): not an operator's event.
+            Role::New => tracing::debug!("connection from {} closed: {why}", peer.name),
             Role::Mirror => self.mirror_lost(why),
         }
     }

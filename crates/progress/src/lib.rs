@@ -111,7 +111,11 @@ impl Progress {
             return;
         }
         self.finished = true;
+        // Work may end before its estimate (a resync with less to copy than the pool
+        // holds): finished is all of it.
+        self.done = self.total;
         if let Some(bar) = &self.bar {
+            bar.set_position(self.total);
             bar.finish();
             return;
         }

@@ -548,7 +548,21 @@ impl Up {
     }
 
     /// Stops it as Ctrl-C does and waits; what it said on stderr (it must succeed).
+    /// Every process it stopped cleaned up its shared-memory files (they hold RAM).
     pub fn stop(mut self) -> String {
+        let live: Vec<i32> = (self.rows.iter())
+            .filter_map(|r| {
+                r.split(" pid ")
+                    .nth(1)?
+                    .split_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            // SAFETY: kill(2) with signal 0 only checks that the process exists.
+            .filter(|&pid| unsafe { libc::kill(pid, 0) } == 0)
+            .collect();
+        assert!(!live.is_empty(), "no pids in {:?}", self.rows);
         // SAFETY: kill(2) on our child's PID.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
         let o = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap())
@@ -556,6 +570,23 @@ impl Up {
             .unwrap();
         let err = String::from_utf8_lossy(&o.stderr).into_owned();
         assert!(o.status.success(), "orion up failed: {err}");
+        let left: Vec<String> = std::fs::read_dir("/dev/shm")
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| {
+                let pid = n
+                    .strip_prefix("orion-fabric.")
+                    .and_then(|r| r.split('.').next());
+                pid.and_then(|p| p.parse::<i32>().ok())
+                    .is_some_and(|p| live.contains(&p))
+            })
+            .collect();
+        assert!(
+            left.is_empty(),
+            "left in /dev/shm by a stopped process: {left:?} ({:?})",
+            self.rows
+        );
         err
     }
 }
