@@ -198,6 +198,15 @@ fn quantile(before: &[(f64, f64)], after: &[(f64, f64)], q: f64) -> Option<f64> 
         .map(|(le, _)| *le)
 }
 
+/// An MDS's epoch, and its lease when it is the primary.
+fn mds_state(s: &Scrape) -> String {
+    let epoch = sum(s, "orion_mds_epoch", &[]);
+    match sum(s, "orion_mds_lease_seconds_left", &[]) {
+        left if left > 0.0 => format!("epoch {epoch}, lease {left:.1} s"),
+        _ => format!("epoch {epoch}"),
+    }
+}
+
 fn micros(s: Option<f64>) -> String {
     match s {
         None => "-".into(),
@@ -337,7 +346,7 @@ fn rows(nodes: &[Node], before: &Snapshot, after: &Snapshot, secs: f64) -> Vec<[
         let Some(requests) = requests else {
             out.push([
                 n.name.clone(),
-                format!("epoch {}", sum(a, "orion_mds_epoch", &[])),
+                mds_state(a),
                 "-".into(),
                 "-".into(),
                 "-".into(),
@@ -353,7 +362,7 @@ fn rows(nodes: &[Node], before: &Snapshot, after: &Snapshot, secs: f64) -> Vec<[
         let ifree = sum(a, "orion_mds_inodes_free", &[]);
         out.push([
             n.name.clone(),
-            format!("epoch {}", sum(a, "orion_mds_epoch", &[])),
+            mds_state(a),
             rate(requests.total),
             requests.busiest,
             requests.p50,
@@ -436,7 +445,7 @@ pub fn top(a: TopArgs) -> Result<()> {
             shown.iter().map(|r| Row::new(r.clone())),
             [
                 Constraint::Length(8),
-                Constraint::Length(11),
+                Constraint::Length(22),
                 Constraint::Length(14),
                 Constraint::Min(24),
                 Constraint::Length(8),

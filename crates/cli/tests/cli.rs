@@ -130,7 +130,11 @@ fn a_log_file_is_rotated_and_takes_stderr_along() {
     };
     let o = orion(&["mkfs", "--pool", pool.to_str().unwrap(), "--size", "1G"]);
     assert!(o.status.success());
-    assert!(o.stderr.is_empty(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let read = |n: &str| std::fs::read_to_string(dir.path().join(n)).unwrap_or_default();
     // Eight progress lines of about 130 bytes: the log turned over at least once, and
     // no file holds more than one line past the limit.
@@ -144,5 +148,9 @@ fn a_log_file_is_rotated_and_takes_stderr_along() {
     let o = orion(&["fsck", "--pool", missing.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     assert!(o.stderr.is_empty());
-    assert!(read("d.log").contains("cannot open pool file"), "{}", read("d.log"));
+    assert!(
+        read("d.log").contains("cannot open pool file"),
+        "{}",
+        read("d.log")
+    );
 }

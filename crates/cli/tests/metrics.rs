@@ -118,13 +118,20 @@ fn every_daemon_serves_metrics_that_parse_and_move() {
     for i in 0..20 {
         std::fs::write(mnt.join(format!("f{i}")), vec![7u8; 8192]).unwrap();
     }
+    // Renames into another directory change two inodes at once: the journal's work.
+    std::fs::create_dir(mnt.join("d")).unwrap();
+    for i in 0..5 {
+        std::fs::rename(mnt.join(format!("f{i}")), mnt.join(format!("d/f{i}"))).unwrap();
+    }
     // The request counters are counted before the answers go; the latency of each
     // just after: a scrape may come between, so it is taken again until both show.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let after = loop {
         let s = scrape(primary);
         let created = value(&s, "orion_mds_request_seconds_count", &[("kind", "create")]);
-        if created >= 20.0 || std::time::Instant::now() > deadline {
+        // The engine's own counts reach the counters at the loop's next refresh.
+        let journaled = value(&s, "orion_mds_journal_commits_total", &[]);
+        if (created >= 20.0 && journaled >= 5.0) || std::time::Instant::now() > deadline {
             break s;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -142,6 +149,26 @@ fn every_daemon_serves_metrics_that_parse_and_move() {
             &[("kind", "create")]
         ) >= 20.0,
         "create latency not recorded"
+    );
+    // The primary holds a lease from its cluster manager; the engine's own work is
+    // counted.
+    let left = value(&after, "orion_mds_lease_seconds_left", &[]);
+    assert!(left > 0.0 && left <= 60.0, "lease left: {left}");
+    assert_eq!(value(&mirror, "orion_mds_lease_seconds_left", &[]), 0.0);
+    for name in [
+        "orion_mds_gc_runs_total",
+        "orion_mds_gc_log_pages_freed_total",
+        "orion_mds_strong_waits_total",
+        "orion_mds_strong_waiting",
+    ] {
+        assert!(names(&after).contains(&name), "{name} missing");
+    }
+    let journal = |s: &prometheus_parse::Scrape| value(s, "orion_mds_journal_commits_total", &[]);
+    assert!(
+        journal(&after) >= journal(&before) + 5.0,
+        "journal commits not counted: {} then {}",
+        journal(&before),
+        journal(&after)
     );
     let commits =
         |s: &prometheus_parse::Scrape| value(s, "orion_mds_requests_total", &[("kind", "commit")]);

@@ -1,7 +1,8 @@
 //! What the MDS counts, for a `/metrics` endpoint (Prometheus text format; the `orion`
 //! binary serves [`MdsMetrics::registry`] over HTTP): requests by kind with the time
 //! the event loop spent on each, malformed messages, connections by role, the pools'
-//! use, the epoch and the cache callbacks in flight. The loop updates them (atomics; a
+//! use, the epoch, the primary's lease, the cache callbacks in flight, log GC and
+//! journal commits, and commits waiting for stores in strong mode. The loop updates them (atomics; a
 //! histogram takes a short lock), so a scrape never waits for it, and one registry
 //! outlives the MDS's terms (a mirror that takes over counts on).
 
@@ -45,6 +46,35 @@ struct Inner {
     inodes_free: Gauge,
     epoch: Gauge,
     callbacks_waiting: Gauge,
+    lease_left: Gauge<f64, std::sync::atomic::AtomicU64>,
+    gc_runs: Counter,
+    gc_pages_freed: Counter,
+    journal_commits: Counter,
+    strong_waits: Counter,
+    strong_waiting: Gauge,
+}
+
+/// When the loop refreshes the metrics next, and what of this term's own counts
+/// (the engine's, the strong waits') it added to the counters so far: a term starts
+/// them at zero, and the counters go on from what earlier terms added.
+pub(crate) struct Turn {
+    due: Instant,
+    gc_runs: u64,
+    gc_pages_freed: u64,
+    journal_commits: u64,
+    strong_waits: u64,
+}
+
+impl Default for Turn {
+    fn default() -> Self {
+        Turn {
+            due: Instant::now(),
+            gc_runs: 0,
+            gc_pages_freed: 0,
+            journal_commits: 0,
+            strong_waits: 0,
+        }
+    }
 }
 
 impl Default for MdsMetrics {
@@ -86,6 +116,39 @@ impl Default for MdsMetrics {
             "replies_waiting_for_callbacks",
             "Replies held until clients answer cache callbacks",
         );
+        let lease_left = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        r.register(
+            "lease_seconds_left",
+            "How long the primary's lease lasts from now unless renewed (0: not the \
+             primary, or no cluster manager)",
+            lease_left.clone(),
+        );
+        let counter = |r: &mut Registry, name: &str, help: &str| {
+            let c = Counter::default();
+            r.register(name, help, c.clone());
+            c
+        };
+        let gc_runs = counter(&mut r, "gc_runs", "Inode logs compacted (log GC)");
+        let gc_pages_freed = counter(
+            &mut r,
+            "gc_log_pages_freed",
+            "Log pages GC gave back (free after the grace period)",
+        );
+        let journal_commits = counter(
+            &mut r,
+            "journal_commits",
+            "Updates of several inodes made atomic through the journal",
+        );
+        let strong_waits = counter(
+            &mut r,
+            "strong_waits",
+            "Commits that waited for stores to report their pages persisted (strong mode)",
+        );
+        let strong_waiting = gauge(
+            &mut r,
+            "strong_waiting",
+            "Commits waiting now for stores to report their pages persisted",
+        );
         for role in ["new", "client", "store", "mirror"] {
             let _ = connections.get_or_create(&vec![("role".to_string(), role.to_string())]);
         }
@@ -108,6 +171,12 @@ impl Default for MdsMetrics {
             inodes_free,
             epoch,
             callbacks_waiting,
+            lease_left,
+            gc_runs,
+            gc_pages_freed,
+            journal_commits,
+            strong_waits,
+            strong_waiting,
         }))
     }
 }
@@ -211,6 +280,8 @@ impl MdsMetrics {
             g.set(0);
         }
         m.callbacks_waiting.set(0);
+        m.strong_waiting.set(0);
+        m.lease_left.set(0.0);
     }
 
     pub(crate) fn malformed(&self) {
@@ -219,13 +290,38 @@ impl MdsMetrics {
 }
 
 impl Mds {
-    /// Refreshes the gauges every [`GAUGES_EVERY`] (called every turn of the loop).
+    /// Refreshes the metrics every [`GAUGES_EVERY`] (called every turn of the loop).
     pub(crate) fn metrics_turn(&mut self, now: Instant) {
-        if now < self.gauges_due {
+        if now < self.metrics_state.due {
             return;
         }
-        self.gauges_due = now + GAUGES_EVERY;
+        self.metrics_state.due = now + GAUGES_EVERY;
         let m = &self.cfg.counters.0;
+        let t = &mut self.metrics_state;
+        let stats = &self.engine.stats;
+        let (waiting, waits) = self.strong.waiting();
+        for (counter, was, is) in [
+            (&m.gc_runs, &mut t.gc_runs, stats.gc_runs),
+            (
+                &m.gc_pages_freed,
+                &mut t.gc_pages_freed,
+                stats.gc_pages_freed,
+            ),
+            (
+                &m.journal_commits,
+                &mut t.journal_commits,
+                stats.journal_commits,
+            ),
+            (&m.strong_waits, &mut t.strong_waits, waits),
+        ] {
+            counter.inc_by(is.saturating_sub(*was));
+            *was = is.max(*was);
+        }
+        m.strong_waiting.set(waiting as i64);
+        let left = (self.role.as_ref()).map_or(0.0, |r| {
+            r.ends().saturating_duration_since(now).as_secs_f64()
+        });
+        m.lease_left.set(left);
         let mut roles = [0i64; 4];
         for p in self.peers.values() {
             roles[match p.role {

@@ -106,8 +106,8 @@ pub(crate) struct Mds {
     locks: Locks,
     /// When to look for silent data stores next.
     pub heartbeats_due: Instant,
-    /// When the metrics' gauges are refreshed next (`metrics_turn`).
-    pub(crate) gauges_due: Instant,
+    /// When the metrics are refreshed next, and what of this term they counted.
+    pub(crate) metrics_state: crate::metrics::Turn,
     pub(crate) next_client: u64,
     msg: Vec<u8>,
     /// The primary role, with a cluster manager: no reply leaves once it may be over.
@@ -201,7 +201,7 @@ pub(crate) fn serve_loop(
         strong,
         locks: Locks::default(),
         heartbeats_due: Instant::now(),
-        gauges_due: Instant::now(),
+        metrics_state: Default::default(),
         next_client: 1,
         msg: Vec::with_capacity(MAX_MESSAGE),
         role,

@@ -83,6 +83,8 @@ pub struct StrongWaits {
     /// Pages reported persisted that no update has consumed yet.
     persisted: HashMap<Gpa, Reporters>,
     parked: VecDeque<Parked>,
+    /// Updates ever parked (for the metrics).
+    parked_ever: u64,
     timeout: Duration,
 }
 
@@ -91,12 +93,18 @@ impl StrongWaits {
         StrongWaits {
             persisted: HashMap::new(),
             parked: VecDeque::new(),
+            parked_ever: 0,
             timeout,
         }
     }
 
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// Updates waiting now, and ever parked.
+    pub fn waiting(&self) -> (usize, u64) {
+        (self.parked.len(), self.parked_ever)
     }
 
     /// A notice of replica `index` of the pages' group: these pages are durable on it.
@@ -137,6 +145,7 @@ impl StrongWaits {
             written,
         } = pending;
         let now = Instant::now();
+        self.parked_ever += 1;
         self.parked.push_back(Parked {
             conn,
             id,

@@ -103,6 +103,7 @@ impl MetaEngine {
         let mut new_log = fresh;
         new_log.advance(p);
         let old = std::mem::replace(&mut inode.log, new_log);
+        self.stats.gc_pages_freed += old.pages.len() as u64;
         for page in old.pages {
             let idx = (page - self.sb.page_area_off) / PAGE_SIZE;
             self.log_alloc.free_later(idx, 1);

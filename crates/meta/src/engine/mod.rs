@@ -119,6 +119,8 @@ pub struct ReaddirEntry {
 #[derive(Clone, Debug, Default)]
 pub struct EngineStats {
     pub gc_runs: u64,
+    /// Log pages GC gave back (after the grace period).
+    pub gc_pages_freed: u64,
     pub journal_commits: u64,
 }
 
