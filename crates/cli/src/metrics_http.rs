@@ -27,14 +27,19 @@ const IO_LIMIT: Duration = Duration::from_secs(2);
 const MAX_CONNECTIONS: usize = 8;
 
 /// Serves `registry` at `http://LISTEN/metrics` from now on; returns the address bound
-/// (port 0 in `listen`: a free one).
+/// (port 0 in `listen`: a free one). `fd:N` is a listening socket this process was
+/// handed as descriptor N (by `orion up`, which keeps the port across restarts and
+/// so never lets another process take it in between).
 pub fn start(listen: &str, registry: Arc<Registry>) -> Result<String> {
-    let l = TcpListener::bind(listen).map_err(|e| {
-        anyhow!(
-            "the metrics endpoint cannot listen on {listen}: {e} (another process has the \
-             port? give another, or port 0 for any free one)"
-        )
-    })?;
+    let l = match listen.strip_prefix("fd:") {
+        Some(n) => inherited(n)?,
+        None => TcpListener::bind(listen).map_err(|e| {
+            anyhow!(
+                "the metrics endpoint cannot listen on {listen}: {e} (another process has \
+                 the port? give another, or port 0 for any free one)"
+            )
+        })?,
+    };
     let addr = l.local_addr()?.to_string();
     let busy = Arc::new(AtomicUsize::new(0));
     std::thread::Builder::new()
@@ -104,6 +109,31 @@ fn serve(mut conn: TcpStream, registry: &Registry) -> std::io::Result<()> {
     conn.flush()
 }
 
+/// The listening socket handed over as descriptor `n`.
+fn inherited(n: &str) -> Result<TcpListener> {
+    use std::os::fd::FromRawFd;
+    let fd: i32 = n
+        .parse()
+        .map_err(|_| anyhow!("the metrics endpoint's descriptor {n:?} is not a number"))?;
+    // SAFETY: fcntl F_GETFD only reads the descriptor's flags; it fails on a closed one.
+    if fd < 3 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        anyhow::bail!("the metrics endpoint's descriptor {fd} is not open");
+    }
+    // SAFETY: the descriptor is open (checked above) and was handed to this process
+    // for this one use: nothing else in it owns or closes it.
+    let l = unsafe { TcpListener::from_raw_fd(fd) };
+    let bound = l.local_addr();
+    // SAFETY: as above, on the descriptor `l` owns: not passed on to programs this
+    // process starts.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    match bound {
+        Ok(_) => Ok(l),
+        Err(e) => Err(anyhow!(
+            "the metrics endpoint's descriptor {fd} is not a listening socket: {e}"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,6 +179,22 @@ mod tests {
         // A client that connects and says nothing does not hold up a scrape.
         let _silent = std::net::TcpStream::connect(&addr).unwrap();
         assert!(get(&addr, "/metrics").contains(" 200 "));
+    }
+
+    #[test]
+    fn a_socket_handed_over_by_descriptor_is_served() {
+        use std::os::fd::IntoRawFd;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let fd = l.into_raw_fd();
+        let served = start(&format!("fd:{fd}"), Arc::new(Registry::default())).unwrap();
+        assert_eq!(served, addr);
+        assert!(get(&addr, "/metrics").contains(" 200 "));
+        // A descriptor that is not open, or not a number, is a clear error.
+        let e = start("fd:100000", Arc::new(Registry::default())).unwrap_err();
+        assert!(format!("{e}").contains("not open"), "{e}");
+        let e = start("fd:x", Arc::new(Registry::default())).unwrap_err();
+        assert!(format!("{e}").contains("not a number"), "{e}");
     }
 
     #[test]

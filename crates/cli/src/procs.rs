@@ -51,6 +51,23 @@ impl Daemon {
             .stdout(Stdio::piped())
             .stderr(err);
         crate::signals::detach_and_die_with_parent(&mut cmd);
+        let fds = handed_fds(args);
+        if !fds.is_empty() {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: runs in the child between fork and exec, and calls only fcntl
+            // (async-signal-safe) on descriptors this process holds open
+            // (`HANDED_OVER`); nothing is allocated.
+            unsafe {
+                cmd.pre_exec(move || {
+                    for &fd in &fds {
+                        if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                    }
+                    Ok(())
+                });
+            }
+        }
         let mut child = cmd.spawn().with_context(|| format!("starting {name}"))?;
         let out = child.stdout.take().expect("piped");
         let (tx, lines) = mpsc::channel();
@@ -145,11 +162,43 @@ pub fn listen_addr(ready: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Where a daemon `orion up` starts serves its metrics: a free loopback port, chosen
-/// here so that `cluster.json` names it before the daemon says anything (a mirror says
-/// nothing until it takes over), and kept across a restart of the daemon.
-pub fn metrics_listen() -> Result<String> {
-    Ok(format!("127.0.0.1:{}", free_port()?))
+/// Where a daemon `orion up` starts serves its metrics.
+pub struct MetricsSocket {
+    /// The address, for `cluster.json` (named before the daemon says anything: a
+    /// mirror says nothing until it takes over).
+    pub addr: String,
+    /// The daemon's `--metrics` argument: `fd:N`, the socket itself.
+    pub arg: String,
+}
+
+/// Listening sockets handed to daemons: open in this process for its whole life, so
+/// a daemon started again gets the same one, and no other process can take its port
+/// in between.
+static HANDED_OVER: std::sync::Mutex<Vec<std::net::TcpListener>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// A loopback socket (a free port) for a daemon's metrics, bound here and passed on
+/// by descriptor ([`Daemon::start`] keeps it open across the exec).
+pub fn metrics_listen() -> Result<MetricsSocket> {
+    use std::os::fd::AsRawFd;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("a port for metrics")?;
+    let s = MetricsSocket {
+        addr: l.local_addr()?.to_string(),
+        arg: format!("fd:{}", l.as_raw_fd()),
+    };
+    HANDED_OVER
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(l);
+    Ok(s)
+}
+
+/// The descriptors `args` hands to the daemon (`--metrics fd:N`).
+fn handed_fds(args: &[String]) -> Vec<i32> {
+    (args.windows(2))
+        .filter(|w| w[0] == "--metrics")
+        .filter_map(|w| w[1].strip_prefix("fd:")?.parse().ok())
+        .collect()
 }
 
 /// A free loopback port (bound, then released for a daemon to take).

@@ -298,7 +298,7 @@ pub fn up(a: UpArgs) -> Result<()> {
             mds_addr.clone(),
         ]);
         let metrics = crate::procs::metrics_listen()?;
-        args.extend(["--metrics".into(), metrics.clone()]);
+        args.extend(["--metrics".into(), metrics.arg]);
         let log = logs.join(format!(
             "{}.log",
             store_pool_name(*g, *i).trim_end_matches(".pool")
@@ -323,7 +323,7 @@ pub fn up(a: UpArgs) -> Result<()> {
             index: *i,
             addr,
             pid: ds.pid(),
-            metrics,
+            metrics: metrics.addr,
         });
         children.push(ds);
     }
@@ -341,9 +341,9 @@ pub fn up(a: UpArgs) -> Result<()> {
     args.extend(["--mds".into(), mds_addr.clone()]);
     args.extend(common.iter().cloned());
     let mount_metrics = crate::procs::metrics_listen()?;
-    args.extend(["--metrics".into(), mount_metrics.clone()]);
+    args.extend(["--metrics".into(), mount_metrics.arg]);
     let (mount, _) = Daemon::spawn("the mount", &args, &logs.join("mount.log"))?;
-    up_state.mount_metrics = mount_metrics;
+    up_state.mount_metrics = mount_metrics.addr;
     up_state.save(&state)?;
     done(t, "");
     rows.push(format!("  mount  pid {:<7} {}", mount.pid(), mnt.display()));

@@ -50,7 +50,7 @@ pub fn start(
         let pool = pools.join("mds.pool");
         let metrics = metrics_listen()?;
         let mut args = base(&pool, true);
-        args.extend(["--metrics".into(), metrics.clone()]);
+        args.extend(["--metrics".into(), metrics.arg]);
         let log = logs.join("mds.log");
         let (d, line) = Daemon::spawn("the MDS", &args, &log)?;
         let addr = listen_addr(&line).context("the MDS's ready line has no address")?;
@@ -58,7 +58,7 @@ pub fn start(
             name: String::new(),
             addr: addr.clone(),
             pid: d.pid(),
-            metrics,
+            metrics: metrics.addr,
         };
         let start = MdsStart {
             name: "the MDS".into(),
@@ -125,7 +125,7 @@ pub fn start(
             CLUSTER,
             LEASE_MS,
         );
-        args.extend(["--metrics".into(), metrics.clone()]);
+        args.extend(["--metrics".into(), metrics.arg]);
         let log = logs.join(format!("{name}.log"));
         starts.push(MdsStart {
             name: name.into(),
@@ -135,7 +135,7 @@ pub fn start(
                 name: name.into(),
                 addr,
                 pid: 0,
-                metrics,
+                metrics: metrics.addr,
             },
             pool,
         });

@@ -70,6 +70,13 @@ fn a_replicated_cluster_loses_a_store_and_the_application_sees_nothing() {
         })
     };
     std::thread::sleep(Duration::from_millis(300));
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.path().join("cluster.json")).unwrap()).unwrap();
+    let metrics_of_ds01 = (record["stores"].as_array().unwrap().iter())
+        .find(|s| s["group"] == 0 && s["index"] == 1)
+        .and_then(|s| s["metrics"].as_str())
+        .expect("ds 0.1 has a metrics endpoint")
+        .to_string();
     // SAFETY: kill(2) on a pid this test's child started.
     unsafe { libc::kill(up.pid("ds 0.1"), libc::SIGKILL) };
     assert_eq!(writer.join().unwrap(), Ok(300), "the program saw an error");
@@ -100,6 +107,21 @@ fn a_replicated_cluster_loses_a_store_and_the_application_sees_nothing() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(j["epoch"].as_u64().is_some_and(|e| e > 1), "{j}");
+    // The store started again serves its metrics where it did (the socket is kept by
+    // `orion up`, so no other process took the port meanwhile).
+    let page = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&metrics_of_ds01).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(s, "GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut page = String::new();
+        s.read_to_string(&mut page).unwrap();
+        page
+    };
+    assert!(
+        page.contains(" 200 ") && page.contains("orion_ds_joined 1"),
+        "{page}"
+    );
     assert_eq!(j["mds"][0]["state"], "up", "{j}");
     assert_eq!(j["mds"][0]["role"], "primary", "{j}");
     let stores = j["stores"].as_array().unwrap();
