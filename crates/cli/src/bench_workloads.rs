@@ -318,7 +318,7 @@ pub fn run<T: Target>(t: &T, o: &Options) -> Result<Value> {
     let mut p = Progress::new(what, chosen.len() as u64, Unit::Items("workloads"));
     let mut results = serde_json::Map::new();
     for (done, (name, f)) in chosen.into_iter().enumerate() {
-        p.say(format!("running {name}"));
+        p.note(format!("running {name}"));
         let sub = format!("w-{name}");
         let r = t
             .mkdir(&sub)

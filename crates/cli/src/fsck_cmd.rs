@@ -45,7 +45,7 @@ pub fn fsck(a: FsckArgs) -> anyhow::Result<ExitCode> {
         .transpose()?;
     let mut progress = Parts::new(&a.pool);
     let report = fsck::check_reporting(&meta, data.as_ref(), &mut |p, d, t| progress.at(p, d, t));
-    progress.finish();
+    progress.end();
     for p in &report.problems {
         println!("problem: {p}");
     }
@@ -77,7 +77,7 @@ impl Parts {
 
     fn at(&mut self, part: Part, done: u64, total: u64) {
         if self.current.as_ref().map(|c| c.0) != Some(part) {
-            self.finish();
+            self.end();
             let (what, unit) = match part {
                 Part::LoadingInodes => ("loading inodes", "inodes"),
                 Part::ComparingReplicas => ("comparing replicas", "pages"),
@@ -91,10 +91,11 @@ impl Parts {
         }
     }
 
-    fn finish(&mut self) {
-        if let Some((_, mut p)) = self.current.take() {
-            p.finish();
-        }
+    /// The part in progress is over, as far as it came: the check reports each
+    /// part's final count itself, which may fall short of its estimate (inodes no
+    /// directory names are not loaded) or of the end (a check that gave up).
+    fn end(&mut self) {
+        self.current = None;
     }
 }
 
@@ -104,14 +105,19 @@ fn fsck_mirror(pool: &Path, meta: &Pool, mirror: &Path) -> anyhow::Result<ExitCo
     let other = Pool::open(mirror, ModeChoice::Auto)?;
     let mut clean = true;
     for (path, p) in [(pool, meta), (mirror, &other)] {
-        let report = orion_meta::fsck::check(p, None);
+        let mut progress = Parts::new(path);
+        let report = fsck::check_reporting(p, None, &mut |p, d, t| progress.at(p, d, t));
+        progress.end();
         for problem in &report.problems {
             println!("problem in {}: {problem}", path.display());
         }
         println!("orion fsck {}: {}", path.display(), report.summary());
         clean &= report.is_clean();
     }
-    let differ = orion_meta::fsck::differing_pages(meta, &other).map_err(anyhow::Error::msg)?;
+    let mut progress = Parts::new(pool);
+    let differ = fsck::differing_pages_reporting(meta, &other, &mut |p, d, t| progress.at(p, d, t))
+        .map_err(anyhow::Error::msg)?;
+    progress.end();
     if differ.is_empty() {
         println!(
             "the pools are identical ({} pages)",
@@ -137,7 +143,8 @@ fn fsck_mirror(pool: &Path, meta: &Pool, mirror: &Path) -> anyhow::Result<ExitCo
 /// `orion fsck --pool MDS --replicas POOL...`: the MDS pool's check, then the replicas
 /// of each group compared page by page over the pages files name.
 fn fsck_replicas(pool: &Path, meta: &Pool, replicas: &[PathBuf]) -> anyhow::Result<ExitCode> {
-    let report = orion_meta::fsck::check(meta, None);
+    let mut progress = Parts::new(pool);
+    let report = fsck::check_reporting(meta, None, &mut |p, d, t| progress.at(p, d, t));
     for p in &report.problems {
         println!("problem: {p}");
     }
@@ -146,7 +153,9 @@ fn fsck_replicas(pool: &Path, meta: &Pool, replicas: &[PathBuf]) -> anyhow::Resu
         .map(|p| Pool::open(p, ModeChoice::Auto).with_context(|| format!("{}", p.display())))
         .collect::<anyhow::Result<Vec<Pool>>>()?;
     let refs: Vec<&Pool> = pools.iter().collect();
-    let r = orion_meta::fsck::compare_replicas(&report.named, &refs);
+    let r =
+        fsck::compare_replicas_reporting(&report.named, &refs, &mut |p, d, t| progress.at(p, d, t));
+    progress.end();
     for (i, p) in replicas.iter().enumerate() {
         println!("pool {i}: {}", p.display());
     }

@@ -128,10 +128,19 @@ impl Rotating {
             }
         }
         std::fs::rename(&self.path, self.numbered(1))?;
-        let file = std::fs::OpenOptions::new()
+        let file = match std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(&self.path)?;
+            .open(&self.path)
+        {
+            Ok(f) => f,
+            Err(e) => {
+                // The file in use keeps its name: the next rotation would shift it
+                // away as an old one.
+                let _ = std::fs::rename(self.numbered(1), &self.path);
+                return Err(e);
+            }
+        };
         if let Some(fd) = self.follower {
             follow(&file, fd)?;
         }

@@ -119,19 +119,33 @@ fn inherited(n: &str) -> Result<TcpListener> {
     if fd < 3 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
         anyhow::bail!("the metrics endpoint's descriptor {fd} is not open");
     }
-    // SAFETY: the descriptor is open (checked above) and was handed to this process
-    // for this one use: nothing else in it owns or closes it.
+    // Checked before the descriptor is taken over: one that is something else (a
+    // log, a pool's lock) stays its owner's, open.
+    let mut listening: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `listening`, which is that
+    // large; on a descriptor that is not a socket it fails and writes nothing.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ACCEPTCONN,
+            (&mut listening as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 || listening == 0 {
+        anyhow::bail!("the metrics endpoint's descriptor {fd} is not a listening socket");
+    }
+    // SAFETY: the descriptor is an open listening socket (checked above), handed to
+    // this process for this one use: nothing else in it owns or closes it.
     let l = unsafe { TcpListener::from_raw_fd(fd) };
-    let bound = l.local_addr();
-    // SAFETY: as above, on the descriptor `l` owns: not passed on to programs this
+    // SAFETY: fcntl on the descriptor `l` owns: not passed on to programs this
     // process starts.
     unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
-    match bound {
-        Ok(_) => Ok(l),
-        Err(e) => Err(anyhow!(
-            "the metrics endpoint's descriptor {fd} is not a listening socket: {e}"
-        )),
-    }
+    l.local_addr()
+        .map_err(|e| anyhow!("the metrics endpoint's descriptor {fd}: {e}"))?;
+    Ok(l)
 }
 
 #[cfg(test)]
@@ -195,6 +209,15 @@ mod tests {
         assert!(format!("{e}").contains("not open"), "{e}");
         let e = start("fd:x", Arc::new(Registry::default())).unwrap_err();
         assert!(format!("{e}").contains("not a number"), "{e}");
+        // A descriptor that is open but no listening socket is left open.
+        let file = tempfile::tempfile().unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+        let e = start(&format!("fd:{fd}"), Arc::new(Registry::default())).unwrap_err();
+        assert!(format!("{e}").contains("not a listening socket"), "{e}");
+        assert!(
+            file.metadata().is_ok(),
+            "the file was closed under its owner"
+        );
     }
 
     #[test]

@@ -91,11 +91,17 @@ fn scrape(addr: &str) -> Result<Scrape> {
     Ok(Scrape::parse(body.lines().map(|l| Ok(l.to_string())))?)
 }
 
+/// Every node scraped at once: a node that is down (its socket kept by `orion up`
+/// while it starts again: the scrape times out) costs one timeout, not one each.
 fn snapshot(nodes: &[Node]) -> Snapshot {
-    nodes
-        .iter()
-        .map(|n| (!n.addr.is_empty()).then(|| scrape(&n.addr).ok()).flatten())
-        .collect()
+    std::thread::scope(|s| {
+        let scrapes: Vec<_> = (nodes.iter())
+            .map(|n| s.spawn(|| (!n.addr.is_empty()).then(|| scrape(&n.addr).ok()).flatten()))
+            .collect();
+        (scrapes.into_iter())
+            .map(|h| h.join().ok().flatten())
+            .collect()
+    })
 }
 
 /// The sum of a counter or gauge over the samples named `name` whose labels include

@@ -131,7 +131,10 @@ fn every_daemon_serves_metrics_that_parse_and_move() {
         let created = value(&s, "orion_mds_request_seconds_count", &[("kind", "create")]);
         // The engine's own counts reach the counters at the loop's next refresh.
         let journaled = value(&s, "orion_mds_journal_commits_total", &[]);
-        if (created >= 20.0 && journaled >= 5.0) || std::time::Instant::now() > deadline {
+        let journaled_before = value(&before, "orion_mds_journal_commits_total", &[]);
+        if (created >= 20.0 && journaled >= journaled_before + 5.0)
+            || std::time::Instant::now() > deadline
+        {
             break s;
         }
         std::thread::sleep(Duration::from_millis(20));

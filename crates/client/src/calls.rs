@@ -4,8 +4,10 @@
 //! A front-end names its call ([`Call`]) and holds the guard [`Client::timed`] gives
 //! for as long as the call runs; the guard adds the time to that call's histogram
 //! when dropped. Histograms are fixed buckets of atomics (no lock, no allocation), so
-//! the FUSE request threads and the preload library's callers never wait for each
-//! other to count.
+//! the FUSE request threads never wait for each other to count. The mount times
+//! every request (a directory's release and fsync count as `release` and `fsync`);
+//! the preload library times nothing (it has no endpoint to show it), but its reads
+//! and writes count their bytes like any front-end's.
 //!
 //! [`Client::timed`]: crate::Client::timed
 
@@ -13,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 /// The calls a front-end makes, one per POSIX operation it serves (the FUSE
-/// requests, the preload library's entry points).
+/// requests).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Call {
     Lookup,
@@ -124,7 +126,6 @@ struct Histogram {
     /// Calls that took at most the bound of the same index in [`bucket_bounds`] (and
     /// more than the one before).
     buckets: [AtomicU64; BUCKETS],
-    count: AtomicU64,
     nanos: AtomicU64,
 }
 
@@ -180,19 +181,22 @@ impl CallTimes {
         )
     }
 
-    /// Every call's histogram. A call being counted while this reads may show in
-    /// its bucket and not yet in its count: the figures are each exact, not a
+    /// Every call's histogram. A call being counted while this reads may show in its
+    /// bucket and not yet in the time summed: the figures are each exact, not a
     /// snapshot of all of them at once.
     pub fn figures(&self) -> Vec<CallFigures> {
         Call::ALL
             .iter()
             .map(|&call| {
                 let h = &self.calls[call as usize];
+                let buckets: [u64; BUCKETS] = std::array::from_fn(|i| h.buckets[i].load(Relaxed));
                 CallFigures {
                     call,
-                    count: h.count.load(Relaxed),
+                    // The buckets' sum, not a counter read apart: a scrape's count
+                    // and its +Inf bucket agree.
+                    count: buckets.iter().sum(),
                     seconds: h.nanos.load(Relaxed) as f64 * 1e-9,
-                    buckets: std::array::from_fn(|i| h.buckets[i].load(Relaxed)),
+                    buckets,
                 }
             })
             .collect()
@@ -210,7 +214,6 @@ impl Drop for Timed<'_> {
         let nanos = self.start.elapsed().as_nanos().min(u64::MAX as u128) as u64;
         self.into.buckets[bucket_of(nanos)].fetch_add(1, Relaxed);
         self.into.nanos.fetch_add(nanos, Relaxed);
-        self.into.count.fetch_add(1, Relaxed);
     }
 }
 

@@ -475,7 +475,9 @@ fn open_sized(path: &Path, len: u64, mode: ModeChoice) -> Result<Pool> {
         let what = format!("making the mirror's pool {}", path.display());
         let mut progress = Progress::new(what, len, Unit::Bytes);
         let pool = Pool::create_reporting(path, len, mode, &mut |n| progress.set(n));
-        progress.finish();
+        if pool.is_ok() {
+            progress.finish();
+        }
         pool
     };
     pool.with_context(|| format!("the mirror's pool {}", path.display()))

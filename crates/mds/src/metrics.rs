@@ -290,6 +290,14 @@ impl MdsMetrics {
 }
 
 impl Mds {
+    /// Refreshes the metrics now: the term ends, and what it did since the last
+    /// refresh must count.
+    pub(crate) fn metrics_flush(&mut self) {
+        let now = Instant::now();
+        self.metrics_state.due = now;
+        self.metrics_turn(now);
+    }
+
     /// Refreshes the metrics every [`GAUGES_EVERY`] (called every turn of the loop).
     pub(crate) fn metrics_turn(&mut self, now: Instant) {
         if now < self.metrics_state.due {

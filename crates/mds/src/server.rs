@@ -245,6 +245,7 @@ pub(crate) fn serve_loop(
             // What it remembered answers the retries of its clients if it takes the
             // role again before it mirrors another primary.
             let replies = std::mem::take(&mut mds.replies);
+            mds.metrics_flush();
             mds.cfg.counters.demoted();
             // The pool is unmapped and unregistered before the mirror copies into it.
             drop(mds);
@@ -270,6 +271,7 @@ pub(crate) fn serve_loop(
         mds.mirror_turn();
     }
     info!("stopping: {} connections", mds.peers.len());
+    mds.metrics_flush();
     mds.mirror_stop();
     for p in mds.peers.values() {
         p.ch.conn.close();

@@ -104,6 +104,15 @@ impl Progress {
         }
     }
 
+    /// What the work does now (a step's name): the bar's message at once, or a line
+    /// of its own, so that a log names a step that hangs.
+    pub fn note(&mut self, message: impl Into<String>) {
+        self.say(message);
+        if self.bar.is_none() {
+            tracing::info!("{}: {}", self.what, self.message);
+        }
+    }
+
     /// The work is over: the bar stays on screen as it ended; a line says so unless
     /// the last one already said 100 %.
     pub fn finish(&mut self) {

@@ -550,6 +550,20 @@ impl Up {
     /// Stops it as Ctrl-C does and waits; what it said on stderr (it must succeed).
     /// Every process it stopped cleaned up its shared-memory files (they hold RAM).
     pub fn stop(mut self) -> String {
+        // Its processes now: those it started first, and those it started again
+        // (their pids are in its record).
+        let record: serde_json::Value = (self.mnt.parent())
+            .and_then(|s| std::fs::read(s.join("cluster.json")).ok())
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        let recorded = ["mdss", "stores"].into_iter().flat_map(|k| {
+            (record[k]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter())
+            .filter_map(|p| p["pid"].as_i64().map(|p| p as i32))
+        });
         let live: Vec<i32> = (self.rows.iter())
             .filter_map(|r| {
                 r.split(" pid ")
@@ -559,8 +573,9 @@ impl Up {
                     .parse()
                     .ok()
             })
+            .chain(recorded)
             // SAFETY: kill(2) with signal 0 only checks that the process exists.
-            .filter(|&pid| unsafe { libc::kill(pid, 0) } == 0)
+            .filter(|&pid| pid > 0 && unsafe { libc::kill(pid, 0) } == 0)
             .collect();
         assert!(!live.is_empty(), "no pids in {:?}", self.rows);
         // SAFETY: kill(2) on our child's PID.
