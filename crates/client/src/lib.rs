@@ -12,6 +12,7 @@
 //! The front-ends (the FUSE daemon, the preload library) speak only to this crate:
 //! what they need of the types below it is re-exported here.
 
+pub mod access;
 pub mod alloc;
 pub mod arbitration;
 pub mod calls;
@@ -26,6 +27,7 @@ pub mod settings;
 pub mod staging;
 pub mod stats;
 
+pub use access::Want;
 pub use calls::Call;
 pub use config::ClientConfig;
 pub use fs::{Client, DirEntry, Fd, OpenFlags};

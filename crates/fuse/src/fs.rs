@@ -158,13 +158,9 @@ impl Filesystem for OrionFs {
             atime: atime.map(time_set),
             mtime: mtime.map(time_set),
         };
-        let checked = if req_of.uid() == 0 {
-            Ok(req)
-        } else {
-            self.client
-                .getattr(ino.0)
-                .and_then(|a| with_cred(req_of, |c| perm::check_setattr(&a, &req, c, fh.is_some())))
-        };
+        let checked = with_cred(req_of, |c| {
+            self.client.may_setattr(c, ino.0, &req, fh.is_some())
+        });
         let r = checked
             .and_then(|req| self.change_for_kernel(&[], || self.client.setattr(ino.0, &req)));
         match r {

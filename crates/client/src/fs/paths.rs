@@ -4,6 +4,7 @@
 
 use orion_format::{FileType, NAME_MAX};
 use orion_meta::error::{EINVAL, ELOOP, ENAMETOOLONG, ENOENT, ENOTDIR};
+use orion_meta::perm::{self, Cred};
 use orion_meta::{FsError, FsResult, ROOT_INO};
 use orion_proto::{MdsRequest, ReplyBody};
 
@@ -71,6 +72,17 @@ impl Inner {
     /// Resolves a path from the root: the inode and its parent directory. Symlinks
     /// are followed, the last one only when `follow_last`.
     pub(crate) fn resolve(&mut self, path: &str, follow_last: bool) -> Res<(u64, u64)> {
+        self.resolve_as(path, follow_last, None)
+    }
+
+    /// [`Inner::resolve`] for the caller `searcher`, if given: it must have search
+    /// permission on every directory looked in, as Linux asks (`crate::access`).
+    pub(crate) fn resolve_as(
+        &mut self,
+        path: &str,
+        follow_last: bool,
+        searcher: Option<&Cred>,
+    ) -> Res<(u64, u64)> {
         let mut todo = components(path)?;
         todo.reverse();
         let mut stack = vec![ROOT_INO];
@@ -82,6 +94,9 @@ impl Inner {
             let Some(d) = c.state.dir() else {
                 return Err(ENOTDIR.into());
             };
+            if let Some(cred) = searcher {
+                perm::check(&c.state.attr, cred, perm::MAY_EXEC)?;
+            }
             if name == b".." {
                 if stack.len() > 1 {
                     stack.pop();
@@ -132,6 +147,16 @@ impl Inner {
 
     /// The directory that would hold `path`'s last component, and that name.
     pub(crate) fn resolve_parent(&mut self, path: &str) -> Res<(u64, Vec<u8>)> {
+        self.resolve_parent_as(path, None)
+    }
+
+    /// [`Inner::resolve_parent`] for the caller `searcher`, if given (see
+    /// [`Inner::resolve_as`]).
+    pub(crate) fn resolve_parent_as(
+        &mut self,
+        path: &str,
+        searcher: Option<&Cred>,
+    ) -> Res<(u64, Vec<u8>)> {
         let mut comps = components(path)?;
         let Some(name) = comps.pop() else {
             return Err(EBUSY_ROOT.into());
@@ -144,7 +169,7 @@ impl Inner {
             .map(|c| String::from_utf8_lossy(c).into_owned())
             .collect::<Vec<_>>()
             .join("/");
-        let (dir, _) = self.resolve(&dir_path, true)?;
+        let (dir, _) = self.resolve_as(&dir_path, true, searcher)?;
         if self
             .cache
             .refresh(&mut self.remote, dir)?

@@ -1,0 +1,260 @@
+//! Access checks for callers other than root, made by a front-end before it serves
+//! a call: the rules are Linux's (`orion_meta::perm`); this module applies them to
+//! what a call touches. The FUSE mount asks by inode (the kernel walked the path,
+//! asking `lookup` with search permission); the preload library asks by path, and
+//! every directory the walk looks in needs search permission.
+//!
+//! A check and the call it guards are two steps, as in any FUSE file system: a
+//! change another client makes between them (a chmod) counts from the next call.
+//! Root passes every check but executing a file without execute bits, and its
+//! checks read no attributes.
+
+use orion_format::FileType;
+use orion_meta::perm::{self, Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
+use orion_meta::{xattr, Attr, FsError, FsResult, RenameMode, SetAttrReq};
+
+use crate::fs::Inner;
+use crate::remote::{Fail, Res};
+use crate::Client;
+
+/// What a call by path needs of the caller (see [`Client::permitted`]).
+#[derive(Clone, Copy, Debug)]
+pub enum Want<'a> {
+    /// Search permission along the path (stat, readlink, chdir's walk).
+    Walk { follow: bool },
+    /// `mask` (`perm::MAY_*`) on what the path names (access, opendir, exec).
+    Inode { follow: bool, mask: u32 },
+    /// Opening: `mask` on the file if it exists; with `create`, a new name in its
+    /// directory if it does not.
+    Open { mask: u32, create: bool },
+    /// A new name in the path's directory (mkdir, mknod, symlink, a link's name).
+    Add,
+    /// Removing the path's name (unlink, rmdir).
+    Remove,
+    /// Changing attributes (chmod, chown, utimes, truncate by path).
+    SetAttr { follow: bool, req: &'a SetAttrReq },
+    /// Reading or writing an extended attribute.
+    Xattr {
+        follow: bool,
+        name: &'a [u8],
+        write: bool,
+    },
+}
+
+impl Inner {
+    /// Checks `want` of `cred` on `path`; a setattr comes back as it may be applied.
+    fn permitted(&mut self, path: &str, cred: &Cred, want: Want) -> Res<Option<SetAttrReq>> {
+        let searcher = Some(cred);
+        match want {
+            Want::Walk { follow } => {
+                self.resolve_as(path, follow, searcher)?;
+            }
+            Want::Inode { follow, mask } => {
+                let (ino, _) = self.resolve_as(path, follow, searcher)?;
+                perm::check(&self.getattr(ino)?, cred, mask)?;
+            }
+            Want::Open { mask, create } => match self.resolve_as(path, true, searcher) {
+                Ok((ino, _)) => perm::check(&self.getattr(ino)?, cred, mask)?,
+                Err(Fail::Fs(FsError::Errno(libc::ENOENT))) if create => {
+                    let (dir, _) = self.resolve_parent_as(path, searcher)?;
+                    perm::check(&self.getattr(dir)?, cred, MAY_WRITE | MAY_EXEC)?;
+                }
+                Err(e) => return Err(e),
+            },
+            Want::Add => {
+                let (dir, _) = self.resolve_parent_as(path, searcher)?;
+                perm::check(&self.getattr(dir)?, cred, MAY_WRITE | MAY_EXEC)?;
+            }
+            Want::Remove => {
+                let (dir, name) = self.resolve_parent_as(path, searcher)?;
+                let victim = self.lookup(dir, &name)?;
+                let (dir, victim) = (self.getattr(dir)?, self.getattr(victim)?);
+                perm::check_delete(&dir, &victim, cred)?;
+            }
+            Want::SetAttr { follow, req } => {
+                let (ino, _) = self.resolve_as(path, follow, searcher)?;
+                let a = self.getattr(ino)?;
+                return Ok(Some(perm::check_setattr(&a, req, cred, false)?));
+            }
+            Want::Xattr {
+                follow,
+                name,
+                write,
+            } => {
+                let (ino, _) = self.resolve_as(path, follow, searcher)?;
+                xattr_allowed(&self.getattr(ino)?, cred, name, write)?;
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Extended attributes: user.* and security.* follow the inode's read or write
+/// permission (user.* on a sticky directory is its owner's alone to write);
+/// trusted.* is root's, and others neither see nor read it.
+fn xattr_allowed(a: &Attr, cred: &Cred, name: &[u8], write: bool) -> FsResult<()> {
+    let ns = xattr::namespace(name)?;
+    if cred.is_root() {
+        return Ok(());
+    }
+    match ns {
+        xattr::Namespace::Trusted if write => Err(FsError::Errno(libc::EPERM)),
+        xattr::Namespace::Trusted => Err(FsError::Errno(libc::ENODATA)),
+        _ => {
+            let sticky_dir = a.ftype == FileType::Directory && a.mode & libc::S_ISVTX != 0;
+            if ns == xattr::Namespace::User && write && sticky_dir && a.uid != cred.uid {
+                return Err(FsError::Errno(libc::EPERM));
+            }
+            let mask = if write { MAY_WRITE } else { MAY_READ };
+            perm::check(a, cred, mask)
+        }
+    }
+}
+
+impl Client {
+    /// Whether `cred` may make a call that `want`s this of `path` (a setattr comes
+    /// back as it may be applied: see `perm::check_setattr`). Root's calls pass
+    /// without a look.
+    pub fn permitted(&self, path: &str, cred: &Cred, want: Want) -> FsResult<Option<SetAttrReq>> {
+        if cred.is_root() {
+            return Ok(match want {
+                Want::SetAttr { req, .. } => Some(req.clone()),
+                _ => None,
+            });
+        }
+        self.run(|i| i.permitted(path, cred, want))
+    }
+
+    /// Whether `cred` may rename `from` to `to`: both names removable (or the new
+    /// one addable), and a directory moving to another parent writable (its ".."
+    /// changes).
+    pub fn permitted_rename(
+        &self,
+        from: &str,
+        to: &str,
+        cred: &Cred,
+        mode: RenameMode,
+    ) -> FsResult<()> {
+        if cred.is_root() {
+            return Ok(());
+        }
+        self.run(|i| {
+            let (op, on) = i.resolve_parent_as(from, Some(cred))?;
+            let (np, nn) = i.resolve_parent_as(to, Some(cred))?;
+            let inos = (i.lookup(op, &on)?, i.lookup(np, &nn));
+            let (od, nd) = (i.getattr(op)?, i.getattr(np)?);
+            let src = i.getattr(inos.0)?;
+            perm::check_delete(&od, &src, cred)?;
+            let dst = match inos.1 {
+                Ok(ino) => {
+                    let dst = i.getattr(ino)?;
+                    perm::check_delete(&nd, &dst, cred)?;
+                    Some(dst)
+                }
+                Err(Fail::Fs(FsError::Errno(libc::ENOENT))) => {
+                    perm::check(&nd, cred, MAY_WRITE | MAY_EXEC)?;
+                    None
+                }
+                Err(e) => return Err(e),
+            };
+            if op != np {
+                moved_dirs_writable(&src, dst.as_ref(), cred, mode)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Whether `cred` may access inode `ino` as `mask` asks (root: no attribute read
+    /// unless executing).
+    pub fn may(&self, cred: &Cred, ino: u64, mask: u32) -> FsResult<()> {
+        if cred.is_root() && mask & MAY_EXEC == 0 {
+            return Ok(());
+        }
+        perm::check(&self.getattr(ino)?, cred, mask)
+    }
+
+    /// Adding a name to directory `parent`: write and search permission.
+    pub fn may_add(&self, cred: &Cred, parent: u64) -> FsResult<()> {
+        if cred.is_root() {
+            return Ok(());
+        }
+        self.may(cred, parent, MAY_WRITE | MAY_EXEC)
+    }
+
+    /// Removing `name` from `parent` (the sticky rule included); the victim's
+    /// attributes when they were read (never for root).
+    pub fn may_remove(&self, cred: &Cred, parent: u64, name: &[u8]) -> FsResult<Option<Attr>> {
+        if cred.is_root() {
+            return Ok(None);
+        }
+        let victim = self.lookup(parent, name)?;
+        let dir = self.getattr(parent)?;
+        perm::check_delete(&dir, &victim, cred)?;
+        Ok(Some(victim))
+    }
+
+    /// Renaming `on` in `op` to `nn` in `np` (see [`Client::permitted_rename`]).
+    pub fn may_rename(
+        &self,
+        cred: &Cred,
+        (op, on): (u64, &[u8]),
+        (np, nn): (u64, &[u8]),
+        mode: RenameMode,
+    ) -> FsResult<()> {
+        let src = self.may_remove(cred, op, on)?;
+        let dst = match self.may_remove(cred, np, nn) {
+            Ok(d) => d,
+            Err(FsError::Errno(libc::ENOENT)) => {
+                self.may_add(cred, np)?;
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        match (src, op != np && !cred.is_root()) {
+            (Some(src), true) => moved_dirs_writable(&src, dst.as_ref(), cred, mode),
+            _ => Ok(()),
+        }
+    }
+
+    /// An extended attribute of `ino` read or written; its attributes, which every
+    /// caller's check read.
+    pub fn may_xattr(&self, cred: &Cred, ino: u64, name: &[u8], write: bool) -> FsResult<Attr> {
+        let a = self.getattr(ino)?;
+        xattr_allowed(&a, cred, name, write)?;
+        Ok(a)
+    }
+
+    /// A setattr of `ino`, as it may be applied (`perm::check_setattr`).
+    pub fn may_setattr(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        req: &SetAttrReq,
+        opened_for_write: bool,
+    ) -> FsResult<SetAttrReq> {
+        if cred.is_root() {
+            return Ok(req.clone());
+        }
+        perm::check_setattr(&self.getattr(ino)?, req, cred, opened_for_write)
+    }
+}
+
+/// A directory that changes parent rewrites its "..": it must be writable (with an
+/// exchange, the other side moves too).
+fn moved_dirs_writable(
+    src: &Attr,
+    dst: Option<&Attr>,
+    cred: &Cred,
+    mode: RenameMode,
+) -> FsResult<()> {
+    let mut moved = vec![src];
+    if mode == RenameMode::Exchange {
+        moved.extend(dst);
+    }
+    for a in moved {
+        if a.ftype == FileType::Directory {
+            perm::check(a, cred, MAY_WRITE)?;
+        }
+    }
+    Ok(())
+}
