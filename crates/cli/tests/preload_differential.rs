@@ -49,10 +49,16 @@ impl Executor {
 
     fn ask(&mut self, op: &Value) -> Value {
         let input = self.input.as_mut().expect("the executor is running");
-        writeln!(input, "{op}").expect("the executor is gone");
+        let sent = writeln!(input, "{op}");
         let mut line = String::new();
-        self.output.read_line(&mut line).unwrap();
-        serde_json::from_str(&line).unwrap_or_else(|_| panic!("executor said {line:?} to {op}"))
+        let _ = self.output.read_line(&mut line);
+        match (sent, serde_json::from_str(&line)) {
+            (Ok(()), Ok(v)) => v,
+            _ => {
+                let (_, err) = self.finish();
+                panic!("the executor said {line:?} to {op}; its stderr:\n{err}")
+            }
+        }
     }
 }
 
@@ -193,4 +199,131 @@ fn random_operations_through_preload_match_the_mount() {
     assert!(served > 0, "nothing was served in-process: {err}");
     let (ok, err) = plain.finish();
     assert!(ok, "the plain executor failed: {err}");
+}
+
+/// Debian's Python, which every user may run (a root-only version manager's shim
+/// may come first in PATH).
+const PYTHON: &str = "/usr/bin/python3";
+
+/// What the administrator does between another user's calls: modes (sticky and
+/// setid bits too) and owners, on names either side may have made.
+fn admin_op(rng: &mut SmallRng) -> Value {
+    let path = ["", "a", "b", "d", "d/e", "g", "g/h"][rng.gen_range(0..7)];
+    let mode = [
+        0o777, 0o755, 0o700, 0o1777, 0o644, 0o600, 0o4755, 0o2775, 0o666,
+    ][rng.gen_range(0..9)];
+    match rng.gen_bool(0.6) {
+        true => json!({"op": "chmod", "path": path, "mode": mode}),
+        false => {
+            let who = [0, 65534][rng.gen_range(0..2)];
+            json!({"op": "chown", "path": path, "uid": who, "gid": who, "follow": false})
+        }
+    }
+}
+
+/// Another user than root works through the preload library (its calls checked by
+/// the client library's access checks) and through the mount (checked by the FUSE
+/// daemon), while root changes modes and owners between their calls: both must
+/// answer alike, and the trees stay the same. The local backend shares memory
+/// files among one user's processes, so this cluster runs on libfabric's tcp
+/// provider.
+#[test]
+fn another_users_operations_through_preload_match_the_mount() {
+    use std::os::unix::fs::PermissionsExt;
+    let cluster = Cluster::start("libfabric", 1);
+    let open = |p: &Path, mode: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    open(cluster.dir.path(), 0o755);
+    let mount = cluster.mount("m", &[]);
+    // The user's copies of the secret and the executor.
+    let secret = cluster.dir.path().join("secret-user");
+    std::fs::copy(&cluster.secret, &secret).unwrap();
+    let script = cluster.dir.path().join("preload_exec.py");
+    std::fs::write(&script, EXECUTOR).unwrap();
+    for f in [&secret, &script] {
+        open(f, 0o644);
+    }
+    let (pre, mnt) = (mount.path.join("pre"), mount.path.join("mnt"));
+    for d in [&pre, &mnt] {
+        std::fs::create_dir(d).unwrap();
+        open(d, 0o777);
+    }
+    let as_user = |program: &str| {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", program]);
+        c
+    };
+    let mut preloaded = {
+        let mut c = as_user(ORION);
+        c.args(["run", "--mds", &cluster.mds.addr, "--backend", "libfabric"]);
+        c.arg("--secret-file").arg(&secret);
+        c.arg("--mount").arg(&mount.path);
+        c.args(["--", PYTHON, "-u"]).arg(&script).arg(&pre);
+        c.env("ORION_PRELOAD_STATS", "1").env("RUST_LOG", "warn");
+        Executor::start(c)
+    };
+    let mut plain = {
+        let mut c = as_user(PYTHON);
+        c.arg("-u").arg(&script).arg(&mnt);
+        Executor::start(c)
+    };
+    // Root's own view of each tree: the preloaded one through a client of its own
+    // (as the user's calls there), the other through the mount.
+    let mut root_pre = {
+        let mut c = Command::new(ORION);
+        c.args(["run", "--mds", &cluster.mds.addr]);
+        c.args(cluster.common_flags());
+        c.arg("--mount").arg(&mount.path);
+        c.args(["--", PYTHON, "-u"]).arg(&script).arg(&pre);
+        c.env("RUST_LOG", "warn");
+        Executor::start(c)
+    };
+    let mut root_mnt = {
+        let mut c = Command::new(PYTHON);
+        c.arg("-u").arg(&script).arg(&mnt);
+        Executor::start(c)
+    };
+    let seed = seed();
+    let ops: usize = std::env::var("ORION_PRELOAD_OPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300);
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let snapshot = json!({"op": "snapshot"});
+    let mut tree = Value::Null;
+    for i in 0..ops {
+        let (op, (a, b)) = match rng.gen_bool(0.2) {
+            true => {
+                let op = admin_op(&mut rng);
+                let r = (root_pre.ask(&op), root_mnt.ask(&op));
+                (op, r)
+            }
+            false => {
+                let op = random_op(&mut rng);
+                let r = (preloaded.ask(&op), plain.ask(&op));
+                (op, r)
+            }
+        };
+        assert_eq!(
+            a, b,
+            "op {i} {op} on {tree}: preload left, mount right (ORION_SEED={seed})"
+        );
+        let (a, b) = (root_pre.ask(&snapshot), root_mnt.ask(&snapshot));
+        assert_eq!(
+            a, b,
+            "tree after op {i} {op}: preload left, mount right (ORION_SEED={seed})"
+        );
+        tree = a;
+    }
+    for name in ["x", "y"] {
+        let op = json!({"op": "drop", "name": name});
+        assert_eq!(preloaded.ask(&op), plain.ask(&op));
+    }
+    let (ok, err) = preloaded.finish();
+    assert!(ok, "the preloaded executor failed: {err}");
+    let served: u64 = (err.lines())
+        .filter_map(|l| l.split(": ").nth(2)?.split(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(served > 0, "nothing was served in-process: {err}");
 }

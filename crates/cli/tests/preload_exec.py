@@ -14,7 +14,8 @@ def at(p):
 
 
 def snapshot():
-    out = []
+    top = os.lstat(root)
+    out = [[".", top.st_mode, top.st_uid, top.st_gid]]
     for d, dirs, files in os.walk(root):
         dirs.sort()
         for n in sorted(dirs + files):

@@ -11,8 +11,9 @@
 
 use orion_format::FileType;
 use orion_meta::perm::{self, Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
-use orion_meta::{xattr, Attr, FsError, FsResult, RenameMode, SetAttrReq};
+use orion_meta::{Attr, FsError, FsResult, RenameMode, SetAttrReq};
 
+use crate::fs::paths::MAX_SYMLINKS;
 use crate::fs::Inner;
 use crate::remote::{Fail, Res};
 use crate::Client;
@@ -25,8 +26,9 @@ pub enum Want<'a> {
     /// `mask` (`perm::MAY_*`) on what the path names (access, opendir, exec).
     Inode { follow: bool, mask: u32 },
     /// Opening: `mask` on the file if it exists; with `create`, a new name in its
-    /// directory if it does not.
-    Open { mask: u32, create: bool },
+    /// directory if it does not (with `excl`, an existing file is the call's
+    /// EEXIST, not a permission question).
+    Open { mask: u32, create: bool, excl: bool },
     /// A new name in the path's directory (mkdir, mknod, symlink, a link's name).
     Add,
     /// Removing the path's name (unlink, rmdir).
@@ -53,17 +55,15 @@ impl Inner {
                 let (ino, _) = self.resolve_as(path, follow, searcher)?;
                 perm::check(&self.getattr(ino)?, cred, mask)?;
             }
-            Want::Open { mask, create } => match self.resolve_as(path, true, searcher) {
-                Ok((ino, _)) => perm::check(&self.getattr(ino)?, cred, mask)?,
-                Err(Fail::Fs(FsError::Errno(libc::ENOENT))) if create => {
-                    let (dir, _) = self.resolve_parent_as(path, searcher)?;
+            Want::Open { mask, create, excl } => {
+                self.may_open(path.to_string(), cred, mask, create, excl)?
+            }
+            Want::Add => {
+                let (dir, name) = self.resolve_parent_as(path, searcher)?;
+                // A name that exists is the call's EEXIST, as Linux finds it first.
+                if self.lookup(dir, &name).is_err() {
                     perm::check(&self.getattr(dir)?, cred, MAY_WRITE | MAY_EXEC)?;
                 }
-                Err(e) => return Err(e),
-            },
-            Want::Add => {
-                let (dir, _) = self.resolve_parent_as(path, searcher)?;
-                perm::check(&self.getattr(dir)?, cred, MAY_WRITE | MAY_EXEC)?;
             }
             Want::Remove => {
                 let (dir, name) = self.resolve_parent_as(path, searcher)?;
@@ -74,6 +74,10 @@ impl Inner {
             Want::SetAttr { follow, req } => {
                 let (ino, _) = self.resolve_as(path, follow, searcher)?;
                 let a = self.getattr(ino)?;
+                // Truncating a directory is EISDIR whoever asks (Linux's order).
+                if req.size.is_some() && a.ftype == FileType::Directory {
+                    return Err(FsError::Errno(libc::EISDIR).into());
+                }
                 return Ok(Some(perm::check_setattr(&a, req, cred, false)?));
             }
             Want::Xattr {
@@ -89,26 +93,100 @@ impl Inner {
     }
 }
 
-/// Extended attributes: user.* and security.* follow the inode's read or write
-/// permission (user.* on a sticky directory is its owner's alone to write);
-/// trusted.* is root's, and others neither see nor read it.
+impl Inner {
+    /// Opening `path`: `mask` on the file if it exists; with `create`, a new name
+    /// where it would be made: in its directory, or where a dangling symlink at the
+    /// path points (the open follows it and creates there).
+    fn may_open(
+        &mut self,
+        mut path: String,
+        cred: &Cred,
+        mask: u32,
+        create: bool,
+        excl: bool,
+    ) -> Res<()> {
+        let searcher = Some(cred);
+        for _ in 0..=MAX_SYMLINKS {
+            match self.resolve_as(&path, true, searcher) {
+                Ok(_) if create && excl => return Ok(()),
+                Ok((ino, _)) => {
+                    let a = self.getattr(ino)?;
+                    // As Linux's may_open: a directory opened to write is EISDIR
+                    // whoever asks.
+                    if a.ftype == FileType::Directory && mask & MAY_WRITE != 0 {
+                        return Err(FsError::Errno(libc::EISDIR).into());
+                    }
+                    return Ok(perm::check(&a, cred, mask)?);
+                }
+                Err(Fail::Fs(FsError::Errno(libc::ENOENT))) if create => {
+                    let (dir, name) = self.resolve_parent_as(&path, searcher)?;
+                    let link = match self.lookup(dir, &name) {
+                        Ok(ino) if !excl => ino,
+                        // Nothing there (or O_EXCL, which does not follow): made here.
+                        _ => {
+                            perm::check(&self.getattr(dir)?, cred, MAY_WRITE | MAY_EXEC)?;
+                            return Ok(());
+                        }
+                    };
+                    let target = String::from_utf8_lossy(&self.readlink(link)?).into_owned();
+                    path = match target.starts_with('/') {
+                        true => target,
+                        false => format!("{}/{target}", parent_path(&path)),
+                    };
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(FsError::Errno(libc::ELOOP).into())
+    }
+}
+
+/// Whether directory `dir` is `ancestor` or lies below it.
+fn within(i: &mut Inner, mut dir: u64, ancestor: u64) -> Res<bool> {
+    loop {
+        if dir == ancestor {
+            return Ok(true);
+        }
+        if dir == orion_meta::ROOT_INO {
+            return Ok(false);
+        }
+        dir = i.parent(dir)?;
+    }
+}
+
+/// The path of the directory holding `path`'s last component.
+fn parent_path(path: &str) -> &str {
+    let trimmed = path.trim_end_matches('/');
+    trimmed.rfind('/').map_or("", |i| &trimmed[..i])
+}
+
+/// Extended attributes, in the order Linux's VFS checks them (before the file
+/// system judges the name): trusted.* is root's, and others neither see nor read
+/// it; security.* is left to the file system; user.* lives on regular files and
+/// directories only, and on a sticky directory is its owner's alone to write; then
+/// the inode's read or write permission.
 fn xattr_allowed(a: &Attr, cred: &Cred, name: &[u8], write: bool) -> FsResult<()> {
-    let ns = xattr::namespace(name)?;
-    if cred.is_root() {
+    let refused = |e| match write {
+        true => Err(FsError::Errno(libc::EPERM)),
+        false => Err(FsError::Errno(e)),
+    };
+    if cred.is_root() || name.starts_with(b"security.") {
         return Ok(());
     }
-    match ns {
-        xattr::Namespace::Trusted if write => Err(FsError::Errno(libc::EPERM)),
-        xattr::Namespace::Trusted => Err(FsError::Errno(libc::ENODATA)),
-        _ => {
-            let sticky_dir = a.ftype == FileType::Directory && a.mode & libc::S_ISVTX != 0;
-            if ns == xattr::Namespace::User && write && sticky_dir && a.uid != cred.uid {
-                return Err(FsError::Errno(libc::EPERM));
-            }
-            let mask = if write { MAY_WRITE } else { MAY_READ };
-            perm::check(a, cred, mask)
+    if name.starts_with(b"trusted.") {
+        return refused(libc::ENODATA);
+    }
+    if name.starts_with(b"user.") {
+        let dir = a.ftype == FileType::Directory;
+        if !dir && a.ftype != FileType::Regular {
+            return refused(libc::ENODATA);
+        }
+        if dir && a.mode & libc::S_ISVTX != 0 && write && a.uid != cred.uid {
+            return Err(FsError::Errno(libc::EPERM));
         }
     }
+    let mask = if write { MAY_WRITE } else { MAY_READ };
+    perm::check(a, cred, mask)
 }
 
 impl Client {
@@ -142,6 +220,16 @@ impl Client {
             let (op, on) = i.resolve_parent_as(from, Some(cred))?;
             let (np, nn) = i.resolve_parent_as(to, Some(cred))?;
             let inos = (i.lookup(op, &on)?, i.lookup(np, &nn));
+            // A name renamed onto itself, or onto another link of its inode, is
+            // done before any check (Linux's vfs_rename).
+            if inos.1.as_ref().is_ok_and(|&new| new == inos.0) {
+                return Ok(());
+            }
+            // A directory moved into itself (EINVAL), or onto a directory that holds
+            // it (ENOTEMPTY): the call's errors, found before any check.
+            if within(i, np, inos.0)? || within(i, op, *inos.1.as_ref().unwrap_or(&0))? {
+                return Ok(());
+            }
             let (od, nd) = (i.getattr(op)?, i.getattr(np)?);
             let src = i.getattr(inos.0)?;
             perm::check_delete(&od, &src, cred)?;
@@ -161,6 +249,33 @@ impl Client {
                 moved_dirs_writable(&src, dst.as_ref(), cred, mode)?;
             }
             Ok(())
+        })
+    }
+
+    /// Whether `cred` may link `existing` as `new`, in Linux's order: both walks, an
+    /// existing `new` (the call's EEXIST), `protected_hardlinks` (Debian's default:
+    /// only the owner links a file, or a caller who may read and write a regular
+    /// file that runs as nobody else), then a new name in `new`'s directory.
+    pub fn permitted_link(&self, existing: &str, new: &str, cred: &Cred) -> FsResult<()> {
+        if cred.is_root() {
+            return Ok(());
+        }
+        self.run(|i| {
+            let (ino, _) = i.resolve_as(existing, false, Some(cred))?;
+            let (dir, name) = i.resolve_parent_as(new, Some(cred))?;
+            if i.lookup(dir, &name).is_ok() {
+                return Ok(());
+            }
+            let a = i.getattr(ino)?;
+            let setid = a.mode & libc::S_ISUID != 0
+                || a.mode & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP;
+            let safe = a.ftype == FileType::Regular
+                && !setid
+                && perm::check(&a, cred, MAY_READ | MAY_WRITE).is_ok();
+            if a.uid != cred.uid && !safe {
+                return Err(FsError::Errno(libc::EPERM).into());
+            }
+            Ok(perm::check(&i.getattr(dir)?, cred, MAY_WRITE | MAY_EXEC)?)
         })
     }
 

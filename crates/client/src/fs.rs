@@ -15,7 +15,7 @@ mod handles;
 mod lanes;
 mod locks;
 mod namespace;
-mod paths;
+pub(crate) mod paths;
 mod xattrs;
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLockReadGuard};

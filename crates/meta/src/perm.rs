@@ -106,11 +106,16 @@ pub fn check_setattr(
             req.mode = Some(mode & !libc::S_ISGID);
         }
     }
-    if req.uid.is_some_and(|u| u != a.uid) && !cred.is_root() {
+    // As Linux's chown_ok and chgrp_ok: a caller other than root names an owner
+    // only as the owner, and the same one; a group only as the owner, and one it is
+    // in or the file's own.
+    let is_owner = cred.uid == a.uid;
+    if req.uid.is_some_and(|u| !(is_owner && u == a.uid)) && !cred.is_root() {
         return Err(EPERM);
     }
     if let Some(gid) = req.gid {
-        if gid != a.gid && !cred.is_root() && (cred.uid != a.uid || !cred.member(gid)) {
+        let may = is_owner && (gid == a.gid || cred.member(gid));
+        if !may && !cred.is_root() {
             return Err(EPERM);
         }
     }
@@ -162,6 +167,41 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(check_setattr(&a, &more, &nobody, false).err(), Some(EPERM));
+    }
+
+    /// Linux's chown_ok and chgrp_ok: naming the owner or group a file has already
+    /// is still a chown, the owner's (or root's) alone to make.
+    #[test]
+    fn only_the_owner_names_an_owner_or_group_even_the_same_one() {
+        let f = attr(FileType::Regular, 0o644, 10, 50);
+        let chown = |uid, gid| SetAttrReq {
+            uid,
+            gid,
+            ..Default::default()
+        };
+        let owner = Cred {
+            uid: 10,
+            gid: 1,
+            in_group: IN_50,
+        };
+        let other = Cred {
+            uid: 12,
+            gid: 50,
+            in_group: IN_50,
+        };
+        for req in [chown(Some(10), None), chown(None, Some(50))] {
+            assert!(check_setattr(&f, &req, &owner, false).is_ok());
+            assert_eq!(check_setattr(&f, &req, &other, false).err(), Some(EPERM));
+        }
+        assert_eq!(
+            check_setattr(&f, &chown(Some(12), None), &owner, false).err(),
+            Some(EPERM)
+        );
+        assert_eq!(
+            check_setattr(&f, &chown(None, Some(7)), &owner, false).err(),
+            Some(EPERM)
+        );
+        assert!(check_setattr(&f, &chown(None, None), &other, false).is_ok());
     }
 
     fn attr(ftype: FileType, mode: u32, uid: u32, gid: u32) -> Attr {

@@ -115,6 +115,12 @@ impl Client {
         .map(|_| ())
     }
 
+    /// Who this client creates files as (the process's effective ids when it
+    /// connected).
+    pub fn owner(&self) -> (u32, u32) {
+        (self.lanes.uid, self.lanes.gid)
+    }
+
     pub fn statfs(&self) -> FsResult<StatFs> {
         self.run(|i| match i.rpc(MdsRequest::Statfs)? {
             ReplyBody::Statfs(s) => Ok(s),

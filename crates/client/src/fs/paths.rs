@@ -151,7 +151,7 @@ impl Inner {
     }
 
     /// [`Inner::resolve_parent`] for the caller `searcher`, if given (see
-    /// [`Inner::resolve_as`]).
+    /// [`Inner::resolve_as`]), who must be able to search the directory found too.
     pub(crate) fn resolve_parent_as(
         &mut self,
         path: &str,
@@ -170,14 +170,13 @@ impl Inner {
             .collect::<Vec<_>>()
             .join("/");
         let (dir, _) = self.resolve_as(&dir_path, true, searcher)?;
-        if self
-            .cache
-            .refresh(&mut self.remote, dir)?
-            .state
-            .dir()
-            .is_none()
-        {
+        let c = self.cache.refresh(&mut self.remote, dir)?;
+        if c.state.dir().is_none() {
             return Err(ENOTDIR.into());
+        }
+        // The caller looks the name up in it next: that needs search permission.
+        if let Some(cred) = searcher {
+            perm::check(&c.state.attr, cred, perm::MAY_EXEC)?;
         }
         Ok((dir, name))
     }

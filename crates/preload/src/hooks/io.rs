@@ -51,6 +51,7 @@ fn write_from(f: &OpenFile, data: &[u8], off: Option<u64>) -> Result<usize, c_in
         None => f.client.write(f.fd, data),
     }
     .map_err(|e| e.errno())?;
+    kill_setid(f).map_err(|e| e.errno())?;
     if f.sync() {
         f.client.fsync(f.fd).map_err(|e| e.errno())?;
     }
@@ -440,9 +441,20 @@ pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
     if len < 0 {
         return fail(libc::EINVAL);
     }
-    match f.client.ftruncate(f.fd, len as u64) {
+    match (f.client.ftruncate(f.fd, len as u64)).and_then(|_| kill_setid(&f)) {
         Ok(()) => 0,
         Err(e) => fail(e.errno()),
+    }
+}
+
+/// A write or truncation by a caller without CAP_FSETID drops the file's setuid bit
+/// (and setgid with group-execute), as Linux does: else it could plant code in a
+/// setuid program. The client asks its own copy of the inode (no network when
+/// neither bit is set).
+fn kill_setid(f: &OpenFile) -> orion_client::FsResult<()> {
+    match super::root() {
+        true => Ok(()),
+        false => f.client.kill_setid(f.ino),
     }
 }
 

@@ -2,9 +2,9 @@
 //! path and on served descriptors.
 
 use libc::{c_char, c_int, c_uint, mode_t, off_t, AT_EMPTY_PATH, AT_FDCWD, AT_SYMLINK_NOFOLLOW};
-use orion_client::{Attr, FileType, FsResult, SetAttrReq, TimeSet};
+use orion_client::{perm, Attr, Client, FileType, FsResult, SetAttrReq, TimeSet, Want};
 
-use super::{fail, leaves, route, served, Route};
+use super::{allow, effective_ids, fail, leaves, root, route, served, with_caller, Route};
 use crate::real;
 use crate::stat::{fill_stat, fill_statx};
 use crate::state::Inside;
@@ -19,10 +19,10 @@ unsafe fn attrs(d: c_int, path: *const c_char, flags: c_int) -> Option<Result<At
     let r: FsResult<Attr> = match unsafe { route(d, path, flags & AT_EMPTY_PATH != 0) } {
         Route::Serve(c, p) => {
             let _in = Inside::enter();
-            if nofollow {
-                c.lstat(&p)
-            } else {
-                c.stat(&p)
+            let walk = allow(c, &p, Want::Walk { follow: !nofollow });
+            match nofollow {
+                true => walk.and_then(|_| c.lstat(&p)),
+                false => walk.and_then(|_| c.stat(&p)),
             }
         }
         Route::Fd(f) => {
@@ -151,13 +151,17 @@ pub unsafe extern "C" fn statx(
     }
 }
 
-/// access(2) for the superuser (the only caller served): read and write always,
-/// execute when a directory or any execute bit.
+/// access(2) of `a` for the caller (R_OK, W_OK and X_OK are the MAY_* bits).
 fn allowed(a: &Attr, mode: c_int) -> Result<(), c_int> {
-    if mode & libc::X_OK != 0 && a.ftype != FileType::Directory && a.mode & 0o111 == 0 {
-        return Err(libc::EACCES);
-    }
-    Ok(())
+    with_caller(|cred| perm::check(a, cred, mode as u32)).map_err(|e| e.errno())
+}
+
+/// Whether access(2) asks as the process runs: it asks for the real ids unless
+/// told AT_EACCESS, and a process whose real ids differ goes to the kernel.
+fn asks_as_effective(flags: c_int) -> bool {
+    // SAFETY: getuid and getgid have no preconditions.
+    let real = unsafe { (libc::getuid(), libc::getgid()) };
+    flags & libc::AT_EACCESS != 0 || real == effective_ids()
 }
 
 /// # Safety
@@ -165,6 +169,10 @@ fn allowed(a: &Attr, mode: c_int) -> Result<(), c_int> {
 unsafe fn access_at(d: c_int, path: *const c_char, mode: c_int, flags: c_int) -> c_int {
     if mode & !(libc::R_OK | libc::W_OK | libc::X_OK) != 0 {
         return fail(libc::EINVAL);
+    }
+    if !asks_as_effective(flags) {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { real::faccessat(d, path, mode, flags) };
     }
     // SAFETY: as the caller.
     match unsafe { attrs(d, path, flags & (AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH)) } {
@@ -198,7 +206,22 @@ pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
         if len < 0 {
             return fail(libc::EINVAL);
         }
-        match c.truncate(&p, len as u64) {
+        let mut req = SetAttrReq {
+            size: Some(len as u64),
+            ..Default::default()
+        };
+        // A truncation by a caller without CAP_FSETID drops the setid bits, in the
+        // same change (as the kernel asks a FUSE file system).
+        if let (false, Ok(a)) = (root(), c.stat(&p)) {
+            let kept = perm::without_setid(a.mode & 0o7777);
+            req.mode = (kept != a.mode & 0o7777).then_some(kept);
+        }
+        let want = Want::SetAttr {
+            follow: true,
+            req: &req,
+        };
+        let allowed = allow(c, &p, want);
+        match allowed.and_then(|r| c.setattr_path(&p, &r.unwrap_or(req)).map(|_| ())) {
             Ok(()) => return 0,
             Err(e) if leaves(&e) => {}
             Err(e) => return fail(e.errno()),
@@ -218,10 +241,16 @@ pub unsafe extern "C" fn truncate64(path: *const c_char, len: off_t) -> c_int {
 fn set(fd: c_int, req: SetAttrReq) -> Option<c_int> {
     let f = served(fd)?;
     let _in = Inside::enter();
-    Some(match f.client.setattr(f.ino, &req) {
+    Some(match set_ino(f.client, f.ino, &req) {
         Ok(_) => 0,
         Err(e) => fail(e.errno()),
     })
+}
+
+/// setattr on an inode, as the caller may make it (`perm::check_setattr`).
+fn set_ino(c: &Client, ino: u64, req: &SetAttrReq) -> FsResult<Attr> {
+    let req = with_caller(|cred| c.may_setattr(cred, ino, req, false))?;
+    c.setattr(ino, &req)
 }
 
 #[no_mangle]
@@ -244,7 +273,7 @@ pub unsafe extern "C" fn fchown(fd: c_int, uid: libc::uid_t, gid: libc::gid_t) -
         if let Some(f) = served(fd) {
             let _in = Inside::enter();
             match f.client.fstat(f.fd) {
-                Ok(a) => req.gid = Some(a.gid),
+                Ok(a) => req.mode = chown_kills(&a),
                 Err(e) => return fail(e.errno()),
             }
         }
@@ -265,10 +294,18 @@ fn chown_req(uid: libc::uid_t, gid: libc::gid_t) -> SetAttrReq {
     }
 }
 
-/// chown(f, -1, -1) changes no id, but Linux still clears the setuid and setgid bits
-/// of a file (and sets its ctime); setting the group it has does the same here.
+/// chown(f, -1, -1) changes no id, but Linux still clears the setuid bit of a file
+/// that is not a directory, and its setgid bit with group-execute (and sets its
+/// ctime): [`chown_kills`] is that change.
 fn keeps_owner(req: &SetAttrReq) -> bool {
     req.uid.is_none() && req.gid.is_none()
+}
+
+/// The mode a chown that names no id leaves `a` with, if it changes it (a change of
+/// mode: the owner's or root's to make).
+fn chown_kills(a: &Attr) -> Option<u32> {
+    let kept = perm::without_setid(a.mode & 0o7777);
+    (a.ftype != FileType::Directory && kept != a.mode & 0o7777).then_some(kept)
 }
 
 fn time_set(t: &libc::timespec) -> Option<TimeSet> {
@@ -366,14 +403,21 @@ unsafe fn set_path(d: c_int, path: *const c_char, flags: c_int, req: SetAttrReq)
     let r = match unsafe { route(d, path, flags & AT_EMPTY_PATH != 0) } {
         Route::Serve(c, p) => {
             let _in = Inside::enter();
-            match flags & AT_SYMLINK_NOFOLLOW != 0 {
-                true => c.lstat(&p).and_then(|a| c.setattr(a.ino, &req)),
-                false => c.setattr_path(&p, &req),
+            let follow = flags & AT_SYMLINK_NOFOLLOW == 0;
+            match allow(c, &p, Want::SetAttr { follow, req: &req }) {
+                Ok(checked) => {
+                    let req = checked.unwrap_or(req);
+                    match follow {
+                        false => c.lstat(&p).and_then(|a| c.setattr(a.ino, &req)),
+                        true => c.setattr_path(&p, &req),
+                    }
+                }
+                Err(e) => Err(e),
             }
         }
         Route::Fd(f) => {
             let _in = Inside::enter();
-            f.client.setattr(f.ino, &req)
+            set_ino(f.client, f.ino, &req)
         }
         Route::NotDir => return Some(fail(libc::ENOTDIR)),
         Route::Kernel => return None,
@@ -452,7 +496,7 @@ pub unsafe extern "C" fn fchownat(
     if keeps_owner(&req) {
         // SAFETY: the caller's path.
         match unsafe { attrs(d, path, fl) } {
-            Some(Ok(a)) => req.gid = Some(a.gid),
+            Some(Ok(a)) => req.mode = chown_kills(&a),
             Some(Err(e)) => return fail(e),
             // SAFETY: the caller's arguments, passed on.
             None => return unsafe { real::fchownat(d, path, uid, gid, fl) },

@@ -22,7 +22,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use libc::{c_char, c_int, ssize_t};
-use orion_client::{Client, FsError};
+use orion_client::perm::Cred;
+use orion_client::{Client, FsError, FsResult, SetAttrReq, Want};
 
 use crate::paths::{classify, Target};
 use crate::state::{self, Inside};
@@ -60,14 +61,15 @@ pub(crate) enum Route {
     Kernel,
 }
 
-/// Where `path` (relative to `dirfd`) goes. Only the superuser's calls are served
-/// in-process for now (the client does not check permissions; the kernel does
-/// through the mount for everyone else).
+/// Where `path` (relative to `dirfd`) goes. A call is served in-process while the
+/// process is who its client creates files as (it connected with these effective
+/// ids); a process that changed ids since (setuid, seteuid) goes through the mount.
+/// Each served call checks the caller's permission first ([`allow`]).
 ///
 /// # Safety
 /// `path` is null or a NUL-terminated string.
 pub(crate) unsafe fn route(dirfd: c_int, path: *const c_char, empty_path: bool) -> Route {
-    if path.is_null() || Inside::now() || !superuser() {
+    if path.is_null() || Inside::now() {
         return Route::Kernel;
     }
     // SAFETY: the caller passes a NUL-terminated string.
@@ -75,8 +77,8 @@ pub(crate) unsafe fn route(dirfd: c_int, path: *const c_char, empty_path: bool) 
     let _in = Inside::enter();
     let r = match classify(dirfd, p, empty_path) {
         Target::Orion(s) => match state::client() {
-            Some(c) => Route::Serve(c, s),
-            None => Route::Kernel,
+            Some(c) if c.owner() == effective_ids() => Route::Serve(c, s),
+            _ => Route::Kernel,
         },
         Target::OrionFd(fd) => table::get(fd).map_or(Route::Kernel, Route::Fd),
         Target::NotDir => Route::NotDir,
@@ -99,11 +101,46 @@ pub(crate) fn served(fd: c_int) -> Option<Arc<OpenFile>> {
     Some(f)
 }
 
-/// Asked at each path call: a process that drops its privileges (setuid, seteuid)
-/// goes through the kernel's checks from then on.
-fn superuser() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+/// The process's effective user and group ids, asked at each call (a process may
+/// change them).
+pub(crate) fn effective_ids() -> (u32, u32) {
+    // SAFETY: geteuid and getegid have no preconditions.
+    unsafe { (libc::geteuid(), libc::getegid()) }
+}
+
+/// Runs `f` with the calling process's credentials: its effective ids, and its
+/// supplementary groups, read only if a check needs them.
+pub(crate) fn with_caller<T>(f: impl FnOnce(&Cred) -> T) -> T {
+    let (uid, gid) = effective_ids();
+    let groups = std::cell::OnceCell::new();
+    let in_group = |g: u32| groups.get_or_init(supplementary_groups).contains(&g);
+    f(&Cred {
+        uid,
+        gid,
+        in_group: &in_group,
+    })
+}
+
+fn supplementary_groups() -> Vec<u32> {
+    // SAFETY: with a size of 0, getgroups only counts the groups.
+    let n = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
+    let mut v = vec![0; n.max(0) as usize];
+    // SAFETY: `v` holds `n` gids, the most getgroups writes with that size.
+    let got = unsafe { libc::getgroups(n, v.as_mut_ptr()) };
+    v.truncate(got.max(0) as usize);
+    v
+}
+
+/// Whether the caller may make a call that `want`s this of `p` (root: yes, without
+/// a look); a setattr comes back as it may be applied. The checks are the client
+/// library's, the mount's own.
+pub(crate) fn allow(c: &Client, p: &str, want: Want) -> FsResult<Option<SetAttrReq>> {
+    with_caller(|cred| c.permitted(p, cred, want))
+}
+
+/// Whether the caller is root (who passes every check but executing).
+pub(crate) fn root() -> bool {
+    effective_ids().0 == 0
 }
 
 pub(crate) use locks::closed as locks_closed;

@@ -5,9 +5,9 @@
 use std::ffi::CStr;
 
 use libc::{c_char, c_int, c_uint, mode_t, size_t, ssize_t, AT_FDCWD, AT_REMOVEDIR};
-use orion_client::{FsResult, RenameMode};
+use orion_client::{FsResult, RenameMode, Want};
 
-use super::{fail, fail_ssize, leaves, route, Route};
+use super::{allow, fail, fail_ssize, leaves, route, with_caller, Route};
 use crate::paths::kernel_holds;
 use crate::real;
 use crate::state::Inside;
@@ -27,10 +27,8 @@ pub unsafe extern "C" fn mkdirat(d: c_int, path: *const c_char, mode: mode_t) ->
     let served = match unsafe { route(d, path, false) } {
         Route::Serve(c, p) => {
             let _in = Inside::enter();
-            done(
-                c.mkdir(&p, mode & 0o7777 & !super::open::current_umask())
-                    .map(|_| ()),
-            )
+            let mode = mode & 0o7777 & !super::open::current_umask();
+            done(allow(c, &p, Want::Add).and_then(|_| c.mkdir(&p, mode).map(|_| ())))
         }
         Route::NotDir => Some(fail(libc::ENOTDIR)),
         _ => None,
@@ -55,10 +53,10 @@ pub unsafe extern "C" fn unlinkat(d: c_int, path: *const c_char, flags: c_int) -
         Route::Serve(c, p) => {
             let _in = Inside::enter();
             match flags & AT_REMOVEDIR != 0 {
-                true => done(c.rmdir(&p)),
+                true => done(allow(c, &p, Want::Remove).and_then(|_| c.rmdir(&p))),
                 // A file this process holds through the kernel: the mount keeps it.
                 false if kernel_holds(&p) => None,
-                false => done(c.unlink(&p)),
+                false => done(allow(c, &p, Want::Remove).and_then(|_| c.unlink(&p))),
             }
         }
         Route::NotDir => Some(fail(libc::ENOTDIR)),
@@ -105,7 +103,10 @@ pub unsafe extern "C" fn renameat2(
             // mount point itself belongs to the file system it sits in (EXDEV).
             match (mode == RenameMode::Replace && kernel_holds(&q)) || p == "/" || q == "/" {
                 true => None,
-                false => done(c.rename_with(&p, &q, mode)),
+                false => done(
+                    with_caller(|cred| c.permitted_rename(&p, &q, cred, mode))
+                        .and_then(|_| c.rename_with(&p, &q, mode)),
+                ),
             }
         }
         (Route::NotDir, _) | (_, Route::NotDir) => Some(fail(libc::ENOTDIR)),
@@ -141,9 +142,9 @@ pub unsafe extern "C" fn symlinkat(target: *const c_char, d: c_int, path: *const
             Some(t) => {
                 let _in = Inside::enter();
                 // A target that is not UTF-8 is the kernel's to store.
-                t.to_str()
-                    .ok()
-                    .and_then(|t| done(c.symlink(t, &p).map(|_| ())))
+                t.to_str().ok().and_then(|t| {
+                    done(allow(c, &p, Want::Add).and_then(|_| c.symlink(t, &p).map(|_| ())))
+                })
             }
             None => Some(fail(libc::EFAULT)),
         },
@@ -179,7 +180,8 @@ pub unsafe extern "C" fn linkat(
     let served = match (a, b) {
         (Route::Serve(c, p), Route::Serve(_, q)) => {
             let _in = Inside::enter();
-            done(c.link(&p, &q).map(|_| ()))
+            let allowed = with_caller(|cred| c.permitted_link(&p, &q, cred));
+            done(allowed.and_then(|_| c.link(&p, &q).map(|_| ())))
         }
         (Route::NotDir, _) | (_, Route::NotDir) => Some(fail(libc::ENOTDIR)),
         _ => None,
@@ -209,7 +211,7 @@ pub unsafe extern "C" fn readlinkat(
     let target = match unsafe { route(d, path, false) } {
         Route::Serve(c, p) => {
             let _in = Inside::enter();
-            match c.readlink(&p) {
+            match allow(c, &p, Want::Walk { follow: false }).and_then(|_| c.readlink(&p)) {
                 Ok(t) => Ok(t),
                 Err(e) if leaves(&e) => Err(None),
                 Err(e) => Err(Some(e.errno())),

@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Once;
 
 use libc::{c_char, c_int, c_uint, mode_t, AT_FDCWD, O_CREAT, O_DIRECTORY, O_PATH, O_TMPFILE};
-use orion_client::{Client, FileType, OpenFlags};
+use orion_client::{perm, Client, FileType, OpenFlags, Want};
 
-use super::{fail, leaves, route, Route};
+use super::{allow, fail, leaves, route, Route};
 use crate::paths;
 use crate::real;
 use crate::state::{self, Inside};
@@ -83,6 +83,17 @@ fn open_served(c: &'static Client, p: &str, flags: c_int, mode: mode_t) -> Resul
         truncate: flags & libc::O_TRUNC != 0 && table::writable(flags),
         append: flags & libc::O_APPEND != 0,
     };
+    let mask = ((of.read as u32) * perm::MAY_READ) | ((of.write as u32) * perm::MAY_WRITE);
+    let want = Want::Open {
+        mask,
+        create: of.create,
+        excl: of.excl,
+    };
+    match allow(c, p, want) {
+        Ok(_) => {}
+        Err(e) if leaves(&e) => return Ok(Opened::Leaves),
+        Err(e) => return Err(e.errno()),
+    }
     let fd = match c.open(p, of, mode & !current_umask() & 0o7777) {
         Ok(fd) => fd,
         Err(e) if leaves(&e) => return Ok(Opened::Leaves),

@@ -1,14 +1,14 @@
 //! Extended attributes by path (following a final symlink or not) and by served
-//! descriptor, through the client's. Only the superuser's calls come here (see
-//! `route`), for whom every namespace the file system stores is open.
+//! descriptor, through the client's, after the caller's access checks
+//! (`orion_client::access`: the kernel's namespace rules, then the inode's mode).
 
 use std::ffi::CStr;
 
 use libc::{c_char, c_int, c_void, size_t, ssize_t, AT_FDCWD};
 use orion_client::xattr::{self, SetMode};
-use orion_client::{Client, FileType, FsResult};
+use orion_client::{Client, FileType, FsResult, Want};
 
-use super::{fail, fail_ssize, leaves, route, served, Route};
+use super::{allow, fail, fail_ssize, leaves, root, route, served, with_caller, Route};
 use crate::real;
 use crate::state::Inside;
 
@@ -31,9 +31,10 @@ unsafe fn by_path(path: *const c_char, follow: bool) -> Node {
     match unsafe { route(AT_FDCWD, path, false) } {
         Route::Serve(c, p) => {
             let _in = Inside::enter();
+            let walk = allow(c, &p, Want::Walk { follow });
             let a = match follow {
-                true => c.stat(&p),
-                false => c.lstat(&p),
+                true => walk.and_then(|_| c.stat(&p)),
+                false => walk.and_then(|_| c.lstat(&p)),
             };
             match a {
                 Ok(a) => Node::Served(c, a.ino, a.ftype),
@@ -116,6 +117,13 @@ unsafe fn named<'a>(
     })
 }
 
+/// Whether the caller may read (or `write`) attribute `name` of `ino`, then whether
+/// the name is one the file system keeps (the kernel's order).
+fn may(c: &Client, ino: u64, name: &[u8], write: bool) -> FsResult<()> {
+    with_caller(|cred| c.may_xattr(cred, ino, name, write))?;
+    xattr::namespace(name).map(|_| ())
+}
+
 /// getxattr on `node`; `None`: the kernel's.
 ///
 /// # Safety
@@ -127,7 +135,7 @@ unsafe fn get(node: Node, name: *const c_char, v: *mut c_void, n: size_t) -> Opt
         Err(e) => return Some(fail_ssize(e)),
     };
     let _in = Inside::enter();
-    let r = xattr::namespace(name).and_then(|_| c.getxattr_ino(ino, name));
+    let r = may(c, ino, name, false).and_then(|_| c.getxattr_ino(ino, name));
     // SAFETY: as the caller.
     Some(unsafe { answer(r, v, n) })
 }
@@ -158,7 +166,7 @@ unsafe fn set(
     };
     let _in = Inside::enter();
     let r = SetMode::from_flags(fl)
-        .and_then(|mode| xattr::namespace(name).map(|_| mode))
+        .and_then(|mode| may(c, ino, name, true).map(|_| mode))
         .and_then(|mode| c.setxattr_ino(ino, name, value, mode));
     Some(match r {
         Ok(()) => 0,
@@ -175,7 +183,7 @@ unsafe fn list(node: Node, out: *mut c_char, n: size_t) -> Option<ssize_t> {
         Node::Served(c, ino, _) => {
             let _in = Inside::enter();
             // SAFETY: as the caller.
-            Some(unsafe { answer(c.listxattr_ino(ino, true), out.cast(), n) })
+            Some(unsafe { answer(c.listxattr_ino(ino, root()), out.cast(), n) })
         }
         Node::Failed(e) => Some(fail_ssize(e)),
         Node::Kernel => None,
@@ -194,7 +202,7 @@ unsafe fn remove(node: Node, name: *const c_char) -> Option<c_int> {
     };
     let _in = Inside::enter();
     Some(
-        match xattr::namespace(name).and_then(|_| c.removexattr_ino(ino, name)) {
+        match may(c, ino, name, true).and_then(|_| c.removexattr_ino(ino, name)) {
             Ok(()) => 0,
             Err(e) => fail(e.errno()),
         },
