@@ -98,7 +98,8 @@ fn random_op(rng: &mut SmallRng) -> Value {
     }
     match rng.gen_range(0..100) {
         0..=19 => json!({"op": "write", "path": path, "off": off(rng), "len": len(rng),
-                         "seed": rng.gen::<u8>(), "append": rng.gen_bool(0.3)}),
+                         "seed": rng.gen::<u8>(), "append": rng.gen_bool(0.3),
+                         "trunc": rng.gen_bool(0.2)}),
         20..=29 => json!({"op": "pread", "path": path, "off": off(rng), "len": len(rng)}),
         30..=34 => json!({"op": "truncate", "path": path, "size": off(rng)}),
         35..=41 => json!({"op": "unlink", "path": path}),
@@ -123,7 +124,14 @@ fn attribute_op(rng: &mut SmallRng, path: &str) -> Value {
     let follow = rng.gen_bool(0.5);
     let dir = ["", "d", "g", "a"][rng.gen_range(0..4)];
     let time = |rng: &mut SmallRng| rng.gen_range(0..4_000_000_000_000_000_000i64);
-    let xattr = ["user.a", "user.b", "trusted.t", "other.x", "user."][rng.gen_range(0..5)];
+    let xattr = [
+        "user.a",
+        "user.b",
+        "trusted.t",
+        "other.x",
+        "user.",
+        "security.s",
+    ][rng.gen_range(0..6)];
     match rng.gen_range(0..7) {
         0 => json!({"op": "listdir", "path": dir}),
         1 => json!({"op": "readlink", "path": path}),
@@ -209,19 +217,20 @@ const PYTHON: &str = "/usr/bin/python3";
 /// setid bits too) and owners, on names either side may have made.
 fn admin_op(rng: &mut SmallRng) -> Value {
     let path = ["", "a", "b", "d", "d/e", "g", "g/h"][rng.gen_range(0..7)];
-    let mode = [
-        0o777, 0o755, 0o700, 0o1777, 0o644, 0o600, 0o4755, 0o2775, 0o666,
-    ][rng.gen_range(0..9)];
+    let modes = [
+        0o777, 0o755, 0o700, 0o1777, 0o644, 0o600, 0o4755, 0o2775, 0o666, 0o2777, 0o3777, 0o770,
+    ];
+    let mode = modes[rng.gen_range(0..modes.len())];
+    // The user is 65534, in group 1000 besides its own.
+    let who = |rng: &mut SmallRng| [0, 65534, 1000][rng.gen_range(0..3)];
     match rng.gen_bool(0.6) {
         true => json!({"op": "chmod", "path": path, "mode": mode}),
-        false => {
-            let who = [0, 65534][rng.gen_range(0..2)];
-            json!({"op": "chown", "path": path, "uid": who, "gid": who, "follow": false})
-        }
+        false => json!({"op": "chown", "path": path, "uid": who(rng), "gid": who(rng),
+                        "follow": false}),
     }
 }
 
-/// Another user than root works through the preload library (its calls checked by
+/// Another user than root (65534, in group 1000 too) works through the preload library (its calls checked by
 /// the client library's access checks) and through the mount (checked by the FUSE
 /// daemon), while root changes modes and owners between their calls: both must
 /// answer alike, and the trees stay the same. The local backend shares memory
@@ -251,7 +260,7 @@ fn another_users_operations_through_preload_match_the_mount() {
     }
     let as_user = |program: &str| {
         let mut c = Command::new("setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", program]);
+        c.args(["--reuid=65534", "--regid=65534", "--groups=1000", program]);
         c
     };
     let mut preloaded = {

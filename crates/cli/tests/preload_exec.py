@@ -37,6 +37,7 @@ def run(o):
     p = at(o.get("path", ""))
     if k == "write":
         fl = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if o["append"] else 0)
+        fl |= os.O_TRUNC if o.get("trunc") else 0
         fd = os.open(p, fl, 0o644)
         try:
             if not o["append"]:

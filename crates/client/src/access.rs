@@ -47,6 +47,11 @@ impl Inner {
     /// Checks `want` of `cred` on `path`; a setattr comes back as it may be applied.
     fn permitted(&mut self, path: &str, cred: &Cred, want: Want) -> Res<Option<SetAttrReq>> {
         let searcher = Some(cred);
+        // The file system's root has no name to add or remove: the call answers
+        // (EEXIST, EISDIR, EBUSY) without a check, as on the mount.
+        if matches!(want, Want::Add | Want::Remove) && is_root(path) {
+            return Ok(None);
+        }
         match want {
             Want::Walk { follow } => {
                 self.resolve_as(path, follow, searcher)?;
@@ -61,8 +66,12 @@ impl Inner {
             Want::Add => {
                 let (dir, name) = self.resolve_parent_as(path, searcher)?;
                 // A name that exists is the call's EEXIST, as Linux finds it first.
-                if self.lookup(dir, &name).is_err() {
-                    perm::check(&self.getattr(dir)?, cred, MAY_WRITE | MAY_EXEC)?;
+                match self.lookup(dir, &name) {
+                    Err(Fail::Fs(FsError::Errno(libc::ENOENT))) => {
+                        perm::check(&self.getattr(dir)?, cred, MAY_WRITE | MAY_EXEC)?;
+                    }
+                    Err(e) => return Err(e),
+                    Ok(_) => {}
                 }
             }
             Want::Remove => {
@@ -111,9 +120,10 @@ impl Inner {
                 Ok(_) if create && excl => return Ok(()),
                 Ok((ino, _)) => {
                     let a = self.getattr(ino)?;
-                    // As Linux's may_open: a directory opened to write is EISDIR
-                    // whoever asks.
-                    if a.ftype == FileType::Directory && mask & MAY_WRITE != 0 {
+                    // As Linux's open: a directory opened to create or to write is
+                    // EISDIR whoever asks.
+                    let dir = a.ftype == FileType::Directory;
+                    if dir && (create || mask & MAY_WRITE != 0) {
                         return Err(FsError::Errno(libc::EISDIR).into());
                     }
                     return Ok(perm::check(&a, cred, mask)?);
@@ -121,12 +131,14 @@ impl Inner {
                 Err(Fail::Fs(FsError::Errno(libc::ENOENT))) if create => {
                     let (dir, name) = self.resolve_parent_as(&path, searcher)?;
                     let link = match self.lookup(dir, &name) {
-                        Ok(ino) if !excl => ino,
-                        // Nothing there (or O_EXCL, which does not follow): made here.
-                        _ => {
+                        // O_EXCL follows no symlink: the name exists, the call's EEXIST.
+                        Ok(_) if excl => return Ok(()),
+                        Ok(ino) => ino,
+                        Err(Fail::Fs(FsError::Errno(libc::ENOENT))) => {
                             perm::check(&self.getattr(dir)?, cred, MAY_WRITE | MAY_EXEC)?;
                             return Ok(());
                         }
+                        Err(e) => return Err(e),
                     };
                     let target = String::from_utf8_lossy(&self.readlink(link)?).into_owned();
                     path = match target.starts_with('/') {
@@ -139,6 +151,21 @@ impl Inner {
         }
         Err(FsError::Errno(libc::ELOOP).into())
     }
+}
+
+/// Whether `path` names the file system's root.
+fn is_root(path: &str) -> bool {
+    path.split('/').all(|c| c.is_empty() || c == ".")
+}
+
+/// Whether the host protects hard links (`fs.protected_hardlinks`, on unless the
+/// host says 0), read once.
+fn protected_hardlinks() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/fs/protected_hardlinks")
+            .map_or(true, |s| s.trim() != "0")
+    })
 }
 
 /// Whether directory `dir` is `ancestor` or lies below it.
@@ -170,8 +197,16 @@ fn xattr_allowed(a: &Attr, cred: &Cred, name: &[u8], write: bool) -> FsResult<()
         true => Err(FsError::Errno(libc::EPERM)),
         false => Err(FsError::Errno(e)),
     };
-    if cred.is_root() || name.starts_with(b"security.") {
+    // security.* is the security modules' (changing it takes CAP_SYS_ADMIN);
+    // system.* is the file system's to answer (it keeps none: EOPNOTSUPP).
+    if cred.is_root() || name.starts_with(b"system.") {
         return Ok(());
+    }
+    if name.starts_with(b"security.") {
+        return match write {
+            true => Err(FsError::Errno(libc::EPERM)),
+            false => Ok(()),
+        };
     }
     if name.starts_with(b"trusted.") {
         return refused(libc::ENODATA);
@@ -213,7 +248,7 @@ impl Client {
         cred: &Cred,
         mode: RenameMode,
     ) -> FsResult<()> {
-        if cred.is_root() {
+        if cred.is_root() || is_root(from) || is_root(to) {
             return Ok(());
         }
         self.run(|i| {
@@ -225,26 +260,36 @@ impl Client {
             if inos.1.as_ref().is_ok_and(|&new| new == inos.0) {
                 return Ok(());
             }
+            // The call's own errors come before any check: a name that exists under
+            // RENAME_NOREPLACE (EEXIST), a missing one under RENAME_EXCHANGE (ENOENT).
+            match (mode, &inos.1) {
+                (RenameMode::NoReplace, Ok(_)) | (RenameMode::Exchange, Err(_)) => return Ok(()),
+                _ => {}
+            }
+            let src = i.getattr(inos.0)?;
+            let dst = match &inos.1 {
+                Ok(ino) => Some(i.getattr(*ino)?),
+                Err(_) => None,
+            };
             // A directory moved into itself (EINVAL), or onto a directory that holds
-            // it (ENOTEMPTY): the call's errors, found before any check.
-            if within(i, np, inos.0)? || within(i, op, *inos.1.as_ref().unwrap_or(&0))? {
+            // it (ENOTEMPTY): the call's errors too.
+            let is_dir = |a: &Attr| a.ftype == FileType::Directory;
+            if (is_dir(&src) && within(i, np, src.ino)?)
+                || (dst.as_ref()).is_some_and(|d| is_dir(d) && d.ino != src.ino)
+                    && within(i, op, dst.as_ref().map_or(0, |d| d.ino))?
+            {
                 return Ok(());
             }
             let (od, nd) = (i.getattr(op)?, i.getattr(np)?);
-            let src = i.getattr(inos.0)?;
             perm::check_delete(&od, &src, cred)?;
-            let dst = match inos.1 {
-                Ok(ino) => {
-                    let dst = i.getattr(ino)?;
-                    perm::check_delete(&nd, &dst, cred)?;
-                    Some(dst)
+            match (&dst, inos.1) {
+                (Some(dst), _) => perm::check_delete(&nd, dst, cred)?,
+                (None, Err(Fail::Fs(FsError::Errno(libc::ENOENT)))) => {
+                    perm::check(&nd, cred, MAY_WRITE | MAY_EXEC)?
                 }
-                Err(Fail::Fs(FsError::Errno(libc::ENOENT))) => {
-                    perm::check(&nd, cred, MAY_WRITE | MAY_EXEC)?;
-                    None
-                }
-                Err(e) => return Err(e),
-            };
+                (None, Err(e)) => return Err(e),
+                (None, Ok(_)) => unreachable!("an existing target's attributes were read"),
+            }
             if op != np {
                 moved_dirs_writable(&src, dst.as_ref(), cred, mode)?;
             }
@@ -257,7 +302,7 @@ impl Client {
     /// only the owner links a file, or a caller who may read and write a regular
     /// file that runs as nobody else), then a new name in `new`'s directory.
     pub fn permitted_link(&self, existing: &str, new: &str, cred: &Cred) -> FsResult<()> {
-        if cred.is_root() {
+        if cred.is_root() || is_root(new) {
             return Ok(());
         }
         self.run(|i| {
@@ -272,11 +317,31 @@ impl Client {
             let safe = a.ftype == FileType::Regular
                 && !setid
                 && perm::check(&a, cred, MAY_READ | MAY_WRITE).is_ok();
-            if a.uid != cred.uid && !safe {
+            if protected_hardlinks() && a.uid != cred.uid && !safe {
                 return Err(FsError::Errno(libc::EPERM).into());
             }
             Ok(perm::check(&i.getattr(dir)?, cred, MAY_WRITE | MAY_EXEC)?)
         })
+    }
+
+    /// The mode a file (not a directory) made at `path` by `cred` gets: in a setgid
+    /// directory the file takes the directory's group, and a caller outside that
+    /// group does not get a setgid file of it (Linux's mode_strip_sgid).
+    pub fn creation_mode(&self, path: &str, cred: &Cred, mode: u32) -> FsResult<u32> {
+        let wants = libc::S_ISGID | libc::S_IXGRP;
+        if cred.is_root() || mode & wants != wants || is_root(path) {
+            return Ok(mode);
+        }
+        let dir = self.run(|i| {
+            let (dir, _) = i.resolve_parent(path)?;
+            i.getattr(dir)
+        })?;
+        Ok(
+            match dir.mode & libc::S_ISGID != 0 && !cred.member(dir.gid) {
+                true => mode & !libc::S_ISGID,
+                false => mode,
+            },
+        )
     }
 
     /// Whether `cred` may access inode `ino` as `mask` asks (root: no attribute read

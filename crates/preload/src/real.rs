@@ -139,4 +139,12 @@ real! {
     fn system(cmd: *const c_char) -> c_int;
     fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int;
     fn popen(cmd: *const c_char, mode: *const c_char) -> *mut libc::FILE;
+    fn setuid(u: libc::uid_t) -> c_int;
+    fn setgid(g: libc::gid_t) -> c_int;
+    fn seteuid(u: libc::uid_t) -> c_int;
+    fn setegid(g: libc::gid_t) -> c_int;
+    fn setreuid(r: libc::uid_t, e: libc::uid_t) -> c_int;
+    fn setregid(r: libc::gid_t, e: libc::gid_t) -> c_int;
+    fn setresuid(r: libc::uid_t, e: libc::uid_t, s: libc::uid_t) -> c_int;
+    fn setresgid(r: libc::gid_t, e: libc::gid_t, s: libc::gid_t) -> c_int;
 }

@@ -32,10 +32,12 @@ impl Daemon {
         self.child.id()
     }
 
-    /// SIGKILL and reap.
+    /// SIGKILL and reap; then the shared-memory files it had no chance to remove
+    /// (they hold RAM) go.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        remove_shm_files_of(self.child.id());
     }
 
     /// SIGTERM, then wait for a clean exit (SIGKILL after 10 s).
@@ -63,6 +65,20 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// Removes the fabric's shared-memory files of process `pid` (dead) from /dev/shm.
+pub fn remove_shm_files_of(pid: u32) {
+    let prefix = format!("orion-fabric.{pid}.");
+    for e in std::fs::read_dir("/dev/shm")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = std::fs::remove_file(e.path());
+        }
     }
 }
 
@@ -564,7 +580,7 @@ impl Up {
                 .into_iter())
             .filter_map(|p| p["pid"].as_i64().map(|p| p as i32))
         });
-        let live: Vec<i32> = (self.rows.iter())
+        let every: Vec<i32> = (self.rows.iter())
             .filter_map(|r| {
                 r.split(" pid ")
                     .nth(1)?
@@ -574,9 +590,15 @@ impl Up {
                     .ok()
             })
             .chain(recorded)
-            // SAFETY: kill(2) with signal 0 only checks that the process exists.
-            .filter(|&pid| pid > 0 && unsafe { libc::kill(pid, 0) } == 0)
+            .filter(|&pid| pid > 0)
             .collect();
+        // SAFETY: kill(2) with signal 0 only checks that the process exists.
+        let alive = |pid: &i32| unsafe { libc::kill(*pid, 0) } == 0;
+        let live: Vec<i32> = every.iter().copied().filter(alive).collect();
+        // Those a test killed had no chance to remove their files.
+        for pid in every.iter().filter(|p| !alive(p)) {
+            remove_shm_files_of(*pid as u32);
+        }
         assert!(!live.is_empty(), "no pids in {:?}", self.rows);
         // SAFETY: kill(2) on our child's PID.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };

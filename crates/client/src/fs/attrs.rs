@@ -54,16 +54,14 @@ impl Client {
     /// Drops the setuid bit of `ino`, and its setgid bit when group-execute is set
     /// (`perm::without_setid`): what a write by a process without `CAP_FSETID` does
     /// (the FUSE mount is told so with each such write). Nothing is committed when
-    /// neither is set. It asks the mode of the client's copy of the inode when it has
-    /// one (no network: this runs around every unprivileged write, and each write
-    /// refreshes that copy), else of the MDS.
+    /// neither is set. The mode is the MDS's current one (a tail check): the copy a
+    /// write leaves may be behind other clients' commits (a write lands after a
+    /// chmod without catching up: `InodeCache::committed`), and a bit set since must
+    /// go too, while the new mode, being absolute, must not undo another's chmod.
     pub fn kill_setid(&self, ino: u64) -> FsResult<()> {
         // A data call: staged writes commit when due, not before every write.
         self.run_data(ino, |i| {
-            let mode = match i.cache.cached(ino) {
-                Some(c) => c.state.attr.mode,
-                None => i.getattr(ino)?.mode,
-            };
+            let mode = i.getattr(ino)?.mode;
             let kept = orion_meta::perm::without_setid(mode & 0o7777);
             if kept == mode & 0o7777 {
                 return Ok(());

@@ -51,7 +51,9 @@ fn write_from(f: &OpenFile, data: &[u8], off: Option<u64>) -> Result<usize, c_in
         None => f.client.write(f.fd, data),
     }
     .map_err(|e| e.errno())?;
-    kill_setid(f).map_err(|e| e.errno())?;
+    if n > 0 {
+        kill_setid(f).map_err(|e| e.errno())?;
+    }
     if f.sync() {
         f.client.fsync(f.fd).map_err(|e| e.errno())?;
     }
@@ -471,7 +473,9 @@ fn allocate(f: &OpenFile, mode: c_int, off: off_t, len: off_t) -> Result<(), c_i
     if !writable(f.flags) {
         return Err(libc::EBADF);
     }
-    (f.client.fallocate(f.fd, mode, off as u64, len as u64)).map_err(|e| e.errno())
+    (f.client.fallocate(f.fd, mode, off as u64, len as u64))
+        .and_then(|_| kill_setid(f))
+        .map_err(|e| e.errno())
 }
 
 #[no_mangle]

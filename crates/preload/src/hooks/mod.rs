@@ -10,6 +10,7 @@
 
 mod dirs;
 mod fds;
+mod ids;
 mod io;
 mod locks;
 mod meta;
@@ -101,11 +102,9 @@ pub(crate) fn served(fd: c_int) -> Option<Arc<OpenFile>> {
     Some(f)
 }
 
-/// The process's effective user and group ids, asked at each call (a process may
-/// change them).
+/// The process's effective user and group ids (kept: [`ids`]).
 pub(crate) fn effective_ids() -> (u32, u32) {
-    // SAFETY: geteuid and getegid have no preconditions.
-    unsafe { (libc::geteuid(), libc::getegid()) }
+    ids::effective()
 }
 
 /// Runs `f` with the calling process's credentials: its effective ids, and its

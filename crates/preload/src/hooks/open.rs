@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Once;
 
 use libc::{c_char, c_int, c_uint, mode_t, AT_FDCWD, O_CREAT, O_DIRECTORY, O_PATH, O_TMPFILE};
-use orion_client::{perm, Client, FileType, OpenFlags, Want};
+use orion_client::{perm, Client, FileType, FsError, OpenFlags, Want};
 
-use super::{allow, fail, leaves, route, Route};
+use super::{allow, fail, leaves, root, route, with_caller, Route};
 use crate::paths;
 use crate::real;
 use crate::state::{self, Inside};
@@ -68,7 +68,17 @@ enum Opened {
 
 /// Opens `p` (from the file system's root) through the client.
 fn open_served(c: &'static Client, p: &str, flags: c_int, mode: mode_t) -> Result<Opened, c_int> {
+    let fails = |e: FsError| match leaves(&e) {
+        true => Ok(Opened::Leaves),
+        false => Err(e.errno()),
+    };
     if flags & libc::O_NOFOLLOW != 0 {
+        // The directories on the way are searched before O_NOFOLLOW says ELOOP of
+        // the last name (a missing name is the open's to answer).
+        match allow(c, p, Want::Walk { follow: false }) {
+            Err(FsError::Errno(libc::ENOENT)) | Ok(_) => {}
+            Err(e) => return fails(e),
+        }
         match c.lstat(p) {
             Ok(a) if a.ftype == FileType::Symlink => return Err(libc::ELOOP),
             Err(e) if leaves(&e) => return Ok(Opened::Leaves),
@@ -89,12 +99,16 @@ fn open_served(c: &'static Client, p: &str, flags: c_int, mode: mode_t) -> Resul
         create: of.create,
         excl: of.excl,
     };
-    match allow(c, p, want) {
-        Ok(_) => {}
-        Err(e) if leaves(&e) => return Ok(Opened::Leaves),
-        Err(e) => return Err(e.errno()),
-    }
-    let fd = match c.open(p, of, mode & !current_umask() & 0o7777) {
+    let mode = match allow(c, p, want) {
+        Ok(_) if of.create => with_caller(|cred| c.creation_mode(p, cred, mode & 0o7777)),
+        Ok(_) => Ok(mode & 0o7777),
+        Err(e) => Err(e),
+    };
+    let mode = match mode {
+        Ok(m) => m,
+        Err(e) => return fails(e),
+    };
+    let fd = match c.open(p, of, mode & !current_umask()) {
         Ok(fd) => fd,
         Err(e) if leaves(&e) => return Ok(Opened::Leaves),
         Err(e) => return Err(e.errno()),
@@ -109,6 +123,13 @@ fn open_served(c: &'static Client, p: &str, flags: c_int, mode: mode_t) -> Resul
     if a.ftype != FileType::Regular {
         let _ = c.close(fd);
         return Ok(Opened::NotRegular);
+    }
+    // A truncation by a caller without CAP_FSETID drops the setid bits.
+    if of.truncate && !root() {
+        if let Err(e) = c.kill_setid(a.ino) {
+            let _ = c.close(fd);
+            return Err(e.errno());
+        }
     }
     // Reopened through the mount by this path when the file goes to the kernel.
     let mount = state::settings().map_or("", |s| s.mount.as_str());
