@@ -75,6 +75,7 @@ pub(crate) unsafe fn route(dirfd: c_int, path: *const c_char, empty_path: bool) 
     }
     // SAFETY: the caller passes a NUL-terminated string.
     let p = unsafe { CStr::from_ptr(path) };
+    RELATIVE.set(p.to_bytes().first() != Some(&b'/'));
     let _in = Inside::enter();
     let r = match classify(dirfd, p, empty_path) {
         Target::Orion(s) => match state::client() {
@@ -134,7 +135,24 @@ fn supplementary_groups() -> Vec<u32> {
 /// a look); a setattr comes back as it may be applied. The checks are the client
 /// library's, the mount's own.
 pub(crate) fn allow(c: &Client, p: &str, want: Want) -> FsResult<Option<SetAttrReq>> {
-    with_caller(|cred| c.permitted(p, cred, want))
+    judged(with_caller(|cred| c.permitted(p, cred, want)))
+}
+
+thread_local! {
+    /// Whether the path of the call being routed was relative (to the working
+    /// directory or a directory descriptor).
+    static RELATIVE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// A check's answer for the call being routed. The client walks every path from the
+/// file system's root, but Linux searches a relative path only from where it
+/// starts: a refusal of such a path may come from a directory above the start, so
+/// the kernel decides it (EXDEV: the call goes through the mount).
+pub(crate) fn judged<T>(r: FsResult<T>) -> FsResult<T> {
+    match r {
+        Err(FsError::Errno(libc::EACCES)) if RELATIVE.get() => Err(FsError::Errno(libc::EXDEV)),
+        r => r,
+    }
 }
 
 /// Whether the caller is root (who passes every check but executing).

@@ -7,7 +7,7 @@ use std::ffi::CStr;
 use libc::{c_char, c_int, c_uint, mode_t, size_t, ssize_t, AT_FDCWD, AT_REMOVEDIR};
 use orion_client::{FsResult, RenameMode, Want};
 
-use super::{allow, fail, fail_ssize, leaves, route, with_caller, Route};
+use super::{allow, fail, fail_ssize, judged, leaves, route, with_caller, Route};
 use crate::paths::kernel_holds;
 use crate::real;
 use crate::state::Inside;
@@ -104,7 +104,7 @@ pub unsafe extern "C" fn renameat2(
             match (mode == RenameMode::Replace && kernel_holds(&q)) || p == "/" || q == "/" {
                 true => None,
                 false => done(
-                    with_caller(|cred| c.permitted_rename(&p, &q, cred, mode))
+                    judged(with_caller(|cred| c.permitted_rename(&p, &q, cred, mode)))
                         .and_then(|_| c.rename_with(&p, &q, mode)),
                 ),
             }
@@ -180,7 +180,7 @@ pub unsafe extern "C" fn linkat(
     let served = match (a, b) {
         (Route::Serve(c, p), Route::Serve(_, q)) => {
             let _in = Inside::enter();
-            let allowed = with_caller(|cred| c.permitted_link(&p, &q, cred));
+            let allowed = judged(with_caller(|cred| c.permitted_link(&p, &q, cred)));
             done(allowed.and_then(|_| c.link(&p, &q).map(|_| ())))
         }
         (Route::NotDir, _) | (_, Route::NotDir) => Some(fail(libc::ENOTDIR)),
