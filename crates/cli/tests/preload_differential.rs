@@ -77,6 +77,19 @@ impl Executor {
     }
 }
 
+impl Executor {
+    /// Ends a preloaded executor, which must exit well having been served
+    /// in-process (`ORION_PRELOAD_STATS` counts on stderr).
+    fn finish_served(&mut self) {
+        let (ok, err) = self.finish();
+        assert!(ok, "the preloaded executor failed: {err}");
+        let served: u64 = (err.lines())
+            .filter_map(|l| l.split(": ").nth(2)?.split(' ').next()?.parse::<u64>().ok())
+            .sum();
+        assert!(served > 0, "nothing was served in-process: {err}");
+    }
+}
+
 impl Drop for Executor {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -199,12 +212,7 @@ fn random_operations_through_preload_match_the_mount() {
         assert_eq!(preloaded.ask(&op), plain.ask(&op));
     }
     assert_eq!(preloaded.ask(&snapshot), plain.ask(&snapshot));
-    let (ok, err) = preloaded.finish();
-    assert!(ok, "the preloaded executor failed: {err}");
-    let served: u64 = (err.lines())
-        .filter_map(|l| l.split(": ").nth(2)?.split(' ').next()?.parse::<u64>().ok())
-        .sum();
-    assert!(served > 0, "nothing was served in-process: {err}");
+    preloaded.finish_served();
     let (ok, err) = plain.finish();
     assert!(ok, "the plain executor failed: {err}");
 }
@@ -329,10 +337,5 @@ fn another_users_operations_through_preload_match_the_mount() {
         let op = json!({"op": "drop", "name": name});
         assert_eq!(preloaded.ask(&op), plain.ask(&op));
     }
-    let (ok, err) = preloaded.finish();
-    assert!(ok, "the preloaded executor failed: {err}");
-    let served: u64 = (err.lines())
-        .filter_map(|l| l.split(": ").nth(2)?.split(' ').next()?.parse::<u64>().ok())
-        .sum();
-    assert!(served > 0, "nothing was served in-process: {err}");
+    preloaded.finish_served();
 }
