@@ -283,7 +283,18 @@ impl Client {
             let (od, nd) = (i.getattr(op)?, i.getattr(np)?);
             perm::check_delete(&od, &src, cred)?;
             match (&dst, inos.1) {
-                (Some(dst), _) => perm::check_delete(&nd, dst, cred)?,
+                (Some(dst), _) => {
+                    perm::check_delete(&nd, dst, cred)?;
+                    // As Linux's may_delete of the target: the kinds must agree
+                    // (an exchange swaps any two).
+                    if mode != RenameMode::Exchange {
+                        match (is_dir(&src), is_dir(dst)) {
+                            (true, false) => return Err(FsError::Errno(libc::ENOTDIR).into()),
+                            (false, true) => return Err(FsError::Errno(libc::EISDIR).into()),
+                            _ => {}
+                        }
+                    }
+                }
                 (None, Err(Fail::Fs(FsError::Errno(libc::ENOENT)))) => {
                     perm::check(&nd, cred, MAY_WRITE | MAY_EXEC)?
                 }
