@@ -435,7 +435,8 @@ fn make_git_and_fio_work_under_preload() {
         "mkdir {m}/proj && cp {w}/dirs.c {w}/Makefile {m}/proj && make -s -C {m}/proj"
     ));
     // The program lists its own directory: the same lines in-process and through
-    // the mount (inode numbers, types, telldir/seekdir, rewinddir, errors).
+    // the mount (inode numbers, types, telldir/seekdir, rewinddir, fdopendir of a
+    // directory descriptor, errors).
     let listed = p.sh(&format!("{m}/proj/dirs {m}/proj"));
     assert_eq!(listed, host(&format!("{m}/proj/dirs {m}/proj")));
     assert!(listed.contains("dirs.o type 8\n"), "{listed}");
@@ -446,6 +447,14 @@ fn make_git_and_fio_work_under_preload() {
     );
     assert!(
         listed.contains("opendir of a file: Not a directory\n"),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("dirfd is the descriptor: 1\nclosedir closed it: 1\n"),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("fdopendir of a file: Not a directory\n"),
         "{listed}"
     );
     // git: a repository made, committed to and checked under preload, read through

@@ -73,6 +73,21 @@ int main(int argc, char **argv) {
         perror("closedir");
         return 1;
     }
+    /* fdopendir of a directory descriptor (as fts walks trees): the same names,
+     * dirfd is that descriptor, and closedir closes it. */
+    int dfd = open(argv[1], O_RDONLY | O_DIRECTORY);
+    DIR *f = dfd < 0 ? NULL : fdopendir(dfd);
+    if (!f) {
+        perror("fdopendir");
+        return 1;
+    }
+    int names = 0;
+    while ((e = readdir(f)))
+        names++;
+    printf("fdopendir: %d names (opendir: %d), dirfd is the descriptor: %d\n", names, n,
+           dirfd(f) == dfd);
+    closedir(f);
+    printf("closedir closed it: %d\n", fcntl(dfd, F_GETFD) == -1 && errno == EBADF);
     /* Errors: a file is not a directory; nothing is nothing. */
     char path[4096];
     snprintf(path, sizeof path, "%s/Makefile", argv[1]);
@@ -81,5 +96,10 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/nothing", argv[1]);
     errno = 0;
     printf("opendir of nothing: %s\n", opendir(path) ? "opened" : strerror(errno));
+    snprintf(path, sizeof path, "%s/Makefile", argv[1]);
+    int file = open(path, O_RDONLY);
+    errno = 0;
+    printf("fdopendir of a file: %s\n", fdopendir(file) ? "opened" : strerror(errno));
+    close(file);
     return 0;
 }

@@ -147,4 +147,5 @@ real! {
     fn setregid(r: libc::gid_t, e: libc::gid_t) -> c_int;
     fn setresuid(r: libc::uid_t, e: libc::uid_t, s: libc::uid_t) -> c_int;
     fn setresgid(r: libc::gid_t, e: libc::gid_t, s: libc::gid_t) -> c_int;
+    fn fdopendir(fd: c_int) -> *mut libc::DIR;
 }

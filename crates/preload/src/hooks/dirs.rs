@@ -2,9 +2,11 @@
 //! client, and the stream it returns is this library's own (a [`Stream`], never seen
 //! by the C library): every call that takes a `DIR *` (readdir and its `_r` and `64`
 //! forms, rewinddir, telldir, seekdir, dirfd, closedir) checks the registry of
-//! streams first. `fdopendir` stays the kernel's: directory descriptors are the
-//! kernel's (see `open_at`), so programs that walk trees by descriptor (fts: find, du,
-//! rm -r) list through the mount.
+//! streams first. Directory descriptors stay the kernel's (see `open_at`: fchdir and
+//! *at calls need them), but `fdopendir` of one under the mount lists through the
+//! client too, so programs that walk trees by descriptor (fts: find, du, rm -r)
+//! list in-process; the raw `getdents64` system call on such a descriptor is the
+//! kernel's (through the mount).
 
 use std::collections::HashSet;
 use std::ffi::CString;
@@ -103,24 +105,7 @@ pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut DIR {
         });
         let mount = state::settings().map_or("", |s| s.mount.as_str());
         match (listed, CString::new(format!("{mount}{p}"))) {
-            (Ok((ino, entries)), Ok(path)) => {
-                let s = Box::new(Stream {
-                    ino,
-                    path,
-                    at: Mutex::new(Position {
-                        entries,
-                        next: 0,
-                        // SAFETY: dirent64 is plain integers and bytes: all zeros is valid.
-                        ent: Box::new(unsafe { std::mem::zeroed() }),
-                        fd: -1,
-                    }),
-                });
-                let d = Box::into_raw(s) as usize;
-                let mut live = STREAMS.write().unwrap_or_else(|e| e.into_inner());
-                live.get_or_insert_with(HashSet::new).insert(d);
-                LIVE.fetch_add(1, Ordering::Release);
-                return d as *mut DIR;
-            }
+            (Ok((ino, entries)), Ok(path)) => return register(ino, path, entries, -1),
             (Err(e), _) if leaves(&e) => {}
             (Err(e), _) => {
                 set_errno(e.errno());
@@ -131,6 +116,60 @@ pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut DIR {
     }
     // SAFETY: the caller's path, passed on.
     unsafe { real::opendir(path) }
+}
+
+/// A new stream of this library's over `entries` of directory `ino` (with `fd`, its
+/// kernel descriptor, when it has one already).
+fn register(ino: u64, path: CString, entries: Vec<DirEntry>, fd: c_int) -> *mut DIR {
+    let s = Box::new(Stream {
+        ino,
+        path,
+        at: Mutex::new(Position {
+            entries,
+            next: 0,
+            // SAFETY: dirent64 is plain integers and bytes: all zeros is valid.
+            ent: Box::new(unsafe { std::mem::zeroed() }),
+            fd,
+        }),
+    });
+    let d = Box::into_raw(s) as usize;
+    let mut live = STREAMS.write().unwrap_or_else(|e| e.into_inner());
+    live.get_or_insert_with(HashSet::new).insert(d);
+    LIVE.fetch_add(1, Ordering::Release);
+    d as *mut DIR
+}
+
+/// fdopendir of a kernel descriptor of a directory under the mount (fts opens
+/// directories so, to walk trees: find, du, rm -r): listed through the client like
+/// opendir, the stream taking the descriptor over (dirfd gives it, closedir closes
+/// it). Anything else (not open, O_PATH, not a directory, not under the mount) is
+/// the C library's to answer.
+#[no_mangle]
+pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut DIR {
+    // SAFETY: fcntl F_GETFL only reads the descriptor's flags.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: stat64 is plain integers: all zeros is a valid value.
+    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat of the caller's descriptor into a struct we own.
+    let dir = flags >= 0
+        && flags & libc::O_PATH == 0
+        && unsafe { real::fstat64(fd, &mut st) } == 0
+        && st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+    if dir {
+        // SAFETY: a NUL-terminated path we own: the directory itself, by its fd.
+        if let Route::Serve(c, p) = unsafe { route(fd, c".".as_ptr(), false) } {
+            let _in = Inside::enter();
+            let mount = state::settings().map_or("", |s| s.mount.as_str());
+            let path = CString::new(format!("{mount}{}", p.trim_end_matches("/.")));
+            match (c.readdir_ino(st.st_ino), path) {
+                (Ok(entries), Ok(path)) => return register(st.st_ino, path, entries, fd),
+                // The descriptor's directory is gone, or unreachable: the kernel's.
+                _ => {}
+            }
+        }
+    }
+    // SAFETY: the caller's descriptor, passed on.
+    unsafe { real::fdopendir(fd) }
 }
 
 #[no_mangle]
