@@ -161,10 +161,9 @@ pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut DIR {
             let _in = Inside::enter();
             let mount = state::settings().map_or("", |s| s.mount.as_str());
             let path = CString::new(format!("{mount}{}", p.trim_end_matches("/.")));
-            match (c.readdir_ino(st.st_ino), path) {
-                (Ok(entries), Ok(path)) => return register(st.st_ino, path, entries, fd),
-                // The descriptor's directory is gone, or unreachable: the kernel's.
-                _ => {}
+            // A directory gone since, or unreachable: the kernel's to answer.
+            if let (Ok(entries), Ok(path)) = (c.readdir_ino(st.st_ino), path) {
+                return register(st.st_ino, path, entries, fd);
             }
         }
     }
