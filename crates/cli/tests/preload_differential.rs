@@ -338,4 +338,18 @@ fn another_users_operations_through_preload_match_the_mount() {
         assert_eq!(preloaded.ask(&op), plain.ask(&op));
     }
     preloaded.finish_served();
+    // ORION_PRELOAD_USERS=root sends another user's calls through the mount.
+    let mut c = as_user(ORION);
+    c.args(["run", "--mds", &cluster.mds.addr, "--backend", "libfabric"]);
+    c.arg("--secret-file").arg(&secret);
+    c.arg("--mount").arg(&mount.path);
+    c.args(["--", PYTHON, "-c", "import os, sys; os.stat(sys.argv[1])"])
+        .arg(&pre);
+    let o = (c.env("ORION_PRELOAD_USERS", "root"))
+        .env("ORION_PRELOAD_STATS", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains(": 0 calls served in-process"), "{err}");
 }

@@ -79,7 +79,7 @@ pub(crate) unsafe fn route(dirfd: c_int, path: *const c_char, empty_path: bool) 
     let _in = Inside::enter();
     let r = match classify(dirfd, p, empty_path) {
         Target::Orion(s) => match state::client() {
-            Some(c) if c.owner() == effective_ids() => Route::Serve(c, s),
+            Some(c) if c.owner() == effective_ids() && serves(c.owner().0) => Route::Serve(c, s),
             _ => Route::Kernel,
         },
         Target::OrionFd(fd) => table::get(fd).map_or(Route::Kernel, Route::Fd),
@@ -101,6 +101,17 @@ pub(crate) fn served(fd: c_int) -> Option<Arc<OpenFile>> {
     let f = table::get(fd)?;
     state::SERVED.fetch_add(1, Ordering::Relaxed);
     Some(f)
+}
+
+/// Whether calls of user `uid` are served in-process: everyone's, unless
+/// `ORION_PRELOAD_USERS=root` sends other users' through the mount. Other users'
+/// clients reach the stores over the fabric (the pools are root's to map), which
+/// over a TCP provider costs more than the mount's kernel caches save (README).
+fn serves(uid: u32) -> bool {
+    static ROOT_ONLY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    uid == 0
+        || !*ROOT_ONLY
+            .get_or_init(|| std::env::var("ORION_PRELOAD_USERS").is_ok_and(|v| v == "root"))
 }
 
 /// The process's effective user and group ids (kept: [`ids`]).
