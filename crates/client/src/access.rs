@@ -13,7 +13,6 @@ use orion_format::FileType;
 use orion_meta::perm::{self, Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
 use orion_meta::{Attr, FsError, FsResult, RenameMode, SetAttrReq};
 
-use crate::fs::paths::MAX_SYMLINKS;
 use crate::fs::Inner;
 use crate::remote::{Fail, Res};
 use crate::Client;
@@ -25,10 +24,6 @@ pub enum Want<'a> {
     Walk { follow: bool },
     /// `mask` (`perm::MAY_*`) on what the path names (access, opendir, exec).
     Inode { follow: bool, mask: u32 },
-    /// Opening: `mask` on the file if it exists; with `create`, a new name in its
-    /// directory if it does not (with `excl`, an existing file is the call's
-    /// EEXIST, not a permission question).
-    Open { mask: u32, create: bool, excl: bool },
     /// A new name in the path's directory (mkdir, mknod, symlink, a link's name).
     Add,
     /// Removing the path's name (unlink, rmdir).
@@ -59,9 +54,6 @@ impl Inner {
             Want::Inode { follow, mask } => {
                 let (ino, _) = self.resolve_as(path, follow, searcher)?;
                 perm::check(&self.getattr(ino)?, cred, mask)?;
-            }
-            Want::Open { mask, create, excl } => {
-                self.may_open(path.to_string(), cred, mask, create, excl)?
             }
             Want::Add => {
                 let (dir, name) = self.resolve_parent_as(path, searcher)?;
@@ -102,57 +94,6 @@ impl Inner {
     }
 }
 
-impl Inner {
-    /// Opening `path`: `mask` on the file if it exists; with `create`, a new name
-    /// where it would be made: in its directory, or where a dangling symlink at the
-    /// path points (the open follows it and creates there).
-    fn may_open(
-        &mut self,
-        mut path: String,
-        cred: &Cred,
-        mask: u32,
-        create: bool,
-        excl: bool,
-    ) -> Res<()> {
-        let searcher = Some(cred);
-        for _ in 0..=MAX_SYMLINKS {
-            match self.resolve_as(&path, true, searcher) {
-                Ok(_) if create && excl => return Ok(()),
-                Ok((ino, _)) => {
-                    let a = self.getattr(ino)?;
-                    // As Linux's open: a directory opened to create or to write is
-                    // EISDIR whoever asks.
-                    let dir = a.ftype == FileType::Directory;
-                    if dir && (create || mask & MAY_WRITE != 0) {
-                        return Err(FsError::Errno(libc::EISDIR).into());
-                    }
-                    return Ok(perm::check(&a, cred, mask)?);
-                }
-                Err(Fail::Fs(FsError::Errno(libc::ENOENT))) if create => {
-                    let (dir, name) = self.resolve_parent_as(&path, searcher)?;
-                    let link = match self.lookup(dir, &name) {
-                        // O_EXCL follows no symlink: the name exists, the call's EEXIST.
-                        Ok(_) if excl => return Ok(()),
-                        Ok(ino) => ino,
-                        Err(Fail::Fs(FsError::Errno(libc::ENOENT))) => {
-                            perm::check(&self.getattr(dir)?, cred, MAY_WRITE | MAY_EXEC)?;
-                            return Ok(());
-                        }
-                        Err(e) => return Err(e),
-                    };
-                    let target = String::from_utf8_lossy(&self.readlink(link)?).into_owned();
-                    path = match target.starts_with('/') {
-                        true => target,
-                        false => format!("{}/{target}", parent_path(&path)),
-                    };
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Err(FsError::Errno(libc::ELOOP).into())
-    }
-}
-
 /// Whether `path` names the file system's root.
 fn is_root(path: &str) -> bool {
     path.split('/').all(|c| c.is_empty() || c == ".")
@@ -179,12 +120,6 @@ fn within(i: &mut Inner, mut dir: u64, ancestor: u64) -> Res<bool> {
         }
         dir = i.parent(dir)?;
     }
-}
-
-/// The path of the directory holding `path`'s last component.
-fn parent_path(path: &str) -> &str {
-    let trimmed = path.trim_end_matches('/');
-    trimmed.rfind('/').map_or("", |i| &trimmed[..i])
 }
 
 /// Extended attributes, in the order Linux's VFS checks them (before the file

@@ -3,6 +3,7 @@
 //! the MDS's (`orion_meta::setattr_entry`).
 
 use orion_format::{Entry, Gpa, WriteRec, PAGE_SIZE};
+use orion_meta::perm::Cred;
 use orion_meta::{
     setattr_entry, Attr, Clock, FsError, FsResult, SetAttrReq, StatFs, SystemClock, TimeSet,
 };
@@ -14,15 +15,18 @@ use crate::remote::{io_err, Fail, Res};
 
 impl Client {
     pub fn stat(&self, path: &str) -> FsResult<Attr> {
-        self.run(|i| {
-            let (ino, _) = i.resolve(path, true)?;
-            i.getattr(ino)
-        })
+        self.stat_as(path, true, None)
     }
 
     pub fn lstat(&self, path: &str) -> FsResult<Attr> {
+        self.stat_as(path, false, None)
+    }
+
+    /// stat (`follow`) or lstat for the caller `searcher`, if given, who must be
+    /// able to search every directory the path walks (checked in the same walk).
+    pub fn stat_as(&self, path: &str, follow: bool, searcher: Option<&Cred>) -> FsResult<Attr> {
         self.run(|i| {
-            let (ino, _) = i.resolve(path, false)?;
+            let (ino, _) = i.resolve_as(path, follow, searcher)?;
             i.getattr(ino)
         })
     }

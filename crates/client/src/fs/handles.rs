@@ -6,6 +6,8 @@ use orion_meta::falloc::FallocPlan;
 use orion_meta::{Attr, FsResult, SetAttrReq};
 use orion_proto::{MdsRequest, ReplyBody};
 
+use orion_meta::perm::{self, Cred};
+
 use super::paths::{LEAVES_FS, MAX_SYMLINKS};
 use super::*;
 use crate::remote::{io_err, Fail, Res};
@@ -14,7 +16,21 @@ impl Client {
     /// Finds (or creates) the file on any lane, then opens it on its own lane, where
     /// its reads and writes will run and find the copy of the inode the open made.
     pub fn open(&self, path: &str, flags: OpenFlags, mode: u32) -> FsResult<Fd> {
-        let ino = self.run(|i| i.find_or_create(path, flags, mode))?;
+        self.open_as(path, flags, mode, None)
+    }
+
+    /// [`Client::open`] for the caller `cred`, if given, checked as Linux's open
+    /// checks in the same walk that finds or makes the file: search permission on
+    /// every directory walked, then the open's read and write on the file, or a new
+    /// name in its directory (EEXIST and EISDIR come first, as on Linux).
+    pub fn open_as(
+        &self,
+        path: &str,
+        flags: OpenFlags,
+        mode: u32,
+        cred: Option<&Cred>,
+    ) -> FsResult<Fd> {
+        let ino = self.run(|i| i.find_or_create(path, flags, mode, cred))?;
         self.run_on(ino, |i| i.open_ino(ino, flags))
     }
 
@@ -207,29 +223,52 @@ impl Client {
 
 impl Inner {
     /// The file `open` opens: found, or created with O_CREAT.
-    pub(crate) fn find_or_create(&mut self, path: &str, flags: OpenFlags, mode: u32) -> Res<u64> {
+    pub(crate) fn find_or_create(
+        &mut self,
+        path: &str,
+        flags: OpenFlags,
+        mode: u32,
+        cred: Option<&Cred>,
+    ) -> Res<u64> {
         let mut path = path.to_string();
         for _ in 0..=MAX_SYMLINKS {
-            match self.resolve(&path, true) {
+            match self.resolve_as(&path, true, cred) {
                 Ok((ino, _)) => {
                     // Unless this very operation created it before a reconnection made
                     // it run again.
-                    if flags.create && flags.excl && !self.remote.created_in_this_operation(ino) {
+                    let made_now = self.remote.created_in_this_operation(ino);
+                    if flags.create && flags.excl && !made_now {
                         return Err(EEXIST.into());
+                    }
+                    if let (Some(cred), false) = (cred, made_now) {
+                        may_open(&self.getattr(ino)?, cred, flags)?;
                     }
                     return Ok(ino);
                 }
                 Err(Fail::Fs(e)) if e == ENOENT && flags.create => {}
                 Err(e) => return Err(e),
             }
+            if let Some(cred) = cred {
+                // A new name: write and search permission on its directory, unless
+                // the name is there (a dangling symlink, followed below; or O_EXCL's
+                // EEXIST, the call's to say first).
+                let (dir, name) = self.resolve_parent_as(&path, Some(cred))?;
+                if self.lookup(dir, &name).is_err() {
+                    perm::check(&self.getattr(dir)?, cred, perm::MAY_WRITE | perm::MAY_EXEC)?;
+                }
+            }
             match self.make(&path, FileType::Regular, mode, None) {
                 Ok(a) => return Ok(a.ino),
                 Err(Fail::Fs(e)) if e == EEXIST && !flags.excl => {
                     // The name is there: made by someone else meanwhile, or a symlink
                     // to nothing, whose target O_CREAT creates (as Linux does).
-                    let (ino, _) = self.resolve(&path, false)?;
+                    let (ino, _) = self.resolve_as(&path, false, cred)?;
                     if self.getattr(ino)?.ftype != FileType::Symlink {
-                        return Ok(self.resolve(&path, true)?.0);
+                        let (ino, _) = self.resolve_as(&path, true, cred)?;
+                        if let Some(cred) = cred {
+                            may_open(&self.getattr(ino)?, cred, flags)?;
+                        }
+                        return Ok(ino);
                     }
                     let target = String::from_utf8_lossy(&self.readlink(ino)?).into_owned();
                     path = match (target.starts_with('/'), path.rfind('/')) {
@@ -274,4 +313,19 @@ impl Inner {
         );
         Ok(Fd(fd))
     }
+}
+
+/// Opening an existing file `a` as `flags` ask, for `cred` (Linux's order: a
+/// directory opened to create or write is EISDIR, then the read and write bits).
+fn may_open(a: &Attr, cred: &Cred, flags: OpenFlags) -> Res<()> {
+    if a.ftype == FileType::Directory && (flags.create || flags.write || flags.truncate) {
+        return Err(EISDIR.into());
+    }
+    let mask = match (flags.read, flags.write || flags.truncate) {
+        (true, true) => perm::MAY_READ | perm::MAY_WRITE,
+        (true, false) => perm::MAY_READ,
+        (false, true) => perm::MAY_WRITE,
+        (false, false) => 0,
+    };
+    Ok(perm::check(a, cred, mask)?)
 }

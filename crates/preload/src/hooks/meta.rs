@@ -4,7 +4,7 @@
 use libc::{c_char, c_int, c_uint, mode_t, off_t, AT_EMPTY_PATH, AT_FDCWD, AT_SYMLINK_NOFOLLOW};
 use orion_client::{perm, Attr, Client, FileType, FsResult, SetAttrReq, TimeSet, Want};
 
-use super::{allow, effective_ids, fail, leaves, root, route, served, with_caller, Route};
+use super::{allow, effective_ids, fail, judged, leaves, root, route, served, with_caller, Route};
 use crate::real;
 use crate::stat::{fill_stat, fill_statx};
 use crate::state::Inside;
@@ -19,11 +19,10 @@ unsafe fn attrs(d: c_int, path: *const c_char, flags: c_int) -> Option<Result<At
     let r: FsResult<Attr> = match unsafe { route(d, path, flags & AT_EMPTY_PATH != 0) } {
         Route::Serve(c, p) => {
             let _in = Inside::enter();
-            let walk = allow(c, &p, Want::Walk { follow: !nofollow });
-            match nofollow {
-                true => walk.and_then(|_| c.lstat(&p)),
-                false => walk.and_then(|_| c.stat(&p)),
-            }
+            // The walk searched as the caller, in the same walk that finds it.
+            judged(with_caller(|cred| {
+                c.stat_as(&p, !nofollow, (!cred.is_root()).then_some(cred))
+            }))
         }
         Route::Fd(f) => {
             let _in = Inside::enter();

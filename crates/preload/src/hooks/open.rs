@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Once;
 
 use libc::{c_char, c_int, c_uint, mode_t, AT_FDCWD, O_CREAT, O_DIRECTORY, O_PATH, O_TMPFILE};
-use orion_client::{perm, Client, FileType, FsError, OpenFlags, Want};
+use orion_client::{Client, FileType, FsError, OpenFlags, Want};
 
-use super::{allow, fail, leaves, root, route, with_caller, Route};
+use super::{allow, fail, judged, leaves, root, route, with_caller, Route};
 use crate::paths;
 use crate::real;
 use crate::state::{self, Inside};
@@ -93,25 +93,23 @@ fn open_served(c: &'static Client, p: &str, flags: c_int, mode: mode_t) -> Resul
         truncate: flags & libc::O_TRUNC != 0 && table::writable(flags),
         append: flags & libc::O_APPEND != 0,
     };
-    let mask = ((of.read as u32) * perm::MAY_READ) | ((of.write as u32) * perm::MAY_WRITE);
-    let want = Want::Open {
-        mask,
-        create: of.create,
-        excl: of.excl,
-    };
-    let mode = match allow(c, p, want) {
-        Ok(_) if of.create => with_caller(|cred| c.creation_mode(p, cred, mode & 0o7777)),
-        Ok(_) => Ok(mode & 0o7777),
-        Err(e) => Err(e),
+    let mode = match of.create {
+        true => with_caller(|cred| c.creation_mode(p, cred, mode & 0o7777)),
+        false => Ok(mode & 0o7777),
     };
     let mode = match mode {
         Ok(m) => m,
         Err(e) => return fails(e),
     };
-    let fd = match c.open(p, of, mode & !current_umask()) {
+    // Checked as the caller in the walk that finds or makes the file (root: no
+    // check at all).
+    let opened = with_caller(|cred| {
+        let checked = (!cred.is_root()).then_some(cred);
+        c.open_as(p, of, mode & !current_umask(), checked)
+    });
+    let fd = match judged(opened) {
         Ok(fd) => fd,
-        Err(e) if leaves(&e) => return Ok(Opened::Leaves),
-        Err(e) => return Err(e.errno()),
+        Err(e) => return fails(e),
     };
     let a = match c.fstat(fd) {
         Ok(a) => a,
