@@ -105,8 +105,8 @@ pub(crate) fn served(fd: c_int) -> Option<Arc<OpenFile>> {
 
 /// Whether calls of user `uid` are served in-process: everyone's, unless
 /// `ORION_PRELOAD_USERS=root` sends other users' through the mount. Other users'
-/// clients reach the stores over the fabric (the pools are root's to map), which
-/// over a TCP provider costs more than the mount's kernel caches save (README).
+/// clients reach the stores over the fabric (the pools are root's to map): over a
+/// TCP provider their writes cost more than the mount's (README).
 fn serves(uid: u32) -> bool {
     static ROOT_ONLY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     uid == 0
