@@ -232,7 +232,8 @@ impl Inner {
     ) -> Res<u64> {
         let mut path = path.to_string();
         for _ in 0..=MAX_SYMLINKS {
-            match self.resolve_as(&path, true, cred) {
+            // O_EXCL follows no final symlink: any name there is its EEXIST.
+            match self.resolve_as(&path, !(flags.create && flags.excl), cred) {
                 Ok((ino, _)) => {
                     // Unless this very operation created it before a reconnection made
                     // it run again.
@@ -248,16 +249,32 @@ impl Inner {
                 Err(Fail::Fs(e)) if e == ENOENT && flags.create => {}
                 Err(e) => return Err(e),
             }
-            if let Some(cred) = cred {
+            let made = match cred {
+                None => self.make(&path, FileType::Regular, mode, None),
                 // A new name: write and search permission on its directory, unless
                 // the name is there (a dangling symlink, followed below; or O_EXCL's
-                // EEXIST, the call's to say first).
-                let (dir, name) = self.resolve_parent_as(&path, Some(cred))?;
-                if self.lookup(dir, &name).is_err() {
-                    perm::check(&self.getattr(dir)?, cred, perm::MAY_WRITE | perm::MAY_EXEC)?;
+                // EEXIST, the call's to say first). Made in the directory checked.
+                Some(cred) => {
+                    let (dir, name) = self.resolve_parent_as(&path, Some(cred))?;
+                    match self.lookup(dir, &name) {
+                        Err(Fail::Fs(e)) if e == ENOENT => {
+                            let w = perm::MAY_WRITE | perm::MAY_EXEC;
+                            perm::check(&self.getattr(dir)?, cred, w)?;
+                        }
+                        Err(e) => return Err(e),
+                        Ok(_) => {}
+                    }
+                    let node = orion_meta::NewNode {
+                        ftype: FileType::Regular,
+                        mode,
+                        uid: self.uid,
+                        gid: self.gid,
+                        rdev: 0,
+                    };
+                    self.make_at(dir, name, node, None)
                 }
-            }
-            match self.make(&path, FileType::Regular, mode, None) {
+            };
+            match made {
                 Ok(a) => return Ok(a.ino),
                 Err(Fail::Fs(e)) if e == EEXIST && !flags.excl => {
                     // The name is there: made by someone else meanwhile, or a symlink

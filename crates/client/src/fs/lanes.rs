@@ -44,6 +44,11 @@ use crate::{ClientConfig, Stats};
 
 /// Times a call runs again after the MDS connection was re-established.
 const RECONNECT_RETRIES: usize = 4;
+/// Times a call runs again because the cluster map changed under it. Each time the
+/// client holds a newer map (the epoch only grows), and a store that rejoins moves
+/// it several times (joined and resyncing, resynced), so this bound is wider: a
+/// call fails for it only if the map keeps changing under every attempt.
+const MAP_CHANGE_RETRIES: usize = 32;
 /// Most lanes a client opens (the staged-lanes mask is one word).
 pub const MAX_LANES: usize = 64;
 
@@ -249,7 +254,8 @@ impl Lanes {
         g.remote.begin_operation();
         let mut reclaimed = false;
         let r = (|| {
-            for _ in 0..RECONNECT_RETRIES {
+            let (mut reconnects, mut map_changes) = (0, 0);
+            while reconnects < RECONNECT_RETRIES && map_changes < MAP_CHANGE_RETRIES {
                 g.datapath().forget_if_term_changed();
                 let staged = if commit_staged || g.staging.due() {
                     g.datapath().flush_all()
@@ -267,12 +273,18 @@ impl Lanes {
                         }
                     }
                     Err(Fail::Fs(e)) => return Err(e),
-                    Err(Fail::Reconnected) => g.datapath().reconnected(),
+                    Err(Fail::Reconnected) => {
+                        reconnects += 1;
+                        g.datapath().reconnected()
+                    }
                     // Refused, with the new map in hand: the operation writes again.
-                    Err(Fail::MapChanged) => {}
+                    Err(Fail::MapChanged) => map_changes += 1,
                 }
             }
-            Err(io_err("the MDS connection keeps breaking"))
+            Err(io_err(match reconnects == RECONNECT_RETRIES {
+                true => "the MDS connection keeps breaking",
+                false => "the cluster map keeps changing under the operation",
+            }))
         })();
         self.note_staged(g);
         r

@@ -147,14 +147,16 @@ fn register(ino: u64, path: CString, entries: Vec<DirEntry>, fd: c_int) -> *mut 
 #[no_mangle]
 pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut DIR {
     // SAFETY: fcntl F_GETFL only reads the descriptor's flags.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    let flags = unsafe { real::fcntl(fd, libc::F_GETFL, 0) };
     // SAFETY: stat64 is plain integers: all zeros is a valid value.
     let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
     // SAFETY: fstat of the caller's descriptor into a struct we own.
     let dir = flags >= 0
         && flags & libc::O_PATH == 0
         && unsafe { real::fstat64(fd, &mut st) } == 0
-        && st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+        && st.st_mode & libc::S_IFMT == libc::S_IFDIR
+        // Orion's own, not a file system mounted inside the mount.
+        && state::settings().is_some_and(|s| s.dev == st.st_dev);
     if dir {
         // SAFETY: a NUL-terminated path we own: the directory itself, by its fd.
         if let Route::Serve(c, p) = unsafe { route(fd, c".".as_ptr(), false) } {

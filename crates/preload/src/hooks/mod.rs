@@ -78,8 +78,11 @@ pub(crate) unsafe fn route(dirfd: c_int, path: *const c_char, empty_path: bool) 
     RELATIVE.set(p.to_bytes().first() != Some(&b'/'));
     let _in = Inside::enter();
     let r = match classify(dirfd, p, empty_path) {
+        // Asked before the client: a process whose calls all go to the mount never
+        // connects one.
+        Target::Orion(_) if !serves(effective_ids().0) => Route::Kernel,
         Target::Orion(s) => match state::client() {
-            Some(c) if c.owner() == effective_ids() && serves(c.owner().0) => Route::Serve(c, s),
+            Some(c) if c.owner() == effective_ids() => Route::Serve(c, s),
             _ => Route::Kernel,
         },
         Target::OrionFd(fd) => table::get(fd).map_or(Route::Kernel, Route::Fd),
@@ -153,6 +156,16 @@ thread_local! {
     /// Whether the path of the call being routed was relative (to the working
     /// directory or a directory descriptor).
     static RELATIVE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// A call of two paths (rename, link) is relative if either path is.
+///
+/// # Safety
+/// Both are null or NUL-terminated.
+pub(crate) unsafe fn relative_either(a: *const c_char, b: *const c_char) {
+    // SAFETY: as the caller says; a null path is neither.
+    let rel = |p: *const c_char| !p.is_null() && unsafe { *p } as u8 != b'/';
+    RELATIVE.set(rel(a) || rel(b));
 }
 
 /// A check's answer for the call being routed. The client walks every path from the

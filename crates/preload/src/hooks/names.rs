@@ -7,7 +7,7 @@ use std::ffi::CStr;
 use libc::{c_char, c_int, c_uint, mode_t, size_t, ssize_t, AT_FDCWD, AT_REMOVEDIR};
 use orion_client::{FsResult, RenameMode, Want};
 
-use super::{allow, fail, fail_ssize, judged, leaves, route, with_caller, Route};
+use super::{allow, fail, fail_ssize, judged, leaves, relative_either, route, with_caller, Route};
 use crate::paths::kernel_holds;
 use crate::real;
 use crate::state::Inside;
@@ -96,6 +96,8 @@ pub unsafe extern "C" fn renameat2(
     };
     // SAFETY: the caller's paths.
     let (a, b) = unsafe { (route(od, from, false), route(nd, to, false)) };
+    // SAFETY: the caller's paths.
+    unsafe { relative_either(from, to) };
     let served = match (a, b) {
         (Route::Serve(c, p), Route::Serve(_, q)) => {
             let _in = Inside::enter();
@@ -177,6 +179,8 @@ pub unsafe extern "C" fn linkat(
     }
     // SAFETY: the caller's paths.
     let (a, b) = unsafe { (route(od, from, false), route(nd, to, false)) };
+    // SAFETY: the caller's paths.
+    unsafe { relative_either(from, to) };
     let served = match (a, b) {
         (Route::Serve(c, p), Route::Serve(_, q)) => {
             let _in = Inside::enter();

@@ -93,13 +93,12 @@ fn open_served(c: &'static Client, p: &str, flags: c_int, mode: mode_t) -> Resul
         truncate: flags & libc::O_TRUNC != 0 && table::writable(flags),
         append: flags & libc::O_APPEND != 0,
     };
+    // The open itself answers for a path that cannot be walked.
     let mode = match of.create {
-        true => with_caller(|cred| c.creation_mode(p, cred, mode & 0o7777)),
-        false => Ok(mode & 0o7777),
-    };
-    let mode = match mode {
-        Ok(m) => m,
-        Err(e) => return fails(e),
+        true => {
+            with_caller(|cred| c.creation_mode(p, cred, mode & 0o7777)).unwrap_or(mode & 0o7777)
+        }
+        false => mode & 0o7777,
     };
     // Checked as the caller in the walk that finds or makes the file (root: no
     // check at all).
