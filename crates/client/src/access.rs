@@ -13,6 +13,7 @@ use orion_format::FileType;
 use orion_meta::perm::{self, Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
 use orion_meta::{Attr, FsError, FsResult, RenameMode, SetAttrReq};
 
+use crate::fs::paths::is_root;
 use crate::fs::Inner;
 use crate::remote::{Fail, Res};
 use crate::Client;
@@ -22,8 +23,6 @@ use crate::Client;
 pub enum Want<'a> {
     /// Search permission along the path (stat, readlink, chdir's walk).
     Walk { follow: bool },
-    /// `mask` (`perm::MAY_*`) on what the path names (access, opendir, exec).
-    Inode { follow: bool, mask: u32 },
     /// A new name in the path's directory (mkdir, mknod, symlink, a link's name).
     Add,
     /// Removing the path's name (unlink, rmdir).
@@ -51,20 +50,9 @@ impl Inner {
             Want::Walk { follow } => {
                 self.resolve_as(path, follow, searcher)?;
             }
-            Want::Inode { follow, mask } => {
-                let (ino, _) = self.resolve_as(path, follow, searcher)?;
-                perm::check(&self.getattr(ino)?, cred, mask)?;
-            }
             Want::Add => {
                 let (dir, name) = self.resolve_parent_as(path, searcher)?;
-                // A name that exists is the call's EEXIST, as Linux finds it first.
-                match self.lookup(dir, &name) {
-                    Err(Fail::Fs(FsError::Errno(libc::ENOENT))) => {
-                        perm::check(&self.getattr(dir)?, cred, MAY_WRITE | MAY_EXEC)?;
-                    }
-                    Err(e) => return Err(e),
-                    Ok(_) => {}
-                }
+                self.may_make(dir, &name, cred)?;
             }
             Want::Remove => {
                 let (dir, name) = self.resolve_parent_as(path, searcher)?;
@@ -94,11 +82,6 @@ impl Inner {
     }
 }
 
-/// Whether `path` names the file system's root.
-fn is_root(path: &str) -> bool {
-    path.split('/').all(|c| c.is_empty() || c == ".")
-}
-
 /// Whether the host protects hard links (`fs.protected_hardlinks`, on unless the
 /// host says 0), read once.
 fn protected_hardlinks() -> bool {
@@ -119,6 +102,23 @@ fn within(i: &mut Inner, mut dir: u64, ancestor: u64) -> Res<bool> {
             return Ok(false);
         }
         dir = i.parent(dir)?;
+    }
+}
+
+impl Inner {
+    /// Whether `cred` may make `name` in directory `dir`: write and search
+    /// permission, unless the name exists (the call's EEXIST, which Linux finds
+    /// first; or, for an open, a symlink the call follows).
+    pub(crate) fn may_make(&mut self, dir: u64, name: &[u8], cred: &Cred) -> Res<()> {
+        match self.lookup(dir, name) {
+            Err(Fail::Fs(FsError::Errno(libc::ENOENT))) => Ok(perm::check(
+                &self.getattr(dir)?,
+                cred,
+                MAY_WRITE | MAY_EXEC,
+            )?),
+            Err(e) => Err(e),
+            Ok(_) => Ok(()),
+        }
     }
 }
 
@@ -258,8 +258,8 @@ impl Client {
                 return Ok(());
             }
             let a = i.getattr(ino)?;
-            let setid = a.mode & libc::S_ISUID != 0
-                || a.mode & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP;
+            // Runs as somebody else: a bit a write by another would drop.
+            let setid = perm::without_setid(a.mode & 0o7777) != a.mode & 0o7777;
             let safe = a.ftype == FileType::Regular
                 && !setid
                 && perm::check(&a, cred, MAY_READ | MAY_WRITE).is_ok();

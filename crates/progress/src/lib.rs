@@ -8,7 +8,7 @@
 //! [`Progress::set`].
 
 use std::io::IsTerminal;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// What the work counts in, for the lines it prints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,11 +132,6 @@ impl Progress {
             self.tenth = 10;
             self.line();
         }
-    }
-
-    /// How long the work has taken so far.
-    pub fn elapsed(&self) -> Duration {
-        self.started.elapsed()
     }
 
     fn line(&self) {

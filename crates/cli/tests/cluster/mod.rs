@@ -33,11 +33,11 @@ impl Daemon {
     }
 
     /// SIGKILL and reap; then the shared-memory files it had no chance to remove
-    /// (they hold RAM) go.
+    /// (they hold RAM) go, with those of any other dead process.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        remove_shm_files_of(self.child.id());
+        orion_fabric::local::sweep_dead_processes_files();
     }
 
     /// SIGTERM, then wait for a clean exit (SIGKILL after 10 s).
@@ -65,20 +65,6 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         self.kill();
-    }
-}
-
-/// Removes the fabric's shared-memory files of process `pid` (dead) from /dev/shm.
-pub fn remove_shm_files_of(pid: u32) {
-    let prefix = format!("orion-fabric.{pid}.");
-    for e in std::fs::read_dir("/dev/shm")
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        if e.file_name().to_string_lossy().starts_with(&prefix) {
-            let _ = std::fs::remove_file(e.path());
-        }
     }
 }
 
@@ -596,9 +582,7 @@ impl Up {
         let alive = |pid: &i32| unsafe { libc::kill(*pid, 0) } == 0;
         let live: Vec<i32> = every.iter().copied().filter(alive).collect();
         // Those a test killed had no chance to remove their files.
-        for pid in every.iter().filter(|p| !alive(p)) {
-            remove_shm_files_of(*pid as u32);
-        }
+        orion_fabric::local::sweep_dead_processes_files();
         assert!(!live.is_empty(), "no pids in {:?}", self.rows);
         // SAFETY: kill(2) on our child's PID.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };

@@ -256,21 +256,8 @@ impl Inner {
                 // EEXIST, the call's to say first). Made in the directory checked.
                 Some(cred) => {
                     let (dir, name) = self.resolve_parent_as(&path, Some(cred))?;
-                    match self.lookup(dir, &name) {
-                        Err(Fail::Fs(e)) if e == ENOENT => {
-                            let w = perm::MAY_WRITE | perm::MAY_EXEC;
-                            perm::check(&self.getattr(dir)?, cred, w)?;
-                        }
-                        Err(e) => return Err(e),
-                        Ok(_) => {}
-                    }
-                    let node = orion_meta::NewNode {
-                        ftype: FileType::Regular,
-                        mode,
-                        uid: self.uid,
-                        gid: self.gid,
-                        rdev: 0,
-                    };
+                    self.may_make(dir, &name, cred)?;
+                    let node = self.own_node(FileType::Regular, mode);
                     self.make_at(dir, name, node, None)
                 }
             };

@@ -8,6 +8,7 @@ use orion_meta::index::Body;
 use orion_meta::{Attr, FsError, FsResult, NewNode, RenameMode};
 use orion_proto::{Create, MdsRequest, ReplyBody};
 
+use super::paths::is_root;
 use super::*;
 use crate::remote::{io_err, Fail, Res};
 
@@ -43,7 +44,7 @@ impl Client {
     }
 
     pub fn unlink(&self, path: &str) -> FsResult<()> {
-        if is_root(path)? {
+        if is_root(path) {
             return Err(FsError::Errno(libc::EISDIR));
         }
         self.run(|i| {
@@ -73,7 +74,7 @@ impl Client {
     }
 
     pub fn link(&self, existing: &str, new: &str) -> FsResult<Attr> {
-        if is_root(new)? {
+        if is_root(new) {
             return Err(FsError::Errno(libc::EEXIST));
         }
         self.run(|i| {
@@ -188,18 +189,23 @@ impl Inner {
         mode: u32,
         symlink: Option<&[u8]>,
     ) -> Res<Attr> {
-        if is_root(path)? {
+        if is_root(path) {
             return Err(FsError::Errno(libc::EEXIST).into());
         }
         let (parent, name) = self.resolve_parent(path)?;
-        let node = NewNode {
+        let node = self.own_node(ftype, mode);
+        self.make_at(parent, name, node, symlink)
+    }
+
+    /// A new node of this client's owner.
+    pub(crate) fn own_node(&self, ftype: FileType, mode: u32) -> NewNode {
+        NewNode {
             ftype,
             mode,
             uid: self.uid,
             gid: self.gid,
             rdev: 0,
-        };
-        self.make_at(parent, name, node, symlink)
+        }
     }
 
     pub(crate) fn make_at(
@@ -275,10 +281,4 @@ impl Inner {
         }
         Ok(out)
     }
-}
-
-/// Whether `path` names the root, which exists (EEXIST to a call that would make
-/// it) and cannot be removed.
-fn is_root(path: &str) -> FsResult<bool> {
-    Ok(super::paths::components(path)?.is_empty())
 }

@@ -32,6 +32,12 @@ pub(crate) fn components(path: &str) -> FsResult<Vec<Vec<u8>>> {
     Ok(out)
 }
 
+/// Whether `path` names the root, which exists (EEXIST to a call that would make
+/// it) and cannot be removed.
+pub(crate) fn is_root(path: &str) -> bool {
+    path.split('/').all(|c| c.is_empty() || c == ".")
+}
+
 /// A name as one path component: not empty, no '/', at most NAME_MAX bytes.
 pub(crate) fn check_name(name: &[u8]) -> FsResult<()> {
     if name.is_empty() || name.contains(&b'/') {

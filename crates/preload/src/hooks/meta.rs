@@ -205,22 +205,22 @@ pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
         if len < 0 {
             return fail(libc::EINVAL);
         }
-        let mut req = SetAttrReq {
+        let req = SetAttrReq {
             size: Some(len as u64),
             ..Default::default()
         };
-        // A truncation by a caller without CAP_FSETID drops the setid bits, in the
-        // same change (as the kernel asks a FUSE file system).
-        if let (false, Ok(a)) = (root(), c.stat(&p)) {
-            let kept = perm::without_setid(a.mode & 0o7777);
-            req.mode = (kept != a.mode & 0o7777).then_some(kept);
-        }
         let want = Want::SetAttr {
             follow: true,
             req: &req,
         };
-        let allowed = allow(c, &p, want);
-        match allowed.and_then(|r| c.setattr_path(&p, &r.unwrap_or(req)).map(|_| ())) {
+        // A truncation by a caller without CAP_FSETID drops the setid bits, as a
+        // write does (`Client::kill_setid`).
+        let kill = |a: Attr| match root() {
+            true => Ok(()),
+            false => c.kill_setid(a.ino),
+        };
+        let truncated = allow(c, &p, want).and_then(|r| c.setattr_path(&p, &r.unwrap_or(req)));
+        match truncated.and_then(kill) {
             Ok(()) => return 0,
             Err(e) if leaves(&e) => {}
             Err(e) => return fail(e.errno()),
