@@ -83,6 +83,8 @@ pub(crate) struct Handle {
     gen: u64,
     flags: OpenFlags,
     pos: u64,
+    /// Counted in the open table (a regular file's descriptor).
+    held: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -311,17 +313,14 @@ impl Inner {
         self.remote.call(&req)
     }
 
-    /// Unlinks `name` in `parent`; a file this client holds open stays usable through
-    /// its descriptors (link count 0) until the last of them closes.
+    /// Unlinks `name` in `parent`. A file any client holds open stays usable through
+    /// its descriptors (link count 0) until the last of them closes: the MDS keeps it
+    /// while an open table names it (`remote::open_table`).
     pub(crate) fn unlink_name(&mut self, parent: u64, name: Vec<u8>) -> Res<()> {
-        if !self.holds_open(parent, &name)? {
-            return self.rpc(MdsRequest::Unlink { parent, name }).map(|_| ());
-        }
-        let r = self.rpc(MdsRequest::UnlinkOpen { parent, name })?;
-        self.keep_orphan(r)
+        self.rpc(MdsRequest::Unlink { parent, name }).map(|_| ())
     }
 
-    /// rename(2) by directory inodes and names; a target this client holds open
+    /// rename(2) by directory inodes and names; a target some client holds open
     /// outlives the rename, as it would an unlink.
     pub(crate) fn rename_names(
         &mut self,
@@ -329,52 +328,14 @@ impl Inner {
         (new_parent, new_name): (u64, Vec<u8>),
         mode: RenameMode,
     ) -> Res<()> {
-        let target_open = mode == RenameMode::Replace && self.holds_open(new_parent, &new_name)?;
-        let r = self.rpc(MdsRequest::Rename {
+        self.rpc(MdsRequest::Rename {
             old_parent,
             old_name,
             new_parent,
             new_name,
             mode,
-            target_open,
-        })?;
-        self.keep_orphan(r)
-    }
-
-    /// Whether `name` in `parent` is a file this client holds open (a removal of
-    /// that name must keep the inode).
-    fn holds_open(&mut self, parent: u64, name: &[u8]) -> Res<bool> {
-        if lock(&self.open).handles.is_empty() {
-            return Ok(false);
-        }
-        match self.lookup(parent, name) {
-            Ok(ino) => Ok(lock(&self.open).holds(ino)),
-            Err(Fail::Fs(orion_meta::FsError::Errno(libc::ENOENT))) => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Remembers the inode an unlink or rename kept for this client's descriptors
-    /// (0: nothing was kept); the last close releases it. One this client does not
-    /// hold (the name was replaced between the lookup and the MDS) is released now.
-    fn keep_orphan(&mut self, reply: ReplyBody) -> Res<()> {
-        match reply {
-            ReplyBody::Ino(0) | ReplyBody::Empty => Ok(()),
-            ReplyBody::Ino(ino) => {
-                let mut open = lock(&self.open);
-                if open.holds(ino) {
-                    open.orphans.insert(ino, self.lane);
-                    return Ok(());
-                }
-                drop(open);
-                // Another client put a file of its own under the name meanwhile:
-                // this client holds nothing of it, so it goes at once.
-                self.rpc(MdsRequest::Release { ino }).map(|_| ())
-            }
-            other => Err(Fail::Fs(io_err(format!(
-                "unlink or rename: unexpected reply {other:?}"
-            )))),
-        }
+        })
+        .map(|_| ())
     }
 
     /// Commits the entries `build` makes from a current copy of the inode,

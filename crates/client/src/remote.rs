@@ -18,6 +18,9 @@ use orion_proto::{
 };
 use tracing::{info, warn};
 
+mod open_table;
+pub(crate) use open_table::OpenTable;
+
 use crate::replicas::Store;
 use crate::stats::Stats;
 use crate::ClientConfig;
@@ -59,6 +62,9 @@ pub struct Remote {
     pub(crate) cq: CompletionQueue,
     mds: Channel,
     pub mds_pool: RemoteRegion,
+    /// The MDS's open table of this client (`open_table`), and this client's copy.
+    open_table: RemoteRegion,
+    opens: Arc<OpenTable>,
     pub sb: Superblock,
     /// The cluster map as the MDS last described it, and its epoch.
     pub map: Vec<StoreInfo>,
@@ -120,12 +126,13 @@ const MAX_APPLIED: usize = 64;
 
 impl Remote {
     /// Opens lane `lane` of a client (see `fs::lanes`) on `domain`.
-    pub fn connect(
+    pub(crate) fn connect(
         cfg: ClientConfig,
         domain: Domain,
         lane: usize,
         sessions: Arc<AtomicU64>,
         instance: u64,
+        opens: Arc<OpenTable>,
     ) -> FsResult<Remote> {
         let strong = cfg.strong().map_err(io_err)?;
         let cq = domain.completion_queue().map_err(io_err)?;
@@ -159,6 +166,12 @@ impl Remote {
                 addr: 0,
                 len: 0,
             },
+            open_table: RemoteRegion {
+                key: 0,
+                addr: 0,
+                len: 0,
+            },
+            opens,
             sb: Superblock::new_metadata(1 << 20, [0; 16], [0; 16], 0).map_err(io_err)?,
             map: Vec::new(),
             epoch: 0,
@@ -227,6 +240,7 @@ impl Remote {
         }
         self.term = Some(h.term);
         self.mds_pool = h.pool;
+        self.open_table = h.open_table;
         self.grace = Duration::from_millis(h.grace_ms);
         let internal_changed = self.adopt_map(h.epoch, h.stores);
         self.map_at = asked;
@@ -236,6 +250,7 @@ impl Remote {
             hello.internal = self.internal;
             self.call_once(&MdsRequest::Hello(hello))?;
         }
+        self.write_table_after_hello();
         Ok(())
     }
 

@@ -426,8 +426,8 @@ impl Mds {
         r.map(|(_, _, reply)| reply)
     }
 
-    /// Changes made outside any request (a departed client's orphans): called back,
-    /// charged to no reply.
+    /// Changes made outside any request (orphans destroyed once closed): called
+    /// back, charged to no reply.
     pub(crate) fn changes_of_no_request(&mut self) {
         let changes = self.engine.take_changes();
         if !changes.is_empty() {

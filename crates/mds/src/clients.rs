@@ -62,10 +62,12 @@ impl Mds {
         };
         peer.name = format!("{} ({})", h.name, peer.ch.conn.peer());
         self.next_client += 1;
+        let open_table = self.open_tables.table_of(&self.domain, h.instance, conn)?;
         Ok(ReplyBody::Hello(HelloReply {
             client_id: self.next_client - 1,
             superblock: self.superblock.clone(),
             pool: self.pool_region.remote(),
+            open_table,
             epoch: self.map.epoch(),
             stores: self.stores_with_progress(),
             map_lease_ms: self.cfg.map_lease_ms,

@@ -26,6 +26,7 @@ pub mod members;
 pub mod metrics;
 mod mirror;
 pub mod namespace;
+mod open_tables;
 pub mod primary;
 pub mod replies;
 mod ring;

@@ -26,6 +26,7 @@ use crate::chunks::{ChunkGrants, Group};
 use crate::locks::Locks;
 use crate::members::{ClusterMap, MapHome};
 use crate::mirror::Mirroring;
+use crate::open_tables::{open_grace, OpenTables};
 use crate::primary::PrimaryRole;
 use crate::replies::ReplyTable;
 use crate::startup::{Ended, Listening};
@@ -64,8 +65,6 @@ pub(crate) struct Peer {
     /// When it last sent anything (data stores only: one sends a heartbeat every
     /// 100 ms).
     pub heard: Instant,
-    /// Inodes it unlinked while holding them open (kept until it releases them).
-    pub orphans: Vec<u64>,
 }
 
 impl Peer {
@@ -122,6 +121,8 @@ pub(crate) struct Mds {
     pub(crate) grants_from: Instant,
     /// Callbacks to clients' kernel caches, and the replies that wait for them.
     pub(crate) callbacks: Callbacks,
+    /// What each client holds open, and the unlinked files that wait for it.
+    pub(crate) open_tables: OpenTables,
 }
 
 /// Recovers the pool and serves until `stop` is set (or the primary role is lost).
@@ -185,6 +186,7 @@ pub(crate) fn serve_loop(
     let map = ClusterMap::load(home, cfg.replicas).context("loading the cluster map")?;
     let cfg_grant_quiet_ms = cfg.grant_quiet_ms;
     let callbacks = Callbacks::new(Duration::from_millis(cfg.cache_lease_ms), Instant::now());
+    let open_tables = OpenTables::new(open_grace(&cfg), Instant::now());
     engine.record_changes();
     let mut mds = Mds {
         cfg,
@@ -210,6 +212,7 @@ pub(crate) fn serve_loop(
         remember: HashMap::new(),
         grants_from: Instant::now() + Duration::from_millis(cfg_grant_quiet_ms),
         callbacks,
+        open_tables,
     };
     ready(&Ready {
         addr: addr.clone(),
@@ -266,6 +269,7 @@ pub(crate) fn serve_loop(
         mds.expire_parked(now);
         mds.check_heartbeats(now);
         mds.metrics_turn(now);
+        mds.orphans_turn(now);
         mds.callbacks_turn();
         // The mirror gets what this turn persisted before any of its replies leave.
         mds.mirror_turn();
@@ -305,7 +309,6 @@ impl Mds {
                     grants: ChunkGrants::default(),
                     name,
                     heard: Instant::now(),
-                    orphans: Vec::new(),
                 },
             );
         }
@@ -340,8 +343,7 @@ impl Mds {
             return;
         };
         peer.ch.conn.close();
-        self.release_orphans(&peer.orphans);
-        self.changes_of_no_request();
+        self.open_tables.departed(conn, Instant::now());
         // Pages of chunks the client never committed go back to their groups now: no
         // file names them, so no reader can hold them.
         for (g, n) in peer.grants.uncommitted() {
@@ -573,14 +575,13 @@ impl Mds {
                 }
                 namespace::create(&mut self.engine, &c)
             }
-            MdsRequest::Release { ino } => self.release(conn, ino),
+            MdsRequest::HoldOpen { ino, hold } => self.hold_open(conn, ino, hold),
             MdsRequest::ReturnPages { runs } => self.return_pages(conn, &runs),
             req @ (MdsRequest::Unlink { .. }
-            | MdsRequest::UnlinkOpen { .. }
             | MdsRequest::Rmdir { .. }
             | MdsRequest::Rename { .. }
             | MdsRequest::Link { .. }
-            | MdsRequest::Parent { .. }) => self.namespace_rpc(conn, req),
+            | MdsRequest::Parent { .. }) => self.namespace_rpc(req),
             MdsRequest::Statfs => {
                 let (blocks, bfree) = self
                     .groups

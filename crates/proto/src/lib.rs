@@ -13,6 +13,7 @@
 pub mod channel;
 mod codec;
 mod msg;
+pub mod open_table;
 
 pub use channel::{Channel, Event};
 pub use codec::{ProtoError, Reader, Writer};
@@ -20,9 +21,10 @@ pub use msg::*;
 
 /// Magic of every message ("OR") and the protocol version both ends must speak.
 pub const MAGIC: u16 = 0x524F;
-/// Version 11: a rename by a client that holds its target open keeps the target
-/// (version 10: callbacks that keep clients' kernel caches true).
-pub const VERSION: u8 = 11;
+/// Version 12: open tables (`open_table`) keep every client's open files through
+/// another's unlink (version 11: a rename by a client that holds its target open
+/// keeps the target; 10: callbacks that keep clients' kernel caches true).
+pub const VERSION: u8 = 12;
 /// Bytes of the header: magic, version, kind, pad, request id.
 pub const HEADER: usize = 16;
 

@@ -46,28 +46,16 @@ impl Client {
     pub fn close(&self, fd: Fd) -> FsResult<()> {
         let h = self.open_files().handles.remove(&fd.0).ok_or(EBADF)?;
         let settled = self.run_data(h.ino, |i| i.datapath().settle(h.ino, h.gen));
-        // The last descriptor of an unlinked file lets it go even when its staged
-        // writes failed to commit (what close reports).
-        let released = self.release_if_orphan(h.ino);
-        settled.and(released)
-    }
-
-    /// After a descriptor of `ino` closed: the last one of a file this client
-    /// unlinked lets the MDS destroy it (through the lane that asked it to keep it).
-    fn release_if_orphan(&self, ino: u64) -> FsResult<()> {
-        let lane = {
-            let mut open = self.open_files();
-            if open.holds(ino) {
-                return Ok(());
-            }
-            match open.orphans.remove(&ino) {
-                Some(lane) => lane,
-                None => return Ok(()),
-            }
-        };
-        self.lanes.run(Pick::Lane(lane), false, |i| {
-            i.rpc(MdsRequest::Release { ino }).map(|_| ())
-        })
+        // The descriptor goes from the open table even when its staged writes failed
+        // to commit (what close reports): the last one of an unlinked file lets the
+        // MDS destroy it.
+        if h.held {
+            self.lanes.run(Pick::Inode(h.ino), false, |i| {
+                i.remote.release_open(h.ino);
+                Ok(())
+            })?;
+        }
+        settled
     }
 
     /// Commits the writes staged for an open file, and reports any that failed to
@@ -293,16 +281,19 @@ impl Inner {
         if a.ftype == FileType::Directory && (flags.write || flags.truncate) {
             return Err(EISDIR.into());
         }
-        if flags.truncate && flags.write && a.ftype == FileType::Regular && a.size > 0 {
-            self.setattr(
-                ino,
-                &SetAttrReq {
-                    size: Some(0),
-                    ..Default::default()
-                },
-            )?;
-        }
-        let gen = self.cache.refresh(&mut self.remote, ino)?.generation;
+        // A regular file is in the open table before it is read: from here on no
+        // unlink elsewhere destroys it (see `remote::open_table`).
+        let held = a.ftype == FileType::Regular;
+        let first = held && self.remote.hold_open(ino)?;
+        let gen = match self.read_held(ino, flags, a.size, first) {
+            Ok(gen) => gen,
+            Err(e) => {
+                if held {
+                    self.remote.release_open(ino);
+                }
+                return Err(e);
+            }
+        };
         let mut open = lock(&self.open);
         let fd = open.next_fd;
         open.next_fd += 1;
@@ -313,9 +304,30 @@ impl Inner {
                 gen,
                 flags,
                 pos: 0,
+                held,
             },
         );
         Ok(Fd(fd))
+    }
+
+    /// The rest of an open once the file is held: O_TRUNC, and the generation of a
+    /// copy read after the hold. A file the hold was the first of and that has no
+    /// link is one an unlink destroys: the open gives up, as if it came after.
+    fn read_held(&mut self, ino: u64, flags: OpenFlags, size: u64, first: bool) -> Res<u64> {
+        if flags.truncate && flags.write && size > 0 {
+            self.setattr(
+                ino,
+                &SetAttrReq {
+                    size: Some(0),
+                    ..Default::default()
+                },
+            )?;
+        }
+        let c = self.cache.refresh(&mut self.remote, ino)?;
+        if first && c.state.attr.nlink == 0 {
+            return Err(ENOENT.into());
+        }
+        Ok(c.generation)
     }
 }
 

@@ -38,7 +38,7 @@ use super::{Handle, Inner};
 use crate::alloc::Chunks;
 use crate::arbitration::InodeCache;
 use crate::datapath::PageCache;
-use crate::remote::{io_err, Fail, Remote, Res};
+use crate::remote::{io_err, Fail, OpenTable, Remote, Res};
 use crate::staging::Staging;
 use crate::{ClientConfig, Stats};
 
@@ -57,16 +57,6 @@ pub const MAX_LANES: usize = 64;
 pub(crate) struct OpenFiles {
     pub handles: HashMap<u64, Handle>,
     pub next_fd: u64,
-    /// Inodes this client unlinked while it held them open, with the lane whose MDS
-    /// connection keeps them: the MDS keeps such an inode until that connection
-    /// releases it (`MdsRequest::Release`, at the last close) or goes away.
-    pub orphans: HashMap<u64, usize>,
-}
-
-impl OpenFiles {
-    pub fn holds(&self, ino: u64) -> bool {
-        self.handles.values().any(|h| h.ino == ino)
-    }
 }
 
 /// Which lane a call runs on.
@@ -100,6 +90,8 @@ pub(crate) struct Lanes {
     pub gid: u32,
     /// Drawn once: the client's name at the MDS for callbacks (`Hello::instance`).
     pub instance: u64,
+    /// What the client holds open, for the MDS (`remote::open_table`).
+    pub opens: Arc<OpenTable>,
 }
 
 impl Lanes {
@@ -134,6 +126,7 @@ impl Lanes {
             uid,
             gid,
             instance: orion_format::random_u64(),
+            opens: Arc::new(OpenTable::default()),
         };
         l.open_lane(0, false)?;
         Ok(l)
@@ -165,7 +158,8 @@ impl Lanes {
         let remote = loop {
             let sessions = self.sessions.clone();
             let (cfg, domain) = (self.cfg.clone(), self.domain.clone());
-            match Remote::connect(cfg, domain, i, sessions, self.instance) {
+            let opens = self.opens.clone();
+            match Remote::connect(cfg, domain, i, sessions, self.instance, opens) {
                 Ok(r) => break r,
                 Err(e) if !patient || Instant::now() >= deadline => return Err(e),
                 Err(_) => std::thread::sleep(Duration::from_millis(20)),

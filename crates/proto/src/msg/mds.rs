@@ -29,15 +29,12 @@ pub enum MdsRequest {
         parent: u64,
         name: Vec<u8>,
     },
-    /// An unlink by a client that holds the file open: its last link goes, but the
-    /// inode stays (link count 0) until that client releases it or goes away.
-    UnlinkOpen {
-        parent: u64,
-        name: Vec<u8>,
-    },
-    /// The client closed the last descriptor of a file it unlinked while open.
-    Release {
+    /// A file the client holds open whose bucket of its open table is full
+    /// (`crate::open_table`): the MDS keeps it as the table would (`hold`), or no
+    /// longer (`!hold`, at its last close).
+    HoldOpen {
         ino: u64,
+        hold: bool,
     },
     /// Pages of this connection's chunks it will not use, given back (a client with
     /// several connections returns those of its idle ones when a store runs short).
@@ -49,16 +46,12 @@ pub enum MdsRequest {
         parent: u64,
         name: Vec<u8>,
     },
-    /// With `target_open`, the client holds the file `new_name` names open: if the
-    /// rename takes its last link, it stays as after [`MdsRequest::UnlinkOpen`], and
-    /// the reply names it ([`super::ReplyBody::Ino`]; 0 when nothing is kept).
     Rename {
         old_parent: u64,
         old_name: Vec<u8>,
         new_parent: u64,
         new_name: Vec<u8>,
         mode: RenameMode,
-        target_open: bool,
     },
     Link {
         ino: u64,
@@ -125,8 +118,7 @@ wire_kinds! {
         TestLock = 17,
         ReleaseLocks = 18,
         Outcome = 19,
-        UnlinkOpen = 20,
-        Release = 21,
+        HoldOpen = 21,
         ReturnPages = 22,
         Watch = 23,
         CacheLease = 24,
@@ -199,8 +191,7 @@ impl MdsRequest {
             MdsRequest::Commit(_) => MdsKind::Commit,
             MdsRequest::Create(_) => MdsKind::Create,
             MdsRequest::Unlink { .. } => MdsKind::Unlink,
-            MdsRequest::UnlinkOpen { .. } => MdsKind::UnlinkOpen,
-            MdsRequest::Release { .. } => MdsKind::Release,
+            MdsRequest::HoldOpen { .. } => MdsKind::HoldOpen,
             MdsRequest::ReturnPages { .. } => MdsKind::ReturnPages,
             MdsRequest::Rmdir { .. } => MdsKind::Rmdir,
             MdsRequest::Rename { .. } => MdsKind::Rename,
@@ -226,8 +217,6 @@ impl MdsRequest {
             MdsRequest::Commit(_)
                 | MdsRequest::Create(_)
                 | MdsRequest::Unlink { .. }
-                | MdsRequest::UnlinkOpen { .. }
-                | MdsRequest::Release { .. }
                 | MdsRequest::Rmdir { .. }
                 | MdsRequest::Rename { .. }
                 | MdsRequest::Link { .. }
@@ -277,13 +266,11 @@ impl MdsRequest {
                     None => w.u8(0),
                 };
             }
-            MdsRequest::Unlink { parent, name }
-            | MdsRequest::UnlinkOpen { parent, name }
-            | MdsRequest::Rmdir { parent, name } => {
+            MdsRequest::Unlink { parent, name } | MdsRequest::Rmdir { parent, name } => {
                 w.u64(*parent).bytes(name);
             }
-            MdsRequest::Release { ino } => {
-                w.u64(*ino);
+            MdsRequest::HoldOpen { ino, hold } => {
+                w.u64(*ino).bool(*hold);
             }
             MdsRequest::ReturnPages { runs } => {
                 w.u32(runs.len() as u32);
@@ -297,14 +284,12 @@ impl MdsRequest {
                 new_parent,
                 new_name,
                 mode,
-                target_open,
             } => {
                 w.u64(*old_parent)
                     .bytes(old_name)
                     .u64(*new_parent)
                     .bytes(new_name)
-                    .u8(*mode as u8)
-                    .bool(*target_open);
+                    .u8(*mode as u8);
             }
             MdsRequest::Link { ino, parent, name } => {
                 w.u64(*ino).u64(*parent).bytes(name);
@@ -374,12 +359,9 @@ impl MdsRequest {
                 parent: r.u64("parent")?,
                 name: name(r)?,
             },
-            MdsKind::UnlinkOpen => MdsRequest::UnlinkOpen {
-                parent: r.u64("parent")?,
-                name: name(r)?,
-            },
-            MdsKind::Release => MdsRequest::Release {
+            MdsKind::HoldOpen => MdsRequest::HoldOpen {
                 ino: r.u64("inode")?,
+                hold: r.bool("hold")?,
             },
             MdsKind::ReturnPages => {
                 let n = r.u32("run count")? as usize;
@@ -407,7 +389,6 @@ impl MdsRequest {
                     2 => RenameMode::Exchange,
                     _ => return Err(ProtoError::Invalid("rename mode")),
                 },
-                target_open: r.bool("target open")?,
             },
             MdsKind::Link => MdsRequest::Link {
                 ino: r.u64("ino")?,
@@ -455,8 +436,7 @@ impl Message for MdsRequest {
             MdsKind::Commit => "log commit",
             MdsKind::Create => "create",
             MdsKind::Unlink => "unlink",
-            MdsKind::UnlinkOpen => "unlink of an open file",
-            MdsKind::Release => "release",
+            MdsKind::HoldOpen => "hold open",
             MdsKind::ReturnPages => "return of chunk pages",
             MdsKind::Rmdir => "rmdir",
             MdsKind::Rename => "rename",

@@ -236,6 +236,9 @@ pub struct HelloReply {
     pub superblock: Vec<u8>,
     /// The MDS pool, readable one-sided.
     pub pool: RemoteRegion,
+    /// The open table of the client's instance, writable one-sided
+    /// (`crate::open_table`).
+    pub open_table: RemoteRegion,
     /// The cluster map's epoch (also in every message's header).
     pub epoch: Epoch,
     /// Every data store the MDS knows, with its state.
@@ -541,6 +544,7 @@ pub fn encode_reply(out: &mut Vec<u8>, id: u64, reply: &Reply) {
                     .u64(h.client_id)
                     .bytes(&h.superblock);
                 w.buf.extend_from_slice(&h.pool.encode());
+                w.buf.extend_from_slice(&h.open_table.encode());
                 w.u32(h.epoch);
                 w.u32(h.stores.len() as u32);
                 for s in &h.stores {
@@ -681,6 +685,7 @@ pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
             let client_id = r.u64("client id")?;
             let superblock = r.bytes(SUPERBLOCK_SIZE, "superblock")?.to_vec();
             let pool = region(&mut r)?;
+            let open_table = region(&mut r)?;
             let epoch = r.u32("epoch")?;
             let n = r.u32("store count")? as usize;
             if n > MAX_STORES {
@@ -702,6 +707,7 @@ pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
                 client_id,
                 superblock,
                 pool,
+                open_table,
                 epoch,
                 stores,
                 grace_ms: r.u64("grace")?,

@@ -66,7 +66,6 @@ fn sample_requests() -> Vec<MdsRequest> {
             new_parent: 2,
             new_name: b"b".to_vec(),
             mode: RenameMode::Exchange,
-            target_open: false,
         },
         MdsRequest::Rename {
             old_parent: 3,
@@ -74,7 +73,6 @@ fn sample_requests() -> Vec<MdsRequest> {
             new_parent: 3,
             new_name: b"d".to_vec(),
             mode: RenameMode::Replace,
-            target_open: true,
         },
         MdsRequest::Lock(sample_lock()),
         MdsRequest::TestLock(LockReq {
@@ -83,11 +81,14 @@ fn sample_requests() -> Vec<MdsRequest> {
         }),
         MdsRequest::ReleaseLocks { ino: 9, owner: 77 },
         MdsRequest::Outcome { id: 12 },
-        MdsRequest::UnlinkOpen {
-            parent: 3,
-            name: b"open".to_vec(),
+        MdsRequest::HoldOpen {
+            ino: 44,
+            hold: true,
         },
-        MdsRequest::Release { ino: 44 },
+        MdsRequest::HoldOpen {
+            ino: 45,
+            hold: false,
+        },
         MdsRequest::ReturnPages {
             runs: vec![(Gpa::new(1, 300), 12), (Gpa::new(0, 9), 1)],
         },
@@ -191,6 +192,11 @@ fn requests_and_replies_round_trip() {
                 key: 1,
                 addr: 2,
                 len: 3,
+            },
+            open_table: orion_fabric::RemoteRegion {
+                key: 4,
+                addr: 5,
+                len: 6,
             },
             epoch: 17,
             stores: vec![StoreInfo {

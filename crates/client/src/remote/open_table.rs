@@ -1,0 +1,199 @@
+//! The client's open table (design note 58; the MDS's side is
+//! `orion_mds::open_tables`): the inodes this client holds open, written one-sided
+//! into the table the MDS keeps for it, so that no other client's unlink destroys a
+//! file this one still uses.
+//!
+//! The table is the client's (all lanes share it, as they share open files); this
+//! copy is what the MDS's should hold. Every write to the MDS's table is made under
+//! the lock, so that none lands out of order: a word freed by a close and taken by
+//! an open is never cleared after it was set. On the local fabric a write is a
+//! memory copy; elsewhere it is one one-sided write per first open and last close.
+
+use std::collections::HashMap;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::{Mutex, MutexGuard, TryLockError};
+
+use orion_fabric::RemoteRegion;
+use orion_proto::open_table::{bucket, offset, BUCKETS, BYTES, WAYS};
+use orion_proto::MdsRequest;
+
+use super::{io_err, Fail, Remote, Res};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Place {
+    Way(usize),
+    /// Its bucket was full: the MDS keeps it by request.
+    Overflow,
+}
+
+struct Held {
+    /// Open descriptors of the inode in this client.
+    count: u64,
+    place: Place,
+}
+
+pub(crate) struct State {
+    /// What the MDS's table should hold.
+    words: Vec<[u64; WAYS]>,
+    held: HashMap<u64, Held>,
+    /// The key of the MDS table that holds `words` (0: none yet, or a write failed).
+    written: u64,
+}
+
+pub(crate) struct OpenTable {
+    state: Mutex<State>,
+}
+
+impl Default for OpenTable {
+    fn default() -> OpenTable {
+        OpenTable {
+            state: Mutex::new(State {
+                words: vec![[0; WAYS]; BUCKETS as usize],
+                held: HashMap::new(),
+                written: 0,
+            }),
+        }
+    }
+}
+
+impl OpenTable {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Remote {
+    /// Counts a descriptor of `ino` in the open table; the first one is in the MDS's
+    /// table when this returns. Returns whether it was the first: the caller must then
+    /// read the inode, and give the open up ([`Remote::release_open`]) if its link
+    /// count is 0 (the unlink came first). That order is the client's half of the
+    /// pairing described in `orion_mds::open_tables`.
+    pub(crate) fn hold_open(&mut self, ino: u64) -> Res<bool> {
+        let opens = self.opens.clone();
+        let mut st = opens.lock();
+        self.keep_table_written(&mut st, true)?;
+        if let Some(h) = st.held.get_mut(&ino) {
+            h.count += 1;
+            return Ok(false);
+        }
+        let b = bucket(ino) as usize;
+        let place = match st.words[b].iter().position(|w| *w == 0) {
+            Some(w) => Place::Way(w),
+            None => Place::Overflow,
+        };
+        self.write_place(ino, place, true)?;
+        if let Place::Way(w) = place {
+            st.words[b][w] = ino;
+        }
+        st.held.insert(ino, Held { count: 1, place });
+        // The word's store is ordered before the caller's loads of the inode.
+        fence(Ordering::SeqCst);
+        Ok(true)
+    }
+
+    /// A descriptor of `ino` closed; the last one clears its word. A write that fails
+    /// leaves the word to the next whole write of the table.
+    pub(crate) fn release_open(&mut self, ino: u64) {
+        let opens = self.opens.clone();
+        let mut st = opens.lock();
+        let Some(h) = st.held.get_mut(&ino) else {
+            debug_assert!(false, "inode {ino} closed more often than opened");
+            return;
+        };
+        h.count -= 1;
+        if h.count > 0 {
+            return;
+        }
+        let place = h.place;
+        st.held.remove(&ino);
+        if let Place::Way(w) = place {
+            st.words[bucket(ino) as usize][w] = 0;
+        }
+        let cleared = self
+            .keep_table_written(&mut st, false)
+            .and_then(|()| self.write_place(ino, place, false));
+        if cleared.is_err() {
+            st.written = 0;
+        }
+    }
+
+    /// After a hello: a new MDS's table gets this client's words now, unless a call
+    /// of this client is writing it (that call writes it whole itself).
+    pub(super) fn write_table_after_hello(&mut self) {
+        let opens = self.opens.clone();
+        let mut st = match opens.state.try_lock() {
+            Ok(st) => st,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => return,
+        };
+        if self.keep_table_written(&mut st, false).is_err() {
+            st.written = 0;
+        }
+    }
+
+    /// Writes the whole table into the MDS's if that is not the one written (a new
+    /// MDS after a restart or a fail-over, or a write that failed). Reconnects when
+    /// the connection broke only if `reconnect` (a hello does not recurse).
+    fn keep_table_written(&mut self, st: &mut State, reconnect: bool) -> Res<()> {
+        let table = self.open_table;
+        if table.key == st.written {
+            return Ok(());
+        }
+        if table.len < BYTES {
+            return Err(Fail::Fs(io_err("the MDS's open table is too small")));
+        }
+        let bytes: Vec<u8> = st
+            .words
+            .iter()
+            .flatten()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        self.io.write(0, &bytes).map_err(io_err)?;
+        self.write_mds(&table, 0, bytes.len(), reconnect)?;
+        for (&ino, h) in &st.held {
+            if h.place == Place::Overflow {
+                self.call_once(&MdsRequest::HoldOpen { ino, hold: true })?;
+            }
+        }
+        st.written = table.key;
+        Ok(())
+    }
+
+    fn write_place(&mut self, ino: u64, place: Place, hold: bool) -> Res<()> {
+        match place {
+            Place::Way(w) => {
+                let word = if hold { ino } else { 0 };
+                self.io.write(0, &word.to_le_bytes()).map_err(io_err)?;
+                let table = self.open_table;
+                self.write_mds(&table, offset(bucket(ino), w), 8, true)
+            }
+            Place::Overflow => self.call(&MdsRequest::HoldOpen { ino, hold }).map(|_| ()),
+        }
+    }
+
+    /// One-sided write of the first `len` bytes of the I/O buffer into `table`, at
+    /// `off`, complete (delivered) when this returns.
+    fn write_mds(
+        &mut self,
+        table: &RemoteRegion,
+        off: u64,
+        len: usize,
+        reconnect: bool,
+    ) -> Res<()> {
+        let conn = self.mds.conn.clone();
+        let r = self.one_sided(
+            &conn,
+            |io, wr| conn.post_write(wr, io, 0, table, off, len),
+            1,
+        );
+        match r {
+            Ok(()) => Ok(()),
+            Err(e) if !reconnect || self.mds.conn.is_alive() => Err(Fail::Fs(e)),
+            Err(e) => {
+                tracing::warn!("lost the MDS at {} ({e}); reconnecting", self.mds_addr());
+                self.reconnect()?;
+                Err(Fail::Reconnected)
+            }
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! A file one client holds open outlives another client's unlink (or rename over it)
+//! until its last descriptor closes (POSIX), through the open tables the MDS keeps
+//! for its clients (design note 58): reads and writes through the descriptor keep
+//! working, `fstat` says the link count is 0, and the inode is destroyed once the
+//! holder closes it. Opens racing with unlinks either fail with ENOENT or get a
+//! file that stays whole.
+
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use orion_client::{Client, OpenFlags};
+use orion_sim::{ClientKind, Cluster, ClusterConfig};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const EXTERNAL: ClientKind = ClientKind {
+    internal: false,
+    optimistic: false,
+    weak: false,
+};
+
+fn rw() -> OpenFlags {
+    OpenFlags {
+        read: true,
+        write: true,
+        ..Default::default()
+    }
+}
+
+fn make(c: &Client, path: &str, data: &[u8]) {
+    let flags = OpenFlags {
+        create: true,
+        ..rw()
+    };
+    let fd = c.open(path, flags, 0o644).unwrap();
+    c.pwrite(fd, 0, data).unwrap();
+    c.close(fd).unwrap();
+}
+
+fn read_all(c: &Client, path: &str) -> Vec<u8> {
+    let fd = c.open(path, OpenFlags::read(), 0).unwrap();
+    let b = c.pread(fd, 0, 1 << 20).unwrap();
+    c.close(fd).unwrap();
+    b
+}
+
+/// Free inodes, as `statfs` counts them.
+fn free_inodes(c: &Client) -> u64 {
+    c.statfs().unwrap().ffree
+}
+
+/// Waits (up to a generous bound: this is not a timing test) until the MDS's free
+/// inodes are back to `want`.
+fn wait_free_inodes(c: &Client, want: u64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while free_inodes(c) != want {
+        assert!(
+            Instant::now() < deadline,
+            "free inodes stayed {} (want {want})",
+            free_inodes(c)
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A new MDS destroys no unlinked file in its first grace period (its clients have
+/// not written their tables again yet): a probe file's unlink shows when it has
+/// begun to. Returns the free inodes then.
+fn past_startup_grace(c: &Client) -> u64 {
+    let before = free_inodes(c);
+    make(c, "/probe", b"");
+    c.unlink("/probe").unwrap();
+    wait_free_inodes(c, before);
+    before
+}
+
+#[test]
+fn another_clients_unlink_and_rename_leave_open_files_usable_until_closed() {
+    let mut cluster = Cluster::start(ClusterConfig::default()).unwrap();
+    let a = cluster.client(EXTERNAL).unwrap();
+    let b = cluster.client(EXTERNAL).unwrap();
+    let before = past_startup_grace(&a);
+    make(&a, "/f", b"hello");
+    make(&a, "/g", b"old g");
+    make(&b, "/h", b"new g");
+    let f = a.open("/f", rw(), 0).unwrap();
+    let g = a.open("/g", OpenFlags::read(), 0).unwrap();
+
+    b.unlink("/f").unwrap();
+    b.rename("/h", "/g").unwrap();
+    assert_eq!(b.stat("/f").unwrap_err().errno(), libc::ENOENT);
+    assert_eq!(read_all(&b, "/g"), b"new g");
+    // What A holds is the unlinked file, and the one renamed over.
+    assert_eq!(a.fstat(f).unwrap().nlink, 0);
+    assert_eq!(a.pread(f, 0, 100).unwrap(), b"hello");
+    a.pwrite(f, 5, b" world").unwrap();
+    a.fsync(f).unwrap();
+    assert_eq!(a.pread(f, 0, 100).unwrap(), b"hello world");
+    assert_eq!(a.fstat(g).unwrap().nlink, 0);
+    assert_eq!(a.pread(g, 0, 100).unwrap(), b"old g");
+
+    // Three files are alive (/g and the two A holds): the orphans wait for A (the
+    // MDS looks at held orphans again every 10 ms).
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(free_inodes(&b), before - 3);
+    a.close(f).unwrap();
+    wait_free_inodes(&b, before - 2);
+    a.close(g).unwrap();
+    wait_free_inodes(&b, before - 1);
+    b.unlink("/g").unwrap();
+    wait_free_inodes(&b, before);
+    drop((a, b));
+    cluster.stop().unwrap();
+    cluster.fsck().unwrap();
+}
+
+/// Client A opens and reads files while B unlinks them, in a seeded order: each open
+/// either fails with ENOENT (the unlink came first) or reads the file whole until it
+/// closes, and every inode is destroyed in the end.
+fn unlinker_done(t: &thread::JoinHandle<()>) {
+    while !t.is_finished() {
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn opens_racing_with_unlinks_get_whole_files_or_enoent() {
+    let seed: u64 = std::env::var("SIM_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(11);
+    eprintln!("seed {seed} (SIM_SEED to repeat)");
+    let mut cluster = Cluster::start(ClusterConfig {
+        seed,
+        ..Default::default()
+    })
+    .unwrap();
+    let a = Arc::new(cluster.client(EXTERNAL).unwrap());
+    let b = Arc::new(cluster.client(EXTERNAL).unwrap());
+    let before = past_startup_grace(&a);
+    const FILES: usize = 120;
+    let content = |i: usize| format!("file {i} ").repeat(100 + i).into_bytes();
+    a.mkdir("/r", 0o755).unwrap();
+    for i in 0..FILES {
+        make(&a, &format!("/r/{i}"), &content(i));
+    }
+    let mut rng = StdRng::seed_from_u64(seed);
+    let order: Vec<usize> = {
+        let mut v: Vec<usize> = (0..FILES).collect();
+        for i in (1..v.len()).rev() {
+            v.swap(i, rng.gen_range(0..=i));
+        }
+        v
+    };
+    // Held across every unlink: these must stay whole.
+    let held: Vec<_> = (0..20)
+        .map(|i| (i, a.open(&format!("/r/{i}"), OpenFlags::read(), 0).unwrap()))
+        .collect();
+    let unlinker = {
+        let b = b.clone();
+        let order = order.clone();
+        thread::spawn(move || {
+            for i in order {
+                b.unlink(&format!("/r/{i}")).unwrap();
+            }
+        })
+    };
+    let (mut opened, mut missed) = (0, 0);
+    for round in 0..4 {
+        if round == 3 {
+            // Every name is gone now: each open must say so.
+            unlinker_done(&unlinker);
+        }
+        for i in 0..FILES {
+            let path = format!("/r/{}", (i * 7 + round) % FILES);
+            let want = content((i * 7 + round) % FILES);
+            let fd = match a.open(&path, OpenFlags::read(), 0) {
+                Ok(fd) => fd,
+                Err(e) => {
+                    assert_eq!(e.errno(), libc::ENOENT, "open {path}: {e}");
+                    missed += 1;
+                    continue;
+                }
+            };
+            opened += 1;
+            for _ in 0..3 {
+                assert_eq!(a.pread(fd, 0, want.len() + 1).unwrap(), want, "{path}");
+                thread::yield_now();
+            }
+            a.close(fd).unwrap();
+        }
+    }
+    unlinker.join().unwrap();
+    eprintln!("{opened} opens read whole files, {missed} found the name gone");
+    assert!(missed >= FILES, "the last round found names: {missed}");
+    for (i, fd) in held {
+        assert_eq!(a.fstat(fd).unwrap().nlink, 0);
+        assert_eq!(a.pread(fd, 0, 1 << 20).unwrap(), content(i));
+        a.close(fd).unwrap();
+    }
+    wait_free_inodes(&b, before - 1);
+    drop((a, b));
+    cluster.stop().unwrap();
+    cluster.fsck().unwrap();
+}
+
+/// A new MDS starts with empty open tables: each client writes its table again when
+/// it says hello to it, and the MDS destroys no unlinked file before its clients had
+/// a grace period to. So a file A holds open stays A's through a restart of the MDS
+/// and an unlink by B after it.
+#[test]
+fn an_open_file_outlives_an_mds_restart_and_an_unlink_after_it() {
+    let mut cluster = Cluster::start(ClusterConfig::default()).unwrap();
+    let a = cluster.client(EXTERNAL).unwrap();
+    let b = cluster.client(EXTERNAL).unwrap();
+    make(&a, "/f", b"kept through a restart");
+    let f = a.open("/f", OpenFlags::read(), 0).unwrap();
+    cluster.restart_mds().unwrap();
+    // A's next call reconnects it, and its hello writes its table.
+    a.statfs().unwrap();
+    b.unlink("/f").unwrap();
+    let free = past_startup_grace(&b);
+    assert_eq!(a.pread(f, 0, 100).unwrap(), b"kept through a restart");
+    assert_eq!(a.fstat(f).unwrap().nlink, 0);
+    a.close(f).unwrap();
+    wait_free_inodes(&b, free + 1);
+    drop((a, b));
+    cluster.stop().unwrap();
+    cluster.fsck().unwrap();
+}
