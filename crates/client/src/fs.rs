@@ -12,6 +12,7 @@
 mod attrs;
 mod flusher;
 mod handles;
+mod keeper;
 mod lanes;
 mod locks;
 mod namespace;
@@ -37,6 +38,7 @@ use crate::remote::{io_err, Fail, Remote, Res};
 use crate::staging::Staging;
 use crate::{ClientConfig, Stats};
 use flusher::flusher;
+use keeper::keeper;
 pub use lanes::MAX_LANES;
 pub(crate) use lanes::{lock, Lanes, OpenFiles, Pick};
 use paths::check_name;
@@ -116,6 +118,8 @@ pub struct Client {
     lanes: Arc<Lanes>,
     /// Commits staged writes when they are due (optimistic persistence only).
     flusher: Option<JoinHandle<()>>,
+    /// Keeps the open table at a new MDS ([`keeper`]).
+    keeper: Option<JoinHandle<()>>,
     /// Callbacks for a front-end's kernel cache, once asked for, and their thread.
     kernel: OnceLock<(Arc<KernelCache>, Mutex<Option<Thread>>)>,
     /// Each front-end call's time, and the bytes moved ([`crate::calls`]).
@@ -141,9 +145,15 @@ impl Client {
         } else {
             None
         };
+        let weak = Arc::downgrade(&lanes);
+        let keeper = std::thread::Builder::new()
+            .name("orion-keeper".into())
+            .spawn(move || keeper(weak))
+            .map_err(|e| io_err(format!("starting the keeper thread: {e}")))?;
         Ok(Client {
             lanes,
             flusher,
+            keeper: Some(keeper),
             kernel: OnceLock::new(),
             calls: Arc::default(),
         })
@@ -391,7 +401,10 @@ impl Drop for Client {
         self.lanes
             .closing
             .store(true, std::sync::atomic::Ordering::Release);
-        if let Some(t) = self.flusher.take() {
+        for t in [self.flusher.take(), self.keeper.take()]
+            .into_iter()
+            .flatten()
+        {
             t.thread().unpark();
             let _ = t.join();
         }

@@ -64,7 +64,7 @@ pub struct Remote {
     pub mds_pool: RemoteRegion,
     /// The MDS's open table of this client (`open_table`), and this client's copy.
     open_table: RemoteRegion,
-    opens: Arc<OpenTable>,
+    pub(crate) opens: Arc<OpenTable>,
     pub sb: Superblock,
     /// The cluster map as the MDS last described it, and its epoch.
     pub map: Vec<StoreInfo>,
@@ -456,6 +456,11 @@ impl Remote {
             self.mds_seen = Instant::now();
         }
         alive
+    }
+
+    /// Whether the MDS answered a request of this lane within `d`.
+    pub fn heard_within(&self, d: Duration) -> bool {
+        self.answered.elapsed() < d
     }
 
     /// Whether this lane's chunks may be written into now: within half the MDS's

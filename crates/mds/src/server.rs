@@ -150,6 +150,7 @@ pub(crate) fn serve_loop(
         inodes = report.inodes,
         journal_replayed = report.journal_replayed,
         orphans = report.orphans_reclaimed,
+        unlinked_kept = report.orphans_kept.len(),
         "recovered {} in {:?}",
         cfg.pool.display(),
         t0.elapsed()
@@ -186,7 +187,10 @@ pub(crate) fn serve_loop(
     let map = ClusterMap::load(home, cfg.replicas).context("loading the cluster map")?;
     let cfg_grant_quiet_ms = cfg.grant_quiet_ms;
     let callbacks = Callbacks::new(Duration::from_millis(cfg.cache_lease_ms), Instant::now());
-    let open_tables = OpenTables::new(open_grace(&cfg), Instant::now());
+    let mut open_tables = OpenTables::new(open_grace(&cfg), Instant::now());
+    for &ino in &report.orphans_kept {
+        open_tables.orphaned(ino);
+    }
     engine.record_changes();
     let mut mds = Mds {
         cfg,

@@ -47,7 +47,11 @@ impl FsckReport {
             self.data_pages
         );
         if self.orphans > 0 {
-            s += &format!("; {} orphan inodes reclaimed at next mount", self.orphans);
+            s += &format!(
+                "; {} inodes no directory names (at next mount, unlinked files wait for \
+                 the clients that hold them open, and the rest are reclaimed)",
+                self.orphans
+            );
         }
         if self.journal_pending {
             s += "; a committed journal record is replayed at next mount";

@@ -139,7 +139,7 @@ impl LocalFs {
             )));
         }
         let grace = cfg.grace;
-        let (meta, report) = MetaEngine::open(meta, clock, cfg)?;
+        let (mut meta, report) = MetaEngine::open(meta, clock, cfg)?;
         if meta.superblock().cluster_uuid != dsb.cluster_uuid {
             return Err(FsError::Io(format!(
                 "{} belongs to another file system than {} (cluster ids differ)",
@@ -158,6 +158,11 @@ impl LocalFs {
                     )));
                 }
             }
+        }
+        // Unlinked files kept by the mount: no descriptor outlives the process that
+        // mounts the local core. Their pages go back at the next operation.
+        for &ino in &report.orphans_kept {
+            meta.release_orphan(ino)?;
         }
         Ok((
             LocalFs {

@@ -207,7 +207,8 @@ fn opens_racing_with_unlinks_get_whole_files_or_enoent() {
 
 /// A new MDS starts with empty open tables: each client writes its table again when
 /// it says hello to it, and the MDS destroys no unlinked file before its clients had
-/// a grace period to. So a file A holds open stays A's through a restart of the MDS
+/// a grace period to. A client that makes no call has its keeper thread say hello.
+/// So a file A holds open, making no call, stays A's through a restart of the MDS
 /// and an unlink by B after it.
 #[test]
 fn an_open_file_outlives_an_mds_restart_and_an_unlink_after_it() {
@@ -217,14 +218,81 @@ fn an_open_file_outlives_an_mds_restart_and_an_unlink_after_it() {
     make(&a, "/f", b"kept through a restart");
     let f = a.open("/f", OpenFlags::read(), 0).unwrap();
     cluster.restart_mds().unwrap();
-    // A's next call reconnects it, and its hello writes its table.
-    a.statfs().unwrap();
     b.unlink("/f").unwrap();
     let free = past_startup_grace(&b);
     assert_eq!(a.pread(f, 0, 100).unwrap(), b"kept through a restart");
     assert_eq!(a.fstat(f).unwrap().nlink, 0);
     a.close(f).unwrap();
     wait_free_inodes(&b, free + 1);
+    drop((a, b));
+    cluster.stop().unwrap();
+    cluster.fsck().unwrap();
+}
+
+/// An unlinked file a client holds open outlives the MDS's restart too: recovery
+/// keeps an unlinked file (link count 0) for its holders instead of reclaiming it,
+/// and the new MDS destroys it once no table names it.
+#[test]
+fn an_unlinked_open_file_outlives_an_mds_restart() {
+    let mut cluster = Cluster::start(ClusterConfig::default()).unwrap();
+    let a = cluster.client(EXTERNAL).unwrap();
+    let b = cluster.client(EXTERNAL).unwrap();
+    let before = past_startup_grace(&a);
+    make(&a, "/f", b"unlinked, then restarted");
+    make(&a, "/g", b"unlinked, closed, restarted");
+    let f = a.open("/f", rw(), 0).unwrap();
+    let g = a.open("/g", OpenFlags::read(), 0).unwrap();
+    b.unlink("/f").unwrap();
+    b.unlink("/g").unwrap();
+    // The MDS loses power and recovers; A's close of /g is its first call since,
+    // which gives the new MDS A's table (without /g).
+    cluster.crash_mds().unwrap();
+    a.close(g).unwrap();
+    wait_free_inodes(&b, before - 1);
+    assert_eq!(a.fstat(f).unwrap().nlink, 0);
+    assert_eq!(a.pread(f, 0, 100).unwrap(), b"unlinked, then restarted");
+    a.pwrite(f, 0, b"UNLINKED").unwrap();
+    assert_eq!(a.pread(f, 0, 100).unwrap(), b"UNLINKED, then restarted");
+    a.close(f).unwrap();
+    wait_free_inodes(&b, before);
+    drop((a, b));
+    cluster.stop().unwrap();
+    cluster.fsck().unwrap();
+}
+
+/// The same through a fail-over: the mirror that takes over keeps the file A holds
+/// open that B unlinked before (its recovery keeps unlinked files), gets A's table
+/// from A's keeper, and keeps the file B unlinks after the fail-over too.
+#[test]
+fn open_files_outlive_a_fail_over_and_unlinks_on_either_side_of_it() {
+    let mut cluster = orion_sim::MirroredCluster::start(5).unwrap();
+    let a = cluster.client().unwrap();
+    let b = cluster.client().unwrap();
+    let before = past_startup_grace(&a);
+    make(&a, "/before", b"unlinked before the fail-over");
+    make(&a, "/after", b"unlinked after the fail-over");
+    let f = a.open("/before", OpenFlags::read(), 0).unwrap();
+    let g = a.open("/after", rw(), 0).unwrap();
+    b.unlink("/before").unwrap();
+    let p = cluster.wait_any_primary(Duration::from_secs(20)).unwrap();
+    let mirror = orion_sim::MDSS[1 - p].0;
+    cluster
+        .wait_in_sync(mirror, Duration::from_secs(30))
+        .unwrap();
+    let ((), _) = cluster
+        .fault_during(orion_sim::MdsFault::Kill, Duration::ZERO, || ())
+        .unwrap();
+    b.unlink("/after").unwrap();
+    assert_eq!(past_startup_grace(&b), before - 2);
+    assert_eq!(
+        a.pread(f, 0, 100).unwrap(),
+        b"unlinked before the fail-over"
+    );
+    assert_eq!(a.pread(g, 0, 100).unwrap(), b"unlinked after the fail-over");
+    assert_eq!(a.fstat(f).unwrap().nlink, 0);
+    a.close(f).unwrap();
+    a.close(g).unwrap();
+    wait_free_inodes(&b, before);
     drop((a, b));
     cluster.stop().unwrap();
     cluster.fsck().unwrap();

@@ -49,10 +49,9 @@ impl Client {
         // The descriptor goes from the open table even when its staged writes failed
         // to commit (what close reports): the last one of an unlinked file lets the
         // MDS destroy it.
-        if h.held {
+        if let Some(place) = h.held.then(|| self.lanes.opens.release(h.ino)).flatten() {
             self.lanes.run(Pick::Inode(h.ino), false, |i| {
-                i.remote.release_open(h.ino);
-                Ok(())
+                i.remote.clear_open(h.ino, place)
             })?;
         }
         settled
@@ -288,8 +287,9 @@ impl Inner {
         let gen = match self.read_held(ino, flags, a.size, first) {
             Ok(gen) => gen,
             Err(e) => {
-                if held {
-                    self.remote.release_open(ino);
+                if let Some(place) = held.then(|| self.remote.opens.release(ino)).flatten() {
+                    // A reconnection runs the open again (and writes the table whole).
+                    self.remote.clear_open(ino, place)?;
                 }
                 return Err(e);
             }

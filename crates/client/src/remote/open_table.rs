@@ -19,8 +19,9 @@ use orion_proto::MdsRequest;
 
 use super::{io_err, Fail, Remote, Res};
 
+/// Where an inode's word is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Place {
+pub(crate) enum Place {
     Way(usize),
     /// Its bucket was full: the MDS keeps it by request.
     Overflow,
@@ -60,6 +61,32 @@ impl OpenTable {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Whether this client holds no file open.
+    pub fn is_empty(&self) -> bool {
+        self.lock().held.is_empty()
+    }
+
+    /// A descriptor of `ino` closed. The last one frees its word here, and returns
+    /// where it was: the caller then clears it in the MDS's table
+    /// ([`Remote::clear_open`]).
+    pub fn release(&self, ino: u64) -> Option<Place> {
+        let mut st = self.lock();
+        let Some(h) = st.held.get_mut(&ino) else {
+            debug_assert!(false, "inode {ino} closed more often than opened");
+            return None;
+        };
+        h.count -= 1;
+        if h.count > 0 {
+            return None;
+        }
+        let place = h.place;
+        st.held.remove(&ino);
+        if let Place::Way(w) = place {
+            st.words[bucket(ino) as usize][w] = 0;
+        }
+        Some(place)
+    }
 }
 
 impl Remote {
@@ -91,30 +118,41 @@ impl Remote {
         Ok(true)
     }
 
-    /// A descriptor of `ino` closed; the last one clears its word. A write that fails
-    /// leaves the word to the next whole write of the table.
-    pub(crate) fn release_open(&mut self, ino: u64) {
+    /// Clears the word of `ino` that [`OpenTable::release`] freed, unless an open has
+    /// taken its place since (that open wrote its own word, after this one's release,
+    /// under the lock). Run again after a reconnection (its error), it writes the
+    /// whole table to the new MDS. Other failures leave the word to the next whole
+    /// write of the table.
+    pub(crate) fn clear_open(&mut self, ino: u64, place: Place) -> Res<()> {
         let opens = self.opens.clone();
         let mut st = opens.lock();
-        let Some(h) = st.held.get_mut(&ino) else {
-            debug_assert!(false, "inode {ino} closed more often than opened");
-            return;
+        let taken = match place {
+            Place::Way(w) => st.words[bucket(ino) as usize][w] != 0,
+            Place::Overflow => st.held.contains_key(&ino),
         };
-        h.count -= 1;
-        if h.count > 0 {
-            return;
+        let r = self.keep_table_written(&mut st, true).and_then(|()| {
+            if taken {
+                Ok(())
+            } else {
+                self.write_place(ino, place, false)
+            }
+        });
+        match r {
+            Err(Fail::Reconnected) => Err(Fail::Reconnected),
+            Err(_) => {
+                st.written = 0;
+                Ok(())
+            }
+            Ok(()) => Ok(()),
         }
-        let place = h.place;
-        st.held.remove(&ino);
-        if let Place::Way(w) = place {
-            st.words[bucket(ino) as usize][w] = 0;
-        }
-        let cleared = self
-            .keep_table_written(&mut st, false)
-            .and_then(|()| self.write_place(ino, place, false));
-        if cleared.is_err() {
-            st.written = 0;
-        }
+    }
+
+    /// Writes the table whole if the MDS's is not the one written (the keeper's
+    /// look, `fs::keeper`).
+    pub(crate) fn keep_open_table(&mut self) -> Res<()> {
+        let opens = self.opens.clone();
+        let mut st = opens.lock();
+        self.keep_table_written(&mut st, true)
     }
 
     /// After a hello: a new MDS's table gets this client's words now, unless a call

@@ -115,26 +115,36 @@ impl MetaEngine {
                 },
             );
         }
-        // Reclaim slots that nothing reaches: inodes created but never linked, or
-        // unlinked before their slot was cleared, when the power failed.
+        // Slots that nothing reaches: unlinked files (link count 0) are kept for the
+        // clients that may hold them open (the MDS destroys them once none does);
+        // inodes created but never linked when the power failed are reclaimed.
         let mut free_inos = Vec::new();
         let mut orphans = 0;
+        let mut kept = Vec::new();
         for ino in (ROOT_INO + 1..sb.inode_count).rev() {
             if inodes.contains_key(&ino) {
                 continue;
             }
             let off = sb.slot_off(ino);
-            if pool.load_u64(off)? != 0 {
-                pool.store_u64(off, 0)?;
-                pool.persist(off, 8)?;
-                orphans += 1;
+            if pool.load_u64(off)? == 0 {
+                free_inos.push(ino);
+                continue;
             }
+            if let Some(inode) = unlinked_file(&pool, &sb, ino, &mut log_alloc) {
+                inodes.insert(ino, inode);
+                kept.push(ino);
+                continue;
+            }
+            pool.store_u64(off, 0)?;
+            pool.persist(off, 8)?;
+            orphans += 1;
             free_inos.push(ino);
         }
         let report = MountReport {
             journal_replayed,
             inodes: inodes.len() as u64,
             orphans_reclaimed: orphans,
+            orphans_kept: kept,
             log_pages: log_alloc.count() - log_alloc.free(),
         };
         Ok((
@@ -156,4 +166,33 @@ impl MetaEngine {
             report,
         ))
     }
+}
+
+/// Slot `ino`, which no directory names, if it holds a whole unlinked regular file
+/// (link count 0) whose log pages no other inode uses: loaded, its pages marked used.
+fn unlinked_file(
+    pool: &Pool,
+    sb: &Superblock,
+    ino: u64,
+    log_alloc: &mut PageAllocator,
+) -> Option<Inode> {
+    let (state, log, generation, ftype) =
+        recovery::load_inode(pool, sb, ino, &HashMap::new()).ok()?;
+    if ftype != FileType::Regular || state.attr.nlink != 0 {
+        return None;
+    }
+    let pages: Option<Vec<u64>> = log.pages.iter().map(|&p| sb.page_index(p)).collect();
+    let pages = pages?;
+    if pages.iter().any(|&i| log_alloc.is_used(i)) {
+        return None;
+    }
+    for &i in &pages {
+        log_alloc.mark_used(i);
+    }
+    Some(Inode {
+        state,
+        log,
+        generation,
+        parent: ROOT_INO,
+    })
 }

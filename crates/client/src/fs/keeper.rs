@@ -1,0 +1,44 @@
+//! The keeper thread: keeps this client's open table at whichever MDS serves.
+//!
+//! A new MDS (a restart, a fail-over) learns what a client holds open at the
+//! client's next hello, and destroys no unlinked file in its first grace period
+//! (`orion_mds::open_tables`). A client that makes no call meanwhile would not say
+//! hello in time, so while it holds files open this thread looks every
+//! [`KEEP_PERIOD`]: a lane that heard from the MDS within that time proves the
+//! connection; otherwise a ping does (reconnecting if the MDS changed), and the
+//! table is written whole if the MDS's is not the one written.
+
+use std::sync::atomic::Ordering;
+use std::sync::Weak;
+use std::time::Duration;
+
+use orion_proto::MdsRequest;
+
+use super::*;
+
+/// How often the keeper looks: well within the MDS's grace period (at least a
+/// second), reconnection included.
+pub(crate) const KEEP_PERIOD: Duration = Duration::from_millis(200);
+
+/// Runs until the client closes (the lanes go, or `closing` is set).
+pub(crate) fn keeper(lanes: Weak<Lanes>) {
+    loop {
+        std::thread::park_timeout(KEEP_PERIOD);
+        let Some(lanes) = lanes.upgrade() else {
+            return;
+        };
+        if lanes.closing.load(Ordering::Acquire) {
+            return;
+        }
+        if lanes.opens.is_empty() {
+            continue;
+        }
+        // A failure is a call's to meet again: the next look tries anew.
+        let _ = lanes.run(Pick::Any, false, |i| {
+            if !i.remote.heard_within(KEEP_PERIOD) {
+                i.rpc(MdsRequest::Ping)?;
+            }
+            i.remote.keep_open_table()
+        });
+    }
+}
