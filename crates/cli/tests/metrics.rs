@@ -179,6 +179,27 @@ fn every_daemon_serves_metrics_that_parse_and_move() {
         commits(&after) >= commits(&before) + 20.0,
         "commits not counted"
     );
+    // A file unlinked while open is kept, and counted, until its last close.
+    let unlinked = |want: f64| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let n = value(&scrape(primary), "orion_mds_unlinked_open_files", &[]);
+            if n == want {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "unlinked open files: {n}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    unlinked(0.0);
+    let held = std::fs::File::create(mnt.join("held")).unwrap();
+    std::fs::remove_file(mnt.join("held")).unwrap();
+    unlinked(1.0);
+    drop(held);
+    unlinked(0.0);
     // The mount's own endpoint: its client counted the same commits.
     let mount = rec["mount_metrics"].as_str().unwrap_or("").to_string();
     assert_eq!(

@@ -52,6 +52,7 @@ struct Inner {
     journal_commits: Counter,
     strong_waits: Counter,
     strong_waiting: Gauge,
+    unlinked_open: Gauge,
 }
 
 /// When the loop refreshes the metrics next, and what of this term's own counts
@@ -149,6 +150,11 @@ impl Default for MdsMetrics {
             "strong_waiting",
             "Commits waiting now for stores to report their pages persisted",
         );
+        let unlinked_open = gauge(
+            &mut r,
+            "unlinked_open_files",
+            "Unlinked files kept because a client may hold them open",
+        );
         for role in ["new", "client", "store", "mirror"] {
             let _ = connections.get_or_create(&vec![("role".to_string(), role.to_string())]);
         }
@@ -177,6 +183,7 @@ impl Default for MdsMetrics {
             journal_commits,
             strong_waits,
             strong_waiting,
+            unlinked_open,
         }))
     }
 }
@@ -281,6 +288,7 @@ impl MdsMetrics {
         }
         m.callbacks_waiting.set(0);
         m.strong_waiting.set(0);
+        m.unlinked_open.set(0);
         m.lease_left.set(0.0);
     }
 
@@ -354,6 +362,7 @@ impl Mds {
         m.inodes_free.set(ffree as i64);
         m.epoch.set(i64::from(self.map.epoch()));
         m.callbacks_waiting.set(self.callbacks.held_count() as i64);
+        m.unlinked_open.set(self.open_tables.orphan_count() as i64);
     }
 }
 

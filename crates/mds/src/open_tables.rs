@@ -133,6 +133,11 @@ impl OpenTables {
         self.fresh = true;
     }
 
+    /// Unlinked files waiting for their holders.
+    pub fn orphan_count(&self) -> usize {
+        self.orphans.len()
+    }
+
     /// Whether any table holds `ino`. Called only after the link count 0 was stored.
     fn held(&self, ino: u64) -> bool {
         // The MDS's half of the pairing: its store of the link count is ordered
