@@ -50,24 +50,12 @@ impl Inner {
             Want::Walk { follow } => {
                 self.resolve_as(path, follow, searcher)?;
             }
-            Want::Add => {
-                let (dir, name) = self.resolve_parent_as(path, searcher)?;
-                self.may_make(dir, &name, cred)?;
-            }
-            Want::Remove => {
-                let (dir, name) = self.resolve_parent_as(path, searcher)?;
-                let victim = self.lookup(dir, &name)?;
-                let (dir, victim) = (self.getattr(dir)?, self.getattr(victim)?);
-                perm::check_delete(&dir, &victim, cred)?;
+            Want::Add | Want::Remove => {
+                self.checked_name(path, searcher, want)?;
             }
             Want::SetAttr { follow, req } => {
                 let (ino, _) = self.resolve_as(path, follow, searcher)?;
-                let a = self.getattr(ino)?;
-                // Truncating a directory is EISDIR whoever asks (Linux's order).
-                if req.size.is_some() && a.ftype == FileType::Directory {
-                    return Err(FsError::Errno(libc::EISDIR).into());
-                }
-                return Ok(Some(perm::check_setattr(&a, req, cred, false)?));
+                return Ok(Some(self.checked_setattr(ino, req, cred)?));
             }
             Want::Xattr {
                 follow,
@@ -80,6 +68,22 @@ impl Inner {
         }
         Ok(None)
     }
+}
+
+/// The caller a call checks for: none for root, who passes every check but
+/// executing.
+pub(crate) fn checked<'a, 'b>(cred: Option<&'a Cred<'b>>) -> Option<&'a Cred<'b>> {
+    cred.filter(|c| !c.is_root())
+}
+
+/// [`checked`] for a call that adds or removes the name of `path`: the file
+/// system's root has none, and the call answers (EEXIST, EISDIR, EBUSY) unchecked,
+/// as on the mount.
+pub(crate) fn checked_for_name<'a, 'b>(
+    path: &str,
+    cred: Option<&'a Cred<'b>>,
+) -> Option<&'a Cred<'b>> {
+    checked(cred).filter(|_| !is_root(path))
 }
 
 /// Whether the host protects hard links (`fs.protected_hardlinks`, on unless the
@@ -106,6 +110,47 @@ fn within(i: &mut Inner, mut dir: u64, ancestor: u64) -> Res<bool> {
 }
 
 impl Inner {
+    /// The walk of a call that adds (`Want::Add`) or removes (`Want::Remove`) the
+    /// name of `path`, checked for `cred` if given: the directory and the name the
+    /// call then acts on, with no second walk.
+    pub(crate) fn checked_name(
+        &mut self,
+        path: &str,
+        cred: Option<&Cred>,
+        want: Want,
+    ) -> Res<(u64, Vec<u8>)> {
+        let (dir, name) = self.resolve_parent_as(path, cred)?;
+        let Some(cred) = cred else {
+            return Ok((dir, name));
+        };
+        match want {
+            Want::Add => self.may_make(dir, &name, cred)?,
+            Want::Remove => {
+                let victim = self.lookup(dir, &name)?;
+                let (d, v) = (self.getattr(dir)?, self.getattr(victim)?);
+                perm::check_delete(&d, &v, cred)?;
+            }
+            other => debug_assert!(false, "not a call on a name: {other:?}"),
+        }
+        Ok((dir, name))
+    }
+
+    /// What a setattr of `ino` by `cred` may apply (`perm::check_setattr`: a chown
+    /// may drop the setid bits too). Truncating a directory is EISDIR whoever asks
+    /// (Linux's order).
+    pub(crate) fn checked_setattr(
+        &mut self,
+        ino: u64,
+        req: &SetAttrReq,
+        cred: &Cred,
+    ) -> Res<SetAttrReq> {
+        let a = self.getattr(ino)?;
+        if req.size.is_some() && a.ftype == FileType::Directory {
+            return Err(FsError::Errno(libc::EISDIR).into());
+        }
+        Ok(perm::check_setattr(&a, req, cred, false)?)
+    }
+
     /// Whether `cred` may make `name` in directory `dir`: write and search
     /// permission, unless the name exists (the call's EEXIST, which Linux finds
     /// first; or, for an open, a symlink the call follows).

@@ -45,9 +45,29 @@ impl Client {
     }
 
     pub fn setattr_path(&self, path: &str, req: &SetAttrReq) -> FsResult<Attr> {
+        self.setattr_path_as(path, true, req, None)
+    }
+
+    /// setattr of what `path` names (its final symlink, unless `follow`) for the
+    /// caller `cred`, if given: checked in the walk that finds it, and applied as
+    /// the checks allow (`Inner::checked_setattr`).
+    pub fn setattr_path_as(
+        &self,
+        path: &str,
+        follow: bool,
+        req: &SetAttrReq,
+        cred: Option<&Cred>,
+    ) -> FsResult<Attr> {
+        let cred = crate::access::checked(cred);
         self.run(|i| {
-            let (ino, _) = i.resolve(path, true)?;
-            i.setattr(ino, req)
+            let (ino, _) = i.resolve_as(path, follow, cred)?;
+            match cred {
+                None => i.setattr(ino, req),
+                Some(cred) => {
+                    let req = i.checked_setattr(ino, req, cred)?;
+                    i.setattr(ino, &req)
+                }
+            }
         })
     }
 

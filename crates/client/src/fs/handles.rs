@@ -236,18 +236,10 @@ impl Inner {
                 Err(Fail::Fs(e)) if e == ENOENT && flags.create => {}
                 Err(e) => return Err(e),
             }
-            let made = match cred {
-                None => self.make(&path, FileType::Regular, mode, None),
-                // A new name: write and search permission on its directory, unless
-                // the name is there (a dangling symlink, followed below; or O_EXCL's
-                // EEXIST, the call's to say first). Made in the directory checked.
-                Some(cred) => {
-                    let (dir, name) = self.resolve_parent_as(&path, Some(cred))?;
-                    self.may_make(dir, &name, cred)?;
-                    let node = self.own_node(FileType::Regular, mode);
-                    self.make_at(dir, name, node, None)
-                }
-            };
+            // A new name: write and search permission on its directory, unless the
+            // name is there (a dangling symlink, followed below; or O_EXCL's EEXIST,
+            // the call's to say first).
+            let made = self.make(&path, FileType::Regular, mode, None, cred);
             match made {
                 Ok(a) => return Ok(a.ino),
                 Err(Fail::Fs(e)) if e == EEXIST && !flags.excl => {

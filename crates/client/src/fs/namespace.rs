@@ -10,11 +10,21 @@ use orion_proto::{Create, MdsRequest, ReplyBody};
 
 use super::paths::is_root;
 use super::*;
+use crate::access::{checked, checked_for_name, Want};
 use crate::remote::{io_err, Fail, Res};
+use orion_meta::perm::Cred;
 
+/// Calls by path. Each `_as` form checks for the caller `cred`, if given, as Linux
+/// does, in the walk that finds what it acts on: search permission on every
+/// directory walked, then what the call needs (`crate::access`). The plain forms
+/// check nothing (the client's owner acts).
 impl Client {
     pub fn mkdir(&self, path: &str, mode: u32) -> FsResult<Attr> {
-        self.run(|i| i.make(path, FileType::Directory, mode, None))
+        self.mkdir_as(path, mode, None)
+    }
+
+    pub fn mkdir_as(&self, path: &str, mode: u32, cred: Option<&Cred>) -> FsResult<Attr> {
+        self.run(|i| i.make(path, FileType::Directory, mode, None, cred))
     }
 
     pub fn mknod(&self, path: &str, ftype: FileType, mode: u32) -> FsResult<Attr> {
@@ -22,10 +32,14 @@ impl Client {
         if matches!(ftype, FileType::Directory | FileType::Symlink) {
             return Err(EINVAL);
         }
-        self.run(|i| i.make(path, ftype, mode, None))
+        self.run(|i| i.make(path, ftype, mode, None, None))
     }
 
     pub fn symlink(&self, target: &str, path: &str) -> FsResult<Attr> {
+        self.symlink_as(target, path, None)
+    }
+
+    pub fn symlink_as(&self, target: &str, path: &str, cred: Option<&Cred>) -> FsResult<Attr> {
         let t = target.as_bytes();
         if t.is_empty() {
             return Err(ENOENT);
@@ -33,29 +47,44 @@ impl Client {
         if t.len() > SYMLINK_MAX {
             return Err(ENAMETOOLONG);
         }
-        self.run(|i| i.make(path, FileType::Symlink, 0o777, Some(t)))
+        self.run(|i| i.make(path, FileType::Symlink, 0o777, Some(t), cred))
     }
 
     pub fn readlink(&self, path: &str) -> FsResult<Vec<u8>> {
+        self.readlink_as(path, None)
+    }
+
+    pub fn readlink_as(&self, path: &str, cred: Option<&Cred>) -> FsResult<Vec<u8>> {
+        let cred = checked(cred);
         self.run(|i| {
-            let (ino, _) = i.resolve(path, false)?;
+            let (ino, _) = i.resolve_as(path, false, cred)?;
             i.readlink(ino)
         })
     }
 
     pub fn unlink(&self, path: &str) -> FsResult<()> {
+        self.unlink_as(path, None)
+    }
+
+    pub fn unlink_as(&self, path: &str, cred: Option<&Cred>) -> FsResult<()> {
         if is_root(path) {
             return Err(FsError::Errno(libc::EISDIR));
         }
+        let cred = checked_for_name(path, cred);
         self.run(|i| {
-            let (parent, name) = i.resolve_parent(path)?;
+            let (parent, name) = i.checked_name(path, cred, Want::Remove)?;
             i.unlink_name(parent, name)
         })
     }
 
     pub fn rmdir(&self, path: &str) -> FsResult<()> {
+        self.rmdir_as(path, None)
+    }
+
+    pub fn rmdir_as(&self, path: &str, cred: Option<&Cred>) -> FsResult<()> {
+        let cred = checked_for_name(path, cred);
         self.run(|i| {
-            let (parent, name) = i.resolve_parent(path)?;
+            let (parent, name) = i.checked_name(path, cred, Want::Remove)?;
             i.rpc(MdsRequest::Rmdir { parent, name }).map(|_| ())
         })
     }
@@ -182,17 +211,22 @@ impl Client {
 }
 
 impl Inner {
+    /// Makes `path` (a symlink when `symlink` holds its target), checked for `cred`
+    /// if given: search permission on the walk, then a new name in its directory
+    /// (EEXIST first, as on Linux). Made in the directory checked.
     pub(crate) fn make(
         &mut self,
         path: &str,
         ftype: FileType,
         mode: u32,
         symlink: Option<&[u8]>,
+        cred: Option<&Cred>,
     ) -> Res<Attr> {
         if is_root(path) {
             return Err(FsError::Errno(libc::EEXIST).into());
         }
-        let (parent, name) = self.resolve_parent(path)?;
+        let cred = checked_for_name(path, cred);
+        let (parent, name) = self.checked_name(path, cred, Want::Add)?;
         let node = self.own_node(ftype, mode);
         self.make_at(parent, name, node, symlink)
     }

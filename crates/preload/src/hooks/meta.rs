@@ -2,9 +2,11 @@
 //! path and on served descriptors.
 
 use libc::{c_char, c_int, c_uint, mode_t, off_t, AT_EMPTY_PATH, AT_FDCWD, AT_SYMLINK_NOFOLLOW};
-use orion_client::{perm, Attr, Client, FileType, FsResult, SetAttrReq, TimeSet, Want};
+use orion_client::{perm, Attr, Client, FileType, FsResult, SetAttrReq, TimeSet};
 
-use super::{allow, effective_ids, fail, judged, leaves, root, route, served, with_caller, Route};
+use super::{
+    as_caller, effective_ids, fail, judged, leaves, root, route, served, with_caller, Route,
+};
 use crate::real;
 use crate::stat::{fill_stat, fill_statx};
 use crate::state::Inside;
@@ -209,17 +211,13 @@ pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
             size: Some(len as u64),
             ..Default::default()
         };
-        let want = Want::SetAttr {
-            follow: true,
-            req: &req,
-        };
         // A truncation by a caller without CAP_FSETID drops the setid bits, as a
         // write does (`Client::kill_setid`).
         let kill = |a: Attr| match root() {
             true => Ok(()),
             false => c.kill_setid(a.ino),
         };
-        let truncated = allow(c, &p, want).and_then(|r| c.setattr_path(&p, &r.unwrap_or(req)));
+        let truncated = as_caller(|cred| c.setattr_path_as(&p, true, &req, cred));
         match truncated.and_then(kill) {
             Ok(()) => return 0,
             Err(e) if leaves(&e) => {}
@@ -403,16 +401,7 @@ unsafe fn set_path(d: c_int, path: *const c_char, flags: c_int, req: SetAttrReq)
         Route::Serve(c, p) => {
             let _in = Inside::enter();
             let follow = flags & AT_SYMLINK_NOFOLLOW == 0;
-            match allow(c, &p, Want::SetAttr { follow, req: &req }) {
-                Ok(checked) => {
-                    let req = checked.unwrap_or(req);
-                    match follow {
-                        false => c.lstat(&p).and_then(|a| c.setattr(a.ino, &req)),
-                        true => c.setattr_path(&p, &req),
-                    }
-                }
-                Err(e) => Err(e),
-            }
+            as_caller(|cred| c.setattr_path_as(&p, follow, &req, cred))
         }
         Route::Fd(f) => {
             let _in = Inside::enter();

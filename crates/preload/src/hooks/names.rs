@@ -5,9 +5,11 @@
 use std::ffi::CStr;
 
 use libc::{c_char, c_int, c_uint, mode_t, size_t, ssize_t, AT_FDCWD, AT_REMOVEDIR};
-use orion_client::{FsResult, RenameMode, Want};
+use orion_client::{FsResult, RenameMode};
 
-use super::{allow, fail, fail_ssize, judged, leaves, relative_either, route, with_caller, Route};
+use super::{
+    as_caller, fail, fail_ssize, judged, leaves, relative_either, route, with_caller, Route,
+};
 use crate::paths::kernel_holds;
 use crate::real;
 use crate::state::Inside;
@@ -28,7 +30,7 @@ pub unsafe extern "C" fn mkdirat(d: c_int, path: *const c_char, mode: mode_t) ->
         Route::Serve(c, p) => {
             let _in = Inside::enter();
             let mode = mode & 0o7777 & !super::open::current_umask();
-            done(allow(c, &p, Want::Add).and_then(|_| c.mkdir(&p, mode).map(|_| ())))
+            done(as_caller(|cred| c.mkdir_as(&p, mode, cred)).map(|_| ()))
         }
         Route::NotDir => Some(fail(libc::ENOTDIR)),
         _ => None,
@@ -53,10 +55,10 @@ pub unsafe extern "C" fn unlinkat(d: c_int, path: *const c_char, flags: c_int) -
         Route::Serve(c, p) => {
             let _in = Inside::enter();
             match flags & AT_REMOVEDIR != 0 {
-                true => done(allow(c, &p, Want::Remove).and_then(|_| c.rmdir(&p))),
+                true => done(as_caller(|cred| c.rmdir_as(&p, cred))),
                 // A file this process holds through the kernel: the mount keeps it.
                 false if kernel_holds(&p) => None,
-                false => done(allow(c, &p, Want::Remove).and_then(|_| c.unlink(&p))),
+                false => done(as_caller(|cred| c.unlink_as(&p, cred))),
             }
         }
         Route::NotDir => Some(fail(libc::ENOTDIR)),
@@ -144,9 +146,9 @@ pub unsafe extern "C" fn symlinkat(target: *const c_char, d: c_int, path: *const
             Some(t) => {
                 let _in = Inside::enter();
                 // A target that is not UTF-8 is the kernel's to store.
-                t.to_str().ok().and_then(|t| {
-                    done(allow(c, &p, Want::Add).and_then(|_| c.symlink(t, &p).map(|_| ())))
-                })
+                t.to_str()
+                    .ok()
+                    .and_then(|t| done(as_caller(|cred| c.symlink_as(t, &p, cred)).map(|_| ())))
             }
             None => Some(fail(libc::EFAULT)),
         },
@@ -215,7 +217,7 @@ pub unsafe extern "C" fn readlinkat(
     let target = match unsafe { route(d, path, false) } {
         Route::Serve(c, p) => {
             let _in = Inside::enter();
-            match allow(c, &p, Want::Walk { follow: false }).and_then(|_| c.readlink(&p)) {
+            match as_caller(|cred| c.readlink_as(&p, cred)) {
                 Ok(t) => Ok(t),
                 Err(e) if leaves(&e) => Err(None),
                 Err(e) => Err(Some(e.errno())),
