@@ -55,6 +55,13 @@ pub struct MdsConfig {
     /// and attributes without asking, at most, and how long a change waits for a
     /// client that does not answer its callback (design note 56).
     pub cache_lease_ms: u64,
+    /// How long a client's open table outlives its connections, and how long after
+    /// it starts the MDS destroys no unlinked file (its clients' tables come with
+    /// their hellos), in milliseconds; 0: the longer of `lease_ms` and
+    /// `cache_lease_ms`. A client notices a dead MDS process at once, but a host
+    /// that vanishes silently only when a call times out (`op_timeout_ms`): to keep
+    /// its unlinked open files through that, make this longer (design note 58).
+    pub open_grace_ms: u64,
     /// host:port of the Prometheus endpoint (`/metrics`) the `orion` binary serves for
     /// this MDS ("": none; port 0: any free port).
     pub metrics: String,
@@ -83,6 +90,7 @@ impl Default for MdsConfig {
             lease_ms: 1000,
             grant_quiet_ms: 200,
             cache_lease_ms: 200,
+            open_grace_ms: 0,
             metrics: String::new(),
             counters: Default::default(),
         }

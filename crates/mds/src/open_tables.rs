@@ -177,9 +177,12 @@ impl OpenTables {
 }
 
 /// How long a table outlives its client's connections (a reconnection takes less):
-/// the longer of the primary's lease and the cache lease.
+/// `open_grace_ms`, by default the longer of the primary's lease and the cache lease.
 pub(crate) fn open_grace(cfg: &MdsConfig) -> Duration {
-    Duration::from_millis(cfg.lease_ms.max(cfg.cache_lease_ms))
+    Duration::from_millis(match cfg.open_grace_ms {
+        0 => cfg.lease_ms.max(cfg.cache_lease_ms),
+        ms => ms,
+    })
 }
 
 impl Mds {

@@ -297,3 +297,50 @@ fn open_files_outlive_a_fail_over_and_unlinks_on_either_side_of_it() {
     cluster.stop().unwrap();
     cluster.fsck().unwrap();
 }
+
+/// More files open than a table has words (1024 buckets of 8): the inodes of full
+/// buckets go to the MDS's overflow set by request, and are kept as the table's
+/// are, through a power loss of the MDS too (the client writes its table whole,
+/// overflow set included, to the recovered MDS).
+#[test]
+fn files_past_a_tables_words_are_kept_by_request() {
+    const FILES: usize = 8192 + 300;
+    let mut cluster = Cluster::start(ClusterConfig {
+        mds_pool: 128 << 20,
+        store_pool: 128 << 20,
+        ..Default::default()
+    })
+    .unwrap();
+    let a = cluster.client(EXTERNAL).unwrap();
+    let b = cluster.client(EXTERNAL).unwrap();
+    let before = past_startup_grace(&a);
+    a.mkdir("/many", 0o755).unwrap();
+    let create = OpenFlags {
+        create: true,
+        ..rw()
+    };
+    let fds: Vec<_> = (0..FILES)
+        .map(|i| {
+            let fd = a.open(&format!("/many/{i}"), create, 0o644).unwrap();
+            a.pwrite(fd, 0, format!("file {i}").as_bytes()).unwrap();
+            fd
+        })
+        .collect();
+    cluster.crash_mds().unwrap();
+    for i in 0..FILES {
+        b.unlink(&format!("/many/{i}")).unwrap();
+    }
+    b.rmdir("/many").unwrap();
+    assert_eq!(past_startup_grace(&b), before - FILES as u64);
+    for (i, fd) in fds.into_iter().enumerate() {
+        let got = a
+            .pread(fd, 0, 64)
+            .unwrap_or_else(|e| panic!("file {i}: {e}; free {}", free_inodes(&b)));
+        assert_eq!(got, format!("file {i}").as_bytes());
+        a.close(fd).unwrap();
+    }
+    wait_free_inodes(&b, before);
+    drop((a, b));
+    cluster.stop().unwrap();
+    cluster.fsck().unwrap();
+}

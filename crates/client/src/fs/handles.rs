@@ -49,12 +49,14 @@ impl Client {
         // The descriptor goes from the open table even when its staged writes failed
         // to commit (what close reports): the last one of an unlinked file lets the
         // MDS destroy it.
-        if let Some(place) = h.held.then(|| self.lanes.opens.release(h.ino)).flatten() {
-            self.lanes.run(Pick::Inode(h.ino), false, |i| {
+        let cleared = match h.held.then(|| self.lanes.opens.release(h.ino)).flatten() {
+            Some(place) => self.lanes.run(Pick::Inode(h.ino), false, |i| {
                 i.remote.clear_open(h.ino, place)
-            })?;
-        }
-        settled
+            }),
+            None => Ok(()),
+        };
+        // The writes' failure is the one close reports first.
+        settled.and(cleared)
     }
 
     /// Commits the writes staged for an open file, and reports any that failed to
@@ -275,8 +277,11 @@ impl Inner {
         // A regular file is in the open table before it is read: from here on no
         // unlink elsewhere destroys it (see `remote::open_table`).
         let held = a.ftype == FileType::Regular;
+        // The generation read before the hold: an inode number freed and taken by
+        // another file in between is not the file the walk found.
+        let before = self.cache.cached(ino).map(|c| c.generation);
         let first = held && self.remote.hold_open(ino)?;
-        let gen = match self.read_held(ino, flags, a.size, first) {
+        let gen = match self.read_held(ino, flags, a.size, first.then_some(before)) {
             Ok(gen) => gen,
             Err(e) => {
                 if let Some(place) = held.then(|| self.remote.opens.release(ino)).flatten() {
@@ -302,10 +307,24 @@ impl Inner {
         Ok(Fd(fd))
     }
 
-    /// The rest of an open once the file is held: O_TRUNC, and the generation of a
-    /// copy read after the hold. A file the hold was the first of and that has no
-    /// link is one an unlink destroys: the open gives up, as if it came after.
-    fn read_held(&mut self, ino: u64, flags: OpenFlags, size: u64, first: bool) -> Res<u64> {
+    /// The rest of an open once the file is held: the generation of a copy read
+    /// after the hold, and O_TRUNC. If the hold was this client's first of the file
+    /// (`first`: the generation before it), a copy without a link, or of another
+    /// generation, is a file an unlink destroys or destroyed: the open gives up, as
+    /// if it came after, and truncates nothing.
+    fn read_held(
+        &mut self,
+        ino: u64,
+        flags: OpenFlags,
+        size: u64,
+        first: Option<Option<u64>>,
+    ) -> Res<u64> {
+        let c = self.cache.refresh(&mut self.remote, ino)?;
+        let gen = c.generation;
+        let other = |before: Option<u64>| before.is_some_and(|b| b != gen);
+        if first.is_some_and(|before| c.state.attr.nlink == 0 || other(before)) {
+            return Err(ENOENT.into());
+        }
         if flags.truncate && flags.write && size > 0 {
             self.setattr(
                 ino,
@@ -315,11 +334,7 @@ impl Inner {
                 },
             )?;
         }
-        let c = self.cache.refresh(&mut self.remote, ino)?;
-        if first && c.state.attr.nlink == 0 {
-            return Err(ENOENT.into());
-        }
-        Ok(c.generation)
+        Ok(gen)
     }
 }
 

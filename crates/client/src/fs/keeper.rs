@@ -3,10 +3,14 @@
 //! A new MDS (a restart, a fail-over) learns what a client holds open at the
 //! client's next hello, and destroys no unlinked file in its first grace period
 //! (`orion_mds::open_tables`). A client that makes no call meanwhile would not say
-//! hello in time, so while it holds files open this thread looks every
-//! [`KEEP_PERIOD`]: a lane that heard from the MDS within that time proves the
-//! connection; otherwise a ping does (reconnecting if the MDS changed), and the
-//! table is written whole if the MDS's is not the one written.
+//! hello in time, so while it holds files open (or the MDS's table may name one it
+//! closed: a clear that failed) this thread looks every [`KEEP_PERIOD`]: a lane
+//! that heard from the MDS within that time proves the connection; otherwise a ping
+//! does (reconnecting if the MDS changed), and the table is written whole if the
+//! MDS's may not hold it. A new MDS is noticed at once when the old one's process
+//! died or closed the connection; a host that vanishes silently only when a call
+//! times out (`op_timeout_ms`), which the MDS's grace must then outlast
+//! (`open_grace_ms`).
 
 use std::sync::atomic::Ordering;
 use std::sync::Weak;
@@ -30,7 +34,7 @@ pub(crate) fn keeper(lanes: Weak<Lanes>) {
         if lanes.closing.load(Ordering::Acquire) {
             return;
         }
-        if lanes.opens.is_empty() {
+        if !lanes.opens.needs_keeping() {
             continue;
         }
         // A failure is a call's to meet again: the next look tries anew.

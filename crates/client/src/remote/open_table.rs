@@ -37,8 +37,11 @@ pub(crate) struct State {
     /// What the MDS's table should hold.
     words: Vec<[u64; WAYS]>,
     held: HashMap<u64, Held>,
-    /// The key of the MDS table that holds `words` (0: none yet, or a write failed).
-    written: u64,
+    /// The MDS table that holds `words` (None: not written whole yet, or a write
+    /// failed since). Another table is another MDS's, whose overflow set is empty.
+    written: Option<RemoteRegion>,
+    /// Inodes of the overflow set whose release failed: asked again.
+    unheld: Vec<u64>,
 }
 
 pub(crate) struct OpenTable {
@@ -51,7 +54,8 @@ impl Default for OpenTable {
             state: Mutex::new(State {
                 words: vec![[0; WAYS]; BUCKETS as usize],
                 held: HashMap::new(),
-                written: 0,
+                written: None,
+                unheld: Vec::new(),
             }),
         }
     }
@@ -62,9 +66,11 @@ impl OpenTable {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether this client holds no file open.
-    pub fn is_empty(&self) -> bool {
-        self.lock().held.is_empty()
+    /// Whether the MDS's table needs the keeper's look (`fs::keeper`): this client
+    /// holds files open, or the MDS's table may still name one it closed.
+    pub fn needs_keeping(&self) -> bool {
+        let st = self.lock();
+        !st.held.is_empty() || st.written.is_none() || !st.unheld.is_empty()
     }
 
     /// A descriptor of `ino` closed. The last one frees its word here, and returns
@@ -92,8 +98,8 @@ impl OpenTable {
 impl Remote {
     /// Counts a descriptor of `ino` in the open table; the first one is in the MDS's
     /// table when this returns. Returns whether it was the first: the caller must then
-    /// read the inode, and give the open up ([`Remote::release_open`]) if its link
-    /// count is 0 (the unlink came first). That order is the client's half of the
+    /// read the inode, and give the open up ([`OpenTable::release`],
+    /// [`Remote::clear_open`]) if its link count is 0 (the unlink came first). That order is the client's half of the
     /// pairing described in `orion_mds::open_tables`.
     pub(crate) fn hold_open(&mut self, ino: u64) -> Res<bool> {
         let opens = self.opens.clone();
@@ -108,7 +114,11 @@ impl Remote {
             Some(w) => Place::Way(w),
             None => Place::Overflow,
         };
-        self.write_place(ino, place, true)?;
+        if let Err(e) = self.write_place(ino, place, true) {
+            // The word may have landed: the next whole write makes it right.
+            st.written = None;
+            return Err(e);
+        }
         if let Place::Way(w) = place {
             st.words[b][w] = ino;
         }
@@ -128,7 +138,10 @@ impl Remote {
         let mut st = opens.lock();
         let taken = match place {
             Place::Way(w) => st.words[bucket(ino) as usize][w] != 0,
-            Place::Overflow => st.held.contains_key(&ino),
+            Place::Overflow => st
+                .held
+                .get(&ino)
+                .is_some_and(|h| h.place == Place::Overflow),
         };
         let r = self.keep_table_written(&mut st, true).and_then(|()| {
             if taken {
@@ -139,8 +152,12 @@ impl Remote {
         });
         match r {
             Err(Fail::Reconnected) => Err(Fail::Reconnected),
+            Err(_) if place == Place::Overflow => {
+                st.unheld.push(ino);
+                Ok(())
+            }
             Err(_) => {
-                st.written = 0;
+                st.written = None;
                 Ok(())
             }
             Ok(()) => Ok(()),
@@ -156,7 +173,8 @@ impl Remote {
     }
 
     /// After a hello: a new MDS's table gets this client's words now, unless a call
-    /// of this client is writing it (that call writes it whole itself).
+    /// of this client holds the table; then that call or the next (each checks),
+    /// or the keeper within its period, writes them.
     pub(super) fn write_table_after_hello(&mut self) {
         let opens = self.opens.clone();
         let mut st = match opens.state.try_lock() {
@@ -165,18 +183,30 @@ impl Remote {
             Err(TryLockError::WouldBlock) => return,
         };
         if self.keep_table_written(&mut st, false).is_err() {
-            st.written = 0;
+            st.written = None;
         }
     }
 
     /// Writes the whole table into the MDS's if that is not the one written (a new
-    /// MDS after a restart or a fail-over, or a write that failed). Reconnects when
-    /// the connection broke only if `reconnect` (a hello does not recurse).
+    /// MDS after a restart or a fail-over, whose region differs, or a write that
+    /// failed), with the overflow set; asks again for the releases that failed.
+    /// Reconnects when the connection broke only if `reconnect` (a hello does not
+    /// recurse).
     fn keep_table_written(&mut self, st: &mut State, reconnect: bool) -> Res<()> {
         let table = self.open_table;
-        if table.key == st.written {
+        let overflowing = |st: &State, ino| {
+            (st.held.get(&ino)).is_some_and(|h: &Held| h.place == Place::Overflow)
+        };
+        if st.written == Some(table) {
+            while let Some(&ino) = st.unheld.last() {
+                if !overflowing(st, ino) {
+                    self.call_once(&MdsRequest::HoldOpen { ino, hold: false })?;
+                }
+                st.unheld.pop();
+            }
             return Ok(());
         }
+        st.written = None;
         if table.len < BYTES {
             return Err(Fail::Fs(io_err("the MDS's open table is too small")));
         }
@@ -188,12 +218,19 @@ impl Remote {
             .collect();
         self.io.write(0, &bytes).map_err(io_err)?;
         self.write_mds(&table, 0, bytes.len(), reconnect)?;
+        // Adding is enough: a table of the same MDS has no stale entries but those in
+        // `unheld`, and another MDS's overflow set starts empty.
         for (&ino, h) in &st.held {
             if h.place == Place::Overflow {
                 self.call_once(&MdsRequest::HoldOpen { ino, hold: true })?;
             }
         }
-        st.written = table.key;
+        for ino in std::mem::take(&mut st.unheld) {
+            if !overflowing(st, ino) {
+                self.call_once(&MdsRequest::HoldOpen { ino, hold: false })?;
+            }
+        }
+        st.written = Some(table);
         Ok(())
     }
 

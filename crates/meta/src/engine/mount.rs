@@ -1,12 +1,13 @@
 //! Formatting a metadata pool (an empty file system: the root directory) and mounting
 //! one (superblock check, journal replay, log walk, orphan reclaim).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use orion_format::{
-    attr_mask as m, Entry, FileType, InodeSlot, PoolKind, SetAttrRec, Superblock, SUPERBLOCK_SIZE,
+    attr_mask as m, Entry, FileType, Gpa, InodeSlot, PoolKind, SetAttrRec, Superblock,
+    SUPERBLOCK_SIZE,
 };
 use orion_pmem::Pool;
 
@@ -121,6 +122,7 @@ impl MetaEngine {
         let mut free_inos = Vec::new();
         let mut orphans = 0;
         let mut kept = Vec::new();
+        let mut data_used = None;
         for ino in (ROOT_INO + 1..sb.inode_count).rev() {
             if inodes.contains_key(&ino) {
                 continue;
@@ -130,7 +132,8 @@ impl MetaEngine {
                 free_inos.push(ino);
                 continue;
             }
-            if let Some(inode) = unlinked_file(&pool, &sb, ino, &mut log_alloc) {
+            let used = &mut data_used;
+            if let Some(inode) = unlinked_file(&pool, &sb, ino, &mut log_alloc, used, &inodes) {
                 inodes.insert(ino, inode);
                 kept.push(ino);
                 continue;
@@ -169,12 +172,15 @@ impl MetaEngine {
 }
 
 /// Slot `ino`, which no directory names, if it holds a whole unlinked regular file
-/// (link count 0) whose log pages no other inode uses: loaded, its pages marked used.
+/// (link count 0) whose log and data pages no other inode uses: loaded, its pages
+/// marked used. `data_used` (every inode's data pages) is gathered at the first.
 fn unlinked_file(
     pool: &Pool,
     sb: &Superblock,
     ino: u64,
     log_alloc: &mut PageAllocator,
+    data_used: &mut Option<HashSet<Gpa>>,
+    inodes: &HashMap<u64, Inode>,
 ) -> Option<Inode> {
     let (state, log, generation, ftype) =
         recovery::load_inode(pool, sb, ino, &HashMap::new()).ok()?;
@@ -183,9 +189,21 @@ fn unlinked_file(
     }
     let pages: Option<Vec<u64>> = log.pages.iter().map(|&p| sb.page_index(p)).collect();
     let pages = pages?;
-    if pages.iter().any(|&i| log_alloc.is_used(i)) {
+    let mut log_pages = HashSet::new();
+    if pages
+        .iter()
+        .any(|&i| log_alloc.is_used(i) || !log_pages.insert(i))
+    {
         return None;
     }
+    let used = data_used
+        .get_or_insert_with(|| inodes.values().flat_map(|i| i.state.data_pages()).collect());
+    let data = state.data_pages();
+    let mut own = HashSet::new();
+    if data.iter().any(|g| used.contains(g) || !own.insert(*g)) {
+        return None;
+    }
+    used.extend(data);
     for &i in &pages {
         log_alloc.mark_used(i);
     }

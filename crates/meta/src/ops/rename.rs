@@ -19,10 +19,11 @@ impl MetaEngine {
         self.rename_open(op, on, np, nn, mode, false).map(|_| ())
     }
 
-    /// [`MetaEngine::rename`] by a caller that may hold the target file open
-    /// (`target_open`): a replaced file losing its last link then stays, with a
-    /// link count of 0, until [`MetaEngine::release_orphan`], as after
-    /// [`MetaEngine::unlink_open`]. Returns the inode kept so.
+    /// [`MetaEngine::rename`] where someone may hold the target file open
+    /// (`target_open`; the MDS always says so): a replaced file losing its last
+    /// link then stays, with a link count of 0, until
+    /// [`MetaEngine::release_orphan`], as after [`MetaEngine::unlink_open`].
+    /// Returns the inode kept so.
     pub fn rename_open(
         &mut self,
         op: u64,

@@ -10,9 +10,10 @@ impl MetaEngine {
         self.unlink_keeping(parent, name, false).map(|_| ())
     }
 
-    /// unlink of a file its caller holds open: with its last link gone, the inode
-    /// stays, with a link count of 0, until [`MetaEngine::release_orphan`] (recovery
-    /// reclaims it if the MDS stops first). Returns the inode when it is kept so.
+    /// unlink of a file someone may hold open (the MDS's every unlink): with its
+    /// last link gone, the inode stays, with a link count of 0, until
+    /// [`MetaEngine::release_orphan`] (recovery keeps it too, for the MDS to
+    /// decide). Returns the inode when it is kept so.
     pub fn unlink_open(&mut self, parent: u64, name: &[u8]) -> FsResult<Option<u64>> {
         self.unlink_keeping(parent, name, true)
     }

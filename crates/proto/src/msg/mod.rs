@@ -39,8 +39,7 @@ pub(crate) const MAX_TEXT: usize = 4096;
 /// What a client tells the MDS when it connects.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hello {
-    /// The data store beside this client, if it maps that store's pool (an internal
-    /// client, paper §5.1).
+    /// The data store whose pool this client maps, if any (internal, paper §5.1).
     pub internal: Option<MemberId>,
     /// Strong data consistency (paper §5.3): commits wait until the data stores have
     /// persisted the pages. Weak commits at once.
@@ -236,8 +235,7 @@ pub struct HelloReply {
     pub superblock: Vec<u8>,
     /// The MDS pool, readable one-sided.
     pub pool: RemoteRegion,
-    /// The open table of the client's instance, writable one-sided
-    /// (`crate::open_table`).
+    /// Its instance's open table, writable one-sided (`crate::open_table`).
     pub open_table: RemoteRegion,
     /// The cluster map's epoch (also in every message's header).
     pub epoch: Epoch,
@@ -784,8 +782,8 @@ pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
 
 /// The version of the cluster map (which data stores serve which group, and how):
 /// every change bumps it; a client gets it with the map (hello); a commit names the
-/// epoch its data pages were written under, and is refused if a store that takes
-/// writes now joined after it. 32 bits: at one change a second, 136 years.
+/// epoch its pages were written under, refused if a store that takes writes now
+/// joined after it. 32 bits: at one change a second, 136 years.
 pub type Epoch = u32;
 
 /// The request id of a message, if it has a valid header (to answer garbage).
@@ -794,8 +792,8 @@ pub fn peek_id(b: &[u8]) -> Option<u64> {
     read_header(&mut r).ok().map(|(_, id)| id)
 }
 
-/// Whether `b` has a valid header of a reply (a server that also sends requests, such
-/// as a primary MDS to its mirror, tells answers from requests by it).
+/// Whether `b` has a valid header of a reply (how a server that also sends requests,
+/// as a primary MDS to its mirror does, tells answers from requests).
 pub fn is_reply(b: &[u8]) -> bool {
     let mut r = Reader::new(b);
     matches!(read_header(&mut r), Ok((K_REPLY, _)))
