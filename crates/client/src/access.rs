@@ -217,24 +217,23 @@ impl Client {
         }
         self.run(|i| i.permitted(path, cred, want))
     }
+}
 
-    /// Whether `cred` may rename `from` to `to`: both names removable (or the new
-    /// one addable), and a directory moving to another parent writable (its ".."
-    /// changes).
-    pub fn permitted_rename(
-        &self,
-        from: &str,
-        to: &str,
+impl Inner {
+    /// Whether `cred` may rename name `on` of directory `op` to `nn` of `np` (both
+    /// found by walks checked for it): both names removable (or the new one
+    /// addable), and a directory moving to another parent writable (its ".."
+    /// changes). The call's own errors come first: they pass here.
+    pub(crate) fn check_rename(
+        &mut self,
+        (op, on): (u64, &[u8]),
+        (np, nn): (u64, &[u8]),
         cred: &Cred,
         mode: RenameMode,
-    ) -> FsResult<()> {
-        if cred.is_root() || is_root(from) || is_root(to) {
-            return Ok(());
-        }
-        self.run(|i| {
-            let (op, on) = i.resolve_parent_as(from, Some(cred))?;
-            let (np, nn) = i.resolve_parent_as(to, Some(cred))?;
-            let inos = (i.lookup(op, &on)?, i.lookup(np, &nn));
+    ) -> Res<()> {
+        let i = self;
+        {
+            let inos = (i.lookup(op, on)?, i.lookup(np, nn));
             // A name renamed onto itself, or onto another link of its inode, is
             // done before any check (Linux's vfs_rename).
             if inos.1.as_ref().is_ok_and(|&new| new == inos.0) {
@@ -285,21 +284,22 @@ impl Client {
                 moved_dirs_writable(&src, dst.as_ref(), cred, mode)?;
             }
             Ok(())
-        })
+        }
     }
 
-    /// Whether `cred` may link `existing` as `new`, in Linux's order: both walks, an
-    /// existing `new` (the call's EEXIST), `protected_hardlinks` (Debian's default:
+    /// Whether `cred` may link inode `ino` as `name` in `dir` (both found by walks
+    /// checked for it), in Linux's order: an existing name (the call's EEXIST), `protected_hardlinks` (Debian's default:
     /// only the owner links a file, or a caller who may read and write a regular
     /// file that runs as nobody else), then a new name in `new`'s directory.
-    pub fn permitted_link(&self, existing: &str, new: &str, cred: &Cred) -> FsResult<()> {
-        if cred.is_root() || is_root(new) {
-            return Ok(());
-        }
-        self.run(|i| {
-            let (ino, _) = i.resolve_as(existing, false, Some(cred))?;
-            let (dir, name) = i.resolve_parent_as(new, Some(cred))?;
-            if i.lookup(dir, &name).is_ok() {
+    pub(crate) fn check_link(
+        &mut self,
+        ino: u64,
+        (dir, name): (u64, &[u8]),
+        cred: &Cred,
+    ) -> Res<()> {
+        let i = self;
+        {
+            if i.lookup(dir, name).is_ok() {
                 return Ok(());
             }
             let a = i.getattr(ino)?;
@@ -312,9 +312,11 @@ impl Client {
                 return Err(FsError::Errno(libc::EPERM).into());
             }
             Ok(perm::check(&i.getattr(dir)?, cred, MAY_WRITE | MAY_EXEC)?)
-        })
+        }
     }
+}
 
+impl Client {
     /// The mode a file (not a directory) made at `path` by `cred` gets: in a setgid
     /// directory the file takes the directory's group, and a caller outside that
     /// group does not get a setgid file of it (Linux's mode_strip_sgid).

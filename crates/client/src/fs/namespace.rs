@@ -95,20 +95,42 @@ impl Client {
 
     /// rename(2), or renameat2 with RENAME_NOREPLACE or RENAME_EXCHANGE.
     pub fn rename_with(&self, from: &str, to: &str, mode: RenameMode) -> FsResult<()> {
+        self.rename_as(from, to, mode, None)
+    }
+
+    pub fn rename_as(
+        &self,
+        from: &str,
+        to: &str,
+        mode: RenameMode,
+        cred: Option<&Cred>,
+    ) -> FsResult<()> {
+        let cred = checked_for_name(from, cred).and_then(|c| checked_for_name(to, Some(c)));
         self.run(|i| {
-            let old = i.resolve_parent(from)?;
-            let new = i.resolve_parent(to)?;
+            let old = i.resolve_parent_as(from, cred)?;
+            let new = i.resolve_parent_as(to, cred)?;
+            if let Some(cred) = cred {
+                i.check_rename((old.0, &old.1), (new.0, &new.1), cred, mode)?;
+            }
             i.rename_names(old, new, mode)
         })
     }
 
     pub fn link(&self, existing: &str, new: &str) -> FsResult<Attr> {
+        self.link_as(existing, new, None)
+    }
+
+    pub fn link_as(&self, existing: &str, new: &str, cred: Option<&Cred>) -> FsResult<Attr> {
         if is_root(new) {
             return Err(FsError::Errno(libc::EEXIST));
         }
+        let cred = checked(cred);
         self.run(|i| {
-            let (ino, _) = i.resolve(existing, false)?;
-            let (parent, name) = i.resolve_parent(new)?;
+            let (ino, _) = i.resolve_as(existing, false, cred)?;
+            let (parent, name) = i.resolve_parent_as(new, cred)?;
+            if let Some(cred) = cred {
+                i.check_link(ino, (parent, &name), cred)?;
+            }
             match i.rpc(MdsRequest::Link { ino, parent, name })? {
                 ReplyBody::Attr(a) => Ok(a),
                 other => Err(io_err(format!("unexpected reply {other:?}")).into()),

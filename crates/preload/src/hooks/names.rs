@@ -7,9 +7,7 @@ use std::ffi::CStr;
 use libc::{c_char, c_int, c_uint, mode_t, size_t, ssize_t, AT_FDCWD, AT_REMOVEDIR};
 use orion_client::{FsResult, RenameMode};
 
-use super::{
-    as_caller, fail, fail_ssize, judged, leaves, relative_either, route, with_caller, Route,
-};
+use super::{as_caller, fail, fail_ssize, leaves, relative_either, route, Route};
 use crate::paths::kernel_holds;
 use crate::real;
 use crate::state::Inside;
@@ -107,10 +105,7 @@ pub unsafe extern "C" fn renameat2(
             // mount point itself belongs to the file system it sits in (EXDEV).
             match (mode == RenameMode::Replace && kernel_holds(&q)) || p == "/" || q == "/" {
                 true => None,
-                false => done(
-                    judged(with_caller(|cred| c.permitted_rename(&p, &q, cred, mode)))
-                        .and_then(|_| c.rename_with(&p, &q, mode)),
-                ),
+                false => done(as_caller(|cred| c.rename_as(&p, &q, mode, cred))),
             }
         }
         (Route::NotDir, _) | (_, Route::NotDir) => Some(fail(libc::ENOTDIR)),
@@ -186,8 +181,7 @@ pub unsafe extern "C" fn linkat(
     let served = match (a, b) {
         (Route::Serve(c, p), Route::Serve(_, q)) => {
             let _in = Inside::enter();
-            let allowed = judged(with_caller(|cred| c.permitted_link(&p, &q, cred)));
-            done(allowed.and_then(|_| c.link(&p, &q).map(|_| ())))
+            done(as_caller(|cred| c.link_as(&p, &q, cred)).map(|_| ()))
         }
         (Route::NotDir, _) | (_, Route::NotDir) => Some(fail(libc::ENOTDIR)),
         _ => None,
