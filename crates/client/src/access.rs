@@ -18,56 +18,13 @@ use crate::fs::Inner;
 use crate::remote::{Fail, Res};
 use crate::Client;
 
-/// What a call by path needs of the caller (see [`Client::permitted`]).
+/// What a call by path does with its final name (see [`Inner::checked_name`]).
 #[derive(Clone, Copy, Debug)]
-pub enum Want<'a> {
-    /// Search permission along the path (stat, readlink, chdir's walk).
-    Walk { follow: bool },
-    /// A new name in the path's directory (mkdir, mknod, symlink, a link's name).
+pub(crate) enum Want {
+    /// A new name in the path's directory (mkdir, mknod, symlink, a created file).
     Add,
     /// Removing the path's name (unlink, rmdir).
     Remove,
-    /// Changing attributes (chmod, chown, utimes, truncate by path).
-    SetAttr { follow: bool, req: &'a SetAttrReq },
-    /// Reading or writing an extended attribute.
-    Xattr {
-        follow: bool,
-        name: &'a [u8],
-        write: bool,
-    },
-}
-
-impl Inner {
-    /// Checks `want` of `cred` on `path`; a setattr comes back as it may be applied.
-    fn permitted(&mut self, path: &str, cred: &Cred, want: Want) -> Res<Option<SetAttrReq>> {
-        let searcher = Some(cred);
-        // The file system's root has no name to add or remove: the call answers
-        // (EEXIST, EISDIR, EBUSY) without a check, as on the mount.
-        if matches!(want, Want::Add | Want::Remove) && is_root(path) {
-            return Ok(None);
-        }
-        match want {
-            Want::Walk { follow } => {
-                self.resolve_as(path, follow, searcher)?;
-            }
-            Want::Add | Want::Remove => {
-                self.checked_name(path, searcher, want)?;
-            }
-            Want::SetAttr { follow, req } => {
-                let (ino, _) = self.resolve_as(path, follow, searcher)?;
-                return Ok(Some(self.checked_setattr(ino, req, cred)?));
-            }
-            Want::Xattr {
-                follow,
-                name,
-                write,
-            } => {
-                let (ino, _) = self.resolve_as(path, follow, searcher)?;
-                xattr_allowed(&self.getattr(ino)?, cred, name, write)?;
-            }
-        }
-        Ok(None)
-    }
 }
 
 /// The caller a call checks for: none for root, who passes every check but
@@ -130,7 +87,6 @@ impl Inner {
                 let (d, v) = (self.getattr(dir)?, self.getattr(victim)?);
                 perm::check_delete(&d, &v, cred)?;
             }
-            other => debug_assert!(false, "not a call on a name: {other:?}"),
         }
         Ok((dir, name))
     }
@@ -204,20 +160,7 @@ fn xattr_allowed(a: &Attr, cred: &Cred, name: &[u8], write: bool) -> FsResult<()
     perm::check(a, cred, mask)
 }
 
-impl Client {
-    /// Whether `cred` may make a call that `want`s this of `path` (a setattr comes
-    /// back as it may be applied: see `perm::check_setattr`). Root's calls pass
-    /// without a look.
-    pub fn permitted(&self, path: &str, cred: &Cred, want: Want) -> FsResult<Option<SetAttrReq>> {
-        if cred.is_root() {
-            return Ok(match want {
-                Want::SetAttr { req, .. } => Some(req.clone()),
-                _ => None,
-            });
-        }
-        self.run(|i| i.permitted(path, cred, want))
-    }
-}
+impl Client {}
 
 impl Inner {
     /// Whether `cred` may rename name `on` of directory `op` to `nn` of `np` (both
@@ -366,7 +309,8 @@ impl Client {
         Ok(Some(victim))
     }
 
-    /// Renaming `on` in `op` to `nn` in `np` (see [`Client::permitted_rename`]).
+    /// Renaming `on` in `op` to `nn` in `np`, for the mount (the kernel found the
+    /// names; calls by path check in their walk: `Inner::check_rename`).
     pub fn may_rename(
         &self,
         cred: &Cred,

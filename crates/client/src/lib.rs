@@ -27,7 +27,6 @@ pub mod settings;
 pub mod staging;
 pub mod stats;
 
-pub use access::Want;
 pub use calls::Call;
 pub use config::ClientConfig;
 pub use fs::{Client, DirEntry, Fd, OpenFlags};

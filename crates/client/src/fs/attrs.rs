@@ -25,6 +25,7 @@ impl Client {
     /// stat (`follow`) or lstat for the caller `searcher`, if given, who must be
     /// able to search every directory the path walks (checked in the same walk).
     pub fn stat_as(&self, path: &str, follow: bool, searcher: Option<&Cred>) -> FsResult<Attr> {
+        let searcher = crate::access::checked(searcher);
         self.run(|i| {
             let (ino, _) = i.resolve_as(path, follow, searcher)?;
             i.getattr(ino)

@@ -14,9 +14,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 
 use libc::{c_char, c_int, c_long, dirent64, AT_FDCWD, DIR};
-use orion_client::{perm, DirEntry, FileType, Want};
+use orion_client::{perm, DirEntry, FileType};
 
-use super::{allow, leaves, route, set_errno, with_caller, Route};
+use super::{as_caller, leaves, route, set_errno, with_caller, Route};
 use crate::real;
 use crate::state::{self, Inside};
 
@@ -95,9 +95,9 @@ pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut DIR {
     // SAFETY: the caller's path.
     if let Route::Serve(c, p) = unsafe { route(AT_FDCWD, path, false) } {
         let _in = Inside::enter();
-        let walk = allow(c, &p, Want::Walk { follow: true });
         // Not a directory comes before not readable, as the kernel checks.
-        let listed = walk.and_then(|_| c.stat(&p)).and_then(|a| match a.ftype {
+        let found = as_caller(|cred| c.stat_as(&p, true, cred));
+        let listed = found.and_then(|a| match a.ftype {
             FileType::Directory => with_caller(|cred| c.may(cred, a.ino, perm::MAY_READ))
                 .and_then(|_| c.readdir_ino(a.ino))
                 .map(|l| (a.ino, l)),

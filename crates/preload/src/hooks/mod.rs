@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use libc::{c_char, c_int, ssize_t};
 use orion_client::perm::Cred;
-use orion_client::{Client, FsError, FsResult, SetAttrReq, Want};
+use orion_client::{Client, FsError, FsResult};
 
 use crate::paths::{classify, Target};
 use crate::state::{self, Inside};
@@ -143,13 +143,6 @@ fn supplementary_groups() -> Vec<u32> {
     let got = unsafe { libc::getgroups(n, v.as_mut_ptr()) };
     v.truncate(got.max(0) as usize);
     v
-}
-
-/// Whether the caller may make a call that `want`s this of `p` (root: yes, without
-/// a look); a setattr comes back as it may be applied. The checks are the client
-/// library's, the mount's own.
-pub(crate) fn allow(c: &Client, p: &str, want: Want) -> FsResult<Option<SetAttrReq>> {
-    judged(with_caller(|cred| c.permitted(p, cred, want)))
 }
 
 /// Runs a client call as the calling process (its credentials, which the call checks

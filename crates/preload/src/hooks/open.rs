@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Once;
 
 use libc::{c_char, c_int, c_uint, mode_t, AT_FDCWD, O_CREAT, O_DIRECTORY, O_PATH, O_TMPFILE};
-use orion_client::{Client, FileType, FsError, OpenFlags, Want};
+use orion_client::{Client, FileType, FsError, OpenFlags};
 
-use super::{allow, fail, judged, leaves, root, route, with_caller, Route};
+use super::{as_caller, fail, judged, leaves, root, route, with_caller, Route};
 use crate::paths;
 use crate::real;
 use crate::state::{self, Inside};
@@ -75,14 +75,10 @@ fn open_served(c: &'static Client, p: &str, flags: c_int, mode: mode_t) -> Resul
     if flags & libc::O_NOFOLLOW != 0 {
         // The directories on the way are searched before O_NOFOLLOW says ELOOP of
         // the last name (a missing name is the open's to answer).
-        match allow(c, p, Want::Walk { follow: false }) {
-            Err(FsError::Errno(libc::ENOENT)) | Ok(_) => {}
-            Err(e) => return fails(e),
-        }
-        match c.lstat(p) {
+        match as_caller(|cred| c.stat_as(p, false, cred)) {
             Ok(a) if a.ftype == FileType::Symlink => return Err(libc::ELOOP),
-            Err(e) if leaves(&e) => return Ok(Opened::Leaves),
-            _ => {}
+            Ok(_) | Err(FsError::Errno(libc::ENOENT)) => {}
+            Err(e) => return fails(e),
         }
     }
     let of = OpenFlags {

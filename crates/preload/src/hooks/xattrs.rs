@@ -6,9 +6,9 @@ use std::ffi::CStr;
 
 use libc::{c_char, c_int, c_void, size_t, ssize_t, AT_FDCWD};
 use orion_client::xattr::{self, SetMode};
-use orion_client::{Client, FileType, FsResult, Want};
+use orion_client::{Client, FileType, FsResult};
 
-use super::{allow, fail, fail_ssize, leaves, root, route, served, with_caller, Route};
+use super::{as_caller, fail, fail_ssize, leaves, root, route, served, with_caller, Route};
 use crate::real;
 use crate::state::Inside;
 
@@ -31,12 +31,7 @@ unsafe fn by_path(path: *const c_char, follow: bool) -> Node {
     match unsafe { route(AT_FDCWD, path, false) } {
         Route::Serve(c, p) => {
             let _in = Inside::enter();
-            let walk = allow(c, &p, Want::Walk { follow });
-            let a = match follow {
-                true => walk.and_then(|_| c.stat(&p)),
-                false => walk.and_then(|_| c.lstat(&p)),
-            };
-            match a {
+            match as_caller(|cred| c.stat_as(&p, follow, cred)) {
                 Ok(a) => Node::Served(c, a.ino, a.ftype),
                 Err(e) if leaves(&e) => Node::Kernel,
                 Err(e) => Node::Failed(e.errno()),
