@@ -25,7 +25,7 @@
 //! is destroyed in the MDS's first grace period.
 
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
 
@@ -38,8 +38,13 @@ use tracing::warn;
 use crate::server::Mds;
 use crate::MdsConfig;
 
-/// How often orphans still held are looked at again.
+/// How often the MDS looks for orphans due for another look.
 const RESWEEP: Duration = Duration::from_millis(10);
+/// The longest an orphan still held waits for its next look: the wait doubles from
+/// [`RESWEEP`] at each look that finds it held, so a client holding many unlinked
+/// files costs the MDS few loads, and a file held long goes within a second of its
+/// last close.
+const MAX_RECHECK: Duration = Duration::from_secs(1);
 /// Most inodes one instance may hold in its overflow.
 const MAX_OVERFLOW: usize = 1 << 20;
 
@@ -53,8 +58,9 @@ struct Table {
 
 pub(crate) struct OpenTables {
     tables: HashMap<u64, Table>,
-    /// Unlinked inodes (link count 0) that some table may still hold.
-    orphans: BTreeSet<u64>,
+    /// Unlinked inodes (link count 0) that some table may still hold, with when to
+    /// look at each next and the wait after that.
+    orphans: BTreeMap<u64, (Instant, Duration)>,
     /// Orphans made since the last sweep (swept at once, not after [`RESWEEP`]).
     fresh: bool,
     next_sweep: Instant,
@@ -68,7 +74,7 @@ impl OpenTables {
     pub fn new(grace: Duration, now: Instant) -> OpenTables {
         OpenTables {
             tables: HashMap::new(),
-            orphans: BTreeSet::new(),
+            orphans: BTreeMap::new(),
             fresh: false,
             next_sweep: now,
             grace,
@@ -129,7 +135,7 @@ impl OpenTables {
 
     /// `ino` lost its last link and was kept: destroyed once no table holds it.
     pub fn orphaned(&mut self, ino: u64) {
-        self.orphans.insert(ino);
+        self.orphans.insert(ino, (self.started, RESWEEP));
         self.fresh = true;
     }
 
@@ -138,11 +144,9 @@ impl OpenTables {
         self.orphans.len()
     }
 
-    /// Whether any table holds `ino`. Called only after the link count 0 was stored.
+    /// Whether any table holds `ino`. Called only after the link count 0 was stored,
+    /// and a fence (see [`OpenTables::sweep`]).
     fn held(&self, ino: u64) -> bool {
-        // The MDS's half of the pairing: its store of the link count is ordered
-        // before these loads (the client's half is in `orion_client`'s open).
-        fence(Ordering::SeqCst);
         let b = bucket(ino);
         self.tables.values().any(|t| {
             t.overflow.contains(&ino)
@@ -163,14 +167,23 @@ impl OpenTables {
         }
         self.fresh = false;
         self.next_sweep = now + RESWEEP;
-        let free: Vec<u64> = self
-            .orphans
-            .iter()
-            .copied()
-            .filter(|&ino| !self.held(ino))
+        // The MDS's half of the pairing: its stores of the link counts are ordered
+        // before the loads of the words (the client's half is in `orion_client`'s
+        // open).
+        fence(Ordering::SeqCst);
+        let due: Vec<u64> = (self.orphans.iter())
+            .filter(|(_, (at, _))| *at <= now)
+            .map(|(&ino, _)| ino)
             .collect();
-        for ino in &free {
-            self.orphans.remove(ino);
+        let mut free = Vec::new();
+        for ino in due {
+            if !self.held(ino) {
+                self.orphans.remove(&ino);
+                free.push(ino);
+            } else if let Some((at, wait)) = self.orphans.get_mut(&ino) {
+                *at = now + *wait;
+                *wait = (*wait * 2).min(MAX_RECHECK);
+            }
         }
         free
     }

@@ -101,7 +101,7 @@ fn another_clients_unlink_and_rename_leave_open_files_usable_until_closed() {
     assert_eq!(a.pread(g, 0, 100).unwrap(), b"old g");
 
     // Three files are alive (/g and the two A holds): the orphans wait for A (the
-    // MDS looks at held orphans again every 10 ms).
+    // MDS looks at a held orphan again after 10 ms, then 20, 40...).
     thread::sleep(Duration::from_millis(100));
     assert_eq!(free_inodes(&b), before - 3);
     a.close(f).unwrap();
