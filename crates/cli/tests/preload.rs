@@ -457,6 +457,19 @@ fn make_git_and_fio_work_under_preload() {
         listed.contains("fdopendir of a file: Not a directory\n"),
         "{listed}"
     );
+    // The raw getdents64 call pages through the same names, its offsets where
+    // lseek says the descriptor is, and starts over at 0.
+    for what in ["in small steps", "after lseek to 0"] {
+        let line = format!("getdents64 {what}: Makefile 8 dirs 8 dirs.c 8 dirs.o 8; ");
+        assert!(
+            listed.contains(&format!("{line}offsets agree with lseek: 1\n")),
+            "{listed}"
+        );
+    }
+    assert!(
+        listed.contains("getdents64 into 8 bytes: -1 Invalid argument\n"),
+        "{listed}"
+    );
     // git: a repository made, committed to and checked under preload, read through
     // the mount.
     p.sh(&format!(

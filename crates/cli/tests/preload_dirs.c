@@ -1,5 +1,6 @@
 /* Directory streams as a C program sees them, for the preload tests: run under
  * `orion run` and plainly through the mount, it must print the same lines. */
+#define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -11,6 +12,42 @@
 
 static int by_name(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Lists `fd` with getdents64 into a buffer of `size` bytes (small: several calls);
+ * prints the names that are not "." or "..", sorted, with their types and whether
+ * each record's d_off is where the next one starts (lseek agrees). */
+static int raw_listing(int fd, size_t size, const char *what) {
+    char buf[4096], *names[256];
+    int n = 0, offsets_agree = 1;
+    for (;;) {
+        ssize_t got = getdents64(fd, buf, size);
+        if (got < 0) {
+            perror("getdents64");
+            return -1;
+        }
+        if (got == 0)
+            break;
+        for (ssize_t at = 0; at < got;) {
+            struct dirent64 *d = (struct dirent64 *)(buf + at);
+            at += d->d_reclen;
+            if (at == got && d->d_off != lseek(fd, 0, SEEK_CUR))
+                offsets_agree = 0;
+            if (strcmp(d->d_name, ".") && strcmp(d->d_name, "..") && n < 256) {
+                char *s = malloc(strlen(d->d_name) + 8);
+                sprintf(s, "%s %d", d->d_name, d->d_type);
+                names[n++] = s;
+            }
+        }
+    }
+    qsort(names, n, sizeof names[0], by_name);
+    printf("getdents64 %s:", what);
+    for (int i = 0; i < n; i++) {
+        printf(" %s", names[i]);
+        free(names[i]);
+    }
+    printf("; offsets agree with lseek: %d\n", offsets_agree);
+    return n;
 }
 
 int main(int argc, char **argv) {
@@ -88,6 +125,20 @@ int main(int argc, char **argv) {
            dirfd(f) == dfd);
     closedir(f);
     printf("closedir closed it: %d\n", fcntl(dfd, F_GETFD) == -1 && errno == EBADF);
+    /* The raw call on a directory descriptor: records the size of one or two names
+     * at a time, then all again after lseek to 0, and a buffer too small for one. */
+    int rfd = open(argv[1], O_RDONLY | O_DIRECTORY);
+    if (raw_listing(rfd, 64, "in small steps") < 0)
+        return 1;
+    lseek(rfd, 0, SEEK_SET);
+    if (raw_listing(rfd, sizeof(char[4096]), "after lseek to 0") < 0)
+        return 1;
+    lseek(rfd, 0, SEEK_SET);
+    char tiny[8];
+    errno = 0;
+    ssize_t none = getdents64(rfd, tiny, sizeof tiny);
+    printf("getdents64 into 8 bytes: %zd %s\n", none, strerror(errno));
+    close(rfd);
     /* Errors: a file is not a directory; nothing is nothing. */
     char path[4096];
     snprintf(path, sizeof path, "%s/Makefile", argv[1]);

@@ -64,6 +64,7 @@ real! {
     fn preadv64v2(fd: c_int, iov: *const libc::iovec, n: c_int, off: off_t, fl: c_int) -> ssize_t;
     fn pwritev64v2(fd: c_int, iov: *const libc::iovec, n: c_int, off: off_t, fl: c_int) -> ssize_t;
     fn lseek64(fd: c_int, off: off_t, whence: c_int) -> off_t;
+    fn getdents64(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t;
     fn fsync(fd: c_int) -> c_int;
     fn fdatasync(fd: c_int) -> c_int;
     fn ftruncate64(fd: c_int, len: off_t) -> c_int;

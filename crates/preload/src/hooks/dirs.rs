@@ -5,8 +5,7 @@
 //! streams first. Directory descriptors stay the kernel's (see `open_at`: fchdir and
 //! *at calls need them), but `fdopendir` of one under the mount lists through the
 //! client too, so programs that walk trees by descriptor (fts: find, du, rm -r)
-//! list in-process; the raw `getdents64` system call on such a descriptor is the
-//! kernel's (through the mount).
+//! list in-process, and so does `getdents64` on such a descriptor (`dents`).
 
 use std::collections::HashSet;
 use std::ffi::CString;
@@ -56,7 +55,7 @@ fn ours(d: *mut DIR) -> Option<&'static Stream> {
     known.then(|| unsafe { &*(d as *const Stream) })
 }
 
-fn d_type(t: FileType) -> u8 {
+pub(super) fn d_type(t: FileType) -> u8 {
     match t {
         FileType::Regular => libc::DT_REG,
         FileType::Directory => libc::DT_DIR,
@@ -139,13 +138,9 @@ fn register(ino: u64, path: CString, entries: Vec<DirEntry>, fd: c_int) -> *mut 
     d as *mut DIR
 }
 
-/// fdopendir of a kernel descriptor of a directory under the mount (fts opens
-/// directories so, to walk trees: find, du, rm -r): listed through the client like
-/// opendir, the stream taking the descriptor over (dirfd gives it, closedir closes
-/// it). Anything else (not open, O_PATH, not a directory, not under the mount) is
-/// the C library's to answer.
-#[no_mangle]
-pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut DIR {
+/// The inode of `fd` if it is a kernel descriptor (not O_PATH) of a directory of
+/// the mount: Orion's own, not a file system mounted inside the mount.
+pub(super) fn orion_dir(fd: c_int) -> Option<libc::stat64> {
     // SAFETY: fcntl F_GETFL only reads the descriptor's flags.
     let flags = unsafe { real::fcntl(fd, libc::F_GETFL, 0) };
     // SAFETY: stat64 is plain integers: all zeros is a valid value.
@@ -155,9 +150,18 @@ pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut DIR {
         && flags & libc::O_PATH == 0
         && unsafe { real::fstat64(fd, &mut st) } == 0
         && st.st_mode & libc::S_IFMT == libc::S_IFDIR
-        // Orion's own, not a file system mounted inside the mount.
         && state::settings().is_some_and(|s| s.dev == st.st_dev);
-    if dir {
+    dir.then_some(st)
+}
+
+/// fdopendir of a kernel descriptor of a directory under the mount (fts opens
+/// directories so, to walk trees: find, du, rm -r): listed through the client like
+/// opendir, the stream taking the descriptor over (dirfd gives it, closedir closes
+/// it). Anything else (not open, O_PATH, not a directory, not under the mount) is
+/// the C library's to answer.
+#[no_mangle]
+pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut DIR {
+    if let Some(st) = orion_dir(fd) {
         // SAFETY: a NUL-terminated path we own: the directory itself, by its fd.
         if let Route::Serve(c, p) = unsafe { route(fd, c".".as_ptr(), false) } {
             let _in = Inside::enter();

@@ -8,6 +8,7 @@
 //! `openat`, `fcntl` or `ioctl` receives its optional argument where a fixed one
 //! would be).
 
+mod dents;
 mod dirs;
 mod fds;
 mod ids;

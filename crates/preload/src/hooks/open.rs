@@ -223,7 +223,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
         match table::close(fd) {
             Some(Ok(())) => return 0,
             Some(Err(e)) => return fail(e),
-            None => {}
+            None => super::dents::closed(fd),
         }
     }
     // SAFETY: the caller's descriptor, passed on.
