@@ -160,8 +160,6 @@ fn xattr_allowed(a: &Attr, cred: &Cred, name: &[u8], write: bool) -> FsResult<()
     perm::check(a, cred, mask)
 }
 
-impl Client {}
-
 impl Inner {
     /// Whether `cred` may rename name `on` of directory `op` to `nn` of `np` (both
     /// found by walks checked for it): both names removable (or the new one
@@ -175,59 +173,57 @@ impl Inner {
         mode: RenameMode,
     ) -> Res<()> {
         let i = self;
+        let inos = (i.lookup(op, on)?, i.lookup(np, nn));
+        // A name renamed onto itself, or onto another link of its inode, is
+        // done before any check (Linux's vfs_rename).
+        if inos.1.as_ref().is_ok_and(|&new| new == inos.0) {
+            return Ok(());
+        }
+        // The call's own errors come before any check: a name that exists under
+        // RENAME_NOREPLACE (EEXIST), a missing one under RENAME_EXCHANGE (ENOENT).
+        match (mode, &inos.1) {
+            (RenameMode::NoReplace, Ok(_)) | (RenameMode::Exchange, Err(_)) => return Ok(()),
+            _ => {}
+        }
+        let src = i.getattr(inos.0)?;
+        let dst = match &inos.1 {
+            Ok(ino) => Some(i.getattr(*ino)?),
+            Err(_) => None,
+        };
+        // A directory moved into itself (EINVAL), or onto a directory that holds
+        // it (ENOTEMPTY): the call's errors too.
+        let is_dir = |a: &Attr| a.ftype == FileType::Directory;
+        if (is_dir(&src) && within(i, np, src.ino)?)
+            || (dst.as_ref()).is_some_and(|d| is_dir(d) && d.ino != src.ino)
+                && within(i, op, dst.as_ref().map_or(0, |d| d.ino))?
         {
-            let inos = (i.lookup(op, on)?, i.lookup(np, nn));
-            // A name renamed onto itself, or onto another link of its inode, is
-            // done before any check (Linux's vfs_rename).
-            if inos.1.as_ref().is_ok_and(|&new| new == inos.0) {
-                return Ok(());
-            }
-            // The call's own errors come before any check: a name that exists under
-            // RENAME_NOREPLACE (EEXIST), a missing one under RENAME_EXCHANGE (ENOENT).
-            match (mode, &inos.1) {
-                (RenameMode::NoReplace, Ok(_)) | (RenameMode::Exchange, Err(_)) => return Ok(()),
-                _ => {}
-            }
-            let src = i.getattr(inos.0)?;
-            let dst = match &inos.1 {
-                Ok(ino) => Some(i.getattr(*ino)?),
-                Err(_) => None,
-            };
-            // A directory moved into itself (EINVAL), or onto a directory that holds
-            // it (ENOTEMPTY): the call's errors too.
-            let is_dir = |a: &Attr| a.ftype == FileType::Directory;
-            if (is_dir(&src) && within(i, np, src.ino)?)
-                || (dst.as_ref()).is_some_and(|d| is_dir(d) && d.ino != src.ino)
-                    && within(i, op, dst.as_ref().map_or(0, |d| d.ino))?
-            {
-                return Ok(());
-            }
-            let (od, nd) = (i.getattr(op)?, i.getattr(np)?);
-            perm::check_delete(&od, &src, cred)?;
-            match (&dst, inos.1) {
-                (Some(dst), _) => {
-                    perm::check_delete(&nd, dst, cred)?;
-                    // As Linux's may_delete of the target: the kinds must agree
-                    // (an exchange swaps any two).
-                    if mode != RenameMode::Exchange {
-                        match (is_dir(&src), is_dir(dst)) {
-                            (true, false) => return Err(FsError::Errno(libc::ENOTDIR).into()),
-                            (false, true) => return Err(FsError::Errno(libc::EISDIR).into()),
-                            _ => {}
-                        }
+            return Ok(());
+        }
+        let (od, nd) = (i.getattr(op)?, i.getattr(np)?);
+        perm::check_delete(&od, &src, cred)?;
+        match (&dst, inos.1) {
+            (Some(dst), _) => {
+                perm::check_delete(&nd, dst, cred)?;
+                // As Linux's may_delete of the target: the kinds must agree
+                // (an exchange swaps any two).
+                if mode != RenameMode::Exchange {
+                    match (is_dir(&src), is_dir(dst)) {
+                        (true, false) => return Err(FsError::Errno(libc::ENOTDIR).into()),
+                        (false, true) => return Err(FsError::Errno(libc::EISDIR).into()),
+                        _ => {}
                     }
                 }
-                (None, Err(Fail::Fs(FsError::Errno(libc::ENOENT)))) => {
-                    perm::check(&nd, cred, MAY_WRITE | MAY_EXEC)?
-                }
-                (None, Err(e)) => return Err(e),
-                (None, Ok(_)) => unreachable!("an existing target's attributes were read"),
             }
-            if op != np {
-                moved_dirs_writable(&src, dst.as_ref(), cred, mode)?;
+            (None, Err(Fail::Fs(FsError::Errno(libc::ENOENT)))) => {
+                perm::check(&nd, cred, MAY_WRITE | MAY_EXEC)?
             }
-            Ok(())
+            (None, Err(e)) => return Err(e),
+            (None, Ok(_)) => unreachable!("an existing target's attributes were read"),
         }
+        if op != np {
+            moved_dirs_writable(&src, dst.as_ref(), cred, mode)?;
+        }
+        Ok(())
     }
 
     /// Whether `cred` may link inode `ino` as `name` in `dir` (both found by walks
@@ -241,21 +237,19 @@ impl Inner {
         cred: &Cred,
     ) -> Res<()> {
         let i = self;
-        {
-            if i.lookup(dir, name).is_ok() {
-                return Ok(());
-            }
-            let a = i.getattr(ino)?;
-            // Runs as somebody else: a bit a write by another would drop.
-            let setid = perm::without_setid(a.mode & 0o7777) != a.mode & 0o7777;
-            let safe = a.ftype == FileType::Regular
-                && !setid
-                && perm::check(&a, cred, MAY_READ | MAY_WRITE).is_ok();
-            if protected_hardlinks() && a.uid != cred.uid && !safe {
-                return Err(FsError::Errno(libc::EPERM).into());
-            }
-            Ok(perm::check(&i.getattr(dir)?, cred, MAY_WRITE | MAY_EXEC)?)
+        if i.lookup(dir, name).is_ok() {
+            return Ok(());
         }
+        let a = i.getattr(ino)?;
+        // Runs as somebody else: a bit a write by another would drop.
+        let setid = perm::without_setid(a.mode & 0o7777) != a.mode & 0o7777;
+        let safe = a.ftype == FileType::Regular
+            && !setid
+            && perm::check(&a, cred, MAY_READ | MAY_WRITE).is_ok();
+        if protected_hardlinks() && a.uid != cred.uid && !safe {
+            return Err(FsError::Errno(libc::EPERM).into());
+        }
+        Ok(perm::check(&i.getattr(dir)?, cred, MAY_WRITE | MAY_EXEC)?)
     }
 }
 

@@ -8,7 +8,7 @@ use orion_meta::index::Body;
 use orion_meta::{Attr, FsError, FsResult, NewNode, RenameMode};
 use orion_proto::{Create, MdsRequest, ReplyBody};
 
-use super::paths::is_root;
+use super::paths::{dot_last, is_root};
 use super::*;
 use crate::access::{checked, checked_for_name, Want};
 use crate::remote::{io_err, Fail, Res};
@@ -24,7 +24,22 @@ impl Client {
     }
 
     pub fn mkdir_as(&self, path: &str, mode: u32, cred: Option<&Cred>) -> FsResult<Attr> {
+        self.no_name(path, cred, libc::EEXIST, libc::EEXIST)?;
         self.run(|i| i.make(path, FileType::Directory, mode, None, cred))
+    }
+
+    /// Linux's answer to a call that adds or removes a name, for a path whose last
+    /// name is "." (`dot`) or ".." (`dotdot`), after the errors of its walk: such a
+    /// path names a directory, not a name in one (the walk without the last name
+    /// would act on the directory itself: `rmdir("d/.")` would remove `d`).
+    fn no_name(&self, path: &str, cred: Option<&Cred>, dot: i32, dotdot: i32) -> FsResult<()> {
+        match dot_last(path) {
+            None => Ok(()),
+            Some(two) => {
+                self.stat_as(path, true, cred)?;
+                Err(FsError::Errno(if two { dotdot } else { dot }))
+            }
+        }
     }
 
     pub fn mknod(&self, path: &str, ftype: FileType, mode: u32) -> FsResult<Attr> {
@@ -32,6 +47,7 @@ impl Client {
         if matches!(ftype, FileType::Directory | FileType::Symlink) {
             return Err(EINVAL);
         }
+        self.no_name(path, None, libc::EEXIST, libc::EEXIST)?;
         self.run(|i| i.make(path, ftype, mode, None, None))
     }
 
@@ -47,6 +63,7 @@ impl Client {
         if t.len() > SYMLINK_MAX {
             return Err(ENAMETOOLONG);
         }
+        self.no_name(path, cred, libc::EEXIST, libc::EEXIST)?;
         self.run(|i| i.make(path, FileType::Symlink, 0o777, Some(t), cred))
     }
 
@@ -70,6 +87,7 @@ impl Client {
         if is_root(path) {
             return Err(FsError::Errno(libc::EISDIR));
         }
+        self.no_name(path, cred, libc::EISDIR, libc::EISDIR)?;
         let cred = checked_for_name(path, cred);
         self.run(|i| {
             let (parent, name) = i.checked_name(path, cred, Want::Remove)?;
@@ -82,6 +100,7 @@ impl Client {
     }
 
     pub fn rmdir_as(&self, path: &str, cred: Option<&Cred>) -> FsResult<()> {
+        self.no_name(path, cred, libc::EINVAL, libc::ENOTEMPTY)?;
         let cred = checked_for_name(path, cred);
         self.run(|i| {
             let (parent, name) = i.checked_name(path, cred, Want::Remove)?;
@@ -105,11 +124,16 @@ impl Client {
         mode: RenameMode,
         cred: Option<&Cred>,
     ) -> FsResult<()> {
-        let cred = checked_for_name(from, cred).and_then(|c| checked_for_name(to, Some(c)));
+        self.no_name(from, cred, libc::EBUSY, libc::EBUSY)?;
+        self.no_name(to, cred, libc::EBUSY, libc::EBUSY)?;
+        // Each walk is checked; the names are not when either is the root's (the
+        // call says EBUSY).
+        let cred = checked(cred);
+        let names = cred.filter(|_| !is_root(from) && !is_root(to));
         self.run(|i| {
             let old = i.resolve_parent_as(from, cred)?;
             let new = i.resolve_parent_as(to, cred)?;
-            if let Some(cred) = cred {
+            if let Some(cred) = names {
                 i.check_rename((old.0, &old.1), (new.0, &new.1), cred, mode)?;
             }
             i.rename_names(old, new, mode)
@@ -124,6 +148,7 @@ impl Client {
         if is_root(new) {
             return Err(FsError::Errno(libc::EEXIST));
         }
+        self.no_name(new, cred, libc::EEXIST, libc::EEXIST)?;
         let cred = checked(cred);
         self.run(|i| {
             let (ino, _) = i.resolve_as(existing, false, cred)?;

@@ -32,6 +32,16 @@ pub(crate) fn components(path: &str) -> FsResult<Vec<Vec<u8>>> {
     Ok(out)
 }
 
+/// Whether the last name of `path` is "." (`Some(false)`) or ".." (`Some(true)`):
+/// a path that names a directory by itself, with no name in it to add or remove.
+pub(crate) fn dot_last(path: &str) -> Option<bool> {
+    match path.trim_end_matches('/').rsplit('/').next()? {
+        "." if !is_root(path) => Some(false),
+        ".." => Some(true),
+        _ => None,
+    }
+}
+
 /// Whether `path` names the root, which exists (EEXIST to a call that would make
 /// it) and cannot be removed.
 pub(crate) fn is_root(path: &str) -> bool {

@@ -5,22 +5,23 @@
 //! Where the caller is in the listing lives in the kernel descriptor's own offset,
 //! as it would for the system call: an entry's offset is its position + 1 (the
 //! mount's too, `fuse::listings`), each call moves it past what it returned, and
-//! `lseek` to 0 (or `rewinddir` of a stream over it) starts over. Offset 0 takes a
+//! `lseek` to 0 starts over. Offset 0 takes a
 //! fresh listing; later calls page through that snapshot, one per descriptor,
-//! dropped at its close. The system call itself (`syscall(SYS_getdents64)`) is not
+//! dropped at its close. A call that finds the snapshots busy goes to the kernel,
+//! whose listing through the mount has the same offsets. The system call itself (`syscall(SYS_getdents64)`) is not
 //! interposed and lists through the mount.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, TryLockError};
 
-use libc::{c_int, c_void, size_t, ssize_t};
+use libc::{c_int, c_uint, c_void, size_t, ssize_t};
 use orion_client::DirEntry;
 
 use super::dirs::{d_type, orion_dir};
 use super::{fail_ssize, leaves, route, Route};
 use crate::real;
-use crate::state::{self, Inside};
+use crate::state::Inside;
 
 /// A listing a descriptor pages through: the directory's inode, its entries.
 type Snapshot = (u64, Vec<DirEntry>);
@@ -56,37 +57,60 @@ unsafe fn served(fd: c_int, buf: *mut c_void, n: size_t) -> Option<ssize_t> {
         return None;
     };
     let _in = Inside::enter();
-    // SAFETY: lseek of the caller's descriptor, which stays where it is.
-    let pos = unsafe { real::lseek64(fd, 0, libc::SEEK_CUR) };
-    if pos < 0 {
-        return None;
+    if buf.is_null() {
+        return Some(fail_ssize(libc::EFAULT));
     }
-    let mut all = LISTINGS.lock().unwrap_or_else(|e| e.into_inner());
-    let map = all.get_or_insert_with(HashMap::new);
-    let fresh = pos == 0 || map.get(&fd).is_none_or(|(ino, _)| *ino != st.st_ino);
-    if fresh {
-        match c.readdir_ino(st.st_ino) {
-            Ok(entries) => {
-                if map.insert(fd, (st.st_ino, entries)).is_none() {
-                    HELD.fetch_add(1, Ordering::Relaxed);
-                }
-            }
+    // SAFETY: lseek of the caller's descriptor, which stays where it is.
+    let at = || unsafe { real::lseek64(fd, 0, libc::SEEK_CUR) };
+    // A fresh listing (at offset 0, or the first of this descriptor) is taken before
+    // the lock: a close on another thread waits for no RPC.
+    let fresh =
+        at() == 0 || with_listings(|m| m.get(&fd).map(|(ino, _)| *ino)) != Some(Some(st.st_ino));
+    let taken = match fresh {
+        false => None,
+        true => match c.readdir_ino(st.st_ino) {
+            Ok(entries) => Some(entries),
             Err(e) if leaves(&e) => return None,
             Err(e) => return Some(fail_ssize(e.errno())),
-        }
-    }
-    let (_, entries) = &map[&fd];
-    // SAFETY: the caller's buffer holds `n` bytes.
+        },
+    };
+    // SAFETY: the caller's buffer holds `n` bytes (not null: above).
     let out = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
-    let (bytes, next) = fill(out, entries, pos as usize);
-    if bytes == 0 && next < entries.len() {
-        // Not even one record fits.
-        return Some(fail_ssize(libc::EINVAL));
-    }
-    // SAFETY: as above; the offset is where the next call resumes.
-    unsafe { real::lseek64(fd, next as libc::off_t, libc::SEEK_SET) };
-    state::SERVED.fetch_add(1, Ordering::Relaxed);
-    Some(bytes as ssize_t)
+    // Busy (another thread lists, or a fork caught one doing so): the kernel's.
+    with_listings(|map| {
+        if let Some(entries) = taken {
+            if map.insert(fd, (st.st_ino, entries)).is_none() {
+                HELD.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let pos = at();
+        let (_, entries) = map.get(&fd)?;
+        if pos < 0 {
+            return None;
+        }
+        let (bytes, next) = fill(out, entries, pos as usize);
+        if bytes == 0 && next < entries.len() {
+            // Not even one record fits.
+            return Some(fail_ssize(libc::EINVAL));
+        }
+        // SAFETY: as above; the offset is where the next call resumes.
+        if unsafe { real::lseek64(fd, next as libc::off_t, libc::SEEK_SET) } < 0 {
+            return None;
+        }
+        Some(bytes as ssize_t)
+    })?
+}
+
+/// Runs `f` on the snapshots, unless another thread holds them (or held them when
+/// this process forked from its parent): `None` then, and the caller leaves the
+/// call to the kernel.
+fn with_listings<T>(f: impl FnOnce(&mut HashMap<c_int, Snapshot>) -> T) -> Option<T> {
+    let mut all = match LISTINGS.try_lock() {
+        Ok(g) => g,
+        Err(TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(TryLockError::WouldBlock) => return None,
+    };
+    Some(f(all.get_or_insert_with(HashMap::new)))
 }
 
 /// Writes the records of `entries` from position `from` into `out`, as the kernel
@@ -113,14 +137,30 @@ fn fill(out: &mut [u8], entries: &[DirEntry], from: usize) -> (usize, usize) {
     (at, i)
 }
 
-/// A kernel descriptor closed: its snapshot goes.
+/// A kernel descriptor closed (or replaced by dup2): its snapshot goes. One that
+/// stays (the snapshots were busy) is taken again at the next offset 0, or when
+/// the number names another directory.
 pub(crate) fn closed(fd: c_int) {
     if HELD.load(Ordering::Relaxed) == 0 {
         return;
     }
-    let mut all = LISTINGS.lock().unwrap_or_else(|e| e.into_inner());
-    if all.as_mut().and_then(|m| m.remove(&fd)).is_some() {
+    if with_listings(|m| m.remove(&fd)).flatten().is_some() {
         HELD.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// close_range of `first..=last`: their snapshots go.
+pub(crate) fn closed_range(first: c_uint, last: c_uint) {
+    if HELD.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let inside = |fd: &c_int| (first..=last).contains(&(*fd as c_uint));
+    if let Some(gone) = with_listings(|m| {
+        let before = m.len();
+        m.retain(|fd, _| !inside(fd));
+        before - m.len()
+    }) {
+        HELD.fetch_sub(gone, Ordering::Relaxed);
     }
 }
 

@@ -197,6 +197,7 @@ pub unsafe extern "C" fn closedir(d: *mut DIR) -> c_int {
     let s = unsafe { Box::from_raw(d as *mut Stream) };
     let fd = s.at.lock().unwrap_or_else(|e| e.into_inner()).fd;
     if fd >= 0 {
+        super::dents::closed(fd);
         // SAFETY: the descriptor dirfd opened for this stream.
         unsafe { real::close(fd) };
     }

@@ -39,6 +39,7 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 /// dup2/dup3: onto a number that may be served (it is closed first).
 fn dup_onto(old: c_int, new: c_int, cloexec: bool) -> c_int {
     if Inside::now() || (served(old).is_none() && served(new).is_none()) {
+        super::dents::closed(new);
         let fl = if cloexec { libc::O_CLOEXEC } else { 0 };
         // SAFETY: descriptor numbers, checked by the kernel.
         return unsafe { real::dup3(old, new, fl) };

@@ -72,7 +72,9 @@ fn open_served(c: &'static Client, p: &str, flags: c_int, mode: mode_t) -> Resul
         true => Ok(Opened::Leaves),
         false => Err(e.errno()),
     };
-    if flags & libc::O_NOFOLLOW != 0 {
+    // O_CREAT|O_EXCL follows no final symlink anyway, and says EEXIST of one.
+    let excl = flags & (O_CREAT | libc::O_EXCL) == O_CREAT | libc::O_EXCL;
+    if flags & libc::O_NOFOLLOW != 0 && !excl {
         // The directories on the way are searched before O_NOFOLLOW says ELOOP of
         // the last name (a missing name is the open's to answer).
         match as_caller(|cred| c.stat_as(p, false, cred)) {
@@ -255,6 +257,9 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
     }
     if first >= floor {
         return 0;
+    }
+    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+        super::dents::closed_range(first, last.min(floor - 1));
     }
     // SAFETY: the caller's range, below the library's own descriptors.
     unsafe { real::close_range(first, last.min(floor - 1), flags) }
