@@ -193,19 +193,6 @@ impl Callbacks {
         waits
     }
 
-    /// Inodes destroyed: nobody watches their numbers any more (a later inode that
-    /// takes a number is another file, which nobody caches yet). Their last
-    /// invalidations are queued already ([`Callbacks::on_changes`]).
-    pub fn forget_inodes(&mut self, inos: &[u64]) {
-        for ino in inos {
-            for w in self.watchers.remove(ino).unwrap_or_default() {
-                if let Some(h) = self.holders.get_mut(&w) {
-                    h.watches.remove(ino);
-                }
-            }
-        }
-    }
-
     /// Holds `reply` until its waits are answered and the quiet time is over; returns
     /// it when it may leave now.
     pub fn hold(
@@ -404,7 +391,6 @@ impl Mds {
         let changer = peer.and_then(|p| p.instance());
         let origin = peer.and_then(|p| p.nonce()).map(|n| (n, id));
         let waits = self.callbacks.on_changes(changer, &changes);
-        self.forget_destroyed(&changes);
         self.callbacks
             .hold((conn, id, reply), (changer, origin), waits, Instant::now())
     }
@@ -432,16 +418,7 @@ impl Mds {
         let changes = self.engine.take_changes();
         if !changes.is_empty() {
             self.callbacks.on_changes(None, &changes);
-            self.forget_destroyed(&changes);
         }
-    }
-
-    /// Watches of the changed inodes that no longer exist go.
-    fn forget_destroyed(&mut self, changes: &[orion_meta::Changed]) {
-        let gone: Vec<u64> = (changes.iter().map(|c| c.ino))
-            .filter(|&ino| self.engine.inode(ino).is_err())
-            .collect();
-        self.callbacks.forget_inodes(&gone);
     }
 }
 
@@ -478,15 +455,18 @@ mod tests {
         (cb, t)
     }
 
-    /// A number freed by a destroyed inode and taken by a new one: nobody waits on
-    /// changes to the new file (a mount that watched the old one would otherwise be
-    /// called back at each write of someone else's new file).
+    /// A number freed by a destroyed inode and taken by a new one stays watched by
+    /// whoever watched it, until that client unwatches it (its kernel forgot the
+    /// old inode): the client counts its watches by number, and one that still
+    /// counts this number caches the new inode on the strength of that watch.
     #[test]
-    fn nobody_watches_the_number_of_a_destroyed_inode() {
+    fn the_number_of_a_destroyed_inode_stays_watched_until_unwatched() {
         let (mut cb, _) = started(&[1, 2]);
         cb.watch(2, &[7, 8]).unwrap();
         assert_eq!(cb.on_changes(Some(1), &[changed(7, &[])]).len(), 1);
-        cb.forget_inodes(&[7]);
+        // 7 destroyed and taken again: a change to it still calls 2 back.
+        assert_eq!(cb.on_changes(Some(1), &[changed(7, &[])]).len(), 1);
+        cb.unwatch(2, &[7]);
         assert!(cb.on_changes(Some(1), &[changed(7, &[])]).is_empty());
         assert_eq!(
             cb.on_changes(Some(1), &[changed(8, &[])]).len(),

@@ -110,8 +110,7 @@ impl MetaEngine {
             return Ok(());
         };
         assert_ne!(ino, ROOT_INO, "the root directory is never forgotten");
-        // A change too: whoever caches the inode must drop it, and what watched the
-        // number must not watch the next inode to take it.
+        // A change too: whoever caches the inode must drop it.
         if let Some(changes) = self.changes.as_mut() {
             changes.push(super::Changed {
                 ino,
