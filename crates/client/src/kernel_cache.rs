@@ -48,6 +48,10 @@ const KERNEL_SLACK: Duration = Duration::from_millis(25);
 const UNANSWERED_LEASES: u32 = 5;
 /// Inodes the kernel forgot that are unwatched in one request.
 const UNWATCH_BATCH: usize = 256;
+/// A smaller batch goes at the next forget after this long: the MDS calls a client
+/// back about an inode number it still watches, even one whose file was deleted
+/// and whose number another file took since.
+const UNWATCH_AGE: Duration = Duration::from_millis(100);
 /// How often the callback thread looks at its stop flag.
 const STOP_POLL: Duration = Duration::from_millis(20);
 
@@ -67,8 +71,9 @@ pub struct KernelCache {
     watched: Mutex<HashSet<u64>>,
     /// Entries the kernel holds per inode (lookups answered, less those forgotten).
     held: Mutex<HashMap<u64, u64>>,
-    /// Inodes the kernel forgot, to unwatch in the next batch.
-    forgotten: Mutex<Vec<u64>>,
+    /// Inodes the kernel forgot, to unwatch in the next batch, and since when the
+    /// first of them waits.
+    forgotten: Mutex<(Vec<u64>, Option<Instant>)>,
     gate: RwLock<()>,
     requests: Mutex<()>,
     invalidate: Invalidate,
@@ -83,7 +88,7 @@ impl KernelCache {
             session: AtomicU64::new(0),
             watched: Mutex::new(HashSet::new()),
             held: Mutex::new(HashMap::new()),
-            forgotten: Mutex::new(Vec::new()),
+            forgotten: Mutex::new((Vec::new(), None)),
             gate: RwLock::new(()),
             requests: Mutex::new(()),
             invalidate,
@@ -130,8 +135,9 @@ impl KernelCache {
         }
         held.remove(&ino);
         let mut f = lock(&self.forgotten);
-        f.push(ino);
-        f.len() >= UNWATCH_BATCH
+        let since = *f.1.get_or_insert_with(Instant::now);
+        f.0.push(ino);
+        f.0.len() >= UNWATCH_BATCH || since.elapsed() >= UNWATCH_AGE
     }
 
     /// The inodes to unwatch now (the kernel forgot them and looked none up again),
@@ -140,7 +146,11 @@ impl KernelCache {
         let _no_reply_under_way = self.gate.write().unwrap_or_else(|e| e.into_inner());
         let requests = self.requests();
         let held = lock(&self.held);
-        let mut inos = std::mem::take(&mut *lock(&self.forgotten));
+        let mut inos = {
+            let mut f = lock(&self.forgotten);
+            f.1 = None;
+            std::mem::take(&mut f.0)
+        };
         inos.retain(|i| !held.contains_key(i));
         // Unwatched at the MDS whether or not this client knew it watched them (a
         // change it made watches an inode there too).
@@ -218,7 +228,7 @@ impl KernelCache {
             let mut w = lock(&self.watched);
             self.session.fetch_add(1, Ordering::AcqRel);
             w.clear();
-            lock(&self.forgotten).clear();
+            *lock(&self.forgotten) = (Vec::new(), None);
         }
         let held: Vec<Invalidation> = lock(&self.held)
             .keys()
