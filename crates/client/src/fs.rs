@@ -247,8 +247,18 @@ impl Client {
             return;
         }
         let req = MdsRequest::Unwatch { inos };
-        // A failed request leaves the watches: callbacks the kernel did not need.
-        let _ = self.lanes.run(Pick::Any, false, |g| g.rpc(req.clone()));
+        // A failed request leaves the watches (callbacks the kernel does not need):
+        // asked again with the next batch.
+        if self
+            .lanes
+            .run(Pick::Any, false, |g| g.rpc(req.clone()))
+            .is_err()
+        {
+            let MdsRequest::Unwatch { inos } = req else {
+                unreachable!("made above")
+            };
+            kc.unwatch_again(inos);
+        }
     }
 
     /// Whether `ino` is watched in the session of `w` (then what is read of it from

@@ -140,6 +140,13 @@ impl KernelCache {
         f.0.len() >= UNWATCH_BATCH || since.elapsed() >= UNWATCH_AGE
     }
 
+    /// Inodes whose `Unwatch` failed: asked again with the next batch.
+    pub(crate) fn unwatch_again(&self, inos: Vec<u64>) {
+        let mut f = lock(&self.forgotten);
+        f.1.get_or_insert_with(Instant::now);
+        f.0.extend(inos);
+    }
+
     /// The inodes to unwatch now (the kernel forgot them and looked none up again),
     /// no longer counted as watched, with the request lock held for their `Unwatch`.
     pub(crate) fn take_forgotten(&self) -> (MutexGuard<'_, ()>, Vec<u64>) {
@@ -164,10 +171,13 @@ impl KernelCache {
     /// Those of `inos` that are not watched in the current session, and the session;
     /// None without a lease.
     pub(crate) fn missing(&self, inos: &[u64]) -> Option<(Vec<u64>, Watched)> {
+        // The session before the lease: a new session voids the lease first, so a
+        // lease seen after reading the session belongs to it (a watch asked under a
+        // session that ends meanwhile is not noted: `note`).
+        let session = self.session.load(Ordering::Acquire);
         if self.left() < MIN_TTL {
             return None;
         }
-        let session = self.session.load(Ordering::Acquire);
         if inos.is_empty() {
             // Only the session is asked for (a change's own inodes are noted after).
             return Some((Vec::new(), Watched { session }));

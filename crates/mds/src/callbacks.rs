@@ -132,22 +132,34 @@ impl Callbacks {
         self.quiet_until = quiet;
     }
 
-    /// Adds watches of `instance`, which must hold a callback connection.
+    /// Adds watches of `instance`, which must hold a callback connection; more than
+    /// [`MAX_WATCHES`] new ones are refused (a `Watch` request's error).
     pub fn watch(&mut self, instance: u64, inos: &[u64]) -> FsResult<()> {
-        let Some(h) = self.holders.get_mut(&instance) else {
+        let Some(h) = self.holders.get(&instance) else {
             return Err(FsError::Errno(libc::ENOTCONN));
         };
-        if h.watches.len() + inos.len() > MAX_WATCHES {
+        let new = inos.iter().filter(|i| !h.watches.contains(i)).count();
+        if h.watches.len() + new > MAX_WATCHES {
             return Err(FsError::Io(format!(
                 "more than {MAX_WATCHES} inodes watched by one client"
             )));
         }
+        self.watch_anyway(instance, inos);
+        Ok(())
+    }
+
+    /// Adds watches of `instance` whatever their number: those of the inodes its own
+    /// changes touched (its kernel holds them now; refusing would leave them cached
+    /// unwatched).
+    fn watch_anyway(&mut self, instance: u64, inos: &[u64]) {
+        let Some(h) = self.holders.get_mut(&instance) else {
+            return;
+        };
         for &ino in inos {
             if h.watches.insert(ino) {
                 self.watchers.entry(ino).or_default().push(instance);
             }
         }
-        Ok(())
     }
 
     /// Ends watches of `instance` (its kernel forgot those inodes).
@@ -188,7 +200,7 @@ impl Callbacks {
         }
         if let Some(me) = changer.filter(|m| self.holders.contains_key(m)) {
             let inos: Vec<u64> = changes.iter().map(|c| c.ino).collect();
-            self.watch(me, &inos).expect("a holder may watch");
+            self.watch_anyway(me, &inos);
         }
         waits
     }

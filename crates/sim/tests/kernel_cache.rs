@@ -101,7 +101,8 @@ fn a_change_is_acknowledged_after_the_watchers_heard_of_it_and_a_forgotten_inode
     seen.lock().unwrap().clear();
     chmod(&b, inos[2], 0o640);
     assert!(!seen.lock().unwrap().contains(&Invalidation::Inode(inos[2])));
-    // B's kernel forgets every file (the 256th forget sends the batch); then no
+    // B's kernel forgets every file (a batch goes at the 256th forget, or at one
+    // 100 ms after the batch's first); then no
     // change to them is B's business. The root stays watched.
     for &ino in &inos {
         b.kernel_forgot(ino, 1);

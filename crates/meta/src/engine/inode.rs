@@ -110,8 +110,9 @@ impl MetaEngine {
             return Ok(());
         };
         assert_ne!(ino, ROOT_INO, "the root directory is never forgotten");
-        // A change too: whoever caches the inode must drop it.
-        if let Some(changes) = self.changes.as_mut() {
+        // A change too: whoever caches the inode must drop it. (A create that failed
+        // before linking it, `!release_data`, made nothing anyone caches.)
+        if let Some(changes) = self.changes.as_mut().filter(|_| release_data) {
             changes.push(super::Changed {
                 ino,
                 removed: Vec::new(),
