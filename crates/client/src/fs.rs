@@ -246,17 +246,10 @@ impl Client {
         if inos.is_empty() {
             return;
         }
-        let req = MdsRequest::Unwatch { inos };
         // A failed request leaves the watches (callbacks the kernel does not need):
         // asked again with the next batch.
-        if self
-            .lanes
-            .run(Pick::Any, false, |g| g.rpc(req.clone()))
-            .is_err()
-        {
-            let MdsRequest::Unwatch { inos } = req else {
-                unreachable!("made above")
-            };
+        let unwatch = |g: &mut Inner| g.rpc(MdsRequest::Unwatch { inos: inos.clone() });
+        if self.lanes.run(Pick::Any, false, unwatch).is_err() {
             kc.unwatch_again(inos);
         }
     }

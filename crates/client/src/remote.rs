@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use orion_fabric::{Access, Completion, CompletionQueue, Domain, OpKind, Region, RemoteRegion};
+use orion_fabric::{
+    Access, Completion, CompletionQueue, Connection, Domain, OpKind, Region, RemoteRegion,
+};
 use orion_format::{PoolKind, Superblock, PAGE_SIZE};
 use orion_meta::{FsError, FsResult};
 
@@ -510,19 +512,25 @@ impl Remote {
             self.reconnect()?;
             return Err(Fail::Reconnected);
         }
+        let (pool, len) = (self.mds_pool, buf.len());
+        self.mds_one_sided(true, |c, io, wr| c.post_read(wr, io, 0, &pool, off, len))?;
+        self.io.read(0, buf).map_err(io_err)?;
+        Ok(())
+    }
+
+    /// One one-sided operation on the MDS connection, posted by `post` (given the
+    /// connection, the I/O region and a wr_id). A connection found broken is
+    /// re-established if `reconnect` (a hello does not recurse), and the caller's
+    /// operation runs again ([`Fail::Reconnected`]).
+    pub(crate) fn mds_one_sided(
+        &mut self,
+        reconnect: bool,
+        mut post: impl FnMut(&Connection, &Region, u64) -> orion_fabric::Result<()>,
+    ) -> Res<()> {
         let conn = self.mds.conn.clone();
-        let pool = self.mds_pool;
-        let r = self.one_sided(
-            &conn,
-            |io, wr| conn.post_read(wr, io, 0, &pool, off, buf.len()),
-            1,
-        );
-        match r {
-            Ok(()) => {
-                self.io.read(0, buf).map_err(io_err)?;
-                Ok(())
-            }
-            Err(e) if self.mds.conn.is_alive() => Err(Fail::Fs(e)),
+        match self.one_sided(&conn, |io, wr| post(&conn, io, wr), 1) {
+            Ok(()) => Ok(()),
+            Err(e) if !reconnect || self.mds.conn.is_alive() => Err(Fail::Fs(e)),
             Err(e) => {
                 warn!("lost the MDS at {} ({e}); reconnecting", self.mds_addr());
                 self.reconnect()?;

@@ -156,17 +156,18 @@ impl OpenTables {
 
     /// The orphans no table holds any more (taken out of the set), if a sweep is due.
     fn sweep(&mut self, now: Instant) -> Vec<u64> {
+        // Not at every turn of the loop: every RESWEEP, or at once for new orphans.
+        if !self.fresh && now < self.next_sweep {
+            return Vec::new();
+        }
+        self.next_sweep = now + RESWEEP;
         let grace = self.grace;
         self.tables
             .retain(|_, t| t.left_at.is_none_or(|at| now < at + grace));
-        if self.orphans.is_empty()
-            || (!self.fresh && now < self.next_sweep)
-            || now < self.started + grace
-        {
+        if self.orphans.is_empty() || now < self.started + grace {
             return Vec::new();
         }
         self.fresh = false;
-        self.next_sweep = now + RESWEEP;
         // The MDS's half of the pairing: its stores of the link counts are ordered
         // before the loads of the words (the client's half is in `orion_client`'s
         // open).

@@ -217,7 +217,10 @@ impl Remote {
             .flat_map(|w| w.to_le_bytes())
             .collect();
         self.io.write(0, &bytes).map_err(io_err)?;
-        self.write_mds(&table, 0, bytes.len(), reconnect)?;
+        let len = bytes.len();
+        self.mds_one_sided(reconnect, |c, io, wr| {
+            c.post_write(wr, io, 0, &table, 0, len)
+        })?;
         // Adding is enough: a table of the same MDS has no stale entries but those in
         // `unheld`, and another MDS's overflow set starts empty.
         for (&ino, h) in &st.held {
@@ -239,36 +242,10 @@ impl Remote {
             Place::Way(w) => {
                 let word = if hold { ino } else { 0 };
                 self.io.write(0, &word.to_le_bytes()).map_err(io_err)?;
-                let table = self.open_table;
-                self.write_mds(&table, offset(bucket(ino), w), 8, true)
+                let (table, at) = (self.open_table, offset(bucket(ino), w));
+                self.mds_one_sided(true, |c, io, wr| c.post_write(wr, io, 0, &table, at, 8))
             }
             Place::Overflow => self.call(&MdsRequest::HoldOpen { ino, hold }).map(|_| ()),
-        }
-    }
-
-    /// One-sided write of the first `len` bytes of the I/O buffer into `table`, at
-    /// `off`, complete (delivered) when this returns.
-    fn write_mds(
-        &mut self,
-        table: &RemoteRegion,
-        off: u64,
-        len: usize,
-        reconnect: bool,
-    ) -> Res<()> {
-        let conn = self.mds.conn.clone();
-        let r = self.one_sided(
-            &conn,
-            |io, wr| conn.post_write(wr, io, 0, table, off, len),
-            1,
-        );
-        match r {
-            Ok(()) => Ok(()),
-            Err(e) if !reconnect || self.mds.conn.is_alive() => Err(Fail::Fs(e)),
-            Err(e) => {
-                tracing::warn!("lost the MDS at {} ({e}); reconnecting", self.mds_addr());
-                self.reconnect()?;
-                Err(Fail::Reconnected)
-            }
         }
     }
 }

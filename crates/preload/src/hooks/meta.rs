@@ -4,9 +4,7 @@
 use libc::{c_char, c_int, c_uint, mode_t, off_t, AT_EMPTY_PATH, AT_FDCWD, AT_SYMLINK_NOFOLLOW};
 use orion_client::{perm, Attr, Client, FileType, FsResult, SetAttrReq, TimeSet};
 
-use super::{
-    as_caller, effective_ids, fail, judged, leaves, root, route, served, with_caller, Route,
-};
+use super::{as_caller, effective_ids, fail, leaves, root, route, served, with_caller, Route};
 use crate::real;
 use crate::stat::{fill_stat, fill_statx};
 use crate::state::Inside;
@@ -22,9 +20,7 @@ unsafe fn attrs(d: c_int, path: *const c_char, flags: c_int) -> Option<Result<At
         Route::Serve(c, p) => {
             let _in = Inside::enter();
             // The walk searched as the caller, in the same walk that finds it.
-            judged(with_caller(|cred| {
-                c.stat_as(&p, !nofollow, (!cred.is_root()).then_some(cred))
-            }))
+            as_caller(|cred| c.stat_as(&p, !nofollow, cred))
         }
         Route::Fd(f) => {
             let _in = Inside::enter();

@@ -79,13 +79,7 @@ pub(crate) unsafe fn route(dirfd: c_int, path: *const c_char, empty_path: bool) 
     RELATIVE.set(p.to_bytes().first() != Some(&b'/'));
     let _in = Inside::enter();
     let r = match classify(dirfd, p, empty_path) {
-        // Asked before the client: a process whose calls all go to the mount never
-        // connects one.
-        Target::Orion(_) if !serves(effective_ids().0) => Route::Kernel,
-        Target::Orion(s) => match state::client() {
-            Some(c) if c.owner() == effective_ids() => Route::Serve(c, s),
-            _ => Route::Kernel,
-        },
+        Target::Orion(s) => serving_client().map_or(Route::Kernel, |c| Route::Serve(c, s)),
         Target::OrionFd(fd) => table::get(fd).map_or(Route::Kernel, Route::Fd),
         Target::NotDir => Route::NotDir,
         Target::Kernel => Route::Kernel,
@@ -94,6 +88,15 @@ pub(crate) unsafe fn route(dirfd: c_int, path: *const c_char, empty_path: bool) 
         state::SERVED.fetch_add(1, Ordering::Relaxed);
     }
     r
+}
+
+/// The client that serves the calling process's calls now, if any. Asked before
+/// the client: a process whose calls all go to the mount never connects one.
+pub(crate) fn serving_client() -> Option<&'static Client> {
+    if !serves(effective_ids().0) {
+        return None;
+    }
+    state::client().filter(|c| c.owner() == effective_ids())
 }
 
 /// The open file behind `fd` if this library serves it (and is not at work already
