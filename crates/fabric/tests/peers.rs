@@ -118,6 +118,28 @@ fn local_peer_process_is_probed_and_its_death_flushes_receives() {
     probe_and_kill(Backend::Local, "local");
 }
 
+/// RDMA's rule on the local backend too: a one-sided write into the memory of a
+/// process that ended fails (its shared file would take the bytes, and a successor may
+/// already have read that file) and breaks the connection, even before the connection
+/// noticed the death otherwise.
+#[test]
+fn a_one_sided_write_into_a_local_peer_that_ended_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut peer = spawn_peer(None, "local", "127.0.0.1", &secret_file(&dir));
+    let d = domain(Backend::Local);
+    let s = Session::connect(&d, &peer.addr, 4096).unwrap();
+    s.write(0, 64).unwrap();
+    s.read(0, 64).unwrap();
+    peer.child.kill().unwrap();
+    peer.child.wait().unwrap();
+    let e = s
+        .write(0, 64)
+        .expect_err("a one-sided write into a dead process completed");
+    assert!(matches!(e, Error::PeerGone { .. }), "{e}");
+    assert!(!s.conn.is_alive());
+    assert!(s.read(0, 64).is_err());
+}
+
 #[test]
 fn libfabric_peer_process_is_probed_and_its_death_flushes_receives() {
     probe_and_kill(Backend::Libfabric, "libfabric");

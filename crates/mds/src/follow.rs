@@ -486,7 +486,7 @@ fn open_sized(path: &Path, len: u64, mode: ModeChoice) -> Result<Pool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ring::RingWriter;
+    use crate::ring::{Frames, RingWriter};
     use orion_fabric::RemoteRegion;
     use orion_pmem::tap::push_record;
     use orion_pmem::Mode;
@@ -529,18 +529,19 @@ mod tests {
         );
         assert!(a.whole, "no copy marker: the pool is whole");
         // A turn of two entries, of which only the first has landed.
-        let mut out = Vec::new();
-        w.frame(&entry(1, 4096, 0xaa, false), &mut out).unwrap();
-        let first = std::mem::take(&mut out);
+        let deliver = |out: &Frames| {
+            for (off, range) in &out.writes {
+                ring_pool.write(*off, &out.bytes[range.clone()]).unwrap();
+            }
+        };
+        let mut first = Frames::new(1 << 20);
+        w.frame(&entry(1, 4096, 0xaa, false), &mut first).unwrap();
+        let mut out = Frames::new(1 << 20);
         w.frame(&entry(2, 8192, 0xbb, true), &mut out).unwrap();
-        for (off, b) in &first {
-            ring_pool.write(*off, b).unwrap();
-        }
+        deliver(&first);
         assert_eq!(a.apply_whole().unwrap(), 0, "half a turn is not applied");
         assert_eq!(pool.read_vec(4096, 64).unwrap(), vec![0u8; 64]);
-        for (off, b) in &out {
-            ring_pool.write(*off, b).unwrap();
-        }
+        deliver(&out);
         assert_eq!(a.apply_whole().unwrap(), 1);
         assert_eq!(pool.read_vec(4096, 64).unwrap(), vec![0xaau8; 64]);
         assert_eq!(pool.read_vec(8192, 64).unwrap(), vec![0xbbu8; 64]);
@@ -548,19 +549,15 @@ mod tests {
         // While the pool is not whole (the first turn after a copy), entries apply one
         // by one: that turn may outgrow the ring.
         a.whole = false;
-        let mut out = Vec::new();
+        let mut out = Frames::new(1 << 20);
         w.frame(&entry(3, 12288, 0xcc, false), &mut out).unwrap();
-        for (off, b) in &out {
-            ring_pool.write(*off, b).unwrap();
-        }
+        deliver(&out);
         assert_eq!(a.apply_whole().unwrap(), 1);
         assert_eq!(pool.read_vec(12288, 64).unwrap(), vec![0xccu8; 64]);
         // An entry out of order is refused.
-        let mut out = Vec::new();
+        let mut out = Frames::new(1 << 20);
         w.frame(&entry(9, 0, 1, true), &mut out).unwrap();
-        for (off, b) in &out {
-            ring_pool.write(*off, b).unwrap();
-        }
+        deliver(&out);
         assert!(a.apply_whole().is_err());
     }
 }

@@ -25,7 +25,7 @@ use orion_proto::{Reply, MAX_APPLY_RECORDS};
 use tracing::{info, warn};
 
 use crate::replies;
-use crate::ring::{self, RingWriter};
+use crate::ring::{self, Frames, RingWriter};
 use crate::server::{Mds, Role};
 
 /// The primary's mirror, if any, and the replies held for it.
@@ -54,6 +54,8 @@ pub(crate) struct Mirroring {
     outbox: Vec<(ConnId, u64, Reply)>,
     records: Vec<u8>,
     msg: Vec<u8>,
+    /// A turn's entries, encoded back to back (kept for its capacity).
+    encoded: Vec<u8>,
 }
 
 /// The mirror's ring as the primary writes it.
@@ -64,6 +66,8 @@ struct RingSide {
     durable_on_delivery: bool,
     /// What the one-sided writes are made from, and where the head is read into.
     staging: Region,
+    /// Entries framed and not yet written (kept for its capacity).
+    frames: Frames,
     head_buf: Region,
     /// The mirror's last `Applied`.
     applied: u64,
@@ -180,6 +184,7 @@ impl Mds {
                 writer,
                 durable_on_delivery,
                 staging: region(STAGING)?,
+                frames: Frames::new(STAGING),
                 head_buf: region(64)?,
                 applied: 0,
                 woken_at: 0,
@@ -343,67 +348,77 @@ impl Mds {
         // the whole timeout is dropped, not one applying a long first turn.
         let mut deadline = Instant::now() + self.mirror_timeout();
         let n = entries.len();
-        let payloads: Vec<Vec<u8>> = entries
-            .into_iter()
-            .enumerate()
-            .map(|(i, mut m)| {
-                let MdsToMirror::Apply { seq, last, .. } = &mut m;
-                self.mirror.seq += 1;
-                *seq = self.mirror.seq;
-                *last = i + 1 == n;
-                let mut b = Vec::new();
-                m.encode(&mut b, 0);
-                b
-            })
-            .collect();
-        // An in-sync mirror applies a turn only once all of it is in the ring: one
-        // that could not fit would never apply. (The first turn, while the mirror
-        // completes its copy, applies entry by entry.)
-        let ring = self.mirror.ring.as_ref().ok_or("the mirror has no ring")?;
-        if self.mirror.synced && !ring.writer.holds_together(payloads.iter().map(Vec::len)) {
-            let bytes: usize = payloads.iter().map(Vec::len).sum();
-            return Err(format!(
-                "a turn of {bytes} bytes does not fit its ring whole"
-            ));
+        let mut encoded = std::mem::take(&mut self.mirror.encoded);
+        encoded.clear();
+        let mut ends = Vec::with_capacity(n);
+        for (i, mut m) in entries.into_iter().enumerate() {
+            let MdsToMirror::Apply { seq, last, .. } = &mut m;
+            self.mirror.seq += 1;
+            *seq = self.mirror.seq;
+            *last = i + 1 == n;
+            m.encode(&mut encoded, 0);
+            ends.push(encoded.len());
         }
-        let mut writes = Vec::new();
-        for payload in &payloads {
-            self.frame_entry(conn, payload, &mut writes, &mut deadline)?;
-        }
-        let ring = self.mirror.ring.as_ref().ok_or("the mirror has no ring")?;
-        let wake = !ring.durable_on_delivery || ring.writer.tail() - ring.woken_at >= WAKE_BYTES;
-        self.post_ring_writes(conn, &mut writes, wake, &mut deadline)?;
+        let r = self.frame_and_post(conn, &encoded, &ends, &mut deadline);
+        self.mirror.encoded = encoded;
+        r?;
         let ring = self.mirror.ring.as_ref().ok_or("the mirror has no ring")?;
         if !ring.durable_on_delivery {
             let upto = ring.writer.tail();
             self.await_mirror(conn, &mut deadline, &mut 0, Some(upto))?;
         }
-        // A completed write lands in the mirror's memory, but on the local backend
-        // also in the file of a mirror whose process just died, which its successor
-        // may already have drained: a turn is acknowledged only if the mirror's
-        // process outlived its writes.
-        let alive = self.peers.get(&conn).is_some_and(|p| p.ch.conn.is_alive());
-        if !alive {
-            return Err("its process is gone".into());
-        }
+        // Every write completed, so each landed while the mirror's process lived (the
+        // fabric's rule on every backend: the local one, whose ring is a file that
+        // outlives its process and may be drained by a successor, checks the target's
+        // liveness word after its copy).
         Ok(())
     }
 
-    /// Frames one entry after those in `writes`; when the ring has no room, those go
-    /// out first and the mirror's head is read until it has (or `deadline` passes).
+    /// Frames the payloads `encoded[ends[i-1]..ends[i]]` and writes them.
+    fn frame_and_post(
+        &mut self,
+        conn: ConnId,
+        encoded: &[u8],
+        ends: &[usize],
+        deadline: &mut Instant,
+    ) -> Result<(), String> {
+        let payloads = || {
+            let starts = std::iter::once(0).chain(ends.iter().copied());
+            starts.zip(ends.iter()).map(|(a, &b)| &encoded[a..b])
+        };
+        // An in-sync mirror applies a turn only once all of it is in the ring: one
+        // that could not fit would never apply. (The first turn, while the mirror
+        // completes its copy, applies entry by entry.)
+        let ring = self.mirror.ring.as_mut().ok_or("the mirror has no ring")?;
+        if self.mirror.synced && !ring.writer.holds_together(payloads().map(<[u8]>::len)) {
+            return Err(format!(
+                "a turn of {} bytes does not fit its ring whole",
+                encoded.len()
+            ));
+        }
+        ring.frames.clear();
+        for payload in payloads() {
+            self.frame_entry(conn, payload, deadline)?;
+        }
+        let ring = self.mirror.ring.as_ref().ok_or("the mirror has no ring")?;
+        let wake = !ring.durable_on_delivery || ring.writer.tail() - ring.woken_at >= WAKE_BYTES;
+        self.post_ring_writes(conn, wake, deadline)
+    }
+
+    /// Frames one entry after those framed; when the ring has no room, those go out
+    /// first and the mirror's head is read until it has (or `deadline` passes).
     fn frame_entry(
         &mut self,
         conn: ConnId,
         payload: &[u8],
-        writes: &mut Vec<(u64, Vec<u8>)>,
         deadline: &mut Instant,
     ) -> Result<(), String> {
         loop {
             let ring = self.mirror.ring.as_mut().ok_or("the mirror has no ring")?;
-            if ring.writer.frame(payload, writes)? {
+            if ring.writer.frame(payload, &mut ring.frames)? {
                 return Ok(());
             }
-            self.post_ring_writes(conn, writes, true, deadline)?;
+            self.post_ring_writes(conn, true, deadline)?;
             self.read_ring_head(conn, deadline)?;
         }
     }
@@ -442,16 +457,20 @@ impl Mds {
         Ok(())
     }
 
-    /// Posts `writes` (staged in rounds of at most [`STAGING`] bytes), the last with an
-    /// immediate that wakes the mirror when `notify`, and waits for them to complete.
+    /// Posts the framed writes (staged in rounds of at most [`STAGING`] bytes), the last
+    /// with an immediate that wakes the mirror when `notify`, and waits for them to
+    /// complete.
     fn post_ring_writes(
         &mut self,
         conn: ConnId,
-        writes: &mut Vec<(u64, Vec<u8>)>,
         notify: bool,
         deadline: &mut Instant,
     ) -> Result<(), String> {
-        let n = writes.len();
+        let n = self
+            .mirror
+            .ring
+            .as_ref()
+            .map_or(0, |r| r.frames.writes.len());
         let mut k = 0;
         while k < n {
             let ring = self.mirror.ring.as_mut().ok_or("the mirror has no ring")?;
@@ -461,10 +480,11 @@ impl Mds {
                 .ok_or("the mirror's connection is gone")?;
             let mut staged = 0usize;
             let mut posted = 0usize;
-            while k < n && staged + writes[k].1.len() <= STAGING {
-                let (off, bytes) = &writes[k];
+            while k < n && staged + ring.frames.writes[k].1.len() <= STAGING {
+                let (off, range) = ring.frames.writes[k].clone();
+                let len = range.len();
                 ring.staging
-                    .write(staged as u64, bytes)
+                    .write(staged as u64, &ring.frames.bytes[range])
                     .map_err(|e| e.to_string())?;
                 let wr = ring.next_wr;
                 ring.next_wr += 1;
@@ -476,8 +496,8 @@ impl Mds {
                         &ring.staging,
                         staged as u64,
                         &ring.writer.region,
-                        *off,
-                        bytes.len(),
+                        off,
+                        len,
                         imm,
                     )
                 } else {
@@ -486,21 +506,26 @@ impl Mds {
                         &ring.staging,
                         staged as u64,
                         &ring.writer.region,
-                        *off,
-                        bytes.len(),
+                        off,
+                        len,
                     )
                 };
                 r.map_err(|e| format!("writing its ring: {e}"))?;
-                staged += bytes.len();
+                staged += len;
                 posted += 1;
                 k += 1;
             }
             if posted == 0 {
-                return Err(format!("a ring write of {} bytes", writes[k].1.len()));
+                return Err(format!(
+                    "a ring write of {} bytes",
+                    ring.frames.writes[k].1.len()
+                ));
             }
             self.await_mirror(conn, deadline, &mut posted, None)?;
         }
-        writes.clear();
+        if let Some(ring) = self.mirror.ring.as_mut() {
+            ring.frames.clear();
+        }
         Ok(())
     }
 

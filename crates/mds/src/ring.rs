@@ -66,6 +66,49 @@ fn header(pos: u64, len: u32, payload: &[u8]) -> [u8; ENTRY_HEADER] {
     h
 }
 
+/// Entries framed for one round of ring writes: their bytes back to back, and where
+/// each run of them goes. Entries next to each other in the ring are one write (up to
+/// `max_write` bytes), so a turn is usually a single one-sided write.
+pub(crate) struct Frames {
+    pub bytes: Vec<u8>,
+    /// An offset in the ring's region and the range of `bytes` written there.
+    pub writes: Vec<(u64, std::ops::Range<usize>)>,
+    max_write: usize,
+}
+
+impl Frames {
+    pub(crate) fn new(max_write: usize) -> Frames {
+        Frames {
+            bytes: Vec::new(),
+            writes: Vec::new(),
+            max_write,
+        }
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.bytes.clear();
+        self.writes.clear();
+    }
+
+    /// Appends `header` and `payload`, zero-padded to `size`, to go at `at`.
+    fn push(&mut self, at: u64, header: &[u8], payload: &[u8], size: usize) {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(header);
+        self.bytes.extend_from_slice(payload);
+        self.bytes.resize(start + size, 0);
+        match self.writes.last_mut() {
+            Some((off, r))
+                if *off + r.len() as u64 == at
+                    && r.end == start
+                    && r.len() + size <= self.max_write =>
+            {
+                r.end += size;
+            }
+            _ => self.writes.push((at, start..start + size)),
+        }
+    }
+}
+
 /// The primary's side: where the next entry goes, and the room its mirror has freed.
 pub(crate) struct RingWriter {
     pub region: RemoteRegion,
@@ -122,15 +165,10 @@ impl RingWriter {
         Ok(())
     }
 
-    /// Frames `payload` as the next entry, adding to `out` what to write where (an
-    /// offset in the ring's region and the bytes): a wrap marker first if the entry
+    /// Frames `payload` as the next entry into `out`: a wrap marker first if the entry
     /// does not fit before the ring's end. False when the mirror has not yet freed the
     /// room (read its head, then try again).
-    pub(crate) fn frame(
-        &mut self,
-        payload: &[u8],
-        out: &mut Vec<(u64, Vec<u8>)>,
-    ) -> Result<bool, String> {
+    pub(crate) fn frame(&mut self, payload: &[u8], out: &mut Frames) -> Result<bool, String> {
         let size = framed_len(payload.len());
         if size > self.cap / 2 || payload.len() >= WRAP as usize {
             return Err(format!("a ring entry of {} bytes", payload.len()));
@@ -145,13 +183,16 @@ impl RingWriter {
             return Ok(false);
         }
         if wrap {
-            out.push((DATA + at, header(self.tail, WRAP, &[]).to_vec()));
+            let marker = header(self.tail, WRAP, &[]);
+            out.push(DATA + at, &marker, &[], ENTRY_HEADER);
         }
         let len = payload.len() as u32;
-        let mut bytes = Vec::with_capacity(size as usize);
-        bytes.extend_from_slice(&header(pos, len, payload));
-        bytes.extend_from_slice(payload);
-        out.push((DATA + pos % self.cap, bytes));
+        out.push(
+            DATA + pos % self.cap,
+            &header(pos, len, payload),
+            payload,
+            size as usize,
+        );
         self.tail = pos + size;
         Ok(true)
     }
@@ -280,9 +321,9 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     /// Writes what the writer framed into the ring file, as the fabric would.
-    fn deliver(r: &RingReader, writes: &[(u64, Vec<u8>)]) {
-        for (off, b) in writes {
-            r.pool.write(*off, b).unwrap();
+    fn deliver(r: &RingReader, out: &Frames) {
+        for (off, range) in &out.writes {
+            r.pool.write(*off, &out.bytes[range.clone()]).unwrap();
         }
     }
 
@@ -315,7 +356,7 @@ mod tests {
             let (_d, mut r, mut w, mut rng) = rings(seed);
             let mut sent = std::collections::VecDeque::new();
             let mut got = Vec::new();
-            let mut out = Vec::new();
+            let mut out = Frames::new(1 << 20);
             let mut full = 0;
             // Several laps' worth, with entries of every size up to the largest.
             for n in 0..700u32 {
@@ -358,10 +399,64 @@ mod tests {
         }
     }
 
+    /// A turn's entries, adjacent in the ring, are one write as long as it stays within
+    /// the staging size; a lap's end splits them, and they still read back in order.
+    #[test]
+    fn adjacent_entries_are_one_write_up_to_its_limit_and_a_lap_splits_them() {
+        let (_d, mut r, mut w, _) = rings(5);
+        let mut out = Frames::new(4096);
+        let mut got = Vec::new();
+        for p in [&b"one"[..], &[2u8; 100][..], &[3u8; 1000][..]] {
+            assert!(w.frame(p, &mut out).unwrap());
+        }
+        assert_eq!(out.writes.len(), 1, "three small entries");
+        assert!(w.frame(&[4u8; 3000], &mut out).unwrap());
+        assert_eq!(out.writes.len(), 2, "past the write limit");
+        deliver(&r, &out);
+        for want in [
+            &b"one"[..],
+            &[2u8; 100][..],
+            &[3u8; 1000][..],
+            &[4u8; 3000][..],
+        ] {
+            let next = r.peek(&mut got).unwrap().expect("a whole entry");
+            assert_eq!(got, want);
+            r.advance(next).unwrap();
+        }
+        w.set_head(r.head()).unwrap();
+        // Fill to just before the lap's end: the next entry's wrap marker joins the
+        // write before it, the entry itself starts a new one at the ring's start.
+        out = Frames::new(usize::MAX);
+        let filler = vec![5u8; 60_000];
+        while w.tail() % w.cap + 2 * framed_len(filler.len()) < w.cap {
+            assert!(w.frame(&filler, &mut out).unwrap());
+            deliver(&r, &out);
+            out.clear();
+            while let Some(next) = r.peek(&mut got).unwrap() {
+                r.advance(next).unwrap();
+            }
+            w.set_head(r.head()).unwrap();
+        }
+        assert!(w.frame(&[6u8; 100], &mut out).unwrap());
+        // One line more than the lap has left.
+        let rest = (w.cap - w.tail() % w.cap) as usize;
+        let over = vec![8u8; rest + ALIGN as usize - ENTRY_HEADER];
+        assert!(w.frame(&over, &mut out).unwrap());
+        assert!(w.frame(&[7u8; 100], &mut out).unwrap());
+        assert_eq!(out.writes.len(), 2, "{:?}", out.writes);
+        assert_eq!(out.writes[1].0, DATA, "the second write starts the lap");
+        deliver(&r, &out);
+        for want in [vec![6u8; 100], over, vec![7u8; 100]] {
+            let next = r.peek(&mut got).unwrap().expect("a whole entry");
+            assert_eq!(got, want);
+            r.advance(next).unwrap();
+        }
+    }
+
     #[test]
     fn a_torn_or_stale_entry_is_not_whole_and_a_reopened_ring_resumes_at_its_head() {
         let (d, mut r, mut w, _) = rings(9);
-        let mut out = Vec::new();
+        let mut out = Frames::new(1 << 20);
         let mut got = Vec::new();
         w.frame(b"first entry", &mut out).unwrap();
         deliver(&r, &out);
@@ -370,12 +465,14 @@ mod tests {
         // The second entry lands with one byte of its payload not yet written.
         out.clear();
         w.frame(&[7u8; 1000], &mut out).unwrap();
-        let (off, mut bytes) = out[0].clone();
+        let (off, range) = out.writes[0].clone();
+        let mut bytes = out.bytes[range].to_vec();
         bytes[500] ^= 1;
         r.pool.write(off, &bytes).unwrap();
         assert_eq!(r.peek(&mut got).unwrap(), None, "a torn entry");
         // Its header alone, from an earlier position (an earlier lap), is stale.
-        let mut stale = out[0].1.clone();
+        let mut stale = bytes.clone();
+        stale[500] ^= 1;
         stale[..8].copy_from_slice(&0u64.to_le_bytes());
         r.pool.write(off, &stale).unwrap();
         assert_eq!(r.peek(&mut got).unwrap(), None, "a stale entry");
@@ -397,7 +494,7 @@ mod tests {
     #[test]
     fn the_writer_refuses_a_head_that_moves_backwards_and_a_turn_that_cannot_fit() {
         let (_d, _r, mut w, _) = rings(3);
-        let mut out = Vec::new();
+        let mut out = Frames::new(1 << 20);
         w.frame(b"x", &mut out).unwrap();
         assert!(w.set_head(w.tail() + 64).is_err());
         w.set_head(w.tail()).unwrap();

@@ -3,6 +3,7 @@
 //! mapped regions.
 
 use super::*;
+use std::sync::atomic::fence;
 
 /// A resolved remote region: its table slot, the mapping of its file, its permissions.
 pub(crate) type Resolved = (usize, Arc<Mapping>, Access);
@@ -285,6 +286,17 @@ impl LocalConn {
 
     /// Marks the connection broken, tells the peer, and completes everything outstanding
     /// with `e`.
+    /// The peer went away: what it sent before is delivered, then every outstanding
+    /// operation fails and the connection stays broken.
+    pub(crate) fn peer_gone(&self, why: &str) {
+        let mut out = Vec::new();
+        self.deliver(&mut out, usize::MAX);
+        self.fail(Error::gone(&self.peer_name, why), &mut out);
+        if let Some(cq) = self.cq.upgrade() {
+            cq.extend(out);
+        }
+    }
+
     pub(crate) fn fail(&self, e: Error, out: &mut Vec<Completion>) {
         {
             let mut b = self.broken.lock().unwrap();
@@ -391,6 +403,21 @@ impl ConnImpl for LocalConn {
                             Mapping::copy(&op.local.inner.map, op.off, &target, roff, op.len)
                         } else {
                             Mapping::copy(&target, roff, &op.local.inner.map, op.off, op.len)
+                        }
+                    })
+                    .and_then(|()| {
+                        // RDMA's rule: an access completes only if the target's process
+                        // lived through it. The copy is ordered before the check, so a
+                        // live word proves the bytes landed before the owner died (and
+                        // before any successor could read its files). As a NIC's queue
+                        // pair would, the connection breaks with it.
+                        fence(Ordering::SeqCst);
+                        if self.peer.file.owner_alive() {
+                            Ok(())
+                        } else {
+                            const WHY: &str = "its process ended";
+                            self.peer_gone(WHY);
+                            Err(Error::gone(&self.peer_name, WHY))
                         }
                     });
                 match moved {

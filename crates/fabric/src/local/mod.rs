@@ -9,6 +9,7 @@
 
 mod conn;
 use conn::*;
+mod liveness;
 mod ring;
 mod table;
 
@@ -103,6 +104,8 @@ fn unique_path(what: &str) -> PathBuf {
 }
 
 struct Shared {
+    /// Holds `file`'s liveness mutex: dropped (unlocked) before the file goes.
+    liveness: Option<liveness::Holder>,
     file: DomainFile,
     slots: Mutex<Vec<bool>>,
     bells: Mutex<Vec<bool>>,
@@ -111,6 +114,7 @@ struct Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
+        drop(self.liveness.take());
         let _ = std::fs::remove_file(&self.file.path);
     }
 }
@@ -125,7 +129,11 @@ impl LocalDomain {
     pub(crate) fn open(cfg: Arc<FabricConfig>, id: u64) -> Result<LocalDomain> {
         sweep_dead_processes_files();
         let file = DomainFile::create(&unique_path("domain"))?;
+        let holder = file.hold_liveness().inspect_err(|_| {
+            let _ = std::fs::remove_file(&file.path);
+        })?;
         let shared = Arc::new(Shared {
+            liveness: Some(holder),
             file,
             slots: Mutex::new(vec![false; TABLE_SLOTS]),
             bells: Mutex::new(vec![false; DOORBELLS]),
@@ -493,6 +501,13 @@ impl LocalCq {
         self.shared.file.ring(self.bell);
     }
 
+    fn extend(&self, cs: Vec<Completion>) {
+        if !cs.is_empty() {
+            self.ready.lock().unwrap().extend(cs);
+            self.shared.file.ring(self.bell);
+        }
+    }
+
     fn conns(&self) -> Vec<Arc<LocalConn>> {
         let mut v = self.conns.lock().unwrap();
         v.retain(|c| !c.closed.load(Ordering::Acquire));
@@ -565,11 +580,7 @@ impl CqImpl for LocalCq {
                 None
             };
             if let Some(why) = why {
-                // Deliver what the peer sent before it went away, then flush the rest.
-                let mut out = Vec::new();
-                c.deliver(&mut out, usize::MAX);
-                c.fail(Error::gone(&c.peer_name, why), &mut out);
-                self.ready.lock().unwrap().extend(out);
+                c.peer_gone(why);
             }
         }
     }

@@ -5,7 +5,7 @@
 //! re-checks the key on every access, so a revoked key is refused without the owner's CPU.
 //!
 //! ```text
-//! 0       header: magic, owner pid
+//! 0       header: magic, owner pid, the owner's liveness mutex (see `liveness`)
 //! 64      doorbells: 64 x 64 B { seq: u32, sleepers: u32 }
 //! 8192    region table: 1024 x 256 B { key, len, file offset, access, path len, path[224] }
 //! ```
@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::time::Duration;
 
+use super::liveness::{self, Holder, LIVENESS_LEN};
 use super::private_file;
 use crate::error::{Error, Result};
 use crate::futex;
@@ -22,7 +23,9 @@ use crate::region::{Access, Mapping};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"ORFLDOM1");
 pub(crate) const DOORBELLS: usize = 64;
+const LIVENESS: usize = 16;
 const DOORBELL_BASE: usize = 64;
+const _: () = assert!(LIVENESS + LIVENESS_LEN <= DOORBELL_BASE);
 const DOORBELL_SIZE: usize = 64;
 pub(crate) const TABLE_SLOTS: usize = 1024;
 const TABLE_BASE: usize = 8192;
@@ -97,6 +100,18 @@ impl DomainFile {
             map,
             path: path.to_path_buf(),
         })
+    }
+
+    /// Has a thread of this process hold the file's liveness mutex until the holder drops
+    /// (for a domain file this process created).
+    pub(crate) fn hold_liveness(&self) -> Result<Holder> {
+        liveness::hold(&self.map, LIVENESS)
+    }
+
+    /// Whether the process that created this file still lives (and has not dropped its
+    /// domain). No system call: one load of shared memory.
+    pub(crate) fn owner_alive(&self) -> bool {
+        liveness::owner_alive(self.map.atomic_u32(LIVENESS))
     }
 
     fn seq(&self, bell: usize) -> &AtomicU32 {
