@@ -28,7 +28,8 @@
 //!   the other's invalidation needs. An instance that itself waits for answers is
 //!   waited for [`BUSY_PATIENCE`] only: a cycle costs that long, not a lease.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use orion_meta::FastMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use orion_fabric::ConnId;
@@ -75,10 +76,10 @@ pub(crate) struct Callbacks {
     lease: Duration,
     /// No change is acknowledged before this (see the module's rules).
     quiet_until: Instant,
-    holders: HashMap<u64, Holder>,
-    by_conn: HashMap<ConnId, u64>,
+    holders: FastMap<u64, Holder>,
+    by_conn: FastMap<ConnId, u64>,
     /// Inode → the instances that watch it.
-    watchers: HashMap<u64, Vec<u64>>,
+    watchers: FastMap<u64, Vec<u64>>,
     held: Vec<Held>,
     next_id: u64,
 }
@@ -88,9 +89,9 @@ impl Callbacks {
         Callbacks {
             lease,
             quiet_until: now + lease,
-            holders: HashMap::new(),
-            by_conn: HashMap::new(),
-            watchers: HashMap::new(),
+            holders: FastMap::default(),
+            by_conn: FastMap::default(),
+            watchers: FastMap::default(),
             held: Vec::new(),
             next_id: 1,
         }
@@ -325,7 +326,7 @@ impl Callbacks {
 
 /// Takes `instance` off the watcher lists of `inos`.
 fn drop_watchers(
-    watchers: &mut HashMap<u64, Vec<u64>>,
+    watchers: &mut FastMap<u64, Vec<u64>>,
     instance: u64,
     inos: impl IntoIterator<Item = u64>,
 ) {

@@ -7,7 +7,7 @@
 //! a write lock; a holder's new lock or unlock replaces whatever it held on that range
 //! (splitting its ranges), and its adjacent ranges of one kind merge.
 
-use std::collections::HashMap;
+use orion_meta::FastMap;
 
 use orion_meta::{FsError, FsResult};
 use orion_proto::{LockKind, LockReq};
@@ -26,7 +26,7 @@ struct Held {
 
 #[derive(Default)]
 pub struct Locks {
-    by_ino: HashMap<u64, Vec<Held>>,
+    by_ino: FastMap<u64, Vec<Held>>,
 }
 
 fn overlaps(a: &Held, start: u64, end: u64) -> bool {

@@ -24,8 +24,9 @@
 //! its whole table again when a hello hands it one it has not written, and no orphan
 //! is destroyed in the MDS's first grace period.
 
+use orion_meta::FastMap;
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
 
@@ -57,7 +58,7 @@ struct Table {
 }
 
 pub(crate) struct OpenTables {
-    tables: HashMap<u64, Table>,
+    tables: FastMap<u64, Table>,
     /// Unlinked inodes (link count 0) that some table may still hold, with when to
     /// look at each next and the wait after that.
     orphans: BTreeMap<u64, (Instant, Duration)>,
@@ -73,7 +74,7 @@ pub(crate) struct OpenTables {
 impl OpenTables {
     pub fn new(grace: Duration, now: Instant) -> OpenTables {
         OpenTables {
-            tables: HashMap::new(),
+            tables: FastMap::default(),
             orphans: BTreeMap::new(),
             fresh: false,
             next_sweep: now,

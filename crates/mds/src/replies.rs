@@ -10,7 +10,8 @@
 //! the new primary answers what the old one applied. It lives in memory: an MDS that
 //! restarts alone (no mirror) forgets it, and a retried request is then run again.
 
-use std::collections::{HashMap, VecDeque};
+use orion_meta::FastMap;
+use std::collections::VecDeque;
 
 use orion_proto::{decode_reply, encode_reply, Reply};
 
@@ -25,7 +26,7 @@ type Remembered = VecDeque<(u64, Vec<u8>)>;
 #[derive(Default)]
 pub struct ReplyTable {
     /// Per client: when it last had a reply remembered (a counter), and its replies.
-    by_client: HashMap<u64, (u64, Remembered)>,
+    by_client: FastMap<u64, (u64, Remembered)>,
     /// Counts remembered replies: the clock of `by_client`.
     uses: u64,
     /// Entries since the mirror last took them, when one is attached.
@@ -35,7 +36,8 @@ pub struct ReplyTable {
 impl ReplyTable {
     /// Remembers the reply to request `id` of the client `nonce`.
     pub fn remember(&mut self, nonce: u64, id: u64, reply: &Reply) {
-        let mut bytes = Vec::new();
+        // Most replies are a few dozen bytes: one allocation, not a doubling series.
+        let mut bytes = Vec::with_capacity(128);
         encode_reply(&mut bytes, id, reply);
         if let Some(p) = &mut self.pending {
             put_entry(p, nonce, id, &bytes);
@@ -91,11 +93,12 @@ impl ReplyTable {
     }
 
     /// The entries the mirror has not had yet.
-    pub fn take_pending(&mut self) -> Vec<u8> {
-        self.pending
-            .as_mut()
-            .map(std::mem::take)
-            .unwrap_or_default()
+    pub fn take_pending(&mut self, out: &mut Vec<u8>) {
+        out.clear();
+        if let Some(p) = &mut self.pending {
+            // The caller's buffer, emptied, collects the next ones.
+            std::mem::swap(p, out);
+        }
     }
 
     fn snapshot(&self) -> Vec<u8> {
@@ -173,6 +176,12 @@ mod tests {
     use super::*;
     use orion_proto::ReplyBody;
 
+    fn pending(t: &mut ReplyTable) -> Vec<u8> {
+        let mut out = Vec::new();
+        t.take_pending(&mut out);
+        out
+    }
+
     #[test]
     fn replies_are_recalled_by_client_and_id_and_reach_a_mirror_whole() {
         let mut t = ReplyTable::default();
@@ -190,10 +199,10 @@ mod tests {
         assert_eq!(t.recall(3, 10), None);
         // A mirror that copied the pool gets everything, then what follows.
         let mut m = ReplyTable::default();
-        assert_eq!(m.apply(&t.take_pending()).unwrap(), 2);
+        assert_eq!(m.apply(&pending(&mut t)).unwrap(), 2);
         assert_eq!(m.recall(2, 10), Some(err));
         t.remember(1, 12, &ok);
-        let blob = t.take_pending();
+        let blob = pending(&mut t);
         assert_eq!(pieces(&blob, 10).len(), 1, "one entry is one piece");
         m.apply(&blob).unwrap();
         assert_eq!(m.recall(1, 12), Some(ok.clone()));
@@ -223,7 +232,7 @@ mod tests {
         for id in 0..100 {
             t.remember(1, id, &Reply::Ok(ReplyBody::Ino(id)));
         }
-        let blob = t.take_pending();
+        let blob = pending(&mut t);
         let ps = pieces(&blob, 500);
         assert!(ps.len() > 1);
         assert_eq!(ps.concat(), blob);

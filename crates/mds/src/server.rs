@@ -3,7 +3,8 @@
 //! faster than a network thread handing work to file-system threads (each hand-off is
 //! a wake-up of 35-60 µs here); the engine is therefore owned by the loop alone.
 
-use std::collections::{BTreeMap, HashMap};
+use orion_meta::FastMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -99,7 +100,7 @@ pub(crate) struct Mds {
     pub map: ClusterMap,
     /// Resyncs under way, by member.
     pub resyncs: BTreeMap<MemberId, Resync>,
-    pub peers: HashMap<ConnId, Peer>,
+    pub peers: FastMap<ConnId, Peer>,
     /// Strong mode's waits for data stores.
     pub strong: StrongWaits,
     locks: Locks,
@@ -116,7 +117,7 @@ pub(crate) struct Mds {
     /// Replies to requests that change state, for retries ([`crate::replies`]).
     pub(crate) replies: ReplyTable,
     /// Requests being served whose reply is to be remembered, with the client's nonce.
-    remember: HashMap<(ConnId, u64), u64>,
+    remember: FastMap<(ConnId, u64), u64>,
     /// No chunk is granted before this (`MdsConfig::grant_quiet_ms`).
     pub(crate) grants_from: Instant,
     /// Callbacks to clients' kernel caches, and the replies that wait for them.
@@ -203,7 +204,7 @@ pub(crate) fn serve_loop(
         groups: BTreeMap::new(),
         map,
         resyncs: BTreeMap::new(),
-        peers: HashMap::new(),
+        peers: FastMap::default(),
         strong,
         locks: Locks::default(),
         heartbeats_due: Instant::now(),
@@ -213,7 +214,7 @@ pub(crate) fn serve_loop(
         role,
         mirror: Mirroring::default(),
         replies,
-        remember: HashMap::new(),
+        remember: FastMap::default(),
         grants_from: Instant::now() + Duration::from_millis(cfg_grant_quiet_ms),
         callbacks,
         open_tables,

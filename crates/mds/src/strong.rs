@@ -12,7 +12,8 @@
 //! anew, and never vouches for them. This module owns the waiting state; the
 //! server applies what becomes ready and sends the requests.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use orion_meta::FastMap;
+use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use orion_fabric::ConnId;
@@ -81,7 +82,7 @@ pub struct Gates<'a> {
 /// What the stores reported persisted, and the updates waiting for it.
 pub struct StrongWaits {
     /// Pages reported persisted that no update has consumed yet.
-    persisted: HashMap<Gpa, Reporters>,
+    persisted: FastMap<Gpa, Reporters>,
     parked: VecDeque<Parked>,
     /// Updates ever parked (for the metrics).
     parked_ever: u64,
@@ -91,7 +92,7 @@ pub struct StrongWaits {
 impl StrongWaits {
     pub fn new(timeout: Duration) -> StrongWaits {
         StrongWaits {
-            persisted: HashMap::new(),
+            persisted: FastMap::default(),
             parked: VecDeque::new(),
             parked_ever: 0,
             timeout,

@@ -66,7 +66,7 @@ pub struct Extent {
 #[derive(Default, Debug)]
 pub struct FileIndex {
     pub pages: BTreeMap<u64, Extent>,
-    live_pages: HashMap<u64, u32>,
+    live_pages: crate::FastMap<u64, u32>,
     next_seq: u64,
 }
 

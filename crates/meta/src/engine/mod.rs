@@ -11,7 +11,6 @@ mod gc;
 mod inode;
 mod mount;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -138,7 +137,7 @@ pub struct MountReport {
 pub struct MetaEngine {
     pub(crate) pool: Pool,
     pub(crate) sb: Superblock,
-    pub(crate) inodes: HashMap<u64, Inode>,
+    pub(crate) inodes: crate::FastMap<u64, Inode>,
     pub(crate) free_inos: Vec<u64>,
     pub(crate) log_alloc: PageAllocator,
     pub(crate) clock: Arc<dyn Clock>,

@@ -96,7 +96,8 @@ impl MetaEngine {
         if let Some(p) = tree.problems.first() {
             return Err(FsError::Corrupt(p.clone()));
         }
-        let mut inodes = HashMap::with_capacity(tree.inodes.len());
+        let mut inodes =
+            crate::FastMap::with_capacity_and_hasher(tree.inodes.len(), Default::default());
         for (ino, li) in tree.inodes {
             for &p in &li.log.pages {
                 let idx = sb.page_index(p).ok_or_else(|| {
@@ -180,7 +181,7 @@ fn unlinked_file(
     ino: u64,
     log_alloc: &mut PageAllocator,
     data_used: &mut Option<HashSet<Gpa>>,
-    inodes: &HashMap<u64, Inode>,
+    inodes: &crate::FastMap<u64, Inode>,
 ) -> Option<Inode> {
     let (state, log, generation, ftype) =
         recovery::load_inode(pool, sb, ino, &HashMap::new()).ok()?;
