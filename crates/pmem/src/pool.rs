@@ -125,7 +125,7 @@ impl Pool {
         Self::create_reporting(path, size, choice, &mut |_| {})
     }
 
-    /// [`Pool::create`], telling `done` how many bytes are allocated as it goes:
+    /// [`Pool::create`], telling `done` how far it has come, in bytes of the pool:
     /// allocating a large pool takes seconds (tmpfs hands out every page at once).
     pub fn create_reporting(
         path: &Path,
@@ -147,8 +147,25 @@ impl Pool {
             .map_err(|e| io("cannot create pool file", e))?;
         file.set_len(size)
             .map_err(|e| io("cannot size pool file", e))?;
-        allocate(&file, size, done).map_err(|e| io("cannot allocate the pool's space", e))?;
-        Self::map(file, path, choice)
+        // Two passes of equal weight for `done`: allocating, then (tmpfs) zeroing.
+        allocate(&file, size, &mut |at| done(at / 2))
+            .map_err(|e| io("cannot allocate the pool's space", e))?;
+        let pool = Self::map(file, path, choice)?;
+        if pool.mode == Mode::Volatile {
+            // tmpfs zeroes an allocated page at its first fault, in whichever process
+            // touches it first: a client's write, on the data path. Persistent memory
+            // has no such cost, so the pool is touched once here.
+            let step = 128 << 20;
+            let mut at = 0u64;
+            while at < size {
+                let len = step.min(size - at);
+                pool.prefault(at, len as usize)?;
+                at += len;
+                done(size / 2 + at / 2);
+            }
+        }
+        done(size);
+        Ok(pool)
     }
 
     /// Maps an existing pool file.
@@ -522,9 +539,9 @@ impl std::fmt::Debug for Pool {
 /// Allocates the whole pool file up front, as a memory device has all its capacity:
 /// a pool on a file system that later runs out of space would otherwise take SIGBUS
 /// on a page fault in the middle of a write, instead of failing here with ENOSPC.
-/// On tmpfs this also moves the zeroing of new pages out of the write path, as on
-/// persistent memory. File systems without fallocate keep a sparse file. It goes a
-/// step at a time so that `done` can tell how far it has come.
+/// (tmpfs still zeroes each page at its first fault: [`Pool::create_reporting`] touches
+/// them.) File systems without fallocate keep a sparse file. It goes a step at a time
+/// so that `done` can tell how far it has come.
 fn allocate(file: &File, size: u64, done: &mut dyn FnMut(u64)) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     const STEP: u64 = 128 << 20;
@@ -551,6 +568,33 @@ fn allocate(file: &File, size: u64, done: &mut dyn FnMut(u64)) -> std::io::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A new tmpfs pool was touched whole by its creator (tmpfs zeroes a page at its
+    /// first fault, which must not fall on a client's write): the creating process
+    /// has every page of it mapped, and a progress report reaches the pool's size.
+    #[test]
+    fn a_new_tmpfs_pool_is_touched_whole_before_use() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let size = 3 << 20;
+        let mut seen = Vec::new();
+        let pool =
+            Pool::create_reporting(&dir.path().join("p"), size, ModeChoice::Auto, &mut |at| {
+                seen.push(at)
+            })
+            .unwrap();
+        assert_eq!(pool.mode(), Mode::Volatile);
+        assert_eq!(seen.last(), Some(&size));
+        assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
+        let start = format!("{:x}-", pool.base as usize);
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let rss_kib: u64 = smaps
+            .lines()
+            .skip_while(|l| !l.starts_with(&start))
+            .find_map(|l| l.strip_prefix("Rss:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("the Rss of the pool's mapping");
+        assert_eq!(rss_kib * 1024, size);
+    }
 
     #[test]
     fn tmpfs_pool_is_volatile_and_round_trips() {
