@@ -3,7 +3,6 @@
 //! faster than a network thread handing work to file-system threads (each hand-off is
 //! a wake-up of 35-60 µs here); the engine is therefore owned by the loop alone.
 
-use orion_meta::FastMap;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -14,7 +13,7 @@ use anyhow::{anyhow, Context, Result};
 use orion_fabric::{Access, Completion, CompletionQueue, ConnId, Domain, Region, MAX_MESSAGE};
 use orion_format::{Gpa, Superblock, SUPERBLOCK_SIZE};
 use orion_meta::engine::EngineConfig;
-use orion_meta::{FsError, MetaEngine, SystemClock};
+use orion_meta::{FastMap, FsError, MetaEngine, SystemClock};
 use orion_pmem::Pool;
 use orion_proto::{
     is_reply, peek_id, Channel, Event, MdsInbound, MdsRequest, MemberId, Message, MirrorToMds,

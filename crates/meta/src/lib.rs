@@ -34,9 +34,10 @@ pub use index::{Attr, InodeState};
 pub use localfs::{LocalConfig, LocalFs, StatFs};
 pub use ops::setattr_entry;
 
-/// A hash map for keys the system picks (inode numbers, sequence numbers, connection
-/// ids, page addresses): foldhash instead of SipHash, which was a twentieth of the MDS's
-/// time per 4 KiB write. Keys a peer chooses freely (names) keep std's keyed SipHash.
+/// A hash map for number keys (inode and sequence numbers, connection ids, page
+/// addresses, a client's nonce and request ids): foldhash instead of SipHash, which was
+/// a twentieth of the MDS's time per 4 KiB write; its per-process random seed keeps a
+/// peer from aiming numbers at one bucket. Names keep std's SipHash.
 pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Largest file size accepted (EFBIG past it).

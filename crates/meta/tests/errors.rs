@@ -271,3 +271,15 @@ fn a_destroyed_inode_is_a_recorded_change() {
     );
     assert!(fs.getattr(a).is_err());
 }
+
+/// A freed inode number is taken last, not next: a client's kernel may still hold the
+/// old inode under it (FUSE knows inodes by number), and its watcher would be called
+/// back about the next file to take it.
+#[test]
+fn a_freed_inode_number_is_taken_last() {
+    let (_dir, _path, fs) = fresh(8 << 20);
+    let a = fs.mkdir(ROOT_INO, b"a", 0o755, 0, 0).unwrap().ino;
+    fs.rmdir(ROOT_INO, b"a").unwrap();
+    let b = fs.mkdir(ROOT_INO, b"b", 0o755, 0, 0).unwrap().ino;
+    assert!(b > a, "the number of a removed directory came back at once");
+}

@@ -284,8 +284,6 @@ impl LocalConn {
         }
     }
 
-    /// Marks the connection broken, tells the peer, and completes everything outstanding
-    /// with `e`.
     /// The peer went away: what it sent before is delivered, then every outstanding
     /// operation fails and the connection stays broken.
     pub(crate) fn peer_gone(&self, why: &str) {
@@ -297,6 +295,8 @@ impl LocalConn {
         }
     }
 
+    /// Marks the connection broken, tells the peer, and completes everything outstanding
+    /// with `e`.
     pub(crate) fn fail(&self, e: Error, out: &mut Vec<Completion>) {
         {
             let mut b = self.broken.lock().unwrap();
@@ -415,7 +415,7 @@ impl ConnImpl for LocalConn {
                         if self.peer.file.owner_alive() {
                             Ok(())
                         } else {
-                            const WHY: &str = "its process ended";
+                            const WHY: &str = "its process ended or closed its domain";
                             self.peer_gone(WHY);
                             Err(Error::gone(&self.peer_name, WHY))
                         }

@@ -21,6 +21,9 @@ use std::thread::JoinHandle;
 use crate::error::{Error, Result};
 use crate::region::Mapping;
 
+#[cfg(not(target_env = "gnu"))]
+compile_error!("the local fabric reads glibc's robust mutex word (see owner_alive)");
+
 /// Bytes the mutex may take in the domain file.
 pub(crate) const LIVENESS_LEN: usize = 48;
 const _: () = assert!(std::mem::size_of::<libc::pthread_mutex_t>() <= LIVENESS_LEN);
@@ -30,8 +33,9 @@ const _: () = assert!(std::mem::size_of::<libc::pthread_mutex_t>() <= LIVENESS_L
 const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
 const FUTEX_OWNER_DIED: u32 = 0x4000_0000;
 
-/// Whether the word at `off` of a domain file says its owner lives. glibc keeps a
-/// mutex's futex word (`__lock`) first in `pthread_mutex_t`, on every architecture.
+/// Whether a domain file's liveness word says its owner lives. glibc keeps a mutex's
+/// futex word (`__lock`) first in `pthread_mutex_t`, on every architecture (musl does
+/// not: hence the guard below).
 pub(crate) fn owner_alive(word: &AtomicU32) -> bool {
     let w = word.load(Ordering::Acquire);
     w & FUTEX_OWNER_DIED == 0 && w & FUTEX_TID_MASK != 0
@@ -72,8 +76,9 @@ pub(crate) fn hold(map: &Mapping, off: usize) -> Result<Holder> {
             let p = ptr;
             // SAFETY: `p` points at LIVENESS_LEN bytes of shared memory that stay mapped
             // until this thread is joined (Holder::drop runs before the mapping goes);
-            // nothing else in this process touches them. The attribute lives on this
-            // stack and is destroyed after use.
+            // nothing else in this process writes them (a peer, even in this process,
+            // only loads the futex word atomically). The attribute lives on this stack
+            // and is destroyed after use.
             let rc = unsafe {
                 let mut attr: libc::pthread_mutexattr_t = std::mem::zeroed();
                 let mut rc = libc::pthread_mutexattr_init(&mut attr);
@@ -96,8 +101,9 @@ pub(crate) fn hold(map: &Mapping, off: usize) -> Result<Holder> {
             let held = rc == 0;
             let _ = ready_tx.send(rc);
             if held {
-                let _ = stop_rx.recv(); // returns when the holder drops its sender
-                                        // SAFETY: this thread locked it above; the memory is still mapped.
+                // Returns when the holder drops its sender.
+                let _ = stop_rx.recv();
+                // SAFETY: this thread locked it above; the memory is still mapped.
                 unsafe { libc::pthread_mutex_unlock(p.0) };
             }
         })

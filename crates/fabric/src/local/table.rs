@@ -21,7 +21,8 @@ use crate::error::{Error, Result};
 use crate::futex;
 use crate::region::{Access, Mapping};
 
-const MAGIC: u64 = u64::from_le_bytes(*b"ORFLDOM1");
+/// Version 2 holds the liveness mutex: a peer of version 1 would read it as dead.
+const MAGIC: u64 = u64::from_le_bytes(*b"ORFLDOM2");
 pub(crate) const DOORBELLS: usize = 64;
 const LIVENESS: usize = 16;
 const DOORBELL_BASE: usize = 64;

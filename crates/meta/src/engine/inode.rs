@@ -22,13 +22,13 @@ impl MetaEngine {
         extra: Vec<Entry>,
     ) -> FsResult<u64> {
         self.check_not_failed()?;
-        let ino = self.free_inos.pop().ok_or(ENOSPC)?;
+        let ino = self.free_inos.pop_front().ok_or(ENOSPC)?;
         assert!(
             !self.inodes.contains_key(&ino),
             "inode {ino} is on the free list and in use"
         );
         let Some(pidx) = self.log_alloc.alloc(false) else {
-            self.free_inos.push(ino);
+            self.free_inos.push_front(ino);
             return Err(ENOSPC);
         };
         let result = (|| {
@@ -90,7 +90,7 @@ impl MetaEngine {
             }
             Err(e) => {
                 self.log_alloc.free_now(pidx, 1);
-                self.free_inos.push(ino);
+                self.free_inos.push_front(ino);
                 Err(e)
             }
         }
@@ -129,7 +129,7 @@ impl MetaEngine {
         let off = self.sb.slot_off(ino);
         self.pool.store_u64(off, 0)?;
         self.pool.persist(off, 8)?;
-        self.free_inos.push(ino);
+        self.free_inos.push_back(ino);
         Ok(())
     }
 }

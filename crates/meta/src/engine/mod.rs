@@ -138,7 +138,13 @@ pub struct MetaEngine {
     pub(crate) pool: Pool,
     pub(crate) sb: Superblock,
     pub(crate) inodes: crate::FastMap<u64, Inode>,
-    pub(crate) free_inos: Vec<u64>,
+    /// Free inode numbers, lowest first at format and mount; a number freed while this
+    /// engine runs goes to the back, so it comes back only after every other one: a
+    /// client's kernel may still hold the old inode under that number (FUSE knows
+    /// inodes by number), and the MDS calls back whoever watched it at every change of
+    /// the next file to take it, until that client unwatches it. (A restart or a
+    /// fail-over starts again from the lowest: the order is not on the media.)
+    pub(crate) free_inos: std::collections::VecDeque<u64>,
     pub(crate) log_alloc: PageAllocator,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) cfg: EngineConfig,

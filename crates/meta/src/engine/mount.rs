@@ -120,7 +120,7 @@ impl MetaEngine {
         // Slots that nothing reaches: unlinked files (link count 0) are kept for the
         // clients that may hold them open (the MDS destroys them once none does);
         // inodes created but never linked when the power failed are reclaimed.
-        let mut free_inos = Vec::new();
+        let mut free_inos = std::collections::VecDeque::new();
         let mut orphans = 0;
         let mut kept = Vec::new();
         let mut data_used = None;
@@ -130,7 +130,7 @@ impl MetaEngine {
             }
             let off = sb.slot_off(ino);
             if pool.load_u64(off)? == 0 {
-                free_inos.push(ino);
+                free_inos.push_front(ino);
                 continue;
             }
             let used = &mut data_used;
@@ -142,7 +142,7 @@ impl MetaEngine {
             pool.store_u64(off, 0)?;
             pool.persist(off, 8)?;
             orphans += 1;
-            free_inos.push(ino);
+            free_inos.push_front(ino);
         }
         let report = MountReport {
             journal_replayed,
