@@ -207,6 +207,7 @@ libc.rewind(fp)
 buf = ctypes.create_string_buffer(32)
 assert libc.fgets(buf, 32, fp) and buf.value == b"before after", buf.value
 libc.fclose(fp)
+assert not os.path.exists(m + "/py/stdio")
 print("python ok")
 "#,
         here = env!("CARGO_MANIFEST_DIR")

@@ -5,7 +5,6 @@
 //! mount.
 
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use libc::{c_int, AT_FDCWD};
 
@@ -100,85 +99,4 @@ fn fd_path(fd: c_int) -> Option<String> {
     buf.truncate(n as usize);
     let p = String::from_utf8(buf).ok()?;
     p.starts_with('/').then_some(p)
-}
-
-/// Whether a descriptor the kernel serves in this process (a file opened by stdio,
-/// mapped, locked through the mount, or handed to the kernel at a fork) is open on
-/// `p`, a path from the file system's root. Removing that name must then go through
-/// the kernel, whose mount keeps the file for its descriptor; the client library
-/// knows only its own. Compares paths, so a name reached through a symlinked
-/// directory is not recognized.
-pub fn kernel_holds(p: &str) -> bool {
-    let Some(s) = settings() else {
-        return false;
-    };
-    if !KERNEL_FILES.load(Ordering::Relaxed) && !inherited_kernel_files(s) {
-        return false;
-    }
-    let parts: Vec<&str> = p
-        .split('/')
-        .filter(|c| !c.is_empty() && *c != ".")
-        .collect();
-    let want = format!("{}/{}", s.mount, parts.join("/"));
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
-        return false;
-    };
-    dir.flatten().any(|e| {
-        let fd = e.file_name().to_str().and_then(|n| n.parse::<c_int>().ok());
-        // Not the library's own (its client's sockets and files), nor one it serves.
-        if fd.is_none_or(|fd| fd >= crate::state::own_floor() || table::is_ours(fd)) {
-            return false;
-        }
-        std::fs::read_link(e.path())
-            .is_ok_and(|l| l.as_os_str().as_encoded_bytes() == want.as_bytes())
-    })
-}
-
-/// Set once this process may hold a kernel descriptor of a file under the mount
-/// (one went to the kernel, a path under the mount was opened by the kernel, stdio
-/// opened one): only then does [`kernel_holds`] look through `/proc/self/fd`.
-static KERNEL_FILES: AtomicBool = AtomicBool::new(false);
-
-/// Notes that the kernel may now hold a file under the mount.
-pub fn kernel_may_hold() {
-    KERNEL_FILES.store(true, Ordering::Relaxed);
-}
-
-/// Notes it if `path` (relative to `dirfd`) is under the mount.
-pub fn note_kernel_open(dirfd: c_int, path: &CStr) {
-    if !KERNEL_FILES.load(Ordering::Relaxed)
-        && matches!(classify(dirfd, path, false), Target::Orion(_))
-    {
-        kernel_may_hold();
-    }
-}
-
-/// Whether the process started with descriptors of regular files under the mount
-/// (inherited across exec); asked once, at the first unlink or rename. Directories do
-/// not count: the mount keeps no file alive for them (and a program removing a tree
-/// holds one open at that first call).
-fn inherited_kernel_files(s: &Settings) -> bool {
-    static INHERITED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *INHERITED.get_or_init(|| {
-        let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
-            return true;
-        };
-        let mount = s.mount.as_bytes();
-        dir.flatten().any(|e| {
-            let fd = e.file_name().to_str().and_then(|n| n.parse::<c_int>().ok());
-            let under = std::fs::read_link(e.path()).is_ok_and(|l| {
-                let l = l.as_os_str().as_encoded_bytes();
-                l.starts_with(mount) && matches!(l.get(mount.len()), None | Some(b'/'))
-            });
-            under && fd.is_some_and(is_regular)
-        })
-    })
-}
-
-/// Whether kernel descriptor `fd` is open on a regular file.
-fn is_regular(fd: c_int) -> bool {
-    // SAFETY: stat64 is plain integers: all zeros is a valid value.
-    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat into a struct we own; a closed descriptor only fails.
-    unsafe { real::fstat64(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG }
 }

@@ -265,7 +265,6 @@ pub fn to_kernel(fd: c_int) -> Result<(), c_int> {
             .map(|(&n, s)| (n, s.cloexec))
             .collect()
     };
-    crate::paths::kernel_may_hold();
     reopen_onto(&file, &fds)?;
     crate::state::HANDED.fetch_add(1, Ordering::Relaxed);
     drop(file);
@@ -306,7 +305,6 @@ pub fn all_to_kernel() {
 /// close-on-exec) becomes the kernel's, so the new program reads and writes the same
 /// files. The table stays as it is (an exec that fails goes on with it).
 pub fn prepare_exec() {
-    crate::paths::kernel_may_hold();
     let t = TABLE.read().unwrap_or_else(|e| e.into_inner());
     let Some(t) = t.as_ref() else {
         return;

@@ -8,7 +8,6 @@ use libc::{c_char, c_int, c_uint, mode_t, size_t, ssize_t, AT_FDCWD, AT_REMOVEDI
 use orion_client::{FsResult, RenameMode};
 
 use super::{as_caller, fail, fail_ssize, leaves, relative_either, route, Route};
-use crate::paths::kernel_holds;
 use crate::real;
 use crate::state::Inside;
 
@@ -54,8 +53,8 @@ pub unsafe extern "C" fn unlinkat(d: c_int, path: *const c_char, flags: c_int) -
             let _in = Inside::enter();
             match flags & AT_REMOVEDIR != 0 {
                 true => done(as_caller(|cred| c.rmdir_as(&p, cred))),
-                // A file this process holds through the kernel: the mount keeps it.
-                false if kernel_holds(&p) => None,
+                // A file this process also holds through the kernel stays, as any
+                // client's open file: the mount holds it in its open table.
                 false => done(as_caller(|cred| c.unlink_as(&p, cred))),
             }
         }
@@ -101,9 +100,8 @@ pub unsafe extern "C" fn renameat2(
     let served = match (a, b) {
         (Route::Serve(c, p), Route::Serve(_, q)) => {
             let _in = Inside::enter();
-            // A target this process holds through the kernel: the mount keeps it. The
-            // mount point itself belongs to the file system it sits in (EXDEV).
-            match (mode == RenameMode::Replace && kernel_holds(&q)) || p == "/" || q == "/" {
+            // The mount point itself belongs to the file system it sits in (EXDEV).
+            match p == "/" || q == "/" {
                 true => None,
                 false => done(as_caller(|cred| c.rename_as(&p, &q, mode, cred))),
             }

@@ -9,7 +9,6 @@ use libc::{c_char, c_int, c_uint, mode_t, AT_FDCWD, O_CREAT, O_DIRECTORY, O_PATH
 use orion_client::{Client, FileType, FsError, OpenFlags};
 
 use super::{as_caller, fail, judged, leaves, root, route, with_caller, Route};
-use crate::paths;
 use crate::real;
 use crate::state::{self, Inside};
 use crate::table::{self, OpenFile};
@@ -20,25 +19,15 @@ use crate::table::{self, OpenFile};
 /// `path` is null or a NUL-terminated string.
 unsafe fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
     setup();
-    // SAFETY: the caller's arguments, passed on. The library's own files go high; a
-    // file under the mount that the kernel opens is noted (see kernel_holds) when it
-    // may be a regular file (`may_be_file`: directories and O_PATH descriptors hold no
-    // file the mount keeps for them).
-    let kernel = |may_be_file: bool| match Inside::now() {
+    // SAFETY: the caller's arguments, passed on. The library's own files go high.
+    let kernel = || match Inside::now() {
         true => state::relocate(unsafe { real::openat(dirfd, path, flags, mode) }),
-        false => {
-            if !path.is_null() && may_be_file {
-                let _in = Inside::enter();
-                // SAFETY: a NUL-terminated string (the caller's).
-                paths::note_kernel_open(dirfd, unsafe { std::ffi::CStr::from_ptr(path) });
-            }
-            unsafe { real::openat(dirfd, path, flags, mode) }
-        }
+        false => unsafe { real::openat(dirfd, path, flags, mode) },
     };
     // Directories, O_PATH and O_TMPFILE descriptors are the kernel's (through the
     // mount): readdir and fchdir need kernel descriptors.
     if flags & (O_DIRECTORY | O_PATH | O_TMPFILE) != 0 {
-        return kernel(flags & O_TMPFILE == O_TMPFILE);
+        return kernel();
     }
     // SAFETY: as the caller.
     match unsafe { route(dirfd, path, false) } {
@@ -46,13 +35,12 @@ unsafe fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t)
             let _in = Inside::enter();
             match open_served(c, &p, flags, mode) {
                 Ok(Opened::Served(fd)) => fd,
-                Ok(Opened::NotRegular) => kernel(false),
-                Ok(Opened::Leaves) => kernel(true),
+                Ok(Opened::NotRegular) | Ok(Opened::Leaves) => kernel(),
                 Err(e) => fail(e),
             }
         }
         Route::NotDir => fail(libc::ENOTDIR),
-        Route::Fd(_) | Route::Kernel => kernel(true),
+        Route::Fd(_) | Route::Kernel => kernel(),
     }
 }
 
@@ -432,35 +420,16 @@ pub unsafe extern "C" fn popen(cmd: *const c_char, mode: *const c_char) -> *mut 
     unsafe { real::popen(cmd, mode) }
 }
 
-/// stdio's fopen opens with the C library's internal call: the file is the kernel's,
-/// which removing its name must know (see `paths::kernel_holds`).
-///
-/// # Safety
-/// `path` is null or NUL-terminated.
-unsafe fn note_fopen(path: *const c_char) {
-    if !path.is_null() && !Inside::now() {
-        let _in = Inside::enter();
-        // SAFETY: as the caller.
-        paths::note_kernel_open(AT_FDCWD, unsafe { std::ffi::CStr::from_ptr(path) });
-    }
-}
-
 #[no_mangle]
 pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
     // SAFETY: the caller's arguments, passed on.
-    unsafe {
-        note_fopen(path);
-        real::fopen64(path, mode)
-    }
+    unsafe { real::fopen64(path, mode) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
     // SAFETY: the caller's arguments, passed on.
-    unsafe {
-        note_fopen(path);
-        real::fopen64(path, mode)
-    }
+    unsafe { real::fopen64(path, mode) }
 }
 
 #[no_mangle]
@@ -470,10 +439,7 @@ pub unsafe extern "C" fn freopen(
     f: *mut libc::FILE,
 ) -> *mut libc::FILE {
     // SAFETY: the caller's arguments, passed on.
-    unsafe {
-        note_fopen(path);
-        real::freopen64(path, mode, f)
-    }
+    unsafe { real::freopen64(path, mode, f) }
 }
 
 #[no_mangle]
@@ -483,8 +449,5 @@ pub unsafe extern "C" fn freopen64(
     f: *mut libc::FILE,
 ) -> *mut libc::FILE {
     // SAFETY: the caller's arguments, passed on.
-    unsafe {
-        note_fopen(path);
-        real::freopen64(path, mode, f)
-    }
+    unsafe { real::freopen64(path, mode, f) }
 }
