@@ -163,7 +163,7 @@ fn sqlite_and_python_work_under_preload() {
     }
     let script = format!(
         r#"
-import ctypes, os, shutil, sys
+import ctypes, os, shutil, subprocess, sys
 m = "{m}"
 shutil.copytree("{here}/src", m + "/py")
 walked = sorted(os.path.relpath(os.path.join(d, f), m + "/py") for d, _, fs in os.walk(m + "/py") for f in fs)
@@ -202,6 +202,9 @@ libc.fopen.restype = ctypes.c_void_p
 fp = ctypes.c_void_p(libc.fopen(m.encode() + b"/py/stdio", b"w+"))
 assert libc.fputs(b"before", fp) >= 0 and libc.fflush(fp) == 0
 os.unlink(m + "/py/stdio")
+# Gone through the mount at once, for a program without the library.
+bare = {{k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}}
+assert subprocess.run(["/usr/bin/test", "-e", m + "/py/stdio"], env=bare).returncode == 1
 assert libc.fputs(b" after", fp) >= 0 and libc.fflush(fp) == 0
 libc.rewind(fp)
 buf = ctypes.create_string_buffer(32)
