@@ -57,8 +57,9 @@ pub(crate) struct Mirroring {
     replies: Vec<u8>,
     msg: Vec<u8>,
     batch: Vec<Completion>,
-    /// A turn's entries, encoded back to back.
+    /// A turn's entries, encoded back to back, and where each ends.
     encoded: Vec<u8>,
+    ends: Vec<usize>,
 }
 
 /// The mirror's ring as the primary writes it.
@@ -355,7 +356,8 @@ impl Mds {
         let n = entries.len();
         let mut encoded = std::mem::take(&mut self.mirror.encoded);
         encoded.clear();
-        let mut ends = Vec::with_capacity(n);
+        let mut ends = std::mem::take(&mut self.mirror.ends);
+        ends.clear();
         for (i, mut m) in entries.into_iter().enumerate() {
             let MdsToMirror::Apply { seq, last, .. } = &mut m;
             self.mirror.seq += 1;
@@ -366,6 +368,7 @@ impl Mds {
         }
         let r = self.frame_and_post(conn, &encoded, &ends, &mut deadline);
         self.mirror.encoded = encoded;
+        self.mirror.ends = ends;
         r?;
         let ring = self.mirror.ring.as_ref().ok_or("the mirror has no ring")?;
         if !ring.durable_on_delivery {

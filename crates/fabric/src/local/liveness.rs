@@ -77,27 +77,8 @@ pub(crate) fn hold(map: &Mapping, off: usize) -> Result<Holder> {
             // SAFETY: `p` points at LIVENESS_LEN bytes of shared memory that stay mapped
             // until this thread is joined (Holder::drop runs before the mapping goes);
             // nothing else in this process writes them (a peer, even in this process,
-            // only loads the futex word atomically). The attribute lives on this stack
-            // and is destroyed after use.
-            let rc = unsafe {
-                let mut attr: libc::pthread_mutexattr_t = std::mem::zeroed();
-                let mut rc = libc::pthread_mutexattr_init(&mut attr);
-                if rc == 0 {
-                    rc =
-                        libc::pthread_mutexattr_setpshared(&mut attr, libc::PTHREAD_PROCESS_SHARED);
-                }
-                if rc == 0 {
-                    rc = libc::pthread_mutexattr_setrobust(&mut attr, libc::PTHREAD_MUTEX_ROBUST);
-                }
-                if rc == 0 {
-                    rc = libc::pthread_mutex_init(p.0, &attr);
-                }
-                libc::pthread_mutexattr_destroy(&mut attr);
-                if rc == 0 {
-                    rc = libc::pthread_mutex_lock(p.0);
-                }
-                rc
-            };
+            // only loads the futex word atomically).
+            let rc = unsafe { init_and_lock(p.0) };
             let held = rc == 0;
             let _ = ready_tx.send(rc);
             if held {
@@ -122,6 +103,35 @@ pub(crate) fn hold(map: &Mapping, off: usize) -> Result<Holder> {
         ));
     }
     Ok(holder)
+}
+
+/// Makes the mutex at `m` process-shared and robust, and locks it with the calling
+/// thread; 0 or the first error number.
+///
+/// # Safety
+/// `m` points at writable memory of at least `size_of::<pthread_mutex_t>()` bytes,
+/// suitably aligned, that no other thread uses meanwhile.
+unsafe fn init_and_lock(m: *mut libc::pthread_mutex_t) -> i32 {
+    // SAFETY: the attribute lives on this stack and is destroyed after use; `m` is as
+    // the caller promises.
+    unsafe {
+        let mut attr: libc::pthread_mutexattr_t = std::mem::zeroed();
+        let mut rc = libc::pthread_mutexattr_init(&mut attr);
+        if rc == 0 {
+            rc = libc::pthread_mutexattr_setpshared(&mut attr, libc::PTHREAD_PROCESS_SHARED);
+        }
+        if rc == 0 {
+            rc = libc::pthread_mutexattr_setrobust(&mut attr, libc::PTHREAD_MUTEX_ROBUST);
+        }
+        if rc == 0 {
+            rc = libc::pthread_mutex_init(m, &attr);
+        }
+        libc::pthread_mutexattr_destroy(&mut attr);
+        if rc == 0 {
+            rc = libc::pthread_mutex_lock(m);
+        }
+        rc
+    }
 }
 
 impl Holder {
@@ -175,14 +185,7 @@ mod tests {
             let p = ptr;
             // SAFETY: the mapping outlives this thread (joined below); nothing else
             // touches the mutex meanwhile.
-            unsafe {
-                let mut attr: libc::pthread_mutexattr_t = std::mem::zeroed();
-                assert_eq!(libc::pthread_mutexattr_init(&mut attr), 0);
-                libc::pthread_mutexattr_setpshared(&mut attr, libc::PTHREAD_PROCESS_SHARED);
-                libc::pthread_mutexattr_setrobust(&mut attr, libc::PTHREAD_MUTEX_ROBUST);
-                assert_eq!(libc::pthread_mutex_init(p.0, &attr), 0);
-                assert_eq!(libc::pthread_mutex_lock(p.0), 0);
-            }
+            assert_eq!(unsafe { init_and_lock(p.0) }, 0);
             assert!(owner_alive(map_word(p.0)));
         })
         .join()
