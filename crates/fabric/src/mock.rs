@@ -135,11 +135,14 @@ impl MockNet {
         {
             d.alive.store(false, Ordering::Release);
         }
-        self.inner
-            .listeners
-            .lock()
-            .unwrap()
-            .retain(|_, l| l.domain != id);
+        // Its listeners go, and so do the connections queued at them (refused at once).
+        self.inner.listeners.lock().unwrap().retain(|_, l| {
+            let keep = l.domain != id;
+            if !keep {
+                l.pending.lock().unwrap().take();
+            }
+            keep
+        });
     }
 
     pub(crate) fn domain(&self, cfg: Arc<FabricConfig>, id: u64) -> MockDomain {
@@ -260,7 +263,7 @@ impl DomainImpl for MockDomain {
         };
         let q = Arc::new(ListenQueue {
             domain: self.state.id,
-            pending: Mutex::new(VecDeque::new()),
+            pending: Mutex::new(Some(VecDeque::new())),
             cv: Condvar::new(),
         });
         let mut ls = self.net.listeners.lock().unwrap();
@@ -296,11 +299,17 @@ impl DomainImpl for MockDomain {
         theirs.set_read_timeout(Some(timeout)).ok();
         let conn = self.new_conn(cq, addr)?;
         let (tx, rx) = mpsc::channel();
-        queue.pending.lock().unwrap().push_back(Pending {
-            stream: theirs,
-            client: conn.clone(),
-            reply: tx,
-        });
+        queue
+            .pending
+            .lock()
+            .unwrap()
+            .as_mut()
+            .ok_or_else(|| Error::gone(addr, "nothing listens there"))?
+            .push_back(Pending {
+                stream: theirs,
+                client: conn.clone(),
+                reply: tx,
+            });
         queue.cv.notify_all();
         let p = auth::Params::new(&self.cfg, addr.to_string());
         auth::client(&mut mine, &p)?;
@@ -357,7 +366,10 @@ struct Pending {
 
 struct ListenQueue {
     domain: u64,
-    pending: Mutex<VecDeque<Pending>>,
+    /// Connections waiting for `accept`; `None` once the listener is gone, so that a
+    /// connect refused then fails at once, as TCP's would, instead of waiting out its
+    /// handshake in a queue nobody reads (seed 166 lost 5 s per such connect).
+    pending: Mutex<Option<VecDeque<Pending>>>,
     cv: Condvar,
 }
 
@@ -372,7 +384,7 @@ impl ListenerImpl for MockListener {
         let deadline = Instant::now() + timeout;
         let mut pending = self.queue.pending.lock().unwrap();
         let mut p = loop {
-            if let Some(p) = pending.pop_front() {
+            if let Some(p) = pending.as_mut().and_then(VecDeque::pop_front) {
                 break p;
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -416,6 +428,10 @@ impl Drop for MockListener {
         {
             ls.remove(&self.name);
         }
+        drop(ls);
+        // Connections not accepted yet are refused: their streams close, and their
+        // handshakes fail now rather than at their deadline.
+        self.queue.pending.lock().unwrap().take();
     }
 }
 

@@ -212,3 +212,37 @@ fn a_flaky_link_breaks_its_connections_at_random() {
     );
     assert!(!conn.is_alive());
 }
+
+/// A connect queued at a listener that then goes away (its server stopped, or its node
+/// was killed) is refused at once, as TCP refuses it: it must not wait out its
+/// handshake deadline in a queue nobody reads (the simulator's seed 166 lost 5 s per
+/// such connect, each time an MDS restarted).
+#[test]
+fn a_connect_queued_at_a_listener_that_goes_away_fails_at_once() {
+    let s = Setup::mock();
+    let net = s.net.clone().unwrap();
+    for kill in [false, true] {
+        let a = s.node(s.secret());
+        let b = s.node(s.secret());
+        let listener = b.domain.listen("node-b:1").unwrap();
+        let deadline = Duration::from_secs(60);
+        let t = std::thread::spawn(move || {
+            let t0 = std::time::Instant::now();
+            let r = a.domain.connect_within("node-b:1", &a.cq, deadline);
+            (r.map(|_| ()), t0.elapsed())
+        });
+        // Most often the connect is queued by now; if not, it finds nothing listening,
+        // which is a refusal too.
+        std::thread::sleep(Duration::from_millis(50));
+        if kill {
+            net.kill(&b.domain);
+        }
+        drop(listener);
+        let (r, took) = t.join().unwrap();
+        match r {
+            Err(Error::PeerGone { why, .. }) => assert!(!why.contains("no answer"), "{why}"),
+            other => panic!("kill {kill}: {other:?}"),
+        }
+        assert!(took < deadline, "kill {kill}: the connect waited {took:?}");
+    }
+}

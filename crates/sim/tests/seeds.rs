@@ -52,6 +52,11 @@ const REGRESSIONS: &[u64] = &[
     // the write, so no store counted as holding it and the commit failed with EIO.
     // A write now says which stores took it, under which epoch (`Delivered`).
     132,
+    // CI, under load: connections queued at a mock listener that then went away (an
+    // MDS restarting) waited out their 5 s handshake, and stalls piled up; a data
+    // store rejoined late each time. Such connections are now refused at once, as
+    // TCP's are (the whole seed went from 11.8 s to 1.6 s alone).
+    166,
 ];
 
 /// Operations per seed.
@@ -403,8 +408,9 @@ fn killable(c: &Cluster, client: &Client, rng: &mut StdRng) -> Option<MemberId> 
 }
 
 /// Waits until the MDS says every store is up (resyncs finished). Generous: with six
-/// seeds side by side on two cores a rejoin can take long (seeds 50 and 135 once
-/// waited past 30 s under load, and passed alone; not understood yet).
+/// seeds side by side on two cores a rejoin can take long. (Seeds 50 and 135 once
+/// waited past 30 s under load; the likely cause, connects stuck at a dead MDS's
+/// listener for their whole handshake deadline, is gone since seed 166 found it.)
 fn wait_all_up(c: &Client) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
