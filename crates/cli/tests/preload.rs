@@ -160,6 +160,21 @@ fn sqlite_and_python_work_under_preload() {
             "sqlite3 {m}/{db} 'select count(*), sum(a) from t'"
         ));
         assert_eq!(o, "4|26\n");
+        // With a rollback journal nothing went to the kernel: not the database, not
+        // its journal, not the directory SQLite fsyncs after it makes and deletes the
+        // journal. (WAL maps its -shm file: that file goes to the kernel.)
+        let o = p.run(&[
+            "sqlite3",
+            &format!("{m}/{db}"),
+            "delete from t where a > 10",
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{err}");
+        let handed = match journal {
+            "delete" => ", 0 open files handed to the kernel",
+            _ => ", 1 open files handed to the kernel",
+        };
+        assert!(err.contains(handed), "{err}");
     }
     let script = format!(
         r#"
@@ -461,6 +476,18 @@ fn make_git_and_fio_work_under_preload() {
         listed.contains("fdopendir of a file: Not a directory\n"),
         "{listed}"
     );
+    // A directory opened without O_DIRECTORY (served in-process until a call needs
+    // the kernel's descriptor).
+    for line in [
+        "plain open of a directory: at the lowest free number 1, a directory 1, fsync 0, fdatasync 0\n",
+        "its dup: a directory 1, close-on-exec 1 then 0\n",
+        "open for writing: Is a directory\n",
+        "read: -1 Is a directory\n",
+        "a name relative to it: 1\n",
+        "fchdir: 0, then a relative name: 1\nclose: 0\n",
+    ] {
+        assert!(listed.contains(line), "{line}: {listed}");
+    }
     // The raw getdents64 call pages through the same names, its offsets where
     // lseek says the descriptor is, and starts over at 0.
     for what in ["in small steps", "after lseek to 0"] {

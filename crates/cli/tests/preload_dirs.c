@@ -50,6 +50,43 @@ static int raw_listing(int fd, size_t size, const char *what) {
     return n;
 }
 
+/* A directory opened without O_DIRECTORY, as SQLite opens one to fsync it: the
+ * lowest free number, fstat, fsync, dup, and then the calls that need more of it
+ * (a read, a name relative to it, a listing, fchdir) behave as the kernel's. */
+static int plain_directory_descriptor(const char *dir) {
+    int probe = open("/dev/null", O_RDONLY);
+    close(probe);
+    int d = open(dir, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    printf("plain open of a directory: at the lowest free number %d, a directory %d, "
+           "fsync %d, fdatasync %d\n",
+           d == probe, fstat(d, &st) == 0 && S_ISDIR(st.st_mode), fsync(d), fdatasync(d));
+    int again = dup(d);
+    printf("its dup: a directory %d, close-on-exec %d then %d\n",
+           fstat(again, &st) == 0 && S_ISDIR(st.st_mode), fcntl(d, F_GETFD) & FD_CLOEXEC,
+           fcntl(again, F_GETFD) & FD_CLOEXEC);
+    errno = 0;
+    printf("open for writing: %s\n", open(dir, O_RDWR) < 0 ? strerror(errno) : "opened");
+    char c;
+    errno = 0;
+    ssize_t got = read(d, &c, 1);
+    printf("read: %zd %s\n", got, strerror(errno));
+    int f = openat(d, "Makefile", O_RDONLY);
+    printf("a name relative to it: %d\n", f >= 0 && fstat(f, &st) == 0 && S_ISREG(st.st_mode));
+    close(f);
+    DIR *s = fdopendir(again);
+    int names = 0;
+    while (s && readdir(s))
+        names++;
+    printf("fdopendir of its dup: %d names\n", names);
+    if (s)
+        closedir(s);
+    int moved = fchdir(d);
+    printf("fchdir: %d, then a relative name: %d\n", moved, access("Makefile", R_OK) == 0);
+    printf("close: %d\n", close(d));
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc != 2)
         return 2;
@@ -152,5 +189,5 @@ int main(int argc, char **argv) {
     errno = 0;
     printf("fdopendir of a file: %s\n", fdopendir(file) ? "opened" : strerror(errno));
     close(file);
-    return 0;
+    return plain_directory_descriptor(argv[1]);
 }

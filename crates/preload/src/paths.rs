@@ -45,8 +45,13 @@ pub fn classify(dirfd: c_int, path: &CStr, empty_path: bool) -> Target {
     if p.starts_with('/') {
         return inside(s, p);
     }
-    if dirfd != AT_FDCWD && table::is_ours(dirfd) {
-        return Target::NotDir;
+    if dirfd != AT_FDCWD {
+        match table::get(dirfd) {
+            // Paths from a served directory start at its kernel descriptor.
+            Some(f) if f.dir => table::hand_over(dirfd),
+            Some(_) => return Target::NotDir,
+            None => {}
+        }
     }
     let base = match dirfd {
         AT_FDCWD => cwd(),

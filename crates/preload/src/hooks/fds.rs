@@ -4,7 +4,7 @@
 
 use libc::{c_char, c_int, c_long, c_ulong, c_void, off_t, size_t};
 
-use super::{fail, served};
+use super::{fail, served, served_any};
 use crate::real;
 use crate::state::{settings, Inside};
 use crate::table;
@@ -14,17 +14,13 @@ use crate::table;
 pub(crate) fn kernel_fd(fd: c_int) {
     if table::get(fd).is_some() {
         let _in = Inside::enter();
-        if let Err(e) = table::to_kernel(fd) {
-            crate::state::say(&format!(
-                "descriptor {fd} could not go to the kernel: errno {e}"
-            ));
-        }
+        table::hand_over(fd);
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
-    if served(fd).is_some() {
+    if served_any(fd).is_some() {
         let _in = Inside::enter();
         match table::dup(fd, 0, false) {
             Some(Ok(n)) => return n,
@@ -38,7 +34,7 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 
 /// dup2/dup3: onto a number that may be served (it is closed first).
 fn dup_onto(old: c_int, new: c_int, cloexec: bool) -> c_int {
-    if Inside::now() || (served(old).is_none() && served(new).is_none()) {
+    if Inside::now() || (served_any(old).is_none() && served_any(new).is_none()) {
         super::dents::closed(new);
         let fl = if cloexec { libc::O_CLOEXEC } else { 0 };
         // SAFETY: descriptor numbers, checked by the kernel.
@@ -55,7 +51,7 @@ fn dup_onto(old: c_int, new: c_int, cloexec: bool) -> c_int {
 pub extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     if old == new {
         // dup2 onto itself: the descriptor if it is open.
-        if served(old).is_some() {
+        if served_any(old).is_some() {
             return old;
         }
         // SAFETY: F_GETFD on a descriptor number, checked by the kernel.
@@ -78,7 +74,7 @@ pub extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_long) -> c_int {
-    if let Some(f) = served(fd) {
+    if let Some(f) = served_any(fd) {
         let _in = Inside::enter();
         // SAFETY: a lock command's argument is the caller's struct flock.
         if let Some(r) = unsafe { super::locks::fcntl_lock(&f, cmd, arg as *mut libc::flock) } {

@@ -414,10 +414,12 @@ pub unsafe extern "C" fn lseek64(fd: c_int, off: off_t, whence: c_int) -> off_t 
 
 #[no_mangle]
 pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
-    let Some((f, _in)) = file(fd) else {
+    // A directory's entries are durable when the calls that made them return.
+    let Some(f) = super::served_any(fd) else {
         // SAFETY: the caller's descriptor, passed on.
         return unsafe { real::fsync(fd) };
     };
+    let _in = Inside::enter();
     match f.client.fsync(f.fd) {
         Ok(()) => 0,
         Err(e) => fail(e.errno()),
@@ -426,7 +428,7 @@ pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
-    if served(fd).is_some() {
+    if super::served_any(fd).is_some() {
         // SAFETY: the caller's descriptor.
         return unsafe { fsync(fd) };
     }

@@ -102,7 +102,7 @@ pub unsafe extern "C" fn fstatat64(
 
 #[no_mangle]
 pub unsafe extern "C" fn fstat(fd: c_int, st: *mut libc::stat64) -> c_int {
-    if let Some(f) = served(fd) {
+    if let Some(f) = super::served_any(fd) {
         let _in = Inside::enter();
         // SAFETY: the caller's buffer, or null.
         return match (f.client.fstat(f.fd), unsafe { st.as_mut() }) {

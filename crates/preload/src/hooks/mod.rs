@@ -100,8 +100,22 @@ pub(crate) fn serving_client() -> Option<&'static Client> {
 }
 
 /// The open file behind `fd` if this library serves it (and is not at work already
-/// on this thread).
+/// on this thread). A served directory goes to the kernel instead (and `None`): the
+/// calls it answers in-process ask [`served_any`].
 pub(crate) fn served(fd: c_int) -> Option<Arc<OpenFile>> {
+    let f = served_any(fd)?;
+    if f.dir {
+        drop(f);
+        let _in = Inside::enter();
+        table::hand_over(fd);
+        return None;
+    }
+    Some(f)
+}
+
+/// [`served`], directories included: for the calls that need nothing of a
+/// directory but its inode (fstat, fsync, dup, fcntl).
+pub(crate) fn served_any(fd: c_int) -> Option<Arc<OpenFile>> {
     if Inside::now() {
         return None;
     }

@@ -24,23 +24,26 @@ unsafe fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t)
         true => state::relocate(unsafe { real::openat(dirfd, path, flags, mode) }),
         false => unsafe { real::openat(dirfd, path, flags, mode) },
     };
-    // Directories, O_PATH and O_TMPFILE descriptors are the kernel's (through the
-    // mount): readdir and fchdir need kernel descriptors.
+    // O_DIRECTORY (opendir, fts: listings and fchdir follow), O_PATH and O_TMPFILE
+    // descriptors are the kernel's (through the mount).
     if flags & (O_DIRECTORY | O_PATH | O_TMPFILE) != 0 {
         return kernel();
     }
     // SAFETY: as the caller.
-    match unsafe { route(dirfd, path, false) } {
+    let opened = match unsafe { route(dirfd, path, false) } {
         Route::Serve(c, p) => {
             let _in = Inside::enter();
-            match open_served(c, &p, flags, mode) {
-                Ok(Opened::Served(fd)) => fd,
-                Ok(Opened::NotRegular) | Ok(Opened::Leaves) => kernel(),
-                Err(e) => fail(e),
-            }
+            open_served(c, &p, flags, mode)
         }
-        Route::NotDir => fail(libc::ENOTDIR),
-        Route::Fd(_) | Route::Kernel => kernel(),
+        Route::NotDir => Err(libc::ENOTDIR),
+        Route::Fd(_) | Route::Kernel => Ok(Opened::Leaves),
+    };
+    // Outside the library again: a kernel descriptor opened now is the program's, at
+    // the lowest free number (not moved up among the library's own).
+    match opened {
+        Ok(Opened::Served(fd)) => fd,
+        Ok(Opened::NotServed) | Ok(Opened::Leaves) => kernel(),
+        Err(e) => fail(e),
     }
 }
 
@@ -48,9 +51,9 @@ unsafe fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t)
 enum Opened {
     /// Opened: this descriptor.
     Served(c_int),
-    /// Not a regular file (a directory, FIFO or device): the kernel opens it.
-    NotRegular,
-    /// The path leaves the file system: the kernel opens it.
+    /// Not a regular file or directory (a FIFO or device): the kernel opens it.
+    NotServed,
+    /// The path leaves the file system (or is not the client's): the kernel opens it.
     Leaves,
 }
 
@@ -103,9 +106,10 @@ fn open_served(c: &'static Client, p: &str, flags: c_int, mode: mode_t) -> Resul
             return Err(e.errno());
         }
     };
-    if a.ftype != FileType::Regular {
+    let dir = a.ftype == FileType::Directory;
+    if a.ftype != FileType::Regular && !dir {
         let _ = c.close(fd);
-        return Ok(Opened::NotRegular);
+        return Ok(Opened::NotServed);
     }
     // A truncation by a caller without CAP_FSETID drops the setid bits.
     if of.truncate && !root() {
@@ -126,6 +130,7 @@ fn open_served(c: &'static Client, p: &str, flags: c_int, mode: mode_t) -> Resul
         ino: a.ino,
         path,
         flags,
+        dir,
         locked: Default::default(),
         descriptors: Default::default(),
         offset: Default::default(),
