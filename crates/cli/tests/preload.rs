@@ -201,6 +201,30 @@ f.seek(0)
 assert f.read(5) == b"still"
 f.close()
 assert not os.path.exists(m + "/py/data")
+# A file whose path no longer leads to it (renamed, removed) goes to the kernel all
+# the same when a call needs the kernel (mmap), with what was written.
+import mmap
+f = open(m + "/py/mapped", "w+b")
+f.write(b"mapped" * 1000)
+f.flush()
+os.rename(m + "/py/mapped", m + "/py/moved")
+g = open(m + "/py/gone", "w+b")
+g.write(b"gone!" * 1000)
+g.flush()
+os.unlink(m + "/py/gone")
+for h, want in ((f, b"mapped"), (g, b"gone!")):
+    mm = mmap.mmap(h.fileno(), 4096)
+    assert mm[:len(want)] == want, mm[:8]
+    mm[0:1] = b"M"
+    mm.flush()
+    mm.close()
+    h.seek(0)
+    assert h.read(1) == b"M"
+    h.close()
+with open(m + "/py/moved", "rb") as f:
+    assert f.read(2) == b"Ma"
+assert not os.path.exists(m + "/py/gone")
+assert not [n for n in os.listdir(m) if n.startswith(".orion-handover")], os.listdir(m)
 # A child that exits after a fork leaves the parent's unlinked file alone.
 fd = os.open(m + "/py/kept", os.O_RDWR | os.O_CREAT)
 os.write(fd, b"parent")
@@ -484,7 +508,8 @@ fn make_git_and_fio_work_under_preload() {
         "open for writing: Is a directory\n",
         "read: -1 Is a directory\n",
         "a name relative to it: 1\n",
-        "fchdir: 0, then a relative name: 1\nclose: 0\n",
+        "fchdir: 0, then a relative name: 1\n",
+        "fchdir into a directory renamed since its open: 0, now in after\nclose: 0\n",
     ] {
         assert!(listed.contains(line), "{line}: {listed}");
     }

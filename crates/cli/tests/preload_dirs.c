@@ -83,6 +83,17 @@ static int plain_directory_descriptor(const char *dir) {
         closedir(s);
     int moved = fchdir(d);
     printf("fchdir: %d, then a relative name: %d\n", moved, access("Makefile", R_OK) == 0);
+    /* One renamed after its open still leads to it. */
+    mkdir("before", 0755);
+    int sub = open("before", O_RDONLY);
+    rename("before", "after");
+    int into = fchdir(sub);
+    char cwd[4096] = "";
+    const char *now = getcwd(cwd, sizeof cwd) ? strrchr(cwd, '/') + 1 : strerror(errno);
+    printf("fchdir into a directory renamed since its open: %d, now in %s\n", into, now);
+    fchdir(d);
+    rmdir("after");
+    close(sub);
     printf("close: %d\n", close(d));
     return 0;
 }

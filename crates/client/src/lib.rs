@@ -38,5 +38,7 @@ pub use stats::Stats;
 pub use orion_fabric::local::remove_own_files as remove_fabric_files;
 pub use orion_format::{FileType, PAGE_SIZE};
 pub use orion_meta::{perm, xattr};
-pub use orion_meta::{Attr, FsError, FsResult, NewNode, RenameMode, SetAttrReq, StatFs, TimeSet};
+pub use orion_meta::{
+    Attr, FsError, FsResult, NewNode, RenameMode, SetAttrReq, StatFs, TimeSet, ROOT_INO,
+};
 pub use orion_proto::{Epoch, Invalidation, LockKind, LockReq, MemberId, MemberState, StoreInfo};

@@ -6,7 +6,9 @@
 //!
 //! A descriptor goes back to the kernel ("to kernel") when a call needs what only
 //! the kernel has (mmap, ioctl, stdio, fork, exec): the file is opened through the
-//! mount, moved onto the same numbers with dup3, and set to the same offset.
+//! mount, moved onto the same numbers with dup3, and set to the same offset. A file
+//! whose name is gone since it was opened (removed, renamed) is opened through a
+//! name of its own made for that moment (`open_through_mount`).
 //!
 //! A directory opened without O_DIRECTORY (SQLite's, to fsync it after it creates
 //! or deletes its journal) is served too, for the calls that need nothing more than
@@ -21,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use libc::{c_int, O_ACCMODE, O_APPEND, O_CLOEXEC, O_CREAT, O_EXCL, O_TRUNC};
-use orion_client::{Client, Fd};
+use orion_client::{Client, Fd, ROOT_INO};
 
 use crate::real;
 use crate::state::say;
@@ -225,13 +227,11 @@ pub fn set_cloexec(fd: c_int, cloexec: bool) {
     }
 }
 
-/// Opens `file` through the mount and puts that kernel file on `fds` (all of which
-/// share it), at its current offset. Changes nothing of this library's state.
-fn reopen_onto(file: &OpenFile, fds: &[(c_int, bool)]) -> Result<(), c_int> {
-    let pos = file.client.position(file.fd).map_err(|e| e.errno())?;
-    let flags = file.flags & !(O_CREAT | O_EXCL | O_TRUNC | O_CLOEXEC);
+/// Opens `path` with `flags`: a kernel descriptor of inode `ino`, or an error
+/// (ESTALE: the path leads to another file now).
+fn open_inode(path: &CString, flags: c_int, ino: u64) -> Result<c_int, c_int> {
     // SAFETY: open(2) of a NUL-terminated path.
-    let k = unsafe { real::open(file.path.as_ptr(), flags, 0) };
+    let k = unsafe { real::open(path.as_ptr(), flags, 0) };
     if k < 0 {
         return Err(errno());
     }
@@ -239,8 +239,65 @@ fn reopen_onto(file: &OpenFile, fds: &[(c_int, bool)]) -> Result<(), c_int> {
     // SAFETY: fstat into a buffer of the right type.
     let same = unsafe { real::fstat64(k, st.as_mut_ptr()) } == 0
         // SAFETY: fstat succeeded, so it filled the buffer.
-        && unsafe { st.assume_init() }.st_ino == file.ino;
-    let mut r = if same { Ok(()) } else { Err(libc::ESTALE) };
+        && unsafe { st.assume_init() }.st_ino == ino;
+    if !same {
+        // SAFETY: close(2) of the descriptor we opened.
+        unsafe { real::close(k) };
+        return Err(libc::ESTALE);
+    }
+    Ok(k)
+}
+
+/// Opens `file` through the mount: by the path it was opened at, or, when that no
+/// longer leads to it (its name was removed or renamed since), by a name in the
+/// root directory made for the moment (a hard link the client adds by inode) and
+/// removed once the kernel holds the file, which then lives on in the mount's open
+/// table as any open file outlives its names. Another program may list that name
+/// in the root while it exists (a few hundred microseconds). A directory, which
+/// cannot take a second name, is opened where it is now (`Client::dir_path`).
+fn open_through_mount(file: &OpenFile, flags: c_int) -> Result<c_int, c_int> {
+    let err = match open_inode(&file.path, flags, file.ino) {
+        Ok(k) => return Ok(k),
+        Err(e) => e,
+    };
+    if !matches!(
+        err,
+        libc::ENOENT | libc::ESTALE | libc::ENOTDIR | libc::EISDIR
+    ) {
+        return Err(err);
+    }
+    let mount = crate::state::settings().map_or("", |s| s.mount.as_str());
+    let at = |p: &str| CString::new(format!("{mount}{p}")).map_err(|_| libc::EINVAL);
+    if file.dir {
+        let now = file.client.dir_path(file.ino).map_err(|e| e.errno())?;
+        return open_inode(&at(&now)?, flags, file.ino);
+    }
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let name = format!(
+        ".orion-handover.{}.{}.{}",
+        std::process::id(),
+        file.ino,
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let path = at(&format!("/{name}"))?;
+    (file.client.link_at(file.ino, ROOT_INO, name.as_bytes())).map_err(|e| e.errno())?;
+    let opened = open_inode(&path, flags, file.ino);
+    if let Err(e) = file.client.unlink_at(ROOT_INO, name.as_bytes()) {
+        say(&format!(
+            "{}: could not remove: {e}",
+            path.to_string_lossy()
+        ));
+    }
+    opened
+}
+
+/// Opens `file` through the mount and puts that kernel file on `fds` (all of which
+/// share it), at its current offset. Changes nothing of this library's state.
+fn reopen_onto(file: &OpenFile, fds: &[(c_int, bool)]) -> Result<(), c_int> {
+    let pos = file.client.position(file.fd).map_err(|e| e.errno())?;
+    let flags = file.flags & !(O_CREAT | O_EXCL | O_TRUNC | O_CLOEXEC);
+    let k = open_through_mount(file, flags)?;
+    let mut r = Ok(());
     for &(fd, cloexec) in fds {
         if r.is_err() {
             break;

@@ -3,9 +3,9 @@
 //! copy of the inode.
 
 use orion_format::{FileType, PAGE_SIZE, SYMLINK_MAX};
-use orion_meta::error::{EINVAL, ENAMETOOLONG, ENOENT, ENOTDIR};
+use orion_meta::error::{EINVAL, ELOOP, ENAMETOOLONG, ENOENT, ENOTDIR};
 use orion_meta::index::Body;
-use orion_meta::{Attr, FsError, FsResult, NewNode, RenameMode};
+use orion_meta::{Attr, FsError, FsResult, NewNode, RenameMode, ROOT_INO};
 use orion_proto::{Create, MdsRequest, ReplyBody};
 
 use super::paths::{dot_last, is_root};
@@ -249,6 +249,35 @@ impl Client {
         self.run_on(ino, |i| {
             let parent = i.parent(ino)?;
             i.readdir(ino, parent)
+        })
+    }
+
+    /// Where directory `ino` is now, as a path from the root (its parents' names,
+    /// found one level at a time): for a program's directory descriptor that must
+    /// be opened again after the directory was renamed.
+    pub fn dir_path(&self, ino: u64) -> FsResult<String> {
+        self.run_on(ino, |i| {
+            let mut names: Vec<Vec<u8>> = Vec::new();
+            let mut cur = ino;
+            // A directory tree is no deeper than a path is long.
+            for _ in 0..4096 {
+                if cur == ROOT_INO {
+                    names.reverse();
+                    let path = names.iter().fold(String::new(), |mut p, n| {
+                        p.push('/');
+                        p.push_str(&String::from_utf8_lossy(n));
+                        p
+                    });
+                    return Ok(if path.is_empty() { "/".into() } else { path });
+                }
+                let parent = i.parent(cur)?;
+                let c = i.cache.refresh(&mut i.remote, parent)?;
+                let d = c.state.dir().ok_or(ENOTDIR)?;
+                let name = (d.names.iter().find(|(_, e)| e.ino == cur)).ok_or(ENOENT)?;
+                names.push(name.0.to_vec());
+                cur = parent;
+            }
+            Err(ELOOP.into())
         })
     }
 
