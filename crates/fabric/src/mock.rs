@@ -44,8 +44,7 @@ struct NetInner {
     next_port: AtomicU32,
     /// Links that are not [`Link::Up`], by the pair of domain ids (smaller first).
     links: Mutex<HashMap<(u64, u64), Link>>,
-    /// Extra time an operation posted from one node to another takes, by (poster,
-    /// peer) domain ids: a slow sender (set with [`MockNet::slow_posts`]).
+    /// Extra time a post takes, by (poster, peer) ids ([`MockNet::slow_posts`]).
     slow: Mutex<HashMap<(u64, u64), Duration>>,
 }
 
@@ -111,8 +110,8 @@ impl MockNet {
         self.kill_id(domain.id());
     }
 
-    /// Kills the domain that listens at `addr` (a simulated server whose process died,
-    /// seen from outside it), as [`MockNet::kill`]; false if nothing listens there.
+    /// Kills the domain that listens at `addr` (a server's process died), as
+    /// [`MockNet::kill`]; false if nothing listens there.
     pub fn kill_listener(&self, addr: &str) -> bool {
         let id = self
             .inner
@@ -135,14 +134,12 @@ impl MockNet {
         {
             d.alive.store(false, Ordering::Release);
         }
-        // Its listeners go, and so do the connections queued at them (refused at once).
-        self.inner.listeners.lock().unwrap().retain(|_, l| {
-            let keep = l.domain != id;
-            if !keep {
-                l.pending.lock().unwrap().take();
-            }
-            keep
-        });
+        // Its listeners go, and the connections queued at them are refused at once.
+        let mut ls = self.inner.listeners.lock().unwrap();
+        for l in ls.values().filter(|l| l.domain == id) {
+            l.pending.lock().unwrap().take();
+        }
+        ls.retain(|_, l| l.domain != id);
     }
 
     pub(crate) fn domain(&self, cfg: Arc<FabricConfig>, id: u64) -> MockDomain {
@@ -366,9 +363,8 @@ struct Pending {
 
 struct ListenQueue {
     domain: u64,
-    /// Connections waiting for `accept`; `None` once the listener is gone, so that a
-    /// connect refused then fails at once, as TCP's would, instead of waiting out its
-    /// handshake in a queue nobody reads (seed 166 lost 5 s per such connect).
+    /// Connections waiting for `accept`; `None` once the listener is gone: a connect
+    /// is then refused at once, as TCP's is (seed 166 waited out 5 s handshakes).
     pending: Mutex<Option<VecDeque<Pending>>>,
     cv: Condvar,
 }
@@ -429,8 +425,7 @@ impl Drop for MockListener {
             ls.remove(&self.name);
         }
         drop(ls);
-        // Connections not accepted yet are refused: their streams close, and their
-        // handshakes fail now rather than at their deadline.
+        // Connections not accepted yet are refused: their handshakes fail now.
         self.queue.pending.lock().unwrap().take();
     }
 }
@@ -570,12 +565,14 @@ impl MockConn {
             OpKind::Read => {
                 let (key, roff) = op.wire_addr();
                 let r = Self::target_region(&peer, key, roff, op.len, false)?;
-                Mapping::copy(&r.inner.map, roff, &op.local.inner.map, op.off, op.len)
+                Mapping::copy(&r.inner.map, roff, &op.local.inner.map, op.off, op.len)?;
+                self.lived_through(&peer)
             }
             OpKind::Write | OpKind::WriteImm => {
                 let (key, roff) = op.wire_addr();
                 let r = Self::target_region(&peer, key, roff, op.len, true)?;
                 Mapping::copy(&op.local.inner.map, op.off, &r.inner.map, roff, op.len)?;
+                self.lived_through(&peer)?;
                 if op.kind == OpKind::WriteImm {
                     peer.inbox.lock().unwrap().push_back(Msg::Imm(op.imm));
                     peer.cq.cv.notify_all();
@@ -584,6 +581,17 @@ impl MockConn {
             }
             OpKind::Recv | OpKind::RemoteWrite => unreachable!("not executed"),
         }
+    }
+
+    /// RDMA's rule, as every backend keeps it: a one-sided operation completes only if
+    /// its target lived through it (a kill may land in a slow post); else it breaks.
+    fn lived_through(&self, peer: &MockConn) -> Result<()> {
+        if peer.domain.alive.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.close();
+        peer.close();
+        Err(Error::gone(&self.peer_name, "the peer's node died"))
     }
 
     /// Matches arrived messages with posted RECVs, in order.

@@ -151,7 +151,7 @@ impl Pool {
         allocate(&file, size, &mut |at| done(at / 2))
             .map_err(|e| io("cannot allocate the pool's space", e))?;
         let pool = Self::map(file, path, choice)?;
-        if pool.durable_on_delivery() {
+        if pool.on_tmpfs {
             // tmpfs zeroes an allocated page at its first fault, in whichever process
             // touches it first: a client's write, on the data path. Persistent memory
             // has no such cost, so the pool is touched once here.

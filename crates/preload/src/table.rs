@@ -267,7 +267,7 @@ fn open_through_mount(file: &OpenFile, flags: c_int) -> Result<c_int, c_int> {
         return Err(err);
     }
     let mount = crate::state::settings().map_or("", |s| s.mount.as_str());
-    let at = |p: &str| CString::new(format!("{mount}{p}")).map_err(|_| libc::EINVAL);
+    let at = |p: &[u8]| CString::new([mount.as_bytes(), p].concat()).map_err(|_| libc::EINVAL);
     if file.dir {
         let now = file.client.dir_path(file.ino).map_err(|e| e.errno())?;
         return open_inode(&at(&now)?, flags, file.ino);
@@ -279,7 +279,7 @@ fn open_through_mount(file: &OpenFile, flags: c_int) -> Result<c_int, c_int> {
         file.ino,
         NEXT.fetch_add(1, Ordering::Relaxed)
     );
-    let path = at(&format!("/{name}"))?;
+    let path = at(format!("/{name}").as_bytes())?;
     (file.client.link_at(file.ino, ROOT_INO, name.as_bytes())).map_err(|e| e.errno())?;
     let opened = open_inode(&path, flags, file.ino);
     if let Err(e) = file.client.unlink_at(ROOT_INO, name.as_bytes()) {
@@ -315,6 +315,14 @@ fn reopen_onto(file: &OpenFile, fds: &[(c_int, bool)]) -> Result<(), c_int> {
     // SAFETY: close(2) of the descriptor we opened (the dups stay).
     unsafe { real::close(k) };
     r
+}
+
+/// Hands `fd` to the kernel if it is a served directory (the call that follows
+/// needs its kernel descriptor).
+pub fn dir_to_kernel(fd: c_int) {
+    if get(fd).is_some_and(|f| f.dir) {
+        hand_over(fd);
+    }
 }
 
 /// [`to_kernel`], for a call that needs a kernel descriptor next: a failure is said

@@ -253,9 +253,9 @@ impl Client {
     }
 
     /// Where directory `ino` is now, as a path from the root (its parents' names,
-    /// found one level at a time): for a program's directory descriptor that must
-    /// be opened again after the directory was renamed.
-    pub fn dir_path(&self, ino: u64) -> FsResult<String> {
+    /// found one level at a time; bytes, as names are): for a program's directory
+    /// descriptor that must be opened again after the directory was renamed.
+    pub fn dir_path(&self, ino: u64) -> FsResult<Vec<u8>> {
         self.run_on(ino, |i| {
             let mut names: Vec<Vec<u8>> = Vec::new();
             let mut cur = ino;
@@ -263,12 +263,9 @@ impl Client {
             for _ in 0..4096 {
                 if cur == ROOT_INO {
                     names.reverse();
-                    let path = names.iter().fold(String::new(), |mut p, n| {
-                        p.push('/');
-                        p.push_str(&String::from_utf8_lossy(n));
-                        p
-                    });
-                    return Ok(if path.is_empty() { "/".into() } else { path });
+                    let path: Vec<u8> =
+                        names.iter().flat_map(|n| [&b"/"[..], n].concat()).collect();
+                    return Ok(if path.is_empty() { b"/".to_vec() } else { path });
                 }
                 let parent = i.parent(cur)?;
                 let c = i.cache.refresh(&mut i.remote, parent)?;

@@ -142,7 +142,10 @@ fn register(ino: u64, path: CString, entries: Vec<DirEntry>, fd: c_int) -> *mut 
 /// the mount: Orion's own, not a file system mounted inside the mount.
 pub(super) fn orion_dir(fd: c_int) -> Option<libc::stat64> {
     // A directory served in-process is listed through its kernel descriptor.
-    let _ = super::served(fd);
+    if !Inside::now() {
+        let _in = Inside::enter();
+        crate::table::dir_to_kernel(fd);
+    }
     // SAFETY: fcntl F_GETFL only reads the descriptor's flags.
     let flags = unsafe { real::fcntl(fd, libc::F_GETFL, 0) };
     // SAFETY: stat64 is plain integers: all zeros is a valid value.

@@ -412,28 +412,30 @@ pub unsafe extern "C" fn lseek64(fd: c_int, off: off_t, whence: c_int) -> off_t 
     unsafe { lseek(fd, off, whence) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
+/// fsync and fdatasync of a served descriptor (`None`: not served).
+fn sync(fd: c_int) -> Option<c_int> {
+    let f = super::served_any(fd)?;
     // A directory's entries are durable when the calls that made them return.
-    let Some(f) = super::served_any(fd) else {
-        // SAFETY: the caller's descriptor, passed on.
-        return unsafe { real::fsync(fd) };
-    };
+    if f.dir {
+        return Some(0);
+    }
     let _in = Inside::enter();
-    match f.client.fsync(f.fd) {
+    Some(match f.client.fsync(f.fd) {
         Ok(()) => 0,
         Err(e) => fail(e.errno()),
-    }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
+    // SAFETY: the caller's descriptor, passed on.
+    sync(fd).unwrap_or_else(|| unsafe { real::fsync(fd) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
-    if super::served_any(fd).is_some() {
-        // SAFETY: the caller's descriptor.
-        return unsafe { fsync(fd) };
-    }
     // SAFETY: the caller's descriptor, passed on.
-    unsafe { real::fdatasync(fd) }
+    sync(fd).unwrap_or_else(|| unsafe { real::fdatasync(fd) })
 }
 
 #[no_mangle]

@@ -36,13 +36,13 @@ unsafe fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t)
             open_served(c, &p, flags, mode)
         }
         Route::NotDir => Err(libc::ENOTDIR),
-        Route::Fd(_) | Route::Kernel => Ok(Opened::Leaves),
+        Route::Fd(_) | Route::Kernel => Ok(Opened::Kernel),
     };
     // Outside the library again: a kernel descriptor opened now is the program's, at
     // the lowest free number (not moved up among the library's own).
     match opened {
         Ok(Opened::Served(fd)) => fd,
-        Ok(Opened::NotServed) | Ok(Opened::Leaves) => kernel(),
+        Ok(Opened::Kernel) => kernel(),
         Err(e) => fail(e),
     }
 }
@@ -51,16 +51,15 @@ unsafe fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t)
 enum Opened {
     /// Opened: this descriptor.
     Served(c_int),
-    /// Not a regular file or directory (a FIFO or device): the kernel opens it.
-    NotServed,
-    /// The path leaves the file system (or is not the client's): the kernel opens it.
-    Leaves,
+    /// The kernel opens it: a FIFO or device, a path that leaves the file system,
+    /// or one that is not the client's.
+    Kernel,
 }
 
 /// Opens `p` (from the file system's root) through the client.
 fn open_served(c: &'static Client, p: &str, flags: c_int, mode: mode_t) -> Result<Opened, c_int> {
     let fails = |e: FsError| match leaves(&e) {
-        true => Ok(Opened::Leaves),
+        true => Ok(Opened::Kernel),
         false => Err(e.errno()),
     };
     // O_CREAT|O_EXCL follows no final symlink anyway, and says EEXIST of one.
@@ -109,7 +108,7 @@ fn open_served(c: &'static Client, p: &str, flags: c_int, mode: mode_t) -> Resul
     let dir = a.ftype == FileType::Directory;
     if a.ftype != FileType::Regular && !dir {
         let _ = c.close(fd);
-        return Ok(Opened::NotServed);
+        return Ok(Opened::Kernel);
     }
     // A truncation by a caller without CAP_FSETID drops the setid bits.
     if of.truncate && !root() {
