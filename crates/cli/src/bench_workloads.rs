@@ -151,6 +151,21 @@ pub struct Api {
     pub root: String,
 }
 
+/// A client of the cluster `orion up --dir DIR` runs, as `orion run` makes one (the
+/// default settings over that cluster's MDSs and fabric), optimistic if asked.
+pub fn up_client(dir: &Path, optimistic: bool) -> Result<Client> {
+    let up = crate::status::UpState::load(dir)?;
+    let mut cfg = orion_client::ClientConfig {
+        mds: up.mds_setting(),
+        ..Default::default()
+    };
+    if optimistic {
+        cfg.persistence = "optimistic".into();
+    }
+    let fabric = up.fabric.fabric_config()?;
+    Client::connect(cfg, fabric).map_err(|e| anyhow::anyhow!("client of {}: {e}", dir.display()))
+}
+
 fn os_err(e: FsError) -> io::Error {
     match e {
         FsError::Errno(n) => io::Error::from_raw_os_error(n),

@@ -253,6 +253,11 @@ enum BenchCmd {
         /// With --api: optimistic persistence (small writes committed in batches).
         #[arg(long, requires = "api")]
         optimistic: bool,
+        /// With --api: use the cluster `orion up --dir CLUSTER` runs instead of
+        /// starting one, so the client library is measured on the same MDSs and stores
+        /// as that cluster's mount and `orion run`.
+        #[arg(long, requires = "api")]
+        cluster: Option<PathBuf>,
         /// Name of the system under DIR (for progress and the JSON).
         #[arg(long, default_value = "this file system")]
         system: String,
@@ -518,6 +523,7 @@ fn run() -> Result<ExitCode> {
                     dir,
                     api,
                     optimistic,
+                    cluster,
                     system,
                     entries,
                     seconds,
@@ -541,9 +547,15 @@ fn run() -> Result<ExitCode> {
                     bench_workloads::run(&bench_workloads::Mounted(dir), &o)?
                 }
                 _ => {
-                    let cluster = bench_cluster::BenchCluster::start("local", "tcp;ofi_rxm")?;
-                    let client = cluster.client_with(true, true, optimistic)?;
-                    let root = "/bench".to_string();
+                    // Kept until the run ends: dropping it stops the cluster it started.
+                    let (client, _started) = match cluster {
+                        Some(dir) => (bench_workloads::up_client(&dir, optimistic)?, None),
+                        None => {
+                            let c = bench_cluster::BenchCluster::start("local", "tcp;ofi_rxm")?;
+                            (c.client_with(true, true, optimistic)?, Some(c))
+                        }
+                    };
+                    let root = format!("/bench-api-{}", std::process::id());
                     client
                         .mkdir(&root, 0o755)
                         .map_err(|e| anyhow::anyhow!("mkdir {root}: {e}"))?;

@@ -7,10 +7,11 @@ use std::process::Command;
 /// Each crate, and the OrionFS crates it may depend on (normal and build
 /// dependencies; test-only dependencies are free).
 const RULES: &[(&str, &[&str])] = &[
-    // The media and the transport know nothing above them.
+    // The media and the transport know nothing above them; the transport copies
+    // bytes in and out of its registered memory as pools do (`orion_pmem::copy`).
     ("orion-pmem", &[]),
     ("orion-format", &[]),
-    ("orion-fabric", &[]),
+    ("orion-fabric", &["orion-pmem"]),
     // How far long work has come: a bar or log lines, for any crate above.
     ("orion-progress", &[]),
     // The cluster manager speaks to etcd, and knows nothing of the file system (its

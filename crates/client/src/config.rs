@@ -53,6 +53,11 @@ pub struct ClientConfig {
     ///
     /// [`MAX_LANES`]: crate::fs::MAX_LANES
     pub lanes: usize,
+    /// Lanes a client spreads inodes over at first (a power of two, at most
+    /// `lanes`). A call that finds its inode's lane busy doubles them, so a
+    /// single-threaded program keeps to one connection and a many-threaded one opens
+    /// more as its threads meet.
+    pub lanes_at_start: usize,
     /// Paths are the host's (the preload library's programs): resolution never
     /// leaves this file system. A symlink to an absolute path, or ".." above the
     /// root, fails with EXDEV, and the caller asks the kernel instead, which resolves
@@ -77,6 +82,7 @@ impl Default for ClientConfig {
             reconnect_ms: 30_000,
             name: String::new(),
             lanes: 8,
+            lanes_at_start: 1,
             host_paths: false,
         }
     }

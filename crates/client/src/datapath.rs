@@ -69,7 +69,7 @@ impl PageCache {
         }
         match lru.get(g) {
             Some((_, p)) => {
-                out.copy_from_slice(p);
+                orion_pmem::copy_bytes(out, p);
                 true
             }
             None => false,

@@ -170,6 +170,12 @@ impl Client {
         self.lanes.run(Pick::Inode(ino), true, f)
     }
 
+    /// [`Self::run`] on lane 0, for advisory locks: the MDS holds a lock for the
+    /// connection that took it, and an inode's own lane changes as lanes open.
+    pub(crate) fn run_on_lock_lane<T>(&self, f: impl FnMut(&mut Inner) -> Res<T>) -> FsResult<T> {
+        self.lanes.run(Pick::Lane(0), true, f)
+    }
+
     /// Runs a read or write of `ino` on its lane: staged writes commit first only
     /// when they are due.
     pub(crate) fn run_data<T>(&self, ino: u64, f: impl FnMut(&mut Inner) -> Res<T>) -> FsResult<T> {
@@ -276,6 +282,12 @@ impl Client {
             (Some(w), Some((kc, _))) => kc.ttl(w),
             _ => Duration::ZERO,
         }
+    }
+
+    /// How many lanes the client spreads inodes over now (it doubles them when calls
+    /// meet on a busy lane; see `fs/lanes.rs`).
+    pub fn inode_lanes(&self) -> usize {
+        self.lanes.inode_lanes()
     }
 
     /// What the client has done so far (every lane's counters, added up).

@@ -41,4 +41,7 @@ pub use orion_meta::{perm, xattr};
 pub use orion_meta::{
     Attr, FsError, FsResult, NewNode, RenameMode, SetAttrReq, StatFs, TimeSet, ROOT_INO,
 };
+/// Byte copies that stay fast at any skew against page alignment (front-ends copy
+/// read data into their callers' buffers with it).
+pub use orion_pmem::copy_bytes;
 pub use orion_proto::{Epoch, Invalidation, LockKind, LockReq, MemberId, MemberState, StoreInfo};

@@ -136,7 +136,11 @@ impl Mapping {
         let o = self.check(off, dst.len())?;
         // SAFETY: [o, o+len) is inside the mapping (checked); dst is a distinct Rust buffer.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(o), dst.as_mut_ptr(), dst.len())
+            orion_pmem::copy::copy_nonoverlapping(
+                self.ptr.as_ptr().add(o),
+                dst.as_mut_ptr(),
+                dst.len(),
+            )
         };
         Ok(())
     }
@@ -144,7 +148,9 @@ impl Mapping {
     pub(crate) fn write(&self, off: u64, src: &[u8]) -> Result<()> {
         let o = self.check(off, src.len())?;
         // SAFETY: [o, o+len) is inside the mapping (checked); src is a distinct Rust buffer.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(o), src.len()) };
+        unsafe {
+            orion_pmem::copy::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(o), src.len())
+        };
         Ok(())
     }
 

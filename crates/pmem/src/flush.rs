@@ -97,5 +97,5 @@ pub(crate) unsafe fn copy_nontemporal(dst: *mut u8, src: &[u8]) {
             return;
         }
     }
-    core::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len());
+    crate::copy::copy_nonoverlapping(src.as_ptr(), dst, src.len());
 }

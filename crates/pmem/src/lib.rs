@@ -10,12 +10,14 @@
 //! Everything above this crate reaches the media only through [`Pool`]: offsets are
 //! checked, and the only atomic unit is an aligned 8-byte store.
 
+pub mod copy;
 mod crash;
 mod file;
 mod flush;
 mod pool;
 pub mod tap;
 
+pub use copy::copy_bytes;
 pub use crash::{CrashDomain, CrashHook, CrashImage};
 pub use file::replace_durably;
 pub use pool::{Mode, ModeChoice, Pool, PoolError};

@@ -360,7 +360,7 @@ impl Pool {
         let o = self.check(off, buf.len())?;
         // SAFETY: o..o+len is inside the mapping (checked); buf is a distinct
         // allocation, so the ranges cannot overlap.
-        unsafe { std::ptr::copy_nonoverlapping(self.base.add(o), buf.as_mut_ptr(), buf.len()) };
+        unsafe { crate::copy::copy_nonoverlapping(self.base.add(o), buf.as_mut_ptr(), buf.len()) };
         Ok(())
     }
 
@@ -375,7 +375,7 @@ impl Pool {
     pub fn write(&self, off: u64, data: &[u8]) -> Result<(), PoolError> {
         let o = self.check(off, data.len())?;
         // SAFETY: bounds checked; `data` cannot alias the mapping mutably.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(o), data.len()) };
+        unsafe { crate::copy::copy_nonoverlapping(data.as_ptr(), self.base.add(o), data.len()) };
         self.record_store(off, data.len());
         Ok(())
     }
@@ -389,7 +389,9 @@ impl Pool {
             unsafe { flush::copy_nontemporal(self.base.add(o), data) };
         } else {
             // SAFETY: bounds checked above.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(o), data.len()) };
+            unsafe {
+                crate::copy::copy_nonoverlapping(data.as_ptr(), self.base.add(o), data.len())
+            };
         }
         self.record_store(off, data.len());
         Ok(())

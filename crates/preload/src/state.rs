@@ -149,12 +149,6 @@ fn connect() -> Option<Client> {
     };
     let mut cfg = s.client.client.clone();
     cfg.host_paths = true;
-    // One lane per CPU at most: a lane is a set of connections (MDS and stores) that
-    // opens when an inode's calls first need it, and a short-lived program (cat, a
-    // compiler) would otherwise pay up to eight set-ups, a few ms each, where one or
-    // two serve it as well.
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    cfg.lanes = cfg.lanes.clamp(1, cpus);
     if cfg.name.is_empty() {
         cfg.name = format!("preload:{}", pid());
     }

@@ -51,7 +51,14 @@ fn calls_on_other_inodes_do_not_wait_for_a_slow_write() {
     .unwrap();
     // Two lanes, both open before the store slows down (opening one connects to
     // the store, which waits behind its slow sends).
-    let c = Arc::new(cluster.client_with(EXTERNAL, |cfg| cfg.lanes = 2).unwrap());
+    let c = Arc::new(
+        cluster
+            .client_with(EXTERNAL, |cfg| {
+                cfg.lanes = 2;
+                cfg.lanes_at_start = 2;
+            })
+            .unwrap(),
+    );
     let fd = c.open("/slow", rw_create(), 0o644).unwrap();
     c.pwrite(fd, 0, &[1u8; 4096]).unwrap();
     c.mkdir("/d", 0o755).unwrap();
@@ -283,6 +290,7 @@ fn idle_lanes_give_their_pages_back_when_the_store_runs_short() {
     let c = cluster
         .client_with(EXTERNAL, |cfg| {
             cfg.lanes = 4;
+            cfg.lanes_at_start = 4;
             cfg.chunk_pages = 1024;
         })
         .unwrap();
@@ -311,6 +319,90 @@ fn idle_lanes_give_their_pages_back_when_the_store_runs_short() {
     for i in 0..8 {
         assert_eq!(read_all(&c, &format!("/s{i}")), vec![i as u8; 4096]);
     }
+    drop(c);
+    cluster.stop().unwrap();
+}
+
+/// A client starts with one inode lane, and a single-threaded program keeps to it. A
+/// call that finds its inode's lane busy doubles the lanes: with every lane held,
+/// what is staged commits, and only then does the mapping change, so an optimistic
+/// write staged on the old lane is not left behind a newer one on the new lane.
+/// (Without the commit, the other client below reads the file's old page.)
+#[test]
+fn lanes_grow_when_calls_meet_and_commit_what_is_staged_first() {
+    let mut cluster = Cluster::start(ClusterConfig {
+        seed: 6,
+        store_mode: Mode::Msync,
+        ..Default::default()
+    })
+    .unwrap();
+    let optimistic = ClientKind {
+        optimistic: true,
+        ..EXTERNAL
+    };
+    let c = Arc::new(
+        cluster
+            .client_with(optimistic, |cfg| {
+                cfg.lanes = 4;
+                cfg.stage_ms = 60_000;
+            })
+            .unwrap(),
+    );
+    // A file with an odd inode number: on lane 1 once there are two lanes.
+    let (mut name, mut fd) = (String::new(), None);
+    for i in 0..4 {
+        name = format!("/f{i}");
+        let f = c.open(&name, rw_create(), 0o644).unwrap();
+        if c.fstat(f).unwrap().ino % 2 == 1 {
+            fd = Some(f);
+            break;
+        }
+        c.close(f).unwrap();
+    }
+    let fd = fd.expect("one of four new files has an odd inode number");
+    c.pwrite(fd, 0, &[0u8; 8192]).unwrap();
+    let slow = c.open("/slow", rw_create(), 0o644).unwrap();
+    c.pwrite(slow, 0, &[1u8; 4096]).unwrap();
+    // Staged, on lane 0 (an overwrite of a whole page).
+    c.pwrite(fd, 0, &[1u8; 4096]).unwrap();
+    assert!(c.stats().staged_writes >= 1, "the overwrite was staged");
+    assert_eq!(c.inode_lanes(), 1, "one thread so far: one lane");
+
+    let store = store_addr(MemberId { group: 0, index: 0 });
+    let delay = Duration::from_millis(300);
+    assert!(cluster.net.slow_posts(&store, MDS_ADDR, Some(delay)));
+    let writer = {
+        let c = c.clone();
+        // A partial write commits at once and waits for the store's notice, on
+        // lane 0.
+        std::thread::spawn(move || c.pwrite(slow, 10, &[2u8; 100]))
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    // Lane 0 is busy: this write doubles the lanes, then runs on lane 1.
+    c.pwrite(fd, 4096, &[3u8; 4096]).unwrap();
+    assert!(cluster.net.slow_posts(&store, MDS_ADDR, None));
+    writer.join().unwrap().unwrap();
+    assert_eq!(c.inode_lanes(), 2, "the calls met: two lanes");
+
+    let other = cluster.client_with(EXTERNAL, |_| {}).unwrap();
+    // The byte every byte of the first page holds (None: they differ).
+    let page = |c: &Client| {
+        let f = c.open(&name, OpenFlags::read(), 0).unwrap();
+        let b = c.pread(f, 0, 4096).unwrap();
+        c.close(f).unwrap();
+        (b.len() == 4096 && b.iter().all(|&x| x == b[0])).then(|| b[0])
+    };
+    assert_eq!(
+        page(&other),
+        Some(1),
+        "the staged write committed at the growth"
+    );
+    c.pwrite(fd, 0, &[4u8; 4096]).unwrap();
+    c.fsync(fd).unwrap();
+    assert_eq!(page(&other), Some(4), "the newer write, from lane 1, wins");
+    c.close(fd).unwrap();
+    c.close(slow).unwrap();
+    drop(other);
     drop(c);
     cluster.stop().unwrap();
 }

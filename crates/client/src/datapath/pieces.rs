@@ -52,7 +52,7 @@ impl PartialEnds {
                 PS as usize
             };
             let src_at = (page_start + lo as u64 - self.head_at as u64) as usize;
-            buf[lo..hi].copy_from_slice(&data[src_at..src_at + (hi - lo)]);
+            orion_pmem::copy_bytes(&mut buf[lo..hi], &data[src_at..src_at + (hi - lo)]);
         }
     }
 }

@@ -10,11 +10,20 @@
 //! pair per thread, without a poller thread handing completions over (a hand-over
 //! costs a thread wake-up, 35-60 µs on this VM).
 //!
-//! Which lane: a call about one inode (a read, write, fsync, lock, getattr,
-//! setattr of an inode) runs on that inode's lane (`ino % lanes`), so the calls on
-//! one file keep their order and find its staged writes and its cached copy there;
-//! any other call (path resolution, a directory change) takes the first free lane.
-//! Lanes open on first use, up to `ClientConfig::lanes`. What the lanes share: the
+//! Which lane: a call about one inode (a read, write, fsync, getattr, setattr of an
+//! inode) runs on that inode's lane (`ino % inode_lanes`), so the calls on one file
+//! keep their order and find its staged writes and its cached copy there; any other
+//! call (path resolution, a directory change) takes the first free lane among the
+//! first `cores` (more would only spread the copies of shared directories thin and
+//! add spinning waiters where the CPUs are already busy). Advisory locks live on lane
+//! 0: the MDS holds them per connection, and an inode's lane may change.
+//!
+//! How many lanes: as many as the process's threads ask for, up to
+//! `ClientConfig::lanes`. A client starts with one inode lane; a call that finds its
+//! inode's lane busy doubles them ([`Lanes::grow`]: with every lane held, what is
+//! staged commits, then the mapping changes). So a single-threaded program (`cat`,
+//! a compiler under the preload library) opens one connection set, a few ms here,
+//! and a server with many threads gets a lane per thread. What the lanes share: the
 //! open files ([`OpenFiles`], locked for a lookup, never across I/O), the DRAM cache
 //! of data pages (it has its own lock) and the flusher.
 //!
@@ -24,7 +33,7 @@
 //! first": such a call first commits the staged writes of every lane that has any.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -74,6 +83,16 @@ pub(crate) struct Lanes {
     pub cfg: ClientConfig,
     pub domain: Domain,
     slots: Vec<OnceLock<Mutex<Inner>>>,
+    /// Lanes an inode's calls are spread over (`ino % inode_lanes`): a power of two
+    /// up to `slots.len()`; changes only while every open lane is held (`grow`).
+    inode_lanes: AtomicUsize,
+    /// Lanes the calls not about one inode pick among: the CPUs, at most.
+    any_lanes: usize,
+    /// Held while the lanes grow (one growth at a time).
+    growing: Mutex<()>,
+    /// Lane `i` runs a front-end's call now (not the flusher's commit of what it
+    /// staged): only meeting such a call shows that the threads need more lanes.
+    in_call: Vec<AtomicBool>,
     /// Held while a lane opens (one opens at a time, and only once).
     opening: Mutex<()>,
     /// Bit `i`: lane `i` has staged writes (optimistic persistence).
@@ -104,10 +123,22 @@ impl Lanes {
                 "lanes {lanes}: expected 1 to {MAX_LANES} (connections a client opens)"
             )));
         }
+        let at_start = cfg.lanes_at_start;
+        if !at_start.is_power_of_two() || at_start > lanes {
+            return Err(io_err(format!(
+                "lanes_at_start {at_start}: expected a power of two from 1 to lanes ({lanes})"
+            )));
+        }
         let optimistic = cfg.optimistic().map_err(io_err)?;
         // SAFETY: geteuid and getegid only read the process's credentials.
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let l = Lanes {
+            inode_lanes: AtomicUsize::new(at_start),
+            // Two at least: a slow call must not hold up every path call.
+            any_lanes: cores.clamp(2, MAX_LANES).min(lanes),
+            growing: Mutex::new(()),
+            in_call: (0..lanes).map(|_| AtomicBool::new(false)).collect(),
             pages: Arc::new(PageCache::new(cfg.cache_mib)),
             stage_for: Duration::from_millis(cfg.stage_ms.max(1)),
             slots: (0..lanes).map(|_| OnceLock::new()).collect(),
@@ -130,6 +161,10 @@ impl Lanes {
         };
         l.open_lane(0, false)?;
         Ok(l)
+    }
+
+    pub fn inode_lanes(&self) -> usize {
+        self.inode_lanes.load(Ordering::Acquire)
     }
 
     pub fn optimistic(&self) -> bool {
@@ -186,21 +221,23 @@ impl Lanes {
 
     /// Takes a lane for a call.
     fn take(&self, pick: Pick) -> FsResult<(usize, MutexGuard<'_, Inner>)> {
-        let n = self.slots.len();
         let i = match pick {
-            Pick::Inode(ino) => (ino % n as u64) as usize,
+            Pick::Inode(ino) => return self.take_inode_lane(ino),
             Pick::Lane(i) => i,
             Pick::Any => {
                 // The lowest free lane: a lone thread keeps to lane 0 and its warm
                 // copies of directories.
-                for (i, m) in self.existing() {
+                for (i, m) in self.existing().take_while(|(i, _)| *i < self.any_lanes) {
                     match m.try_lock() {
                         Ok(g) => return Ok((i, g)),
                         Err(TryLockError::Poisoned(e)) => return Ok((i, e.into_inner())),
                         Err(TryLockError::WouldBlock) => {}
                     }
                 }
-                match self.slots.iter().position(|s| s.get().is_none()) {
+                let unopened = self.slots[..self.any_lanes]
+                    .iter()
+                    .position(|s| s.get().is_none());
+                match unopened {
                     // Every lane is busy and there is room for another.
                     Some(i) => match self.open_lane(i, false) {
                         Ok(_) => i,
@@ -215,6 +252,58 @@ impl Lanes {
         };
         let m = self.open_lane(i, true)?;
         Ok((i, lock(m)))
+    }
+
+    /// Takes the lane of inode `ino`, doubling the inode lanes first if it is busy
+    /// and there is room.
+    fn take_inode_lane(&self, ino: u64) -> FsResult<(usize, MutexGuard<'_, Inner>)> {
+        loop {
+            let n = self.inode_lanes.load(Ordering::Acquire);
+            let i = (ino % n as u64) as usize;
+            let m = self.open_lane(i, true)?;
+            let g = match m.try_lock() {
+                Ok(g) => g,
+                Err(TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(TryLockError::WouldBlock)
+                    if n < self.slots.len() && self.in_call[i].load(Ordering::Relaxed) =>
+                {
+                    self.grow(n);
+                    continue;
+                }
+                Err(TryLockError::WouldBlock) => lock(m),
+            };
+            // The mapping changes only while every lane is held, so it holds as long
+            // as this lane is; a call that waited through a growth looks again.
+            if self.inode_lanes.load(Ordering::Acquire) == n {
+                return Ok((i, g));
+            }
+        }
+    }
+
+    /// Doubles the inode lanes from `from` (unless another thread did): holds every
+    /// open lane, in order, commits what each has staged (an inode's staged writes
+    /// must stay on its lane, and its lane is about to change), then changes the
+    /// mapping. A thread holds at most one lane at a time everywhere else, so taking
+    /// them all in order cannot deadlock.
+    fn grow(&self, from: usize) {
+        let _one = lock(&self.growing);
+        if self.inode_lanes.load(Ordering::Acquire) != from {
+            return;
+        }
+        // A lane that opens meanwhile has nothing staged: it need not be held.
+        let mut held: Vec<MutexGuard<'_, Inner>> = self.existing().map(|(_, m)| lock(m)).collect();
+        for g in held.iter_mut() {
+            if !g.staging.is_empty() {
+                // A failure here is the staged writes' own: the next call on that
+                // lane meets it again, as it would have without the growth.
+                if let Err(e) = self.run_locked(g, true, |_| Ok(())) {
+                    warn!("committing staged writes before more lanes open: {e}");
+                }
+            }
+        }
+        let to = (from * 2).min(self.slots.len());
+        assert!(to > from, "the inode lanes grow only below the most lanes");
+        self.inode_lanes.store(to, Ordering::Release);
     }
 
     /// Runs `f` on a lane; after a reconnection, from fresh state again. With
@@ -235,8 +324,11 @@ impl Lanes {
                 self.run_locked(&mut g, true, |_| Ok(()))?;
             }
         }
-        let (_, mut g) = self.take(pick)?;
-        self.run_locked(&mut g, commit_staged, f)
+        let (i, mut g) = self.take(pick)?;
+        self.in_call[i].store(true, Ordering::Relaxed);
+        let r = self.run_locked(&mut g, commit_staged, f);
+        self.in_call[i].store(false, Ordering::Relaxed);
+        r
     }
 
     fn run_locked<T>(

@@ -21,7 +21,7 @@ impl Client {
     ) -> FsResult<()> {
         let mut pause = Duration::from_micros(200);
         loop {
-            match self.run_on(req.ino, |i| i.rpc(MdsRequest::Lock(req)).map(|_| ())) {
+            match self.run_on_lock_lane(|i| i.rpc(MdsRequest::Lock(req)).map(|_| ())) {
                 Err(FsError::Errno(libc::EAGAIN)) if wait => {
                     if !still_wanted() {
                         return Err(FsError::Errno(libc::EINTR));
@@ -36,7 +36,7 @@ impl Client {
 
     /// The first lock of another owner that `req` would conflict with (F_GETLK).
     pub fn test_lock(&self, req: LockReq) -> FsResult<Option<LockReq>> {
-        self.run_on(req.ino, |i| match i.rpc(MdsRequest::TestLock(req))? {
+        self.run_on_lock_lane(|i| match i.rpc(MdsRequest::TestLock(req))? {
             ReplyBody::Lock(l) => Ok(l),
             other => Err(io_err(format!("unexpected reply {other:?}")).into()),
         })
@@ -44,8 +44,6 @@ impl Client {
 
     /// Drops every lock `owner` holds on `ino` (a flock's file was closed).
     pub fn release_locks(&self, ino: u64, owner: u64) -> FsResult<()> {
-        self.run_on(ino, |i| {
-            i.rpc(MdsRequest::ReleaseLocks { ino, owner }).map(|_| ())
-        })
+        self.run_on_lock_lane(|i| i.rpc(MdsRequest::ReleaseLocks { ino, owner }).map(|_| ()))
     }
 }

@@ -29,7 +29,7 @@ fn read_into(f: &OpenFile, buf: &mut [u8], off: Option<u64>) -> Result<usize, c_
             None => f.client.read(f.fd, want),
         }
         .map_err(|e| e.errno())?;
-        buf[done..done + got.len()].copy_from_slice(&got);
+        orion_client::copy_bytes(&mut buf[done..done + got.len()], &got);
         done += got.len();
         if got.len() < want {
             break;
