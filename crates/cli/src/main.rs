@@ -559,7 +559,12 @@ fn run() -> Result<ExitCode> {
                     client
                         .mkdir(&root, 0o755)
                         .map_err(|e| anyhow::anyhow!("mkdir {root}: {e}"))?;
-                    bench_workloads::run(&bench_workloads::Api { client, root }, &o)?
+                    let api = bench_workloads::Api { client, root };
+                    let v = bench_workloads::run(&api, &o)?;
+                    // The workloads removed what they made; their root goes too (a
+                    // cluster of `--cluster` is the user's).
+                    let _ = api.client.rmdir(&api.root);
+                    v
                 }
             };
             let text = serde_json::to_string_pretty(&v)? + "\n";

@@ -33,12 +33,17 @@ pub struct Chunks {
 pub const MAX_CHUNK_REQUEST: u32 = 4096;
 
 impl Chunks {
-    /// The chunks of one of `lanes` lanes of a client.
+    /// The chunks of one of `lanes` open lanes of a client.
     pub fn for_lane(lanes: usize) -> Chunks {
-        Chunks {
-            most: (MAX_CHUNK_REQUEST / lanes.max(1) as u32).max(1),
-            ..Default::default()
-        }
+        let mut c = Chunks::default();
+        c.share_among(lanes);
+        c
+    }
+
+    /// The client has `lanes` open lanes now: this one asks for at most its share.
+    pub fn share_among(&mut self, lanes: usize) {
+        self.most = (MAX_CHUNK_REQUEST / lanes.max(1) as u32).max(1);
+        self.next_request = self.next_request.min(self.most);
     }
 
     /// `n` pages as runs of contiguous pages.

@@ -12,6 +12,7 @@
 //! failed writeback.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
@@ -59,6 +60,9 @@ pub struct StagedFile {
     end: u64,
 }
 
+/// Failed commits of staged writes, by inode and generation (shared by lanes).
+pub type Failures = Arc<Mutex<HashMap<(u64, u64), FsError>>>;
+
 #[derive(Default)]
 pub struct Staging {
     enabled: bool,
@@ -69,8 +73,9 @@ pub struct Staging {
     /// When the oldest staged write was staged.
     since: Option<Instant>,
     /// Commits of staged writes that failed, by inode and generation, until fsync or
-    /// close says so.
-    failed: HashMap<(u64, u64), FsError>,
+    /// close says so: shared by a client's lanes, since an inode's lane changes
+    /// when the lanes grow (`fs/lanes.rs`) and its fsync may run on another.
+    failed: Failures,
     /// The thread that commits staged writes when they grow old.
     flusher: Option<Thread>,
     /// The flusher sleeps until woken (it does after a while with nothing staged;
@@ -79,11 +84,13 @@ pub struct Staging {
 }
 
 impl Staging {
-    /// Stages writes when `enabled`, each for at most `max_age`.
-    pub fn new(enabled: bool, max_age: Duration) -> Staging {
+    /// Stages writes when `enabled`, each for at most `max_age`; failed commits go
+    /// to `failed`.
+    pub fn new(enabled: bool, max_age: Duration, failed: Failures) -> Staging {
         Staging {
             enabled,
             max_age,
+            failed,
             ..Default::default()
         }
     }
@@ -207,13 +214,17 @@ impl Staging {
         self.max_age
     }
 
-    pub fn record_failure(&mut self, ino: u64, generation: u64, e: FsError) {
-        self.failed.entry((ino, generation)).or_insert(e);
+    fn failures(&self) -> MutexGuard<'_, HashMap<(u64, u64), FsError>> {
+        self.failed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The failure to commit a staged write of `ino` not reported yet.
+    pub fn record_failure(&mut self, ino: u64, generation: u64, e: FsError) {
+        self.failures().entry((ino, generation)).or_insert(e);
+    }
+
+    /// The failure to commit a staged write of `ino` not reported yet (by any lane).
     pub fn take_failure(&mut self, ino: u64, generation: u64) -> Option<FsError> {
-        self.failed.remove(&(ino, generation))
+        self.failures().remove(&(ino, generation))
     }
 }
 
@@ -242,7 +253,7 @@ mod tests {
 
     #[test]
     fn newer_staged_pages_hide_older_ones_and_the_end_only_grows() {
-        let mut s = Staging::new(true, Duration::from_secs(60));
+        let mut s = Staging::new(true, Duration::from_secs(60), Failures::default());
         let a = Gpa::new(0, 100);
         let b = Gpa::new(0, 200);
         assert!(!s.stage(7, 1, vec![write(3, a, 2)], true, 5, |_| to(0b11)));
@@ -267,7 +278,7 @@ mod tests {
 
     #[test]
     fn a_full_stage_asks_to_be_committed() {
-        let mut s = Staging::new(true, Duration::from_secs(60));
+        let mut s = Staging::new(true, Duration::from_secs(60), Failures::default());
         for i in 0..MAX_STAGED_ENTRIES as u64 {
             let g = Gpa::new(1, i);
             let full = s.stage(9, 1, vec![write(i, g, 1)], true, 1, |_| to(1));
@@ -277,6 +288,8 @@ mod tests {
 
     #[test]
     fn a_disabled_stage_takes_nothing() {
-        assert!(!Staging::new(false, Duration::from_secs(60)).accepts(1, 1, 1));
+        assert!(
+            !Staging::new(false, Duration::from_secs(60), Failures::default()).accepts(1, 1, 1)
+        );
     }
 }

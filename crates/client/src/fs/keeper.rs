@@ -38,7 +38,7 @@ pub(crate) fn keeper(lanes: Weak<Lanes>) {
             continue;
         }
         // A failure is a call's to meet again: the next look tries anew.
-        let _ = lanes.run(Pick::Any, false, |i| {
+        let _ = lanes.run_background(|i| {
             if !i.remote.heard_within(KEEP_PERIOD) {
                 i.rpc(MdsRequest::Ping)?;
             }

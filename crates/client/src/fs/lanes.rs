@@ -48,7 +48,7 @@ use crate::alloc::Chunks;
 use crate::arbitration::InodeCache;
 use crate::datapath::PageCache;
 use crate::remote::{io_err, Fail, OpenTable, Remote, Res};
-use crate::staging::Staging;
+use crate::staging::{Failures, Staging};
 use crate::{ClientConfig, Stats};
 
 /// Times a call runs again after the MDS connection was re-established.
@@ -91,8 +91,13 @@ pub(crate) struct Lanes {
     /// Held while the lanes grow (one growth at a time).
     growing: Mutex<()>,
     /// Lane `i` runs a front-end's call now (not the flusher's commit of what it
-    /// staged): only meeting such a call shows that the threads need more lanes.
+    /// staged, nor the keeper's ping): only meeting such a call shows that the
+    /// threads need more lanes.
     in_call: Vec<AtomicBool>,
+    /// Lanes open so far (they share the largest chunk request).
+    opened: AtomicUsize,
+    /// Failed commits of staged writes, whichever lane committed them.
+    failures: Failures,
     /// Held while a lane opens (one opens at a time, and only once).
     opening: Mutex<()>,
     /// Bit `i`: lane `i` has staged writes (optimistic persistence).
@@ -139,6 +144,8 @@ impl Lanes {
             any_lanes: cores.clamp(2, MAX_LANES).min(lanes),
             growing: Mutex::new(()),
             in_call: (0..lanes).map(|_| AtomicBool::new(false)).collect(),
+            opened: AtomicUsize::new(0),
+            failures: Failures::default(),
             pages: Arc::new(PageCache::new(cfg.cache_mib)),
             stage_for: Duration::from_millis(cfg.stage_ms.max(1)),
             slots: (0..lanes).map(|_| OnceLock::new()).collect(),
@@ -200,14 +207,14 @@ impl Lanes {
                 Err(_) => std::thread::sleep(Duration::from_millis(20)),
             }
         };
-        let mut staging = Staging::new(self.optimistic, self.stage_for);
+        let mut staging = Staging::new(self.optimistic, self.stage_for, self.failures.clone());
         if let Some(t) = self.flusher.get() {
             staging.set_flusher(t.clone());
         }
         let inner = Inner {
             remote,
             cache: InodeCache::default(),
-            chunks: Chunks::for_lane(self.slots.len()),
+            chunks: Chunks::for_lane(self.opened.fetch_add(1, Ordering::AcqRel) + 1),
             pages: self.pages.clone(),
             staging,
             open: self.open.clone(),
@@ -280,29 +287,45 @@ impl Lanes {
         }
     }
 
-    /// Doubles the inode lanes from `from` (unless another thread did): holds every
-    /// open lane, in order, commits what each has staged (an inode's staged writes
-    /// must stay on its lane, and its lane is about to change), then changes the
-    /// mapping. A thread holds at most one lane at a time everywhere else, so taking
-    /// them all in order cannot deadlock.
+    /// Doubles the inode lanes from `from` (unless another thread did).
+    ///
+    /// With pessimistic persistence nothing about an inode stays on its lane
+    /// between calls (every write is committed before it returns; locks live on
+    /// lane 0; cached copies are checked at each use), so the map just changes and
+    /// no call waits. With optimistic persistence an inode's staged writes must be
+    /// found on its lane: the growth holds the lane openings and then every open
+    /// lane, in order, commits what each has staged, and only then changes the map.
+    /// A thread holds at most one lane at a time everywhere else, and opens a lane
+    /// holding none, so taking them all in order cannot deadlock.
     fn grow(&self, from: usize) {
         let _one = lock(&self.growing);
         if self.inode_lanes.load(Ordering::Acquire) != from {
             return;
         }
-        // A lane that opens meanwhile has nothing staged: it need not be held.
+        let to = (from * 2).min(self.slots.len());
+        assert!(to > from, "the inode lanes grow only below the most lanes");
+        if !self.optimistic {
+            self.inode_lanes.store(to, Ordering::Release);
+            return;
+        }
+        // A lane opening now could be picked under the old map and stage a write
+        // after the commits below: no lane opens until the map has changed.
+        let _no_opening = lock(&self.opening);
         let mut held: Vec<MutexGuard<'_, Inner>> = self.existing().map(|(_, m)| lock(m)).collect();
         for g in held.iter_mut() {
             if !g.staging.is_empty() {
-                // A failure here is the staged writes' own: the next call on that
-                // lane meets it again, as it would have without the growth.
+                // A failure is kept with the client's failed commits, which the
+                // file's next fsync or close reports whichever lane it runs on.
                 if let Err(e) = self.run_locked(g, true, |_| Ok(())) {
                     warn!("committing staged writes before more lanes open: {e}");
                 }
             }
         }
-        let to = (from * 2).min(self.slots.len());
-        assert!(to > from, "the inode lanes grow only below the most lanes");
+        if held.iter().any(|g| !g.staging.is_empty()) {
+            // A commit that could not run (the MDS unreachable) keeps the map as
+            // it is: the staged writes stay where their inode's calls find them.
+            return;
+        }
         self.inode_lanes.store(to, Ordering::Release);
     }
 
@@ -325,10 +348,18 @@ impl Lanes {
             }
         }
         let (i, mut g) = self.take(pick)?;
+        g.chunks.share_among(self.opened.load(Ordering::Acquire));
         self.in_call[i].store(true, Ordering::Relaxed);
         let r = self.run_locked(&mut g, commit_staged, f);
         self.in_call[i].store(false, Ordering::Relaxed);
         r
+    }
+
+    /// [`Self::run`] of a call not about one inode for the client's own upkeep (the
+    /// keeper's ping): it is not a front-end's call, so meeting it grows nothing.
+    pub fn run_background<T>(&self, f: impl FnMut(&mut Inner) -> Res<T>) -> FsResult<T> {
+        let (_, mut g) = self.take(Pick::Any)?;
+        self.run_locked(&mut g, false, f)
     }
 
     fn run_locked<T>(
