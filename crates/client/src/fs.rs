@@ -12,6 +12,7 @@
 mod attrs;
 mod flusher;
 mod handles;
+mod handover;
 mod keeper;
 mod lanes;
 mod locks;
@@ -19,6 +20,7 @@ mod namespace;
 pub(crate) mod paths;
 mod xattrs;
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLockReadGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -124,6 +126,9 @@ pub struct Client {
     kernel: OnceLock<(Arc<KernelCache>, Mutex<Option<Thread>>)>,
     /// Each front-end call's time, and the bytes moved ([`crate::calls`]).
     calls: Arc<CallTimes>,
+    /// Holds taken by hand-over lookups, by inode, until the open that follows
+    /// ([`handover`]).
+    handovers: Mutex<HashMap<u64, u32>>,
 }
 
 impl Client {
@@ -156,6 +161,7 @@ impl Client {
             keeper: Some(keeper),
             kernel: OnceLock::new(),
             calls: Arc::default(),
+            handovers: Mutex::default(),
         })
     }
 
@@ -242,6 +248,7 @@ impl Client {
     /// The kernel forgot `n` lookups of `ino`: once it forgot them all, the MDS stops
     /// watching it for this client (in batches).
     pub fn kernel_forgot(&self, ino: u64, n: u64) {
+        self.drop_handover_holds(ino, u32::MAX);
         let Some((kc, _)) = self.kernel.get() else {
             return;
         };

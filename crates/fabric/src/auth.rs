@@ -162,6 +162,37 @@ fn protocol(peer: &str, why: impl Into<String>) -> Error {
     }
 }
 
+impl Secret {
+    /// A keyed tag of `data` under the cluster secret (HMAC-SHA-256, its first 16
+    /// bytes): for names and tokens that only holders of the secret can make.
+    /// `context` keeps the tags of one use from serving another.
+    pub fn tag(&self, context: &[u8], data: &[u8]) -> [u8; 16] {
+        let full = self.tag_mac(context, data).finalize().into_bytes();
+        let mut t = [0u8; 16];
+        t.copy_from_slice(&full[..16]);
+        t
+    }
+
+    /// Whether `tag` is [`Secret::tag`] of `data` (compared in constant time).
+    pub fn verify_tag(&self, context: &[u8], data: &[u8], tag: &[u8]) -> bool {
+        tag.len() == 16
+            && self
+                .tag_mac(context, data)
+                .verify_truncated_left(tag)
+                .is_ok()
+    }
+
+    fn tag_mac(&self, context: &[u8], data: &[u8]) -> Hmac<Sha256> {
+        let mut m =
+            Hmac::<Sha256>::new_from_slice(self.expose()).expect("HMAC takes any key length");
+        m.update(b"orion-tag ");
+        m.update(&(context.len() as u64).to_le_bytes());
+        m.update(context);
+        m.update(data);
+        m
+    }
+}
+
 fn mac(secret: &Secret, role: &[u8], nc: &[u8], ns: &[u8], epoch: u64) -> Hmac<Sha256> {
     let mut m = Hmac::<Sha256>::new_from_slice(secret.expose()).expect("HMAC takes any key length");
     m.update(b"orion-fabric ");
@@ -427,6 +458,22 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn a_tag_verifies_only_for_its_secret_context_and_data() {
+        let (a, b) = (Secret::generate(), Secret::generate());
+        let t = a.tag(b"ctx", b"data");
+        assert!(a.verify_tag(b"ctx", b"data", &t));
+        assert!(!b.verify_tag(b"ctx", b"data", &t), "another secret");
+        assert!(!a.verify_tag(b"ctx2", b"data", &t), "another context");
+        assert!(!a.verify_tag(b"ctx", b"datb", &t), "other data");
+        // The context's length is part of the tag: ("ab", "c") is not ("a", "bc").
+        assert!(!a.verify_tag(b"ab", b"c", &a.tag(b"a", b"bc")));
+        assert!(!a.verify_tag(b"ctx", b"data", &t[..15]), "a cut tag");
+        let mut bent = t;
+        bent[15] ^= 1;
+        assert!(!a.verify_tag(b"ctx", b"data", &bent), "a changed tag");
     }
 
     #[test]

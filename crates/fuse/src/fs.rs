@@ -18,7 +18,8 @@ use fuser::{
 use orion_client::perm::{self};
 use orion_client::xattr::SetMode;
 use orion_client::{
-    Attr, Call, Client, DirEntry, Fd, FileType, FsError, FsResult, LockKind, RenameMode, SetAttrReq,
+    Attr, Call, Client, DirEntry, Fd, FileType, FsError, FsResult, LockKind, RenameMode,
+    SetAttrReq, ROOT_INO,
 };
 
 use crate::convert::*;
@@ -110,6 +111,15 @@ impl Filesystem for OrionFs {
         } else {
             self.may(req, parent.0, perm::MAY_EXEC)
         };
+        // A hand-over name (the preload library's way to a file it holds and has no
+        // path to; see `client/src/fs/handover.rs`): the inode, kept by no cache.
+        let handover = (parent.0 == ROOT_INO)
+            .then(|| self.client.handover_target(name.as_bytes()))
+            .flatten();
+        if let Some(target) = handover {
+            let r = r.and(target).map(|a| (a, Duration::ZERO));
+            return self.entry(reply, r);
+        }
         self.entry(
             reply,
             r.and_then(|_| self.lookup_for_kernel(parent.0, name.as_bytes())),

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use libc::{c_int, O_ACCMODE, O_APPEND, O_CLOEXEC, O_CREAT, O_EXCL, O_TRUNC};
-use orion_client::{Client, Fd, ROOT_INO};
+use orion_client::{Client, Fd};
 
 use crate::real;
 use crate::state::say;
@@ -249,12 +249,11 @@ fn open_inode(path: &CString, flags: c_int, ino: u64) -> Result<c_int, c_int> {
 }
 
 /// Opens `file` through the mount: by the path it was opened at, or, when that no
-/// longer leads to it (its name was removed or renamed since), by a name in the
-/// root directory made for the moment (a hard link the client adds by inode) and
-/// removed once the kernel holds the file, which then lives on in the mount's open
-/// table as any open file outlives its names. Another program may list that name
-/// in the root while it exists (a few hundred microseconds). A directory, which
-/// cannot take a second name, is opened where it is now (`Client::dir_path`).
+/// longer leads to it (its name was removed or renamed since), by its hand-over
+/// name, which the mount answers with the inode itself (`Client::handover_name`);
+/// the kernel's file then lives on in the mount's open table as any open file
+/// outlives its names. A directory is opened where it is now (`Client::dir_path`):
+/// the kernel gives a directory one name only.
 fn open_through_mount(file: &OpenFile, flags: c_int) -> Result<c_int, c_int> {
     let err = match open_inode(&file.path, flags, file.ino) {
         Ok(k) => return Ok(k),
@@ -268,27 +267,14 @@ fn open_through_mount(file: &OpenFile, flags: c_int) -> Result<c_int, c_int> {
     }
     let mount = crate::state::settings().map_or("", |s| s.mount.as_str());
     let at = |p: &[u8]| CString::new([mount.as_bytes(), p].concat()).map_err(|_| libc::EINVAL);
-    if file.dir {
-        let now = file.client.dir_path(file.ino).map_err(|e| e.errno())?;
-        return open_inode(&at(&now)?, flags, file.ino);
-    }
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let name = format!(
-        ".orion-handover.{}.{}.{}",
-        std::process::id(),
-        file.ino,
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    );
-    let path = at(format!("/{name}").as_bytes())?;
-    (file.client.link_at(file.ino, ROOT_INO, name.as_bytes())).map_err(|e| e.errno())?;
-    let opened = open_inode(&path, flags, file.ino);
-    if let Err(e) = file.client.unlink_at(ROOT_INO, name.as_bytes()) {
-        say(&format!(
-            "{}: could not remove: {e}",
-            path.to_string_lossy()
-        ));
-    }
-    opened
+    let now = match file.dir {
+        true => file.client.dir_path(file.ino),
+        false => file
+            .client
+            .handover_name(file.fd)
+            .map(|n| [b"/".as_slice(), &n].concat()),
+    };
+    open_inode(&at(&now.map_err(|e| e.errno())?)?, flags, file.ino)
 }
 
 /// Opens `file` through the mount and puts that kernel file on `fds` (all of which

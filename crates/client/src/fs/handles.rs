@@ -37,7 +37,10 @@ impl Client {
     /// Opens inode `ino` (it exists: FUSE looked it up); O_CREAT and O_EXCL do not
     /// apply here.
     pub fn open_ino(&self, ino: u64, flags: OpenFlags) -> FsResult<Fd> {
-        self.run_on(ino, |i| i.open_ino(ino, flags))
+        let r = self.run_on(ino, |i| i.open_ino(ino, flags));
+        // The open holds the file now (or failed): a hand-over lookup's hold goes.
+        self.drop_handover_holds(ino, 1);
+        r
     }
 
     /// Closes a file handle; commits the writes staged for the file first and
