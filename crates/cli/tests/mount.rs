@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use cluster::{as_nobody, is_mounted, stat_with_daemon_stopped, with_daemon_stopped};
-use cluster::{Cluster, ORION};
+use cluster::{errno_of, eventually, Cluster, ORION};
 use proptest::prelude::*;
 use support::oracle::{oracle_snapshot, run_oracle, wait_past, OracleDir};
 use support::*;
@@ -313,10 +313,6 @@ fn two_mounts_see_each_other_exactly() {
     }
 }
 
-fn errno_of(r: std::io::Result<impl Sized>) -> i32 {
-    r.err().and_then(|e| e.raw_os_error()).unwrap_or(0)
-}
-
 /// Runs `script` as uid/gid 65534 (nobody) and returns its exit status and stderr.
 #[test]
 fn errors_through_the_mount() {
@@ -516,15 +512,6 @@ fn first_line(out: &mut std::sync::mpsc::Receiver<String>) -> String {
 }
 
 /// Polls `f` for up to 10 s (lock releases after a process dies are asynchronous).
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    for _ in 0..1000 {
-        if f() {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    panic!("{what}: not within 10 s");
-}
 
 #[test]
 fn locks_hold_across_mounts() {

@@ -6,21 +6,7 @@ mod cluster;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 
-use cluster::Cluster;
-
-fn errno_of(r: std::io::Result<impl Sized>) -> i32 {
-    r.err().and_then(|e| e.raw_os_error()).unwrap_or(0)
-}
-
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    for _ in 0..1000 {
-        if f() {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    panic!("{what}: not within 10 s");
-}
+use cluster::{errno_of, eventually, Cluster};
 
 /// A hand-over name (`client/src/fs/handover.rs`) opens through the mount the file a
 /// client holds open, after its last name is gone; the name is never listed and the

@@ -627,3 +627,19 @@ impl Drop for Up {
         }
     }
 }
+
+/// The errno of a failed call (0: it succeeded, or failed without one).
+pub fn errno_of(r: std::io::Result<impl Sized>) -> i32 {
+    r.err().and_then(|e| e.raw_os_error()).unwrap_or(0)
+}
+
+/// Waits up to 10 s for `f` to hold.
+pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    for _ in 0..1000 {
+        if f() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("{what}: not within 10 s");
+}
