@@ -58,9 +58,13 @@ fn a_handover_name_opens_the_held_file_and_nothing_else() {
         errno_of(std::fs::read(m.path.join(".orion-handover.1.0.x"))),
         libc::ENOENT
     );
+    let ino = client.fstat(fd).unwrap().ino;
     client.close(fd).unwrap();
-    // The unlinked file goes once closed (the MDS's sweep), and its name with it.
-    eventually("the closed file's hand-over name opens nothing", || {
-        errno_of(std::fs::read(&path)) == libc::ENOENT
+    // The unlinked file goes once closed (the MDS's sweep): every hold the mount's
+    // lookups took went with its opens (one left would keep the file), and the name
+    // opens nothing after.
+    eventually("the closed, unlinked file is destroyed", || {
+        client.getattr(ino).is_err()
     });
+    assert_eq!(errno_of(std::fs::read(&path)), libc::ENOENT);
 }

@@ -128,7 +128,7 @@ pub struct Client {
     calls: Arc<CallTimes>,
     /// Holds taken by hand-over lookups, by inode, until the open that follows
     /// ([`handover`]).
-    handovers: Mutex<HashMap<u64, u32>>,
+    handovers: Mutex<handover::HandoverHolds>,
 }
 
 impl Client {
@@ -248,7 +248,8 @@ impl Client {
     /// The kernel forgot `n` lookups of `ino`: once it forgot them all, the MDS stops
     /// watching it for this client (in batches).
     pub fn kernel_forgot(&self, ino: u64, n: u64) {
-        self.drop_handover_holds(ino, u32::MAX);
+        // A hand-over lookup whose open never came lets go here at the latest.
+        self.drop_handover_holds(None);
         let Some((kc, _)) = self.kernel.get() else {
             return;
         };

@@ -113,12 +113,11 @@ impl Filesystem for OrionFs {
         };
         // A hand-over name (the preload library's way to a file it holds and has no
         // path to; see `client/src/fs/handover.rs`): the inode, kept by no cache.
-        let handover = (parent.0 == ROOT_INO)
+        let handover = (parent.0 == ROOT_INO && r.is_ok())
             .then(|| self.client.handover_target(name.as_bytes()))
             .flatten();
         if let Some(target) = handover {
-            let r = r.and(target).map(|a| (a, Duration::ZERO));
-            return self.entry(reply, r);
+            return self.entry(reply, target.map(|a| (a, Duration::ZERO)));
         }
         self.entry(
             reply,

@@ -3,22 +3,32 @@
 //! was opened) has the mount open that same file, so that mmap, fork and exec of the
 //! descriptor go through the kernel.
 //!
-//! A hand-over name is `.orion-handover.<ino>.<generation>.<tag>`, looked up in the
-//! mount's root, where the tag is a keyed MAC of the inode and its generation under
-//! the cluster secret. It is no directory entry: the mount answers a lookup of it
-//! with that inode if the tag is right and the inode still has that generation, and
-//! lets the kernel keep nothing of it (it is never listed). The lookup also holds
-//! the inode in this client's open table until the open that follows: the file may
-//! have no link left, and an open that is a client's first hold of a file with none
-//! gives up (`handles.rs`, `read_held`), as it must when an unlink may have come
-//! first. Here the front-end that made the name holds the file throughout, so the
-//! MDS cannot destroy it, and the generation, read after the hold is written, shows
-//! it is the same file. Only a holder of the
-//! cluster secret can make one, and a holder of the secret reaches every file
-//! through the fabric anyway, so the name opens nothing that was closed. It replaced
-//! a hard link in the root for the moment of the open, which a crash left behind,
-//! which let anyone reach a file of a 0700 directory while it lasted, and which
-//! changed the root's times.
+//! A hand-over name is `.orion-handover.<ino>.<generation>.<expires>.<tag>`, looked
+//! up in the mount's root: the tag is a keyed MAC of the other three under the
+//! cluster secret, and `expires` (Unix seconds) is [`VALID_FOR`] after it was made.
+//! It is no directory entry: the mount answers a lookup of it with that inode if the
+//! tag is right, the name has not expired and the inode still has that generation,
+//! with a zero TTL, and never lists it. Only a holder of the cluster secret can make
+//! one (and such a holder reaches every file through the fabric anyway); whoever
+//! learns one (it shows in `/proc/PID/fd` of the process, which only its user and
+//! root may read) can use it for those few seconds, as they could have used the
+//! descriptor itself. A name that is not a well-formed hand-over name is looked up
+//! as any other name.
+//!
+//! The lookup also holds the inode in this client's open table, until the open that
+//! follows, or for [`HOLD_FOR`] (the next hand-over lookup or kernel forget then lets
+//! go): the file may have no link left, and an open that is a
+//! client's first hold of a file with none gives up (`handles.rs`, `read_held`), as
+//! it must when an unlink may have come first. Here the front-end that made the
+//! name holds the file throughout its hand-over, so the MDS cannot destroy it; the
+//! generation, read after the hold is written, shows it is the same file, and the
+//! open that follows checks the generation again.
+//!
+//! It replaced a hard link in the root for the moment of the open, which a crash
+//! left behind, which let anyone reach a file of a 0700 directory while it lasted,
+//! and which changed the root's times.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use orion_meta::error::ENOENT;
 use orion_meta::{Attr, FsResult};
@@ -27,13 +37,28 @@ use super::*;
 
 /// What every hand-over name starts with.
 pub const HANDOVER_PREFIX: &[u8] = b".orion-handover.";
+/// How long a name opens its file: a hand-over looks it up at once.
+pub const VALID_FOR: Duration = Duration::from_secs(10);
+/// How long a lookup's hold waits for its open.
+const HOLD_FOR: Duration = Duration::from_secs(10);
 /// Keeps these tags from serving any other use of the secret.
-const CONTEXT: &[u8] = b"hand-over name of an inode and generation";
+const CONTEXT: &[u8] = b"hand-over name: inode, generation, expiry";
 
-fn tagged(ino: u64, generation: u64) -> [u8; 16] {
-    let mut d = [0u8; 16];
+/// The hand-over holds of a client: by inode, the generation looked up, how many
+/// holds wait for an open, and since when.
+pub(crate) type HandoverHolds = HashMap<u64, (u64, u32, Instant)>;
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn tagged(ino: u64, generation: u64, expires: u64) -> [u8; 24] {
+    let mut d = [0u8; 24];
     d[..8].copy_from_slice(&ino.to_le_bytes());
-    d[8..].copy_from_slice(&generation.to_le_bytes());
+    d[8..16].copy_from_slice(&generation.to_le_bytes());
+    d[16..].copy_from_slice(&expires.to_le_bytes());
     d
 }
 
@@ -41,12 +66,18 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// The inode, generation and tag a name holds after the prefix (None: malformed).
-fn parse(rest: &[u8]) -> Option<(u64, u64, [u8; 16])> {
+fn spell(ino: u64, generation: u64, expires: u64, tag: &[u8]) -> String {
+    format!("{ino}.{generation}.{expires}.{}", hex(tag))
+}
+
+/// The inode, generation, expiry and tag a name holds after the prefix, if it is
+/// spelled exactly as [`spell`] spells them (one name per file and expiry).
+fn parse(rest: &[u8]) -> Option<(u64, u64, u64, [u8; 16])> {
     let text = std::str::from_utf8(rest).ok()?;
     let mut parts = text.split('.');
     let ino = parts.next()?.parse().ok()?;
     let generation = parts.next()?.parse().ok()?;
+    let expires = parts.next()?.parse().ok()?;
     let tag_hex = parts.next()?;
     if parts.next().is_some() || tag_hex.len() != 32 {
         return None;
@@ -55,39 +86,36 @@ fn parse(rest: &[u8]) -> Option<(u64, u64, [u8; 16])> {
     for (i, t) in tag.iter_mut().enumerate() {
         *t = u8::from_str_radix(tag_hex.get(2 * i..2 * i + 2)?, 16).ok()?;
     }
-    Some((ino, generation, tag))
+    (spell(ino, generation, expires, &tag) == text).then_some((ino, generation, expires, tag))
 }
 
 impl Client {
-    /// The hand-over name of the file open as `fd` (see the module's doc).
+    /// A hand-over name of the file open as `fd`, good for [`VALID_FOR`] (see the
+    /// module's doc).
     pub fn handover_name(&self, fd: Fd) -> FsResult<Vec<u8>> {
         let (ino, _, _) = self.handle(fd)?;
         let generation = self.generation(fd)?;
-        let tag = self
-            .lanes
-            .domain
-            .config()
-            .secret
-            .tag(CONTEXT, &tagged(ino, generation));
-        let name = format!("{ino}.{generation}.{}", hex(&tag));
+        let expires = unix_now() + VALID_FOR.as_secs();
+        let secret = &self.lanes.domain.config().secret;
+        let tag = secret.tag(CONTEXT, &tagged(ino, generation, expires));
+        let name = spell(ino, generation, expires, &tag);
         Ok([HANDOVER_PREFIX, name.as_bytes()].concat())
     }
 
     /// If `name` is a hand-over name: the attributes of the inode it names, held
-    /// until the next [`Client::open_ino`] of it (or the kernel forgets it), or
-    /// ENOENT if its tag is wrong or that inode is gone (its number may name
-    /// another file now). `None`: an ordinary name.
+    /// until the next [`Client::open_ino`] of it, or ENOENT if it expired or that
+    /// inode is gone (its number may name another file now). `None`: not a
+    /// well-formed hand-over name with a right tag (an ordinary name).
     pub fn handover_target(&self, name: &[u8]) -> Option<FsResult<Attr>> {
-        let rest = name.strip_prefix(HANDOVER_PREFIX)?;
+        let (ino, generation, expires, tag) = parse(name.strip_prefix(HANDOVER_PREFIX)?)?;
         let secret = &self.lanes.domain.config().secret;
-        let (ino, generation) = match parse(rest) {
-            Some((ino, generation, tag))
-                if secret.verify_tag(CONTEXT, &tagged(ino, generation), &tag) =>
-            {
-                (ino, generation)
-            }
-            _ => return Some(Err(ENOENT)),
-        };
+        if !secret.verify_tag(CONTEXT, &tagged(ino, generation, expires), &tag) {
+            return None;
+        }
+        self.drop_handover_holds(None);
+        if unix_now() > expires {
+            return Some(Err(ENOENT));
+        }
         let r = self.run_on(ino, |i| {
             i.remote.hold_open(ino)?;
             let same = i
@@ -105,32 +133,58 @@ impl Client {
             }
         });
         if r.is_ok() {
-            *lock(&self.handovers).entry(ino).or_default() += 1;
+            let mut h = lock(&self.handovers);
+            let e = h.entry(ino).or_insert((generation, 0, Instant::now()));
+            if e.0 != generation {
+                // Holds of an older file of that number: they are holds all the
+                // same, and go with this one's.
+                e.0 = generation;
+            }
+            e.1 += 1;
+            e.2 = Instant::now();
         }
         Some(r)
     }
 
-    /// Lets go of up to `n` holds hand-over lookups took on `ino`.
-    pub(crate) fn drop_handover_holds(&self, ino: u64, n: u32) {
-        let k = {
+    /// The generation of the hand-over waiting for an open of `ino`, if one is.
+    pub(crate) fn handover_generation(&self, ino: u64) -> Option<u64> {
+        lock(&self.handovers).get(&ino).map(|e| e.0)
+    }
+
+    /// Lets go of one hold a hand-over lookup took on `ino` (its open came), or,
+    /// with `None`, of every hold older than [`HOLD_FOR`] (an open that never came).
+    pub(crate) fn drop_handover_holds(&self, ino: Option<u64>) {
+        let mut going = Vec::new();
+        {
             let mut h = lock(&self.handovers);
-            let Some(have) = h.get_mut(&ino) else {
+            if h.is_empty() {
                 return;
-            };
-            let k = n.min(*have);
-            *have -= k;
-            if *have == 0 {
-                h.remove(&ino);
             }
-            k
-        };
-        for _ in 0..k {
+            match ino {
+                Some(ino) => {
+                    if let Some(e) = h.get_mut(&ino) {
+                        e.1 -= 1;
+                        going.push(ino);
+                        if e.1 == 0 {
+                            h.remove(&ino);
+                        }
+                    }
+                }
+                None => h.retain(|&ino, e| {
+                    let stale = e.2.elapsed() > HOLD_FOR;
+                    if stale {
+                        going.extend(std::iter::repeat_n(ino, e.1 as usize));
+                    }
+                    !stale
+                }),
+            }
+        }
+        for ino in going {
             if let Some(place) = self.lanes.opens.release(ino) {
                 // A failure leaves the word: the MDS keeps the file until this
                 // client's table is written whole again (a reconnection).
-                let _ = self
-                    .lanes
-                    .run(Pick::Inode(ino), false, |i| i.remote.clear_open(ino, place));
+                let clear = |i: &mut Inner| i.remote.clear_open(ino, place);
+                let _ = self.lanes.run(Pick::Inode(ino), false, clear);
             }
         }
     }
@@ -143,23 +197,31 @@ mod tests {
     #[test]
     fn names_parse_back_and_malformed_ones_do_not() {
         let tag = [0xabu8; 16];
-        let name = format!("12.7.{}", hex(&tag));
-        assert_eq!(parse(name.as_bytes()), Some((12, 7, tag)));
+        let name = spell(12, 7, 99, &tag);
+        assert_eq!(parse(name.as_bytes()), Some((12, 7, 99, tag)));
+        let ab = "ab".repeat(16);
         for bad in [
-            "12.7",
-            "12.7.abc",
-            "x.7.abababababababababababababababab",
-            "12.7.abababababababababababababababab.1",
-            "12.7.zzababababababababababababababab",
-            "12.-7.abababababababababababababababab",
-            "",
+            "12.7.99".to_string(),
+            "12.7.99.abc".to_string(),
+            format!("x.7.99.{ab}"),
+            format!("12.7.99.{ab}.1"),
+            format!("12.7.99.zz{}", "ab".repeat(15)),
+            format!("12.-7.99.{ab}"),
+            // Other spellings of the same numbers.
+            format!("+12.7.99.{ab}"),
+            format!("012.7.99.{ab}"),
+            format!("12.7.99.{}", "AB".repeat(16)),
+            format!("12.7.99.+a{}", "ab".repeat(15)),
+            // What the hard links of the old hand-over were called.
+            "4242.17.3".to_string(),
+            String::new(),
         ] {
             assert_eq!(parse(bad.as_bytes()), None, "{bad:?}");
         }
         assert_eq!(parse(&[0xff, 0xfe]), None, "not UTF-8");
-        // A multi-byte character where a hex digit should be: no panic.
-        let split = format!("1.2.a\u{e9}{}", "b".repeat(29));
-        assert_eq!(split.len(), 4 + 32);
+        // A multi-byte character across a hex pair: no panic.
+        let split = format!("1.2.3.a\u{e9}{}", "b".repeat(29));
+        assert_eq!(split.len(), 6 + 32);
         assert_eq!(parse(split.as_bytes()), None);
     }
 }
