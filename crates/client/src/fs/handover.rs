@@ -93,9 +93,14 @@ impl Client {
     /// A hand-over name of the file open as `fd`, good for [`VALID_FOR`] (see the
     /// module's doc).
     pub fn handover_name(&self, fd: Fd) -> FsResult<Vec<u8>> {
+        self.handover_name_until(fd, unix_now() + VALID_FOR.as_secs())
+    }
+
+    /// A hand-over name of the file open as `fd` that opens it until `expires`
+    /// (Unix seconds; [`Client::handover_name`] is the one front-ends use).
+    pub fn handover_name_until(&self, fd: Fd, expires: u64) -> FsResult<Vec<u8>> {
         let (ino, _, _) = self.handle(fd)?;
         let generation = self.generation(fd)?;
-        let expires = unix_now() + VALID_FOR.as_secs();
         let secret = &self.lanes.domain.config().secret;
         let tag = secret.tag(CONTEXT, &tagged(ino, generation, expires));
         let name = spell(ino, generation, expires, &tag);
