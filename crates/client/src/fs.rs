@@ -126,9 +126,6 @@ pub struct Client {
     kernel: OnceLock<(Arc<KernelCache>, Mutex<Option<Thread>>)>,
     /// Each front-end call's time, and the bytes moved ([`crate::calls`]).
     calls: Arc<CallTimes>,
-    /// Holds taken by hand-over lookups, by inode, until the open that follows
-    /// ([`handover`]).
-    handovers: Mutex<handover::HandoverHolds>,
 }
 
 impl Client {
@@ -161,7 +158,6 @@ impl Client {
             keeper: Some(keeper),
             kernel: OnceLock::new(),
             calls: Arc::default(),
-            handovers: Mutex::default(),
         })
     }
 
@@ -248,8 +244,6 @@ impl Client {
     /// The kernel forgot `n` lookups of `ino`: once it forgot them all, the MDS stops
     /// watching it for this client (in batches).
     pub fn kernel_forgot(&self, ino: u64, n: u64) {
-        // A hand-over lookup whose open never came lets go here at the latest.
-        self.drop_handover_holds(None);
         let Some((kc, _)) = self.kernel.get() else {
             return;
         };

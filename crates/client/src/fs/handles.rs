@@ -37,21 +37,7 @@ impl Client {
     /// Opens inode `ino` (it exists: FUSE looked it up); O_CREAT and O_EXCL do not
     /// apply here.
     pub fn open_ino(&self, ino: u64, flags: OpenFlags) -> FsResult<Fd> {
-        let handover = self.handover_generation(ino);
-        let r = self.run_on(ino, |i| i.open_ino(ino, flags));
-        let Some(generation) = handover else {
-            return r;
-        };
-        // The open holds the file now (or failed): a hand-over lookup's hold goes.
-        self.drop_handover_holds(Some(ino));
-        let fd = r?;
-        // It must be the file the name named: a number freed and taken since (the
-        // hold came after the lookup's check) names another.
-        if self.generation(fd)? != generation {
-            let _ = self.close(fd);
-            return Err(ENOENT);
-        }
-        Ok(fd)
+        self.run_on(ino, |i| i.open_ino(ino, flags))
     }
 
     /// Closes a file handle; commits the writes staged for the file first and

@@ -15,14 +15,16 @@
 //! descriptor itself. A name that is not a well-formed hand-over name is looked up
 //! as any other name.
 //!
-//! The lookup also holds the inode in this client's open table, until the open that
-//! follows, or for [`HOLD_FOR`] (the next hand-over lookup or kernel forget then lets
-//! go): the file may have no link left, and an open that is a
-//! client's first hold of a file with none gives up (`handles.rs`, `read_held`), as
-//! it must when an unlink may have come first. Here the front-end that made the
-//! name holds the file throughout its hand-over, so the MDS cannot destroy it; the
-//! generation, read after the hold is written, shows it is the same file, and the
-//! open that follows checks the generation again.
+//! The lookup also holds the inode in this client's open table for [`HOLD_FOR`] (the
+//! keeper thread then lets go, within its period), so that the open that follows is
+//! not this client's first hold of the file: the file may have no link left, and a
+//! first hold of a file with none gives up (`handles.rs`, `read_held`), as it must
+//! when an unlink may have come first. Here the front-end that made the name holds
+//! the file throughout its hand-over, so the MDS cannot destroy it; the generation,
+//! read after the hold is written, shows it is the same file, and from then on the
+//! hold keeps it (the MDS sees the word). The hold outlives the open by some seconds
+//! rather than being matched to it: FUSE's open does not say which lookup it
+//! follows, and an unlinked file is destroyed that much later.
 //!
 //! It replaced a hard link in the root for the moment of the open, which a crash
 //! left behind, which let anyone reach a file of a 0700 directory while it lasted,
@@ -39,14 +41,14 @@ use super::*;
 pub const HANDOVER_PREFIX: &[u8] = b".orion-handover.";
 /// How long a name opens its file: a hand-over looks it up at once.
 pub const VALID_FOR: Duration = Duration::from_secs(10);
-/// How long a lookup's hold waits for its open.
-const HOLD_FOR: Duration = Duration::from_secs(10);
+/// How long a lookup's hold lasts: the open that follows it comes within
+/// microseconds (each lookup of the name holds anew).
+const HOLD_FOR: Duration = Duration::from_secs(2);
 /// Keeps these tags from serving any other use of the secret.
 const CONTEXT: &[u8] = b"hand-over name: inode, generation, expiry";
 
-/// The hand-over holds of a client: by inode, the generation looked up, how many
-/// holds wait for an open, and since when.
-pub(crate) type HandoverHolds = HashMap<u64, (u64, u32, Instant)>;
+/// The hand-over holds of a client: by inode, how many, and since the last.
+pub(crate) type HandoverHolds = HashMap<u64, (u32, Instant)>;
 
 fn unix_now() -> u64 {
     SystemTime::now()
@@ -108,16 +110,15 @@ impl Client {
     }
 
     /// If `name` is a hand-over name: the attributes of the inode it names, held
-    /// until the next [`Client::open_ino`] of it, or ENOENT if it expired or that
-    /// inode is gone (its number may name another file now). `None`: not a
-    /// well-formed hand-over name with a right tag (an ordinary name).
+    /// for [`HOLD_FOR`], or ENOENT if it expired or that inode is gone (its number
+    /// may name another file now). `None`: not a well-formed hand-over name with a
+    /// right tag (an ordinary name).
     pub fn handover_target(&self, name: &[u8]) -> Option<FsResult<Attr>> {
         let (ino, generation, expires, tag) = parse(name.strip_prefix(HANDOVER_PREFIX)?)?;
         let secret = &self.lanes.domain.config().secret;
         if !secret.verify_tag(CONTEXT, &tagged(ino, generation, expires), &tag) {
             return None;
         }
-        self.drop_handover_holds(None);
         if unix_now() > expires {
             return Some(Err(ENOENT));
         }
@@ -138,58 +139,36 @@ impl Client {
             }
         });
         if r.is_ok() {
-            let mut h = lock(&self.handovers);
-            let e = h.entry(ino).or_insert((generation, 0, Instant::now()));
-            if e.0 != generation {
-                // Holds of an older file of that number: they are holds all the
-                // same, and go with this one's.
-                e.0 = generation;
-            }
-            e.1 += 1;
-            e.2 = Instant::now();
+            let mut h = lock(&self.lanes.handovers);
+            let e = h.entry(ino).or_insert((0, Instant::now()));
+            e.0 += 1;
+            e.1 = Instant::now();
         }
         Some(r)
     }
+}
 
-    /// The generation of the hand-over waiting for an open of `ino`, if one is.
-    pub(crate) fn handover_generation(&self, ino: u64) -> Option<u64> {
-        lock(&self.handovers).get(&ino).map(|e| e.0)
-    }
-
-    /// Lets go of one hold a hand-over lookup took on `ino` (its open came), or,
-    /// with `None`, of every hold older than [`HOLD_FOR`] (an open that never came).
-    pub(crate) fn drop_handover_holds(&self, ino: Option<u64>) {
+impl Lanes {
+    /// Lets go of the holds hand-over lookups took that are older than
+    /// [`HOLD_FOR`] (the keeper calls it while the client holds files).
+    pub(crate) fn drop_handover_holds(&self) {
         let mut going = Vec::new();
         {
             let mut h = lock(&self.handovers);
-            if h.is_empty() {
-                return;
-            }
-            match ino {
-                Some(ino) => {
-                    if let Some(e) = h.get_mut(&ino) {
-                        e.1 -= 1;
-                        going.push(ino);
-                        if e.1 == 0 {
-                            h.remove(&ino);
-                        }
-                    }
+            h.retain(|&ino, e| {
+                let stale = e.1.elapsed() > HOLD_FOR;
+                if stale {
+                    going.extend(std::iter::repeat_n(ino, e.0 as usize));
                 }
-                None => h.retain(|&ino, e| {
-                    let stale = e.2.elapsed() > HOLD_FOR;
-                    if stale {
-                        going.extend(std::iter::repeat_n(ino, e.1 as usize));
-                    }
-                    !stale
-                }),
-            }
+                !stale
+            });
         }
         for ino in going {
-            if let Some(place) = self.lanes.opens.release(ino) {
+            if let Some(place) = self.opens.release(ino) {
                 // A failure leaves the word: the MDS keeps the file until this
                 // client's table is written whole again (a reconnection).
                 let clear = |i: &mut Inner| i.remote.clear_open(ino, place);
-                let _ = self.lanes.run(Pick::Inode(ino), false, clear);
+                let _ = self.run(Pick::Inode(ino), false, clear);
             }
         }
     }

@@ -37,6 +37,8 @@ pub(crate) fn keeper(lanes: Weak<Lanes>) {
         if !lanes.opens.needs_keeping() {
             continue;
         }
+        // A hand-over lookup whose open never came lets go after a while.
+        lanes.drop_handover_holds();
         // A failure is a call's to meet again: the next look tries anew.
         let _ = lanes.run_background(|i| {
             if !i.remote.heard_within(KEEP_PERIOD) {

@@ -116,6 +116,9 @@ pub(crate) struct Lanes {
     pub instance: u64,
     /// What the client holds open, for the MDS (`remote::open_table`).
     pub opens: Arc<OpenTable>,
+    /// Holds taken by hand-over lookups, until the open that follows
+    /// (`fs/handover.rs`).
+    pub handovers: Mutex<super::handover::HandoverHolds>,
 }
 
 impl Lanes {
@@ -165,6 +168,7 @@ impl Lanes {
             gid,
             instance: orion_format::random_u64(),
             opens: Arc::new(OpenTable::default()),
+            handovers: Mutex::default(),
         };
         l.open_lane(0, false)?;
         Ok(l)
