@@ -3,6 +3,8 @@
 //! the client's until it commits them; pages of a failed write come back here.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use orion_format::Gpa;
 use orion_proto::{MdsRequest, ReplyBody};
@@ -22,10 +24,9 @@ pub struct Chunks {
     granted_under: u64,
     /// Pages the next chunk request asks for (0: not asked yet).
     next_request: u32,
-    /// The most pages a request asks for (0: [`MAX_CHUNK_REQUEST`]): a client's lanes
-    /// share [`MAX_CHUNK_REQUEST`], so that a client holds no more unused pages with
-    /// many lanes than with one.
-    most: u32,
+    /// The client's open lanes: they share [`MAX_CHUNK_REQUEST`], so that a client
+    /// holds no more unused pages with many lanes than with one.
+    lanes_open: Arc<AtomicUsize>,
 }
 
 /// The most pages one chunk request asks for (16 MiB): past it, the RPC and the
@@ -33,17 +34,12 @@ pub struct Chunks {
 pub const MAX_CHUNK_REQUEST: u32 = 4096;
 
 impl Chunks {
-    /// The chunks of one of `lanes` open lanes of a client.
-    pub fn for_lane(lanes: usize) -> Chunks {
-        let mut c = Chunks::default();
-        c.share_among(lanes);
-        c
-    }
-
-    /// The client has `lanes` open lanes now: this one asks for at most its share.
-    pub fn share_among(&mut self, lanes: usize) {
-        self.most = (MAX_CHUNK_REQUEST / lanes.max(1) as u32).max(1);
-        self.next_request = self.next_request.min(self.most);
+    /// The chunks of one lane of a client that has `lanes_open` lanes open.
+    pub fn for_lane(lanes_open: Arc<AtomicUsize>) -> Chunks {
+        Chunks {
+            lanes_open,
+            ..Default::default()
+        }
     }
 
     /// `n` pages as runs of contiguous pages.
@@ -73,13 +69,12 @@ impl Chunks {
         let mut waited = 0;
         while have < n {
             let Some((g, k)) = self.runs.pop_front() else {
-                let most = match self.most {
-                    0 => MAX_CHUNK_REQUEST,
-                    m => m,
-                };
+                let lanes = self.lanes_open.load(Ordering::Relaxed).max(1) as u32;
+                let most = (MAX_CHUNK_REQUEST / lanes).max(1);
                 if self.next_request == 0 {
-                    self.next_request = remote.cfg.chunk_pages.clamp(1, most);
+                    self.next_request = remote.cfg.chunk_pages;
                 }
+                self.next_request = self.next_request.clamp(1, most);
                 let want = (n - have).max(self.next_request as u64).min(1 << 17) as u32;
                 self.next_request = (self.next_request * 2).min(most);
                 match remote.call(&MdsRequest::AllocChunk {

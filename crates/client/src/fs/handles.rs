@@ -284,9 +284,9 @@ impl Inner {
         let gen = match self.read_held(ino, flags, a.size, first.then_some(before)) {
             Ok(gen) => gen,
             Err(e) => {
-                if let Some(place) = held.then(|| self.remote.opens.release(ino)).flatten() {
+                if held {
                     // A reconnection runs the open again (and writes the table whole).
-                    self.remote.clear_open(ino, place)?;
+                    self.remote.unhold_open(ino)?;
                 }
                 return Err(e);
             }

@@ -131,9 +131,7 @@ impl Client {
             match same {
                 Ok(Some(a)) => Ok(a),
                 other => {
-                    if let Some(place) = i.remote.opens.release(ino) {
-                        i.remote.clear_open(ino, place)?;
-                    }
+                    i.remote.unhold_open(ino)?;
                     other.and(Err(ENOENT.into()))
                 }
             }
@@ -167,8 +165,7 @@ impl Lanes {
             if let Some(place) = self.opens.release(ino) {
                 // A failure leaves the word: the MDS keeps the file until this
                 // client's table is written whole again (a reconnection).
-                let clear = |i: &mut Inner| i.remote.clear_open(ino, place);
-                let _ = self.run(Pick::Inode(ino), false, clear);
+                let _ = self.run_background(|i| i.remote.clear_open(ino, place));
             }
         }
     }

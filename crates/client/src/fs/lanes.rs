@@ -95,7 +95,7 @@ pub(crate) struct Lanes {
     /// threads need more lanes.
     in_call: Vec<AtomicBool>,
     /// Lanes open so far (they share the largest chunk request).
-    opened: AtomicUsize,
+    opened: Arc<AtomicUsize>,
     /// Failed commits of staged writes, whichever lane committed them.
     failures: Failures,
     /// Held while a lane opens (one opens at a time, and only once).
@@ -116,8 +116,7 @@ pub(crate) struct Lanes {
     pub instance: u64,
     /// What the client holds open, for the MDS (`remote::open_table`).
     pub opens: Arc<OpenTable>,
-    /// Holds taken by hand-over lookups, until the open that follows
-    /// (`fs/handover.rs`).
+    /// Holds taken by hand-over lookups, each for a few seconds (`fs/handover.rs`).
     pub handovers: Mutex<super::handover::HandoverHolds>,
 }
 
@@ -147,7 +146,7 @@ impl Lanes {
             any_lanes: cores.clamp(2, MAX_LANES).min(lanes),
             growing: Mutex::new(()),
             in_call: (0..lanes).map(|_| AtomicBool::new(false)).collect(),
-            opened: AtomicUsize::new(0),
+            opened: Arc::default(),
             failures: Failures::default(),
             pages: Arc::new(PageCache::new(cfg.cache_mib)),
             stage_for: Duration::from_millis(cfg.stage_ms.max(1)),
@@ -215,10 +214,11 @@ impl Lanes {
         if let Some(t) = self.flusher.get() {
             staging.set_flusher(t.clone());
         }
+        self.opened.fetch_add(1, Ordering::Relaxed);
         let inner = Inner {
             remote,
             cache: InodeCache::default(),
-            chunks: Chunks::for_lane(self.opened.fetch_add(1, Ordering::AcqRel) + 1),
+            chunks: Chunks::for_lane(self.opened.clone()),
             pages: self.pages.clone(),
             staging,
             open: self.open.clone(),
@@ -352,7 +352,6 @@ impl Lanes {
             }
         }
         let (i, mut g) = self.take(pick)?;
-        g.chunks.share_among(self.opened.load(Ordering::Acquire));
         self.in_call[i].store(true, Ordering::Relaxed);
         let r = self.run_locked(&mut g, commit_staged, f);
         self.in_call[i].store(false, Ordering::Relaxed);

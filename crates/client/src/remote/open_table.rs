@@ -128,6 +128,15 @@ impl Remote {
         Ok(true)
     }
 
+    /// Releases one hold of `ino` taken by [`Remote::hold_open`] in this same call,
+    /// and clears its word if that was the last.
+    pub(crate) fn unhold_open(&mut self, ino: u64) -> Res<()> {
+        match self.opens.release(ino) {
+            Some(place) => self.clear_open(ino, place),
+            None => Ok(()),
+        }
+    }
+
     /// Clears the word of `ino` that [`OpenTable::release`] freed, unless an open has
     /// taken its place since (that open wrote its own word, after this one's release,
     /// under the lock). Run again after a reconnection (its error), it writes the
