@@ -3,13 +3,15 @@
 //! An MDS pool holds a superblock, a redo journal, a table of fixed-size inode slots
 //! and 4 KiB pages that form the inode logs (NOVA-style: a linked list of log pages
 //! per inode, entries in 64-byte multiples). A data pool holds a superblock and 4 KiB
-//! data pages named by global page addresses. All pointers are pool offsets.
+//! data pages named by global page addresses. Page 0 of the MDS pool also holds,
+//! past the superblock, the record of which clients held open tables (`holders`). All pointers are pool offsets.
 //!
 //! Every decoder takes untrusted bytes and returns an error rather than panicking;
 //! `fuzz/` drives them with arbitrary input.
 
 mod codec;
 mod entry;
+mod holders;
 mod inode;
 mod journal;
 mod log;
@@ -19,6 +21,10 @@ pub use codec::FormatError;
 pub use entry::{
     attr_mask, valid_name, valid_xattr_name, DirEntryRec, Entry, EntryKind, SetAttrRec, WriteRec,
     XattrRec, ENTRY_HEADER, MAX_ENTRY_LINES, XATTR_NAME_MAX, XATTR_VALUE_MAX,
+};
+pub use holders::{
+    decode_holders, encode_holders, Holders, HoldersRecord, HOLDERS_COPY, HOLDERS_OFFSET,
+    MAX_HOLDERS,
 };
 pub use inode::{
     FileType, InodeSlot, INODE_SLOT_SIZE, SLOT_GENERATION_OFFSET, SLOT_HEADS_OFFSET,

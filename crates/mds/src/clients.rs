@@ -63,6 +63,8 @@ impl Mds {
         peer.name = format!("{} ({})", h.name, peer.ch.conn.peer());
         self.next_client += 1;
         let open_table = self.open_tables.table_of(&self.domain, h.instance, conn)?;
+        // A next MDS must know to wait for this table before the client learns of it.
+        self.record_holders()?;
         Ok(ReplyBody::Hello(HelloReply {
             client_id: self.next_client - 1,
             superblock: self.superblock.clone(),

@@ -19,10 +19,17 @@
 //! gives up its open (ENOENT: the unlink came first).
 //!
 //! A table outlives its instance's last connection by [`OpenTables::grace`], so a
-//! client that reconnects (a broken connection) finds its words where it left them.
+//! client that reconnects (a broken connection) finds its words where it left them;
+//! a table found empty when its last connection goes is dropped at once.
+//!
 //! A new MDS (a restart, a fail-over) starts with empty tables: each client writes
-//! its whole table again when a hello hands it one it has not written, and no orphan
-//! is destroyed in the MDS's first grace period.
+//! its whole table again when a hello hands it one it has not written, then says so
+//! (`MdsRequest::OpenTableWritten`). Which instances have tables is kept in the pool
+//! (`orion_format::holders`, written before the hello that made a table is answered,
+//! so a mirror has it too), and a new MDS destroys no orphan until every instance
+//! named there has written its table again, or until `open_reclaim_ms` passed: a
+//! client whose MDS's host vanished silently notices only when a call times out
+//! (design note 62).
 
 use orion_meta::FastMap;
 use std::collections::hash_map::Entry;
@@ -31,10 +38,12 @@ use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
 
 use orion_fabric::{Access, ConnId, Domain, Region, RemoteRegion};
+use orion_format::{encode_holders, Holders, HoldersRecord, HOLDERS_COPY, HOLDERS_OFFSET};
+use orion_format::{MAX_HOLDERS, PAGE_SIZE};
 use orion_meta::{FsError, FsResult};
 use orion_proto::open_table::{bucket, offset, BYTES, WAYS};
-use orion_proto::ReplyBody;
-use tracing::warn;
+use orion_proto::{MdsRequest, ReplyBody};
+use tracing::{info, warn};
 
 use crate::server::Mds;
 use crate::MdsConfig;
@@ -69,11 +78,48 @@ pub(crate) struct OpenTables {
     /// start the MDS destroys no orphan.
     grace: Duration,
     started: Instant,
+    /// Instances the pool's record names whose tables have not been written again
+    /// since this MDS started: no orphan goes while one is missing, until `reclaim`
+    /// after the start.
+    awaiting: HashSet<u64>,
+    /// The record did not say who held tables: no orphan goes before `reclaim`.
+    unknown: bool,
+    reclaim: Duration,
+    /// The pool's record: what it says, and where the next write goes.
+    record: HoldersRecord,
+    /// The tables or the awaited instances changed since the record was written.
+    holders_changed: bool,
 }
 
 impl OpenTables {
-    pub fn new(grace: Duration, now: Instant) -> OpenTables {
+    /// The tables of an MDS that starts at `now` on `pool`.
+    pub fn starting(cfg: &MdsConfig, pool: &orion_pmem::Pool, now: Instant) -> OpenTables {
+        let reclaim = Duration::from_millis(cfg.open_reclaim_ms);
+        OpenTables::new(open_grace(cfg), reclaim, read_holders(pool), now)
+    }
+
+    /// The tables of an MDS that started at `now` and found `record` in its pool.
+    pub fn new(grace: Duration, reclaim: Duration, record: HoldersRecord, now: Instant) -> Self {
+        let (awaiting, unknown) = match &record.holders {
+            Holders::Known(v) => (v.iter().copied().collect::<HashSet<u64>>(), false),
+            Holders::Unknown => (HashSet::new(), true),
+        };
+        if unknown {
+            warn!(
+                "which clients held files open is not known: no unlinked file goes for {reclaim:?}"
+            );
+        } else if !awaiting.is_empty() {
+            info!(
+                "{} clients held open tables: unlinked files wait up to {reclaim:?} for them",
+                awaiting.len()
+            );
+        }
         OpenTables {
+            awaiting,
+            unknown,
+            reclaim,
+            record,
+            holders_changed: false,
             tables: FastMap::default(),
             orphans: BTreeMap::new(),
             fresh: false,
@@ -100,6 +146,7 @@ impl OpenTables {
                 overflow: HashSet::new(),
                 left_at: None,
             });
+            self.holders_changed = true;
         }
         for t in self.tables.values_mut() {
             t.conns.remove(&conn);
@@ -110,13 +157,38 @@ impl OpenTables {
         Ok(t.region.remote())
     }
 
-    /// A connection went: its instance's table stays for the grace period.
+    /// A connection went: its instance's table stays for the grace period, unless
+    /// it holds nothing (the instance can write to it no more).
     pub fn departed(&mut self, conn: ConnId, now: Instant) {
-        for t in self.tables.values_mut() {
-            if t.conns.remove(&conn) && t.conns.is_empty() {
-                t.left_at = Some(now);
+        let before = self.tables.len();
+        self.tables.retain(|_, t| {
+            if !t.conns.remove(&conn) || !t.conns.is_empty() {
+                return true;
             }
+            t.left_at = Some(now);
+            let word = |i: u64| t.region.load_u64(8 * i).unwrap_or(1);
+            !t.overflow.is_empty() || (0..BYTES / 8).any(|i| word(i) != 0)
+        });
+        self.holders_changed |= self.tables.len() != before;
+    }
+
+    /// `instance` wrote its whole table to this MDS: it is no longer awaited.
+    fn written(&mut self, instance: u64) {
+        if self.awaiting.remove(&instance) && self.awaiting.is_empty() && !self.unknown {
+            info!("every client that held open tables wrote them again");
         }
+    }
+
+    /// Who holds tables, as the pool's record should say it now: those this MDS
+    /// has and those it awaits, or Unknown while it must wait out its reclaim time.
+    fn holders(&self) -> Holders {
+        let mut v: Vec<u64> = self.tables.keys().chain(&self.awaiting).copied().collect();
+        v.sort_unstable();
+        v.dedup();
+        if self.unknown || v.len() > MAX_HOLDERS {
+            return Holders::Unknown;
+        }
+        Holders::Known(v)
     }
 
     fn hold_open(&mut self, instance: u64, ino: u64, hold: bool) -> FsResult<()> {
@@ -163,9 +235,25 @@ impl OpenTables {
         }
         self.next_sweep = now + RESWEEP;
         let grace = self.grace;
+        let before = self.tables.len();
         self.tables
             .retain(|_, t| t.left_at.is_none_or(|at| now < at + grace));
-        if self.orphans.is_empty() || now < self.started + grace {
+        self.holders_changed |= self.tables.len() != before;
+        if (self.unknown || !self.awaiting.is_empty()) && now >= self.started + self.reclaim {
+            if !self.awaiting.is_empty() {
+                warn!(
+                    "{} clients that held open tables did not come back in {:?}: \
+                     unlinked files they held may go",
+                    self.awaiting.len(),
+                    self.reclaim
+                );
+            }
+            self.awaiting.clear();
+            self.unknown = false;
+            self.holders_changed = true;
+        }
+        let waiting = self.unknown || !self.awaiting.is_empty();
+        if self.orphans.is_empty() || now < self.started + grace || waiting {
             return Vec::new();
         }
         self.fresh = false;
@@ -191,9 +279,21 @@ impl OpenTables {
     }
 }
 
+/// Reads the pool's record of who held open tables (page 0 past the superblock).
+fn read_holders(pool: &orion_pmem::Pool) -> HoldersRecord {
+    let len = 2 * HOLDERS_COPY;
+    match pool.read_vec(HOLDERS_OFFSET, len) {
+        Ok(b) => orion_format::decode_holders(&b),
+        Err(e) => {
+            warn!("reading the record of open tables: {e}");
+            orion_format::decode_holders(&[])
+        }
+    }
+}
+
 /// How long a table outlives its client's connections (a reconnection takes less):
 /// `open_grace_ms`, by default the longer of the primary's lease and the cache lease.
-pub(crate) fn open_grace(cfg: &MdsConfig) -> Duration {
+fn open_grace(cfg: &MdsConfig) -> Duration {
     Duration::from_millis(match cfg.open_grace_ms {
         0 => cfg.lease_ms.max(cfg.cache_lease_ms),
         ms => ms,
@@ -201,20 +301,57 @@ pub(crate) fn open_grace(cfg: &MdsConfig) -> Duration {
 }
 
 impl Mds {
-    /// `MdsRequest::HoldOpen` from a client whose bucket was full.
-    pub(crate) fn hold_open(&mut self, conn: ConnId, ino: u64, hold: bool) -> FsResult<ReplyBody> {
-        let instance = self
-            .peers
-            .get(&conn)
-            .and_then(|p| p.instance())
-            .ok_or_else(|| FsError::Io("hold open: not a client".into()))?;
-        self.open_tables.hold_open(instance, ino, hold)?;
+    /// `MdsRequest::HoldOpen` from a client whose bucket was full, and
+    /// `MdsRequest::OpenTableWritten` from one that wrote its whole table.
+    pub(crate) fn open_table_request(
+        &mut self,
+        conn: ConnId,
+        r: MdsRequest,
+    ) -> FsResult<ReplyBody> {
+        let instance = (self.peers.get(&conn).and_then(|p| p.instance()))
+            .ok_or_else(|| FsError::Io("open table request: not a client".into()))?;
+        match r {
+            MdsRequest::HoldOpen { ino, hold } => {
+                self.open_tables.hold_open(instance, ino, hold)?
+            }
+            _ => self.open_tables.written(instance),
+        }
         Ok(ReplyBody::Empty)
+    }
+
+    /// Writes the pool's record of who holds open tables if it changed: before a
+    /// hello that made a table is answered, and at the turns that dropped one.
+    pub(crate) fn record_holders(&mut self) -> FsResult<()> {
+        let t = &mut self.open_tables;
+        if !t.holders_changed {
+            return Ok(());
+        }
+        let holders = t.holders();
+        if holders != t.record.holders {
+            let at = HOLDERS_OFFSET + (t.record.next_copy * HOLDERS_COPY) as u64;
+            debug_assert!(at + HOLDERS_COPY as u64 <= PAGE_SIZE);
+            let bytes = encode_holders(t.record.next_seq, &holders);
+            let pool = self.engine.pool();
+            (pool
+                .write(at, &bytes)
+                .and_then(|()| pool.persist(at, bytes.len())))
+            .map_err(|e| FsError::Io(format!("recording open tables: {e}")))?;
+            t.record = HoldersRecord {
+                holders,
+                next_copy: 1 - t.record.next_copy,
+                next_seq: t.record.next_seq.wrapping_add(1),
+            };
+        }
+        t.holders_changed = false;
+        Ok(())
     }
 
     /// Destroys the orphans nobody holds open any more (each turn).
     pub(crate) fn orphans_turn(&mut self, now: Instant) {
         let free = self.open_tables.sweep(now);
+        if let Err(e) = self.record_holders() {
+            warn!("{e} (tried again at the next turn)");
+        }
         if free.is_empty() {
             return;
         }
@@ -224,5 +361,79 @@ impl Mds {
             }
         }
         self.changes_of_no_request();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GRACE: Duration = Duration::from_millis(100);
+    const RECLAIM: Duration = Duration::from_secs(40);
+
+    fn starting(holders: Holders, t0: Instant) -> OpenTables {
+        let record = HoldersRecord {
+            holders,
+            next_copy: 0,
+            next_seq: 1,
+        };
+        OpenTables::new(GRACE, RECLAIM, record, t0)
+    }
+
+    /// A new MDS destroys no orphan until each instance its pool names as a holder
+    /// wrote its table again (and its grace passed), or until its reclaim time
+    /// passed for those that did not come.
+    #[test]
+    fn orphans_wait_for_the_recorded_holders_or_the_reclaim_time() {
+        let t0 = Instant::now();
+        let mut t = starting(Holders::Known(vec![7, 9]), t0);
+        t.orphaned(100);
+        assert!(t.sweep(t0 + GRACE * 2).is_empty(), "7 and 9 are awaited");
+        t.written(7);
+        t.fresh = true;
+        assert!(t.sweep(t0 + GRACE * 3).is_empty(), "9 is still awaited");
+        t.written(9);
+        t.fresh = true;
+        assert_eq!(t.sweep(t0 + GRACE * 4), vec![100], "nobody holds it");
+        assert_eq!(t.holders(), Holders::Known(vec![]));
+
+        let mut t = starting(Holders::Known(vec![7]), t0);
+        t.orphaned(100);
+        assert!(t.sweep(t0 + RECLAIM - GRACE).is_empty());
+        assert_eq!(t.holders(), Holders::Known(vec![7]), "kept while awaited");
+        t.fresh = true;
+        assert_eq!(t.sweep(t0 + RECLAIM), vec![100], "7 never came");
+        assert!(t.holders_changed);
+        assert_eq!(
+            t.holders(),
+            Holders::Known(vec![]),
+            "and is not awaited again"
+        );
+    }
+
+    /// An unreadable record waits out the reclaim time, and is recorded as unknown
+    /// until then (a crash meanwhile must not make the next MDS trust a partial set).
+    #[test]
+    fn an_unknown_record_waits_the_whole_reclaim_time() {
+        let t0 = Instant::now();
+        let mut t = starting(Holders::Unknown, t0);
+        t.orphaned(5);
+        t.written(1);
+        assert!(t.sweep(t0 + RECLAIM / 2).is_empty());
+        assert_eq!(t.holders(), Holders::Unknown);
+        t.fresh = true;
+        assert_eq!(t.sweep(t0 + RECLAIM), vec![5]);
+        assert_eq!(t.holders(), Holders::Known(vec![]));
+    }
+
+    /// A blank record (a new pool) awaits nobody: only the first grace holds.
+    #[test]
+    fn a_new_pool_waits_only_its_grace() {
+        let t0 = Instant::now();
+        let mut t = starting(Holders::Known(vec![]), t0);
+        t.orphaned(5);
+        assert!(t.sweep(t0 + GRACE / 2).is_empty());
+        t.fresh = true;
+        assert_eq!(t.sweep(t0 + GRACE), vec![5]);
     }
 }

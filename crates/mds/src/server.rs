@@ -26,7 +26,7 @@ use crate::chunks::{ChunkGrants, Group};
 use crate::locks::Locks;
 use crate::members::{ClusterMap, MapHome};
 use crate::mirror::Mirroring;
-use crate::open_tables::{open_grace, OpenTables};
+use crate::open_tables::OpenTables;
 use crate::primary::PrimaryRole;
 use crate::replies::ReplyTable;
 use crate::startup::{Ended, Listening};
@@ -187,7 +187,7 @@ pub(crate) fn serve_loop(
     let map = ClusterMap::load(home, cfg.replicas).context("loading the cluster map")?;
     let cfg_grant_quiet_ms = cfg.grant_quiet_ms;
     let callbacks = Callbacks::new(Duration::from_millis(cfg.cache_lease_ms), Instant::now());
-    let mut open_tables = OpenTables::new(open_grace(&cfg), Instant::now());
+    let mut open_tables = OpenTables::starting(&cfg, engine.pool(), Instant::now());
     for &ino in &report.orphans_kept {
         open_tables.orphaned(ino);
     }
@@ -579,7 +579,9 @@ impl Mds {
                 }
                 namespace::create(&mut self.engine, &c)
             }
-            MdsRequest::HoldOpen { ino, hold } => self.hold_open(conn, ino, hold),
+            r @ (MdsRequest::HoldOpen { .. } | MdsRequest::OpenTableWritten) => {
+                self.open_table_request(conn, r)
+            }
             MdsRequest::ReturnPages { runs } => self.return_pages(conn, &runs),
             req @ (MdsRequest::Unlink { .. }
             | MdsRequest::Rmdir { .. }

@@ -211,6 +211,8 @@ impl Cluster {
             listen: MDS_ADDR.into(),
             // Short waits keep restarts and page reuse inside one run.
             grace_ms: 20,
+            // Past the clients' call timeout (10 s here), as the default is past 30 s.
+            open_reclaim_ms: 12_000,
             persist_timeout_ms: 5_000,
             replicas: self.cfg.replicas,
             // Short, as grace_ms: a departed store holds commits back this long.

@@ -131,6 +131,8 @@ impl MirroredCluster {
             pool_mode: self.mds_mode.name().into(),
             listen: MDSS[k].1.into(),
             grace_ms: 20,
+            // Past the clients' call timeout (10 s here), as the default is past 30 s.
+            open_reclaim_ms: 12_000,
             map_lease_ms: 100,
             manager: format!("embedded:{}", self.manager.addr),
             name: MDSS[k].0.into(),

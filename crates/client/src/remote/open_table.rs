@@ -242,6 +242,9 @@ impl Remote {
                 self.call_once(&MdsRequest::HoldOpen { ino, hold: false })?;
             }
         }
+        // A new MDS destroys no unlinked file until the clients its pool names as
+        // holders have said this (`orion_mds::open_tables`).
+        self.call_once(&MdsRequest::OpenTableWritten)?;
         st.written = Some(table);
         Ok(())
     }

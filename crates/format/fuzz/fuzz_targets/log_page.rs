@@ -4,12 +4,15 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use orion_format::{Entry, InodeSlot, JournalRecord, LogPageHeader, Superblock, LOG_PAGE_HEADER};
+use orion_format::{
+    decode_holders, Entry, InodeSlot, JournalRecord, LogPageHeader, Superblock, LOG_PAGE_HEADER,
+};
 
 fuzz_target!(|data: &[u8]| {
     let _ = Superblock::decode(data);
     let _ = InodeSlot::decode(data);
     let _ = JournalRecord::decode(data);
+    let _ = decode_holders(data);
     let mut page = data[..data.len().min(4096)].to_vec();
     LogPageHeader::seal(&mut page);
     if LogPageHeader::decode(&page).is_ok() {

@@ -36,6 +36,9 @@ pub enum MdsRequest {
         ino: u64,
         hold: bool,
     },
+    /// The client wrote its whole open table into the one this MDS handed it: a new
+    /// MDS that awaits its table may now count on it (`orion_format::holders`).
+    OpenTableWritten,
     /// Pages of this connection's chunks it will not use, given back (a client with
     /// several connections returns those of its idle ones when a store runs short).
     /// At most [`MAX_RETURNED_RUNS`] runs of contiguous pages.
@@ -124,6 +127,7 @@ wire_kinds! {
         CacheLease = 24,
         Unwatch = 25,
         EndCacheLease = 26,
+        OpenTableWritten = 27,
     }
 }
 
@@ -206,6 +210,7 @@ impl MdsRequest {
             MdsRequest::Unwatch { .. } => MdsKind::Unwatch,
             MdsRequest::CacheLease => MdsKind::CacheLease,
             MdsRequest::EndCacheLease => MdsKind::EndCacheLease,
+            MdsRequest::OpenTableWritten => MdsKind::OpenTableWritten,
         }
     }
 
@@ -235,7 +240,8 @@ impl MdsRequest {
             MdsRequest::Ping
             | MdsRequest::Statfs
             | MdsRequest::CacheLease
-            | MdsRequest::EndCacheLease => {}
+            | MdsRequest::EndCacheLease
+            | MdsRequest::OpenTableWritten => {}
             MdsRequest::Watch { inos } | MdsRequest::Unwatch { inos } => {
                 w.u32(inos.len() as u32);
                 for i in inos {
@@ -322,6 +328,7 @@ impl MdsRequest {
             }),
             MdsKind::CacheLease => MdsRequest::CacheLease,
             MdsKind::EndCacheLease => MdsRequest::EndCacheLease,
+            MdsKind::OpenTableWritten => MdsRequest::OpenTableWritten,
             MdsKind::Watch => MdsRequest::Watch { inos: inos(r)? },
             MdsKind::Unwatch => MdsRequest::Unwatch { inos: inos(r)? },
             MdsKind::Ping => MdsRequest::Ping,
@@ -451,6 +458,7 @@ impl Message for MdsRequest {
             MdsKind::Unwatch => "unwatch",
             MdsKind::CacheLease => "cache lease",
             MdsKind::EndCacheLease => "end of a cache lease",
+            MdsKind::OpenTableWritten => "open table written",
         }
     }
 }

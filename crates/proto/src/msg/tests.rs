@@ -20,6 +20,7 @@ fn sample_requests() -> Vec<MdsRequest> {
         },
         MdsRequest::CacheLease,
         MdsRequest::EndCacheLease,
+        MdsRequest::OpenTableWritten,
         MdsRequest::Unwatch { inos: vec![9] },
         MdsRequest::Ping,
         MdsRequest::AllocChunk {
