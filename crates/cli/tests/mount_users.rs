@@ -127,6 +127,56 @@ fn an_open_file_outlives_its_last_name() {
     }
 }
 
+/// A directory opened through one mount and removed through another stays for its
+/// holder, as on Linux: fstat says it has no link and listing it says ENOENT (a
+/// dead directory); the close frees its inode.
+#[test]
+fn an_open_directory_outlives_its_removal_elsewhere() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    let cluster = Cluster::start("local", 1);
+    let (a, b) = (cluster.mount("a", &[]), cluster.mount("b", &[]));
+    std::fs::create_dir(a.path.join("d")).unwrap();
+    let d = std::fs::File::open(a.path.join("d")).unwrap();
+    let ino = d.metadata().unwrap().ino();
+    std::fs::remove_dir(b.path.join("d")).unwrap();
+    let st = d.metadata().unwrap();
+    assert_eq!((st.nlink(), st.ino()), (0, ino), "held through its removal");
+    let mut buf = [0u8; 4096];
+    // SAFETY: an open descriptor and a buffer of the length given.
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_getdents64,
+            d.as_raw_fd(),
+            buf.as_mut_ptr(),
+            buf.len(),
+        )
+    };
+    let err = std::io::Error::last_os_error().raw_os_error();
+    assert_eq!(
+        (n, err),
+        (-1, Some(libc::ENOENT)),
+        "listing a dead directory"
+    );
+    let statfs = |m: &std::path::Path| {
+        let c = std::ffi::CString::new(m.as_os_str().as_encoded_bytes()).unwrap();
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid C string and a zeroed statvfs to fill.
+        assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+        st.f_ffree
+    };
+    let held = statfs(&b.path);
+    drop(d);
+    let t0 = std::time::Instant::now();
+    while statfs(&b.path) != held + 1 {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(5),
+            "the inode stayed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// A write or truncation by a process without CAP_FSETID drops the file's setuid bit,
 /// and its setgid bit when group-execute is set, as on Linux's own file systems: an
 /// unprivileged writer cannot plant code in a setuid program. Root's writes keep them.

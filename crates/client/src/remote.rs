@@ -319,6 +319,9 @@ impl Remote {
             self.absorb(other);
             if alive.is_err() {
                 self.mds.conn.close();
+                // Its host may be gone: a connect there would wait out its timeout
+                // before the reconnection tried the next address.
+                self.mds_at = (self.mds_at + 1) % self.mds_addrs.len();
             }
         }
         self.stats.rpcs += 1;

@@ -3,8 +3,9 @@
 //! An MDS pool holds a superblock, a redo journal, a table of fixed-size inode slots
 //! and 4 KiB pages that form the inode logs (NOVA-style: a linked list of log pages
 //! per inode, entries in 64-byte multiples). A data pool holds a superblock and 4 KiB
-//! data pages named by global page addresses. Page 0 of the MDS pool also holds,
-//! past the superblock, the record of which clients held open tables (`holders`). All pointers are pool offsets.
+//! data pages named by global page addresses. All pointers are pool offsets. Page 0
+//! of the MDS pool also holds, past the superblock, the record of which clients
+//! held open tables (`holders`).
 //!
 //! Every decoder takes untrusted bytes and returns an error rather than panicking;
 //! `fuzz/` drives them with arbitrary input.

@@ -18,7 +18,7 @@ use fuser::{
 use orion_client::perm::{self};
 use orion_client::xattr::SetMode;
 use orion_client::{
-    Attr, Call, Client, DirEntry, Fd, FileType, FsError, FsResult, LockKind, RenameMode,
+    Attr, Call, Client, DirEntry, Fd, FileType, FsError, FsResult, LockKind, OpenFlags, RenameMode,
     SetAttrReq, ROOT_INO,
 };
 
@@ -519,8 +519,15 @@ impl Filesystem for OrionFs {
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: KOpenFlags, reply: ReplyOpen) {
         let _timed = self.client.timed(Call::Opendir);
-        match self.may(req, ino.0, perm::MAY_READ) {
-            Ok(_) => reply.opened(FileHandle(self.listings.open()), FopenFlags::empty()),
+        // Opened as a descriptor of the client: the directory is then held, and a
+        // removal elsewhere leaves it for `fstat` (link count 0) until the release.
+        let r = (self.may(req, ino.0, perm::MAY_READ))
+            .and_then(|_| self.client.open_ino(ino.0, OpenFlags::read()));
+        match r {
+            Ok(fd) => {
+                self.listings.open(fd.0);
+                reply.opened(FileHandle(fd.0), FopenFlags::empty())
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -558,7 +565,7 @@ impl Filesystem for OrionFs {
     ) {
         let _timed = self.client.timed(Call::Release);
         self.listings.release(fh.0);
-        reply.ok();
+        empty(reply, self.client.close(Fd(fh.0)));
     }
 
     fn fsyncdir(

@@ -7,7 +7,6 @@
 //! listing by the same offsets, and may hand the descriptor to the kernel midway.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use orion_client::{DirEntry, FsResult};
@@ -16,15 +15,13 @@ use orion_client::{DirEntry, FsResult};
 pub(crate) struct Listings {
     /// Each handle's snapshot (None: not listed yet).
     open: Mutex<HashMap<u64, Option<Vec<DirEntry>>>>,
-    next: AtomicU64,
 }
 
 impl Listings {
-    /// A new handle (listed at its first read).
-    pub fn open(&self) -> u64 {
-        let fh = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+    /// A new handle, `fh` (the client's descriptor of the directory): listed at
+    /// its first read.
+    pub fn open(&self, fh: u64) {
         self.lock().insert(fh, None);
-        fh
     }
 
     /// Calls `add(ino, next offset, entry)` for the entries of handle `fh` from
@@ -95,7 +92,8 @@ mod tests {
     #[test]
     fn a_handle_pages_through_its_snapshot_and_its_first_read_lists_at_any_offset() {
         let l = Listings::default();
-        let fh = l.open();
+        let fh = 7;
+        l.open(fh);
         // The first read of a handle lists even past offset 0 (a listing begun
         // elsewhere by the same offsets).
         let got = names(&l, fh, 1, &["a", "b", "c"]);

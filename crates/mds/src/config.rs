@@ -60,14 +60,15 @@ pub struct MdsConfig {
     /// their hellos), in milliseconds; 0: the longer of `lease_ms` and
     /// `cache_lease_ms`. A client notices a dead MDS process at once, but a host
     /// that vanishes silently only when a call times out: `open_reclaim_ms` covers
-    /// that after a restart or a fail-over (design note 58).
+    /// that after a restart or a fail-over (design notes 58, 62).
     pub open_grace_ms: u64,
     /// How long a new MDS (a restart, a fail-over) waits for the clients that held
     /// open tables at its predecessor (the pool records them) to write them again
     /// before it destroys unlinked files they may hold, in milliseconds. It ends as
     /// soon as all have. A client whose MDS's host vanished silently comes back only
-    /// after its call timed out (`op_timeout_ms`, 30 s by default) and it
-    /// reconnected: keep this longer than that (design note 62).
+    /// after its call timed out (`op_timeout_ms`, 30 s by default), a ping went
+    /// unanswered (1 s) and it reconnected: keep this longer than their sum, with
+    /// room for a slow connect (design note 62).
     pub open_reclaim_ms: u64,
     /// host:port of the Prometheus endpoint (`/metrics`) the `orion` binary serves for
     /// this MDS ("": none; port 0: any free port).
@@ -98,7 +99,7 @@ impl Default for MdsConfig {
             grant_quiet_ms: 200,
             cache_lease_ms: 200,
             open_grace_ms: 0,
-            open_reclaim_ms: 40_000,
+            open_reclaim_ms: 60_000,
             metrics: String::new(),
             counters: Default::default(),
         }

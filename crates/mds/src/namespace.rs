@@ -20,7 +20,10 @@ impl Mds {
                 let kept = e.unlink_open(parent, &name)?;
                 Ok(self.orphaned(kept))
             }
-            MdsRequest::Rmdir { parent, name } => e.rmdir(parent, &name).map(|_| ReplyBody::Empty),
+            MdsRequest::Rmdir { parent, name } => {
+                let kept = e.rmdir_open(parent, &name)?;
+                Ok(self.orphaned(kept))
+            }
             MdsRequest::Rename {
                 old_parent,
                 old_name,
@@ -43,8 +46,8 @@ impl Mds {
         }
     }
 
-    /// A file whose last link an unlink or rename took is kept (link count 0) until
-    /// no client holds it open (`crate::open_tables`).
+    /// A file or directory whose last link an unlink, rmdir or rename took is kept
+    /// (link count 0) until no client holds it open (`crate::open_tables`).
     fn orphaned(&mut self, kept: Option<u64>) -> ReplyBody {
         if let Some(ino) = kept {
             self.open_tables.orphaned(ino);
@@ -96,6 +99,8 @@ pub fn statfs(engine: &MetaEngine, blocks: u64, bfree: u64) -> ReplyBody {
 pub fn parent(engine: &MetaEngine, ino: u64) -> FsResult<ReplyBody> {
     let i = engine.inode(ino)?;
     match i.state.body {
+        // A removed directory has no "..", as on Linux.
+        Body::Dir(_) if i.state.attr.nlink == 0 => Err(ENOENT),
         Body::Dir(_) => Ok(ReplyBody::Ino(if ino == orion_meta::ROOT_INO {
             ino
         } else {

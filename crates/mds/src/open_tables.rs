@@ -64,6 +64,38 @@ struct Table {
     overflow: HashSet<u64>,
     /// When its last connection went (None while one is open).
     left_at: Option<Instant>,
+    /// It held nothing when its last connection went: it leaves the pool's record
+    /// then, and goes once a late word could have landed ([`SETTLE`]) if none did.
+    empty_when_left: bool,
+}
+
+/// How long after a table's last connection went a one-sided write posted before
+/// may still land in it (the local fabric checks the connection, then copies).
+const SETTLE: Duration = Duration::from_millis(100);
+
+/// What the pool's record keeps of an instance: a digest, not the number, since
+/// every client may read page 0, and a hello under a client's number gets its table.
+fn holder_tag(instance: u64) -> u64 {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::new()
+        .chain_update(b"orion open-table holder\0")
+        .chain_update(instance.to_le_bytes())
+        .finalize();
+    let mut tag = [0u8; 8];
+    tag.copy_from_slice(&d[..8]);
+    u64::from_le_bytes(tag)
+}
+
+impl Table {
+    fn holds_nothing(&self) -> bool {
+        let word = |i: u64| self.region.load_u64(8 * i).unwrap_or(1);
+        self.overflow.is_empty() && (0..BYTES / 8).all(|i| word(i) == 0)
+    }
+
+    /// Whether the pool's record names its instance.
+    fn recorded(&self) -> bool {
+        self.left_at.is_none() || !self.empty_when_left
+    }
 }
 
 pub(crate) struct OpenTables {
@@ -78,9 +110,9 @@ pub(crate) struct OpenTables {
     /// start the MDS destroys no orphan.
     grace: Duration,
     started: Instant,
-    /// Instances the pool's record names whose tables have not been written again
-    /// since this MDS started: no orphan goes while one is missing, until `reclaim`
-    /// after the start.
+    /// Instances the pool's record names ([`holder_tag`]s) whose tables have not
+    /// been written again since this MDS started: no orphan goes while one is
+    /// missing, until `reclaim` after the start.
     awaiting: HashSet<u64>,
     /// The record did not say who held tables: no orphan goes before `reclaim`.
     unknown: bool,
@@ -145,6 +177,7 @@ impl OpenTables {
                 conns: HashSet::new(),
                 overflow: HashSet::new(),
                 left_at: None,
+                empty_when_left: false,
             });
             self.holders_changed = true;
         }
@@ -153,28 +186,28 @@ impl OpenTables {
         }
         let t = self.tables.get_mut(&instance).expect("made above");
         t.conns.insert(conn);
+        // Back in the record if it had left it.
+        self.holders_changed |= !t.recorded();
         t.left_at = None;
         Ok(t.region.remote())
     }
 
-    /// A connection went: its instance's table stays for the grace period, unless
-    /// it holds nothing (the instance can write to it no more).
+    /// A connection went: its instance's table stays for the grace period, or, if
+    /// it holds nothing, leaves the record at once and goes after [`SETTLE`].
     pub fn departed(&mut self, conn: ConnId, now: Instant) {
-        let before = self.tables.len();
-        self.tables.retain(|_, t| {
-            if !t.conns.remove(&conn) || !t.conns.is_empty() {
-                return true;
+        for t in self.tables.values_mut() {
+            if t.conns.remove(&conn) && t.conns.is_empty() {
+                t.left_at = Some(now);
+                t.empty_when_left = t.holds_nothing();
+                self.holders_changed |= t.empty_when_left;
             }
-            t.left_at = Some(now);
-            let word = |i: u64| t.region.load_u64(8 * i).unwrap_or(1);
-            !t.overflow.is_empty() || (0..BYTES / 8).any(|i| word(i) != 0)
-        });
-        self.holders_changed |= self.tables.len() != before;
+        }
     }
 
     /// `instance` wrote its whole table to this MDS: it is no longer awaited.
     fn written(&mut self, instance: u64) {
-        if self.awaiting.remove(&instance) && self.awaiting.is_empty() && !self.unknown {
+        if self.awaiting.remove(&holder_tag(instance)) && self.awaiting.is_empty() && !self.unknown
+        {
             info!("every client that held open tables wrote them again");
         }
     }
@@ -182,7 +215,9 @@ impl OpenTables {
     /// Who holds tables, as the pool's record should say it now: those this MDS
     /// has and those it awaits, or Unknown while it must wait out its reclaim time.
     fn holders(&self) -> Holders {
-        let mut v: Vec<u64> = self.tables.keys().chain(&self.awaiting).copied().collect();
+        let tables = self.tables.iter().filter(|(_, t)| t.recorded());
+        let mut v: Vec<u64> = tables.map(|(&i, _)| holder_tag(i)).collect();
+        v.extend(&self.awaiting);
         v.sort_unstable();
         v.dedup();
         if self.unknown || v.len() > MAX_HOLDERS {
@@ -235,10 +270,26 @@ impl OpenTables {
         }
         self.next_sweep = now + RESWEEP;
         let grace = self.grace;
-        let before = self.tables.len();
-        self.tables
-            .retain(|_, t| t.left_at.is_none_or(|at| now < at + grace));
-        self.holders_changed |= self.tables.len() != before;
+        let mut changed = false;
+        self.tables.retain(|_, t| {
+            let Some(at) = t.left_at else {
+                return true;
+            };
+            if t.empty_when_left && now >= at + SETTLE {
+                if t.holds_nothing() {
+                    return false;
+                }
+                // A word landed late: back in the record, for the grace period.
+                t.empty_when_left = false;
+                changed = true;
+            }
+            if now >= at + grace {
+                changed |= t.recorded();
+                return false;
+            }
+            true
+        });
+        self.holders_changed |= changed;
         if (self.unknown || !self.awaiting.is_empty()) && now >= self.started + self.reclaim {
             if !self.awaiting.is_empty() {
                 warn!(
@@ -386,7 +437,8 @@ mod tests {
     #[test]
     fn orphans_wait_for_the_recorded_holders_or_the_reclaim_time() {
         let t0 = Instant::now();
-        let mut t = starting(Holders::Known(vec![7, 9]), t0);
+        let (t7, t9) = (holder_tag(7), holder_tag(9));
+        let mut t = starting(Holders::Known(vec![t7, t9]), t0);
         t.orphaned(100);
         assert!(t.sweep(t0 + GRACE * 2).is_empty(), "7 and 9 are awaited");
         t.written(7);
@@ -397,10 +449,10 @@ mod tests {
         assert_eq!(t.sweep(t0 + GRACE * 4), vec![100], "nobody holds it");
         assert_eq!(t.holders(), Holders::Known(vec![]));
 
-        let mut t = starting(Holders::Known(vec![7]), t0);
+        let mut t = starting(Holders::Known(vec![t7]), t0);
         t.orphaned(100);
         assert!(t.sweep(t0 + RECLAIM - GRACE).is_empty());
-        assert_eq!(t.holders(), Holders::Known(vec![7]), "kept while awaited");
+        assert_eq!(t.holders(), Holders::Known(vec![t7]), "kept while awaited");
         t.fresh = true;
         assert_eq!(t.sweep(t0 + RECLAIM), vec![100], "7 never came");
         assert!(t.holders_changed);
@@ -424,6 +476,59 @@ mod tests {
         t.fresh = true;
         assert_eq!(t.sweep(t0 + RECLAIM), vec![5]);
         assert_eq!(t.holders(), Holders::Known(vec![]));
+    }
+
+    /// A table that holds nothing when its last connection goes leaves the record at
+    /// once, comes back if a late word landed, and one that holds a file stays in
+    /// it until its grace is over.
+    #[test]
+    fn departed_tables_leave_the_record_when_they_hold_nothing() {
+        use orion_fabric::{mock::MockNet, Backend, FabricConfig, Secret};
+        let cfg = FabricConfig::new(Backend::Mock(MockNet::new(1)), Secret::generate());
+        let domain = Domain::open(cfg).unwrap();
+        let t0 = Instant::now();
+        let grace = Duration::from_secs(1);
+        let mut t = OpenTables::new(
+            grace,
+            RECLAIM,
+            starting(Holders::Known(vec![]), t0).record,
+            t0,
+        );
+        let (a, b) = (
+            t.table_of(&domain, 1, 10).unwrap(),
+            t.table_of(&domain, 2, 20),
+        );
+        assert!(b.is_ok() && a.len >= BYTES);
+        let word_of =
+            |t: &OpenTables, i: u64| t.tables[&i].region.store_u64(offset(bucket(5), 0), 5);
+        word_of(&t, 2).unwrap();
+        let mut v = vec![holder_tag(1), holder_tag(2)];
+        v.sort_unstable();
+        let both = Holders::Known(v);
+        assert_eq!(t.holders(), both);
+        t.departed(10, t0);
+        t.departed(20, t0);
+        assert_eq!(
+            t.holders(),
+            Holders::Known(vec![holder_tag(2)]),
+            "1 held nothing"
+        );
+        // A word of 1's lands late: 1 is back in the record after SETTLE.
+        word_of(&t, 1).unwrap();
+        t.fresh = true;
+        t.sweep(t0 + SETTLE);
+        assert_eq!(t.holders(), both);
+        // Both go with their grace.
+        t.fresh = true;
+        t.sweep(t0 + grace);
+        assert!(t.tables.is_empty());
+        assert_eq!(t.holders(), Holders::Known(vec![]));
+        // One that stays empty goes after SETTLE.
+        t.table_of(&domain, 3, 30).unwrap();
+        t.departed(30, t0 + grace);
+        t.fresh = true;
+        t.sweep(t0 + grace + SETTLE);
+        assert!(t.tables.is_empty());
     }
 
     /// A blank record (a new pool) awaits nobody: only the first grace holds.

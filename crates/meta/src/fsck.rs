@@ -48,8 +48,8 @@ impl FsckReport {
         );
         if self.orphans > 0 {
             s += &format!(
-                "; {} inodes no directory names (at next mount, unlinked files wait for \
-                 the clients that hold them open, and the rest are reclaimed)",
+                "; {} inodes no directory names (at next mount, unlinked files and \
+                 directories wait for the clients that hold them open, and the rest are reclaimed)",
                 self.orphans
             );
         }

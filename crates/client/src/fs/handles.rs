@@ -274,9 +274,9 @@ impl Inner {
         if a.ftype == FileType::Directory && (flags.write || flags.truncate) {
             return Err(EISDIR.into());
         }
-        // A regular file is in the open table before it is read: from here on no
-        // unlink elsewhere destroys it (see `remote::open_table`).
-        let held = a.ftype == FileType::Regular;
+        // A regular file or a directory is in the open table before it is read: from
+        // here on no unlink or rmdir elsewhere destroys it (see `remote::open_table`).
+        let held = matches!(a.ftype, FileType::Regular | FileType::Directory);
         // The generation read before the hold: an inode number freed and taken by
         // another file in between is not the file the walk found.
         let before = self.cache.cached(ino).map(|c| c.generation);

@@ -218,9 +218,13 @@ impl MetaEngine {
         Ok(self.inode(ino)?.state.attr.clone())
     }
 
+    /// Directory `ino`, if it is one and still linked: a removed directory kept for
+    /// those who hold it open (link count 0) takes no names and has none to find, as
+    /// Linux's dead directories (ENOENT).
     pub(crate) fn dir(&self, ino: u64) -> FsResult<&Inode> {
         let i = self.inode(ino)?;
         match i.state.body {
+            Body::Dir(_) if i.state.attr.nlink == 0 => Err(ENOENT),
             Body::Dir(_) => Ok(i),
             _ => Err(ENOTDIR),
         }

@@ -185,7 +185,11 @@ fn unlinked_file(
 ) -> Option<Inode> {
     let (state, log, generation, ftype) =
         recovery::load_inode(pool, sb, ino, &HashMap::new()).ok()?;
-    if ftype != FileType::Regular || state.attr.nlink != 0 {
+    // A removed directory is kept too (empty: rmdir took only empty ones).
+    let empty_dir = || state.dir().is_some_and(|d| d.names.is_empty());
+    if !(ftype == FileType::Regular || ftype == FileType::Directory && empty_dir())
+        || state.attr.nlink != 0
+    {
         return None;
     }
     let pages: Option<Vec<u64>> = log.pages.iter().map(|&p| sb.page_index(p)).collect();

@@ -119,23 +119,20 @@ impl MetaEngine {
                 }),
             );
             let dn = self.inode(d.ino)?.state.attr.nlink;
-            if d.ftype == FileType::Directory {
+            // A replaced directory (empty) loses its last link, as does a file's.
+            let dst_is_dir = d.ftype == FileType::Directory;
+            if dst_is_dir {
                 nlink_delta.push((np, -1));
-                dst_dies = true;
-            } else if dn <= 1 && !target_open {
+            }
+            let last = dst_is_dir || dn <= 1;
+            if last && !target_open {
                 dst_dies = true;
             } else {
-                if dn <= 1 {
+                if last {
                     kept = Some(d.ino);
                 }
-                push_update(
-                    &mut u,
-                    d.ino,
-                    Entry::LinkChange {
-                        nlink: dn.saturating_sub(1),
-                        ctime: now,
-                    },
-                );
+                let nlink = if dst_is_dir { 0 } else { dn - 1 };
+                push_update(&mut u, d.ino, Entry::LinkChange { nlink, ctime: now });
             }
         }
         push_update(

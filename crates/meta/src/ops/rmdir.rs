@@ -7,6 +7,17 @@ use crate::error::*;
 
 impl MetaEngine {
     pub fn rmdir(&mut self, parent: u64, name: &[u8]) -> FsResult<()> {
+        self.rmdir_keeping(parent, name, false).map(|_| ())
+    }
+
+    /// rmdir of a directory someone may hold open (the MDS's every rmdir): it stays,
+    /// empty and with a link count of 0, until [`MetaEngine::release_orphan`], as a
+    /// file after [`MetaEngine::unlink_open`]. Returns the inode kept so.
+    pub fn rmdir_open(&mut self, parent: u64, name: &[u8]) -> FsResult<Option<u64>> {
+        self.rmdir_keeping(parent, name, true)
+    }
+
+    fn rmdir_keeping(&mut self, parent: u64, name: &[u8], keep: bool) -> FsResult<Option<u64>> {
         if name.len() > NAME_MAX {
             return Err(ENAMETOOLONG);
         }
@@ -42,7 +53,18 @@ impl MetaEngine {
                 ctime: now,
             },
         ];
-        self.commit(vec![(parent, entries)], true)?;
-        self.destroy(ent.ino)
+        let mut u = vec![(parent, entries)];
+        if keep {
+            let dead = Entry::LinkChange {
+                nlink: 0,
+                ctime: now,
+            };
+            u.push((ent.ino, vec![dead]));
+        }
+        self.commit(u, true)?;
+        if keep {
+            return Ok(Some(ent.ino));
+        }
+        self.destroy(ent.ino).map(|()| None)
     }
 }
