@@ -5,7 +5,10 @@
 //! Two client programs write files while the primary is killed (`kill -9`: the mirror
 //! takes over at once), the old primary comes back as the mirror, and then the new
 //! primary is cut off by taking its link down (its mirror takes over when its lease
-//! lapses). No write fails, and every file reads back.
+//! lapses). No write fails, and every file reads back. Through the second fail-over
+//! a mount on a client host holds open a file the other host unlinks: the mount
+//! notices the silent primary only when its call times out, and the new primary
+//! keeps the file for it meanwhile (design note 62).
 
 mod cluster;
 
@@ -28,6 +31,8 @@ const STORES: [(&str, &str); 4] = [
 ];
 const CLIENTS: [(&str, &str); 2] = [("c0", "10.79.0.20"), ("c1", "10.79.0.21")];
 const PORT: u16 = 7410;
+/// What the mount's held file holds.
+const HELD: &[u8] = b"held open through a silent fail-over";
 
 /// Fields drop in order: daemons, then namespaces, then pools.
 struct Hosts {
@@ -252,10 +257,58 @@ fn a_mirrored_cluster_over_hosts_survives_its_primary_killed_and_cut_off() {
         h.start_mds(0, false);
         h.wait_log("mds-b.log", "mirror mds-a is in sync", 60);
         wait_written(4);
+        // A mount on client host 0 holds a file open (seen from here through its
+        // process's root: `ip netns exec` gives it a mount namespace of its own).
+        let mnt = h.path("mnt-c0");
+        std::fs::create_dir_all(&mnt).unwrap();
+        // Its calls time out after 30 s, as by default (the hosts' 5 s would let it
+        // come back before host 1's unlink below: a new process there has been
+        // seen to take 16 s to start after the cut).
+        let host_cfg = std::fs::read_to_string(h.path(&format!("{}.toml", CLIENTS[0].0)));
+        let cfg = h.path("mount-c0.toml");
+        let slow = host_cfg
+            .unwrap()
+            .replace("op_timeout_ms = 5000", "op_timeout_ms = 30000");
+        std::fs::write(&cfg, slow).unwrap();
+        let args = [
+            "mount",
+            "--config",
+            cfg.to_str().unwrap(),
+            mnt.to_str().unwrap(),
+        ];
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let ns = h.net.ns(CLIENTS[0].0);
+        let mount = spawn_in(&ns, &args, &h.path("mount-c0.log")).unwrap_or_else(|e| panic!("{e}"));
+        let seen = PathBuf::from(format!("/proc/{}/root{}", mount.pid(), mnt.display()));
+        std::fs::write(seen.join("held"), HELD).unwrap();
+        let held = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(seen.join("held"))
+            .unwrap();
         // The new primary's host loses its link: it stops when its lease lapses, and
         // its mirror takes the role then.
         h.net.set_link(MDS_B.0, false);
         h.wait_log("mds-a.log", "mds-a is the primary (epoch 3", 60);
+        // Host 1 unlinks the held file while the mount still waits on the silent
+        // primary: the new primary keeps the file until the mount, which its pool
+        // names as a holder, wrote its table again.
+        let o = h.client(1, &["fs", "rm", "/held"], b"");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        use std::os::unix::fs::{FileExt, MetadataExt};
+        held.write_all_at(b"HELD", 0).unwrap();
+        held.sync_all().unwrap();
+        let mut back = vec![0u8; HELD.len()];
+        held.read_exact_at(&mut back, 0).unwrap();
+        assert_eq!(&back[..4], b"HELD");
+        assert_eq!(
+            &back[4..],
+            &HELD[4..],
+            "the held file outlived the fail-over"
+        );
+        assert_eq!(held.metadata().unwrap().nlink(), 0);
+        drop(held);
+        drop(mount);
         wait_written(6);
         h.net.set_link(MDS_B.0, true);
         h.wait_log("mds-b.log", "lost the primary role (epoch 2", 60);

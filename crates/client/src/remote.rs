@@ -89,6 +89,10 @@ pub struct Remote {
     /// The MDS addresses to try (the primary and its mirror), and the one in use.
     mds_addrs: Vec<String>,
     mds_at: usize,
+    /// The MDS in use stopped answering (its host may be gone): the reconnection
+    /// starts at the next address, as a connect to this one would wait out its
+    /// timeout first.
+    mds_silent: bool,
     /// The primary's term as the last hello gave it, and whether a later hello found
     /// another (a fail-over: cached inodes must be read again).
     term: Option<u64>,
@@ -189,6 +193,7 @@ impl Remote {
             grace: Duration::ZERO,
             mds_addrs,
             mds_at,
+            mds_silent: false,
             term: None,
             term_changed: false,
             nonce: orion_format::random_u64(),
@@ -319,9 +324,7 @@ impl Remote {
             self.absorb(other);
             if alive.is_err() {
                 self.mds.conn.close();
-                // Its host may be gone: a connect there would wait out its timeout
-                // before the reconnection tried the next address.
-                self.mds_at = (self.mds_at + 1) % self.mds_addrs.len();
+                self.mds_silent = true;
             }
         }
         self.stats.rpcs += 1;
@@ -410,6 +413,9 @@ impl Remote {
 
     fn reconnect(&mut self) -> FsResult<()> {
         let deadline = Instant::now() + Duration::from_millis(self.cfg.reconnect_ms);
+        if std::mem::take(&mut self.mds_silent) {
+            self.mds_at = (self.mds_at + 1) % self.mds_addrs.len();
+        }
         loop {
             let addr = self.mds_addr().to_string();
             let attempt = open_mds(&self.domain, &self.cq, &addr).and_then(|ch| {

@@ -153,7 +153,7 @@ impl Default for MdsMetrics {
         let unlinked_open = gauge(
             &mut r,
             "unlinked_open_files",
-            "Unlinked files kept because a client may hold them open",
+            "Unlinked files and removed directories kept because a client may hold them open",
         );
         for role in ["new", "client", "store", "mirror"] {
             let _ = connections.get_or_create(&vec![("role".to_string(), role.to_string())]);

@@ -269,6 +269,9 @@ impl OpenTables {
             return Vec::new();
         }
         self.next_sweep = now + RESWEEP;
+        // Orphans made now are looked at below, or at the next sweep if none may go
+        // yet (not at every turn meanwhile).
+        self.fresh = false;
         let grace = self.grace;
         let mut changed = false;
         self.tables.retain(|_, t| {
@@ -307,7 +310,6 @@ impl OpenTables {
         if self.orphans.is_empty() || now < self.started + grace || waiting {
             return Vec::new();
         }
-        self.fresh = false;
         // The MDS's half of the pairing: its stores of the link counts are ordered
         // before the loads of the words (the client's half is in `orion_client`'s
         // open).

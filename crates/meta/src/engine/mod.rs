@@ -129,7 +129,8 @@ pub struct MountReport {
     pub journal_replayed: bool,
     pub inodes: u64,
     pub orphans_reclaimed: u64,
-    /// Unlinked files kept (link count 0): some client may hold them open.
+    /// Unlinked files and removed directories kept (link count 0): some client may
+    /// hold them open.
     pub orphans_kept: Vec<u64>,
     pub log_pages: u64,
 }

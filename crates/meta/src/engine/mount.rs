@@ -134,7 +134,7 @@ impl MetaEngine {
                 continue;
             }
             let used = &mut data_used;
-            if let Some(inode) = unlinked_file(&pool, &sb, ino, &mut log_alloc, used, &inodes) {
+            if let Some(inode) = unlinked_inode(&pool, &sb, ino, &mut log_alloc, used, &inodes) {
                 inodes.insert(ino, inode);
                 kept.push(ino);
                 continue;
@@ -173,9 +173,9 @@ impl MetaEngine {
 }
 
 /// Slot `ino`, which no directory names, if it holds a whole unlinked regular file
-/// (link count 0) whose log and data pages no other inode uses: loaded, its pages
+/// or empty directory (link count 0) whose log and data pages no other inode uses: loaded, its pages
 /// marked used. `data_used` (every inode's data pages) is gathered at the first.
-fn unlinked_file(
+fn unlinked_inode(
     pool: &Pool,
     sb: &Superblock,
     ino: u64,

@@ -131,7 +131,7 @@ impl MetaEngine {
                 if last {
                     kept = Some(d.ino);
                 }
-                let nlink = if dst_is_dir { 0 } else { dn - 1 };
+                let nlink = if dst_is_dir { 0 } else { dn.saturating_sub(1) };
                 push_update(&mut u, d.ino, Entry::LinkChange { nlink, ctime: now });
             }
         }

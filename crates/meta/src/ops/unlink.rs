@@ -32,7 +32,9 @@ impl MetaEngine {
             return Err(ENAMETOOLONG);
         }
         if name == b"." || name == b".." {
-            return Err(if self.dir(parent).is_ok() {
+            // A removed directory is still a directory here (Linux: EISDIR).
+            let dir = self.inode(parent).map(|i| i.state.dir().is_some());
+            return Err(if dir.unwrap_or(false) {
                 EISDIR
             } else {
                 ENOTDIR
