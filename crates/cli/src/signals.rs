@@ -13,6 +13,11 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
+/// Whether a SIGTERM or SIGINT came since [`stop_flag`] installed the handler.
+pub fn stop_requested() -> bool {
+    STOP.load(Ordering::SeqCst)
+}
+
 /// A flag that becomes true at the first SIGTERM or SIGINT.
 pub fn stop_flag() -> std::io::Result<Arc<AtomicBool>> {
     for sig in [libc::SIGTERM, libc::SIGINT] {

@@ -157,12 +157,21 @@ pub fn start(
         if let Some(k) = children.iter_mut().position(|d| d.ready_now().is_some()) {
             break k;
         }
-        if children.iter_mut().all(|d| d.exited().is_some()) {
-            let logs: Vec<String> = starts
-                .iter()
-                .map(|s| std::fs::read_to_string(&s.log).unwrap_or_default())
-                .collect();
-            anyhow::bail!("neither MDS started:\n{}", logs.join("\n"));
+        // One that exited leaves the other waiting for a primary (a new mirror has
+        // nothing to serve): say why at once rather than after the 2 minutes.
+        if let Some(k) = children.iter_mut().position(|d| d.exited().is_some()) {
+            let log = std::fs::read_to_string(&starts[k].log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(20).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            anyhow::bail!(
+                "{} exited while starting ({}):\n{}",
+                starts[k].name,
+                starts[k].log.display(),
+                tail.join("\n")
+            );
+        }
+        if crate::signals::stop_requested() {
+            anyhow::bail!("interrupted while the MDSs started");
         }
         if t0.elapsed() > std::time::Duration::from_secs(120) {
             anyhow::bail!(

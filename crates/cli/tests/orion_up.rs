@@ -1,6 +1,7 @@
-//! `orion up` as a user runs it: the same file system served again after a stop, and a
+//! `orion up` as a user runs it: the same file system served again after a stop, a
 //! replicated cluster that loses a data store while a program writes (the program sees
-//! nothing; the store comes back and resyncs; the replicas compare equal).
+//! nothing; the store comes back and resyncs; the replicas compare equal), and Ctrl-C
+//! while the MDSs start.
 
 mod cluster;
 
@@ -360,6 +361,57 @@ fn orion_up_runs_etcd_as_its_cluster_manager_and_stops_it() {
         )),
         "etcd left running"
     );
+}
+
+/// Ctrl-C while the MDSs start stops `orion up` and what it started. Here neither
+/// MDS can take the primary role (the one in sync has a damaged pool, the other was
+/// out of sync at the last stop), which `orion up` would otherwise wait out for two
+/// minutes.
+#[test]
+fn ctrl_c_stops_orion_up_while_its_mdss_start() {
+    let state = tempfile::tempdir().unwrap();
+    let pools = tempfile::tempdir_in("/dev/shm").unwrap();
+    start_up(state.path(), pools.path()).stop();
+    let pool = pools.path().join("mds.pool");
+    let mut bytes = std::fs::read(&pool).unwrap();
+    bytes[..8].copy_from_slice(b"DAMAGED!");
+    std::fs::write(&pool, bytes).unwrap();
+    let log = state.path().join("second-up.log");
+    let mut child = Command::new(ORION)
+        .env("XDG_DATA_HOME", register_home())
+        .args(["up", "--mds-size", "64M", "--ds-size", "64M", "--dir"])
+        .arg(state.path())
+        .arg("--pools")
+        .arg(pools.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let said = || std::fs::read_to_string(&log).unwrap_or_default();
+    let t0 = std::time::Instant::now();
+    while !said().contains("starting the MDS") {
+        assert!(t0.elapsed() < Duration::from_secs(30), "{}", said());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: kill(2) on our child's PID.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let t1 = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t1.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("orion up still runs 20 s after Ctrl-C: {}", said());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!child.wait().unwrap().success());
+    assert!(
+        said().contains("interrupted while the MDSs started"),
+        "{}",
+        said()
+    );
+    let secret = format!("--secret-file {}", state.path().join("secret").display());
+    assert!(nothing_runs(&secret), "daemons left running");
 }
 
 /// Whether no process's command line holds `pattern` (`pgrep -f`: exit status 1 when
