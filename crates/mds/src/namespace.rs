@@ -83,6 +83,16 @@ pub fn create(engine: &mut MetaEngine, c: &Create) -> FsResult<ReplyBody> {
         .map(ReplyBody::Attr)
 }
 
+impl Mds {
+    /// Inodes from the engine; blocks from the data stores' groups.
+    pub(crate) fn statfs(&self) -> ReplyBody {
+        let groups = self.groups.values();
+        let (blocks, bfree) =
+            groups.fold((0, 0), |(b, f), g| (b + g.page_count, f + g.alloc.free()));
+        statfs(&self.engine, blocks, bfree)
+    }
+}
+
 pub fn statfs(engine: &MetaEngine, blocks: u64, bfree: u64) -> ReplyBody {
     let (files, ffree, _, _) = engine.usage();
     ReplyBody::Statfs(StatFs {

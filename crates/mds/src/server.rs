@@ -588,13 +588,7 @@ impl Mds {
             | MdsRequest::Rename { .. }
             | MdsRequest::Link { .. }
             | MdsRequest::Parent { .. }) => self.namespace_rpc(req),
-            MdsRequest::Statfs => {
-                let (blocks, bfree) = self
-                    .groups
-                    .values()
-                    .fold((0, 0), |(b, f), g| (b + g.page_count, f + g.alloc.free()));
-                Ok(namespace::statfs(&self.engine, blocks, bfree))
-            }
+            MdsRequest::Statfs => Ok(self.statfs()),
             MdsRequest::Lock(l) => self
                 .engine
                 .getattr(l.ino)
