@@ -13,16 +13,26 @@ if [[ $# -eq 0 ]]; then
     cargo build --release -p orion-cli
     set -- target/release/orion
 fi
+dir="" pools=""
+# Stops the running cluster and removes its pools and state: after each run, and on
+# any exit (`set -e` leaves a function without its RETURN trap).
+cleanup() {
+    [[ -n $dir ]] || return 0
+    pkill -INT -f "up --dir $dir" || true
+    for _ in $(seq 100); do pgrep -f "up --dir $dir" >/dev/null || break; sleep 0.2; done
+    pkill -KILL -f "up --dir $dir" || true
+    rm -rf "$pools" "$dir"
+    dir="" pools=""
+}
+trap cleanup EXIT
 run_one() {
-    local bin=$1 dir pools
+    local bin=$1
     dir=$(mktemp -d /tmp/orion-listdir.XXXX)
     pools=$(mktemp -d -p /dev/shm orion-listdir.XXXX)
-    # Whatever happens, the cluster stops and its pools go.
-    trap 'pkill -INT -f "up --dir $dir" || true; for _ in $(seq 100); do pgrep -f "up --dir $dir" >/dev/null || break; sleep 0.2; done; rm -rf "$pools" "$dir"' RETURN
     "$bin" up --dir "$dir" --pools "$pools" >"$dir/up.log" 2>&1 &
     for _ in $(seq 150); do grep -q "orion up ready" "$dir/up.log" && break; sleep 0.2; done
     if ! grep -q "orion up ready" "$dir/up.log"; then
-        tail -n 20 "$dir/up.log" "$dir"/logs/*.log >&2
+        tail -n 20 "$dir/up.log" "$dir"/logs/*.log >&2 || true
         return 1
     fi
     python3 - "$dir/mnt" <<'PY'
@@ -40,6 +50,7 @@ for _ in range(5):
     samples.append((time.perf_counter() - t) / n * 1e6)
 print(" ".join(f"{s:.1f}" for s in samples), f"(median {sorted(samples)[2]:.1f} us)")
 PY
+    cleanup
 }
 for _ in $(seq "$rounds"); do
     for bin in "$@"; do

@@ -153,22 +153,31 @@ pub fn start(
         .join(",");
     // The first to say ready holds the role.
     let t0 = std::time::Instant::now();
+    let mut restarted = vec![false; children.len()];
     let primary = loop {
         if let Some(k) = children.iter_mut().position(|d| d.ready_now().is_some()) {
             break k;
         }
-        // One that exited leaves the other waiting for a primary (a new mirror has
-        // nothing to serve): say why at once rather than after the 2 minutes.
+        // One that exited (a manager slow to answer, a port taken meanwhile) is
+        // started once more: the other may not be able to serve alone (a new mirror
+        // has nothing to serve). A second exit, or both, is said at once rather than
+        // after the 2 minutes.
         if let Some(k) = children.iter_mut().position(|d| d.exited().is_some()) {
             let log = std::fs::read_to_string(&starts[k].log).unwrap_or_default();
             let tail: Vec<&str> = log.lines().rev().take(20).collect();
             let tail: Vec<&str> = tail.into_iter().rev().collect();
-            anyhow::bail!(
-                "{} exited while starting ({}):\n{}",
-                starts[k].name,
-                starts[k].log.display(),
-                tail.join("\n")
-            );
+            let (name, path) = (&starts[k].name, starts[k].log.display());
+            if restarted[k] || children.iter_mut().all(|d| d.exited().is_some()) {
+                anyhow::bail!(
+                    "{name} exited while starting ({path}):\n{}",
+                    tail.join("\n")
+                );
+            }
+            eprintln!("\norion up: {name} exited while starting; starting it again ({path})");
+            let d = Daemon::start(&starts[k].name, &starts[k].args, &starts[k].log)?;
+            starts[k].proc.pid = d.pid();
+            children[k] = d;
+            restarted[k] = true;
         }
         if crate::signals::stop_requested() {
             anyhow::bail!("interrupted while the MDSs started");

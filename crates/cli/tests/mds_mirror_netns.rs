@@ -178,6 +178,7 @@ impl Hosts {
             "mds-b.log",
             "ds0.0.log",
             "ds1.0.log",
+            "mount-c0.log",
         ]
         .iter()
         .map(|f| {
@@ -266,9 +267,9 @@ fn a_mirrored_cluster_over_hosts_survives_its_primary_killed_and_cut_off() {
         // seen to take 16 s to start after the cut).
         let host_cfg = std::fs::read_to_string(h.path(&format!("{}.toml", CLIENTS[0].0)));
         let cfg = h.path("mount-c0.toml");
-        let slow = host_cfg
-            .unwrap()
-            .replace("op_timeout_ms = 5000", "op_timeout_ms = 30000");
+        let host_cfg = host_cfg.unwrap();
+        assert!(host_cfg.contains("op_timeout_ms = 5000"), "{host_cfg}");
+        let slow = host_cfg.replace("op_timeout_ms = 5000", "op_timeout_ms = 30000");
         std::fs::write(&cfg, slow).unwrap();
         let args = [
             "mount",
@@ -280,12 +281,23 @@ fn a_mirrored_cluster_over_hosts_survives_its_primary_killed_and_cut_off() {
         let ns = h.net.ns(CLIENTS[0].0);
         let mount = spawn_in(&ns, &args, &h.path("mount-c0.log")).unwrap_or_else(|e| panic!("{e}"));
         let seen = PathBuf::from(format!("/proc/{}/root{}", mount.pid(), mnt.display()));
+        // On a failure the mount dies first: the held file's close then returns at
+        // once (an aborted FUSE connection) instead of waiting on a wedged mount.
+        struct Holding {
+            _mount: cluster::Daemon,
+            held: Option<std::fs::File>,
+        }
+        let mut holding = Holding {
+            _mount: mount,
+            held: None,
+        };
         std::fs::write(seen.join("held"), HELD).unwrap();
         let held = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open(seen.join("held"))
             .unwrap();
+        let held = holding.held.insert(held);
         // The new primary's host loses its link: it stops when its lease lapses, and
         // its mirror takes the role then.
         h.net.set_link(MDS_B.0, false);
@@ -307,8 +319,9 @@ fn a_mirrored_cluster_over_hosts_survives_its_primary_killed_and_cut_off() {
             "the held file outlived the fail-over"
         );
         assert_eq!(held.metadata().unwrap().nlink(), 0);
-        drop(held);
-        drop(mount);
+        // The file closes, then the mount goes.
+        drop(holding.held.take());
+        drop(holding);
         wait_written(6);
         h.net.set_link(MDS_B.0, true);
         h.wait_log("mds-b.log", "lost the primary role (epoch 2", 60);

@@ -377,16 +377,26 @@ fn ctrl_c_stops_orion_up_while_its_mdss_start() {
     bytes[..8].copy_from_slice(b"DAMAGED!");
     std::fs::write(&pool, bytes).unwrap();
     let log = state.path().join("second-up.log");
-    let mut child = Command::new(ORION)
-        .env("XDG_DATA_HOME", register_home())
-        .args(["up", "--mds-size", "64M", "--ds-size", "64M", "--dir"])
-        .arg(state.path())
-        .arg("--pools")
-        .arg(pools.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    // Killed if an assertion fails before it stopped (its daemons die with it).
+    struct Running(std::process::Child);
+    impl Drop for Running {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut up = Running(
+        Command::new(ORION)
+            .env("XDG_DATA_HOME", register_home())
+            .args(["up", "--mds-size", "64M", "--ds-size", "64M", "--dir"])
+            .arg(state.path())
+            .arg("--pools")
+            .arg(pools.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     let said = || std::fs::read_to_string(&log).unwrap_or_default();
     let t0 = std::time::Instant::now();
     while !said().contains("starting the MDS") {
@@ -395,16 +405,17 @@ fn ctrl_c_stops_orion_up_while_its_mdss_start() {
     }
     std::thread::sleep(Duration::from_secs(2));
     // SAFETY: kill(2) on our child's PID.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    unsafe { libc::kill(up.0.id() as i32, libc::SIGINT) };
     let t1 = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t1.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            panic!("orion up still runs 20 s after Ctrl-C: {}", said());
-        }
+    while up.0.try_wait().unwrap().is_none() {
+        assert!(
+            t1.elapsed() < Duration::from_secs(20),
+            "orion up still runs 20 s after Ctrl-C: {}",
+            said()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(!child.wait().unwrap().success());
+    assert!(!up.0.wait().unwrap().success());
     assert!(
         said().contains("interrupted while the MDSs started"),
         "{}",

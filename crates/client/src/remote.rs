@@ -424,6 +424,7 @@ impl Remote {
             });
             match attempt {
                 Ok(()) => {
+                    self.mds_silent = false;
                     self.stats.reconnects += 1;
                     self.sessions.fetch_add(1, Ordering::AcqRel);
                     info!("reconnected to the MDS at {addr}");
