@@ -87,10 +87,22 @@ impl Daemon {
         })
     }
 
-    /// Waits for the ready line; an error (with the log) if the process ends first.
+    /// Waits for the ready line; an error (with the log) if the process ends first,
+    /// or if this process was asked to stop meanwhile (`signals::stop_requested`).
     pub fn wait_ready(&mut self) -> Result<String> {
-        match self.lines.recv() {
-            Ok(line) if line.contains("ready") => Ok(line.trim_end().to_string()),
+        let first = loop {
+            match self.lines.recv_timeout(Duration::from_millis(50)) {
+                Err(mpsc::RecvTimeoutError::Timeout) if crate::signals::stop_requested() => {
+                    self.stop(Duration::from_secs(2));
+                    bail!("interrupted while {} started", self.name);
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Ok(line) => break Some(line),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break None,
+            }
+        };
+        match first {
+            Some(line) if line.contains("ready") => Ok(line.trim_end().to_string()),
             _ => {
                 self.stop(Duration::from_secs(2));
                 let log_text = std::fs::read_to_string(&self.log).unwrap_or_default();
