@@ -164,8 +164,8 @@ pub fn start(
         // after the 2 minutes.
         if let Some(k) = children.iter_mut().position(|d| d.exited().is_some()) {
             let log = std::fs::read_to_string(&starts[k].log).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(20).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(20)..];
             let (name, path) = (&starts[k].name, starts[k].log.display());
             if restarted[k] || children.iter_mut().all(|d| d.exited().is_some()) {
                 anyhow::bail!(

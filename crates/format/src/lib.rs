@@ -73,6 +73,11 @@ pub fn random_u64() -> u64 {
     u64::from_le_bytes([u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7]])
 }
 
+/// `bytes` in lower-case hex (ids in messages and logs, tags in names).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|x| format!("{x:02x}")).collect()
+}
+
 /// A fresh random 16-byte id for a pool or a cluster (from the kernel's generator).
 pub fn random_uuid() -> [u8; 16] {
     let mut u = [0u8; 16];

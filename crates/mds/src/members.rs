@@ -214,7 +214,7 @@ impl ClusterMap {
                 "member {} {} {} {sync} {}\n",
                 m.id.group,
                 m.id.index,
-                crate::server::hex(&m.pool_uuid),
+                orion_format::hex(&m.pool_uuid),
                 m.pool_since
             );
         }
@@ -339,8 +339,8 @@ impl ClusterMap {
             Some(m) => bail!(
                 "{id} is pool {}, and this store's pool ({}) belongs to the cluster already: \
                  point the store at its own pool",
-                crate::server::hex(&m.pool_uuid),
-                crate::server::hex(&d.pool_uuid)
+                orion_format::hex(&m.pool_uuid),
+                orion_format::hex(&d.pool_uuid)
             ),
             // A new place in a group that holds data already starts empty.
             None => {

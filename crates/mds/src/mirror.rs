@@ -126,8 +126,8 @@ impl Mds {
                 "the pool of {name} belongs to another cluster ({}; this one is {}): \
                  refusing to copy over it (delete that pool to make {name} a mirror of \
                  this cluster)",
-                crate::server::hex(&cluster_uuid),
-                crate::server::hex(&own)
+                orion_format::hex(&cluster_uuid),
+                orion_format::hex(&own)
             )));
         }
         if self.mirror.conn.is_some() {

@@ -3,8 +3,7 @@
 //! several inodes and commits single-inode ones with one tail store.
 
 use orion_format::{Entry, FileType, SYMLINK_MAX};
-use orion_meta::error::{EINVAL, ENAMETOOLONG, ENOENT, ENOTDIR};
-use orion_meta::index::Body;
+use orion_meta::error::{EINVAL, ENAMETOOLONG, ENOENT};
 use orion_meta::{FsError, FsResult, MetaEngine, NewNode, StatFs};
 use orion_proto::{Create, MdsRequest, ReplyBody};
 
@@ -38,7 +37,7 @@ impl Mds {
             MdsRequest::Link { ino, parent, name } => {
                 e.link(ino, parent, &name).map(ReplyBody::Attr)
             }
-            MdsRequest::Parent { ino } => parent(e, ino),
+            MdsRequest::Parent { ino } => e.parent(ino).map(ReplyBody::Ino),
             other => Err(FsError::Io(format!(
                 "not a namespace request: {:?}",
                 other.kind()
@@ -103,19 +102,4 @@ pub fn statfs(engine: &MetaEngine, blocks: u64, bfree: u64) -> ReplyBody {
         ffree,
         namelen: orion_format::NAME_MAX as u32,
     })
-}
-
-/// The parent of a directory, for "..".
-pub fn parent(engine: &MetaEngine, ino: u64) -> FsResult<ReplyBody> {
-    let i = engine.inode(ino)?;
-    match i.state.body {
-        // A removed directory has no "..", as on Linux.
-        Body::Dir(_) if i.state.attr.nlink == 0 => Err(ENOENT),
-        Body::Dir(_) => Ok(ReplyBody::Ino(if ino == orion_meta::ROOT_INO {
-            ino
-        } else {
-            i.parent
-        })),
-        _ => Err(ENOTDIR),
-    }
 }

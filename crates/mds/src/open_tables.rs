@@ -20,7 +20,8 @@
 //!
 //! A table outlives its instance's last connection by [`OpenTables::grace`], so a
 //! client that reconnects (a broken connection) finds its words where it left them;
-//! a table found empty when its last connection goes is dropped at once.
+//! one found empty when its last connection goes leaves the pool's record at once
+//! and goes [`SETTLE`] later.
 //!
 //! A new MDS (a restart, a fail-over) starts with empty tables: each client writes
 //! its whole table again when a hello hands it one it has not written, then says so
@@ -67,6 +68,8 @@ struct Table {
     /// It held nothing when its last connection went: it leaves the pool's record
     /// then, and goes once a late word could have landed ([`SETTLE`]) if none did.
     empty_when_left: bool,
+    /// Its instance as the pool's record names it ([`holder_tag`]).
+    tag: u64,
 }
 
 /// How long after a table's last connection went a one-sided write posted before
@@ -178,6 +181,7 @@ impl OpenTables {
                 overflow: HashSet::new(),
                 left_at: None,
                 empty_when_left: false,
+                tag: holder_tag(instance),
             });
             self.holders_changed = true;
         }
@@ -216,7 +220,7 @@ impl OpenTables {
     /// has and those it awaits, or Unknown while it must wait out its reclaim time.
     fn holders(&self) -> Holders {
         let tables = self.tables.iter().filter(|(_, t)| t.recorded());
-        let mut v: Vec<u64> = tables.map(|(&i, _)| holder_tag(i)).collect();
+        let mut v: Vec<u64> = tables.map(|(_, t)| t.tag).collect();
         v.extend(&self.awaiting);
         v.sort_unstable();
         v.dedup();

@@ -767,10 +767,6 @@ impl Mds {
     }
 }
 
-pub fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 /// The groups of data pages, each once.
 fn groups_of(pages: &[Gpa]) -> Vec<u16> {
     let mut g: Vec<u16> = pages.iter().map(|p| p.group()).collect();

@@ -19,8 +19,9 @@ use tracing::{info, warn};
 use crate::follow::{pool_cluster, Follower};
 use crate::primary::open_manager;
 use crate::replies::ReplyTable;
-use crate::server::{hex, serve_loop};
+use crate::server::serve_loop;
 use crate::{MdsConfig, Ready};
+use orion_format::hex;
 
 /// Creates and formats an MDS pool (a new cluster).
 pub fn format_pool(path: &Path, size: u64, mode: ModeChoice) -> Result<()> {

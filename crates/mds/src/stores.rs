@@ -54,8 +54,8 @@ impl Mds {
             return Err(FsError::Io(format!(
                 "the data store's pool belongs to another cluster ({}) than this MDS's ({}): \
                  point the store at its own cluster's MDS, or format a new pool for it",
-                crate::server::hex(&d.cluster_uuid),
-                crate::server::hex(&ours)
+                orion_format::hex(&d.cluster_uuid),
+                orion_format::hex(&ours)
             )));
         }
         if d.page_count > u32::MAX as u64 {

@@ -480,3 +480,22 @@ impl Drop for Cluster {
         let _ = self.stop();
     }
 }
+
+/// Free inodes, as `statfs` counts them through client `c`.
+pub fn free_inodes(c: &Client) -> u64 {
+    c.statfs().unwrap().ffree
+}
+
+/// Waits (up to a generous bound: this is not a timing check) until the MDS's free
+/// inodes are `want`, as when unlinked files and removed directories were destroyed.
+pub fn wait_free_inodes(c: &Client, want: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while free_inodes(c) != want {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "free inodes stayed {} (want {want})",
+            free_inodes(c)
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

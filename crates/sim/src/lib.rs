@@ -16,6 +16,7 @@
 mod cluster;
 mod mirrored;
 
+pub use cluster::{free_inodes, wait_free_inodes};
 pub use cluster::{store_addr, ClientKind, Cluster, ClusterConfig, MDS_ADDR};
 pub use mirrored::{MdsFault, MirroredCluster, MDSS};
 pub use orion_proto::MemberId;

@@ -3,20 +3,16 @@
 //! a name opens the file it names, unlinked or not, for as long as it is good, and
 //! nothing else.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use orion_client::{Client, FsError, OpenFlags};
-use orion_sim::{ClientKind, Cluster, ClusterConfig};
+use orion_client::{FsError, OpenFlags};
+use orion_sim::{free_inodes, wait_free_inodes, ClientKind, Cluster, ClusterConfig};
 
 const EXTERNAL: ClientKind = ClientKind {
     internal: false,
     optimistic: false,
     weak: false,
 };
-
-fn free_inodes(c: &Client) -> u64 {
-    c.statfs().unwrap().ffree
-}
 
 fn now() -> u64 {
     SystemTime::now()
@@ -89,14 +85,7 @@ fn a_handover_name_opens_its_file_while_good_and_nothing_else() {
     // hold went with the open: one left would keep the file).
     assert_eq!(mount.pread(m, 0, 64).unwrap(), b"Handed over");
     mount.close(m).unwrap();
-    let t = Instant::now();
-    while free_inodes(&mount) != before {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "the file was never destroyed"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_free_inodes(&mount, before);
     // The name of a file that is gone opens nothing.
     assert!(matches!(mount.handover_target(&name), Some(Err(_))));
     drop((holder, mount));

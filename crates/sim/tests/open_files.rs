@@ -7,10 +7,10 @@
 
 use std::sync::Arc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use orion_client::{Client, OpenFlags};
-use orion_sim::{ClientKind, Cluster, ClusterConfig};
+use orion_sim::{free_inodes, wait_free_inodes, ClientKind, Cluster, ClusterConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -43,25 +43,6 @@ fn read_all(c: &Client, path: &str) -> Vec<u8> {
     let b = c.pread(fd, 0, 1 << 20).unwrap();
     c.close(fd).unwrap();
     b
-}
-
-/// Free inodes, as `statfs` counts them.
-fn free_inodes(c: &Client) -> u64 {
-    c.statfs().unwrap().ffree
-}
-
-/// Waits (up to a generous bound: this is not a timing test) until the MDS's free
-/// inodes are back to `want`.
-fn wait_free_inodes(c: &Client, want: u64) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while free_inodes(c) != want {
-        assert!(
-            Instant::now() < deadline,
-            "free inodes stayed {} (want {want})",
-            free_inodes(c)
-        );
-        thread::sleep(Duration::from_millis(5));
-    }
 }
 
 /// A new MDS destroys no unlinked file in its first grace period (its clients have

@@ -64,12 +64,8 @@ fn tagged(ino: u64, generation: u64, expires: u64) -> [u8; 24] {
     d
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 fn spell(ino: u64, generation: u64, expires: u64, tag: &[u8]) -> String {
-    format!("{ino}.{generation}.{expires}.{}", hex(tag))
+    format!("{ino}.{generation}.{expires}.{}", orion_format::hex(tag))
 }
 
 /// The inode, generation, expiry and tag a name holds after the prefix, if it is

@@ -219,6 +219,12 @@ impl MetaEngine {
         Ok(self.inode(ino)?.state.attr.clone())
     }
 
+    /// The directory that holds directory `ino` (its ".."; the root's is the root).
+    pub fn parent(&self, ino: u64) -> FsResult<u64> {
+        let d = self.dir(ino)?;
+        Ok(if ino == ROOT_INO { ino } else { d.parent })
+    }
+
     /// Directory `ino`, if it is one and still linked: a removed directory kept for
     /// those who hold it open (link count 0) takes no names and has none to find, as
     /// Linux's dead directories (ENOENT).

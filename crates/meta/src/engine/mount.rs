@@ -173,8 +173,8 @@ impl MetaEngine {
 }
 
 /// Slot `ino`, which no directory names, if it holds a whole unlinked regular file
-/// or empty directory (link count 0) whose log and data pages no other inode uses: loaded, its pages
-/// marked used. `data_used` (every inode's data pages) is gathered at the first.
+/// or empty directory (link count 0) whose log and data pages no other inode uses:
+/// loaded, its pages marked used. `data_used` (every inode's data pages) is gathered at the first.
 fn unlinked_inode(
     pool: &Pool,
     sb: &Superblock,
