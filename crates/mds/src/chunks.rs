@@ -239,6 +239,15 @@ pub fn grant(
             return Ok((Gpa::new(g, start), n as u32));
         }
     }
+    // Every serving group is full. One that does not serve now (its store rejoining,
+    // or late with a heartbeat on a loaded host) and has room is waited for, as when
+    // none serves: the write is not failed for space the file system has.
+    if groups
+        .iter()
+        .any(|(g, x)| !serves(*g) && x.alloc.available() > 0)
+    {
+        return Err(FsError::Errno(libc::EAGAIN));
+    }
     Err(orion_meta::error::ENOSPC)
 }
 
@@ -305,6 +314,41 @@ impl crate::server::Mds {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// ENOSPC only when no group has room: a full serving group and one with room
+    /// that does not serve now is EAGAIN (the client waits for the store), not ENOSPC.
+    #[test]
+    fn a_group_not_serving_with_room_is_waited_for_not_reported_full() {
+        let group = |free: u64| {
+            let mut alloc = orion_meta::alloc::PageAllocator::new(64, 8, Duration::ZERO);
+            for p in 0..64 - free {
+                alloc.mark_used(p);
+            }
+            Group {
+                alloc,
+                page_count: 64,
+                held: None,
+            }
+        };
+        let mut groups: BTreeMap<u16, Group> = [(0, group(8)), (1, group(40))].into();
+        let only_0 = |g: u16| g == 0;
+        assert_eq!(
+            grant(&mut groups, only_0, Some(0), 16),
+            Err(FsError::Errno(libc::EAGAIN)),
+            "group 1 has room and may come back"
+        );
+        let (start, n) = grant(&mut groups, |_| true, Some(0), 16).unwrap();
+        assert_eq!(
+            (start.group(), n),
+            (1, 5),
+            "an eighth of group 1's free pages"
+        );
+        let mut groups: BTreeMap<u16, Group> = [(0, group(8)), (1, group(8))].into();
+        assert_eq!(
+            grant(&mut groups, only_0, Some(0), 16),
+            Err(orion_meta::error::ENOSPC)
+        );
+    }
 
     #[test]
     fn pages_given_back_leave_the_grant_and_only_held_ones_may_be() {

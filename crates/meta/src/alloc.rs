@@ -41,6 +41,12 @@ impl PageAllocator {
         self.count
     }
 
+    /// Free pages an allocation outside the reserve may take, counting those still
+    /// in their grace period.
+    pub fn available(&self) -> u64 {
+        self.free().saturating_sub(self.reserve)
+    }
+
     /// Free pages, counting those still in their grace period.
     pub fn free(&self) -> u64 {
         self.free + self.deferred.iter().map(|d| d.2).sum::<u64>()
