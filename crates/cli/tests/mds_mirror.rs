@@ -503,3 +503,51 @@ fn a_client_of_a_stopped_primary_overwrites_no_page_of_the_new_primarys_clients(
     };
     stale_chunk::stale_client_overwrites_nothing(&mut (), &stale, depose, restore);
 }
+
+/// A client whose primary stopped answering (SIGSTOP: its connection stays open, as
+/// to a host that vanished) notices within seconds, by a ping its call sends after a
+/// second of silence, and goes on at the mirror that took over: its operation
+/// succeeds long before its timeout (two minutes here), which it would otherwise
+/// wait out in full (design note 65).
+#[test]
+fn a_client_whose_primary_stopped_answering_goes_on_at_the_mirror_before_its_timeout() {
+    let s = Setup::new();
+    let (port_a, port_b) = (free_port(), free_port());
+    let a = s.mds("mds-a", port_a, true);
+    s.wait_log(
+        "mds-a",
+        "mds-a is the primary (epoch 1",
+        Duration::from_secs(30),
+    );
+    let _b = s.mds("mds-b", port_b, false);
+    s.wait_log("mds-a", "mirror mds-b is in sync", Duration::from_secs(30));
+    let both = format!("127.0.0.1:{port_a},127.0.0.1:{port_b}");
+    let _ds = s.ds(&both);
+    let timeout = Duration::from_secs(120);
+    let cfg = ClientConfig {
+        mds: both,
+        lanes: 1,
+        op_timeout_ms: timeout.as_millis() as u64,
+        ..ClientConfig::default()
+    };
+    let client = Client::connect(cfg, s.fabric()).unwrap();
+    client.mkdir("/before", 0o755).unwrap();
+    // Stopped, not killed: the mirror takes over when the lease lapses.
+    // SAFETY: kill only sends a signal to a child process of this test.
+    unsafe { libc::kill(a.pid() as i32, libc::SIGSTOP) };
+    s.wait_log(
+        "mds-b",
+        "mds-b is the primary (epoch 2",
+        Duration::from_secs(30),
+    );
+    let t0 = Instant::now();
+    client
+        .mkdir("/after", 0o755)
+        .unwrap_or_else(|e| panic!("{e}\n{}", s.log("mds-b")));
+    let took = t0.elapsed();
+    assert!(
+        took < timeout / 2,
+        "the mkdir waited {took:?}, as if for its timeout"
+    );
+    assert!(client.stat("/before").is_ok() && client.stat("/after").is_ok());
+}

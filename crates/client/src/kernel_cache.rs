@@ -288,7 +288,7 @@ fn session(
     kc: &KernelCache,
 ) -> Result<(), String> {
     let cq = domain.completion_queue().map_err(|e| e.to_string())?;
-    let mut ch = open_mds(domain, &cq, addr).map_err(|e| e.to_string())?;
+    let mut ch = open_mds(domain, &cq, addr, Duration::MAX).map_err(|e| e.to_string())?;
     let timeout = Duration::from_millis(cfg.op_timeout_ms);
     let hello = MdsRequest::Hello(Hello {
         internal: None,

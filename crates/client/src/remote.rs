@@ -89,10 +89,6 @@ pub struct Remote {
     /// The MDS addresses to try (the primary and its mirror), and the one in use.
     mds_addrs: Vec<String>,
     mds_at: usize,
-    /// The MDS in use stopped answering (its host may be gone): the reconnection
-    /// starts at the next address, as a connect to this one would wait out its
-    /// timeout first.
-    mds_silent: bool,
     /// The primary's term as the last hello gave it, and whether a later hello found
     /// another (a fail-over: cached inodes must be read again).
     term: Option<u64>,
@@ -127,6 +123,18 @@ pub struct Remote {
 /// nothing older than what is acknowledged anywhere.
 const MDS_TRUST: Duration = Duration::from_millis(1);
 
+/// How long a call waits for a word from its MDS before it pings it, and how long
+/// the ping may then go unanswered before the MDS counts as gone (see
+/// [`Remote::await_reply`]). An MDS's event loop answers within milliseconds even
+/// when busy; a second is far beyond that, and a fail-over through a lapsed lease
+/// takes about as long.
+const SILENCE: Duration = Duration::from_secs(1);
+
+/// How long a reconnection's first round waits for each MDS host to answer a connect.
+/// A host that is up answers within milliseconds (a process gone refuses at once);
+/// one that does not answer in a second is most likely down.
+const CONNECT_PATIENCE: Duration = Duration::from_secs(1);
+
 /// Most state-changing requests of one operation remembered for its re-runs.
 const MAX_APPLIED: usize = 64;
 
@@ -151,13 +159,18 @@ impl Remote {
                 "no MDS address given (`mds` in the client's settings)",
             ));
         }
-        // The first that answers; a mirror among them turns the client away at hello.
-        let (mds, mds_at) = mds_addrs
+        // The first that answers (a mirror among them turns the client away at
+        // hello); a host that is down is given a second at first.
+        let (mds, mds_at) = [CONNECT_PATIENCE, Duration::MAX]
             .iter()
-            .enumerate()
-            .find_map(|(i, a)| open_mds(&domain, &cq, a).ok().map(|ch| (ch, i)))
+            .find_map(|&patience| {
+                mds_addrs
+                    .iter()
+                    .enumerate()
+                    .find_map(|(i, a)| open_mds(&domain, &cq, a, patience).ok().map(|ch| (ch, i)))
+            })
             .map_or_else(
-                || open_mds(&domain, &cq, &mds_addrs[0]).map(|ch| (ch, 0)),
+                || open_mds(&domain, &cq, &mds_addrs[0], Duration::MAX).map(|ch| (ch, 0)),
                 Ok,
             )?;
         let timeout = Duration::from_millis(cfg.op_timeout_ms);
@@ -193,7 +206,6 @@ impl Remote {
             grace: Duration::ZERO,
             mds_addrs,
             mds_at,
-            mds_silent: false,
             term: None,
             term_changed: false,
             nonce: orion_format::random_u64(),
@@ -304,28 +316,13 @@ impl Remote {
     fn call_with_id(&mut self, id: u64, req: &MdsRequest) -> FsResult<ReplyBody> {
         let mut other = Vec::new();
         let sent = Instant::now();
-        let r = self.mds.call(&self.cq, id, req, self.timeout, &mut other);
+        let r = self
+            .mds
+            .send_request(id, req)
+            .and_then(|_| self.await_reply(id, sent, &mut other));
         self.absorb(other);
         if r.is_ok() {
             self.answered = sent;
-        }
-        if let Err(orion_fabric::Error::Timeout(_)) = &r {
-            // No answer within the operation timeout. An MDS that still answers a ping
-            // is slow (a commit parked for the stores): the timeout stands as before.
-            // One that does not (cut off, or its term over) is left like a broken
-            // one: the next address may be the primary now, and the request's outcome
-            // is asked there.
-            let ping_id = self.fresh_id();
-            let mut other = Vec::new();
-            let patience = self.timeout.min(Duration::from_secs(1));
-            let alive = self
-                .mds
-                .call(&self.cq, ping_id, &MdsRequest::Ping, patience, &mut other);
-            self.absorb(other);
-            if alive.is_err() {
-                self.mds.conn.close();
-                self.mds_silent = true;
-            }
         }
         self.stats.rpcs += 1;
         if r.is_ok() {
@@ -337,6 +334,66 @@ impl Remote {
                 libc::EIO => FsError::Io(message),
                 e => FsError::Errno(e),
             }),
+        }
+    }
+
+    /// Waits for the reply to request `id`, sent at `sent`, for up to the operation
+    /// timeout, and asks meanwhile whether the MDS is still there: after [`SILENCE`]
+    /// without a word from it, a ping on the same connection (the MDS answers pings
+    /// while a request waits, parked for the stores). An MDS that lets its ping go
+    /// unanswered for [`SILENCE`] is cut off or no longer serves (its host gone, its
+    /// term over): the call is given up at once and the connection closed, to be
+    /// made again starting at the next address, where a mirror may serve already.
+    /// Waiting for the timeout instead held the client for `op_timeout_ms` (30 s by
+    /// default) after the mirror took over in a second (design note 65). An MDS that
+    /// answers its pings is slow, not gone: the call waits for the timeout as before.
+    fn await_reply(
+        &mut self,
+        id: u64,
+        sent: Instant,
+        other: &mut Vec<Completion>,
+    ) -> orion_fabric::Result<Reply> {
+        // Below a timeout of two silences (tests), half the timeout.
+        let silence = SILENCE.min(self.timeout / 2);
+        let deadline = sent + self.timeout;
+        let mut heard = sent;
+        let mut ping: Option<(u64, Instant)> = None;
+        loop {
+            let now = Instant::now();
+            let silent = ping.is_some_and(|(_, at)| now >= at + silence);
+            if silent || now >= deadline {
+                // At the deadline, a ping unanswered for half a silence counts too.
+                if silent || ping.is_some_and(|(_, at)| now >= at + silence / 2) {
+                    self.mds.conn.close();
+                    warn!(
+                        "the MDS at {} answered neither a request nor a ping for {:?}",
+                        self.mds_addr(),
+                        now - heard
+                    );
+                }
+                return Err(orion_fabric::Error::Timeout(now - sent));
+            }
+            let wake = match ping {
+                Some((_, at)) => at + silence,
+                None => heard + silence,
+            };
+            let ids = [id, ping.map_or(id, |(p, _)| p)];
+            let wait = wake.min(deadline).saturating_duration_since(now);
+            match self.mds.wait_reply(&self.cq, &ids, wait, other) {
+                Ok((rid, reply)) if rid == id => return Ok(reply),
+                Ok(_) => {
+                    heard = Instant::now();
+                    ping = None;
+                }
+                Err(orion_fabric::Error::Timeout(_)) => {
+                    if ping.is_none() && Instant::now() >= heard + silence {
+                        let ping_id = self.fresh_id();
+                        self.mds.send_request(ping_id, &MdsRequest::Ping)?;
+                        ping = Some((ping_id, Instant::now()));
+                    }
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
 
@@ -411,20 +468,31 @@ impl Remote {
         }
     }
 
+    /// Connects again, starting at the address after the one that broke: after a
+    /// fail-over the mirror serves there, while a connect to the old primary's host,
+    /// if that host is gone, waits out its timeout. A restarted MDS with a mirror is
+    /// reached one refused hello later. Each round of the addresses waits longer for
+    /// a host to answer ([`CONNECT_PATIENCE`], doubled up to the fabric's connect
+    /// timeout), so that a host slow to accept is reached too.
     fn reconnect(&mut self) -> FsResult<()> {
         let deadline = Instant::now() + Duration::from_millis(self.cfg.reconnect_ms);
-        if std::mem::take(&mut self.mds_silent) {
-            self.mds_at = (self.mds_at + 1) % self.mds_addrs.len();
-        }
+        let mut patience = CONNECT_PATIENCE;
+        let mut tried = 0;
         loop {
+            self.mds_at = (self.mds_at + 1) % self.mds_addrs.len();
+            if tried > 0 && tried % self.mds_addrs.len() == 0 {
+                // A round of them all: a pause, and more patience.
+                std::thread::sleep(Duration::from_millis(20));
+                patience = patience.saturating_mul(2);
+            }
+            tried += 1;
             let addr = self.mds_addr().to_string();
-            let attempt = open_mds(&self.domain, &self.cq, &addr).and_then(|ch| {
+            let attempt = open_mds(&self.domain, &self.cq, &addr, patience).and_then(|ch| {
                 self.mds = ch;
                 self.hello()
             });
             match attempt {
                 Ok(()) => {
-                    self.mds_silent = false;
                     self.stats.reconnects += 1;
                     self.sessions.fetch_add(1, Ordering::AcqRel);
                     info!("reconnected to the MDS at {addr}");
@@ -436,13 +504,7 @@ impl Remote {
                         self.cfg.mds
                     )))
                 }
-                Err(_) => {
-                    // The next address; after a round of them all, a pause.
-                    self.mds_at = (self.mds_at + 1) % self.mds_addrs.len();
-                    if self.mds_at == 0 {
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                }
+                Err(_) => {}
             }
         }
     }
@@ -618,9 +680,16 @@ impl Remote {
     }
 }
 
-pub(crate) fn open_mds(domain: &Domain, cq: &CompletionQueue, addr: &str) -> FsResult<Channel> {
+/// Opens a channel to the MDS at `addr`, waiting up to `patience` (at most the
+/// fabric's connect timeout) for its host to answer.
+pub(crate) fn open_mds(
+    domain: &Domain,
+    cq: &CompletionQueue,
+    addr: &str,
+    patience: Duration,
+) -> FsResult<Channel> {
     let conn = domain
-        .connect(addr, cq)
+        .connect_within(addr, cq, patience)
         .map_err(|e| io_err(format!("connecting to the MDS at {addr}: {e}")))?;
     Channel::new(domain, conn).map_err(io_err)
 }

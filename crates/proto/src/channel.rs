@@ -153,26 +153,37 @@ impl Channel {
         other: &mut Vec<Completion>,
     ) -> Result<Reply> {
         self.send_request(id, req)?;
+        self.wait_reply(cq, &[id], timeout, other).map(|(_, r)| r)
+    }
+
+    /// Waits up to `timeout` for the reply to any of the requests `ids` sent on this
+    /// channel, and says which it answers; replies to other ids (late ones, to
+    /// abandoned calls) are dropped. Completions of other work are left in `other`.
+    pub fn wait_reply(
+        &mut self,
+        cq: &CompletionQueue,
+        ids: &[u64],
+        timeout: Duration,
+        other: &mut Vec<Completion>,
+    ) -> Result<(u64, Reply)> {
         let deadline = Instant::now() + timeout;
         let mut batch = std::mem::take(&mut self.batch);
         let mut msg = std::mem::take(&mut self.incoming);
-        let r = self.call_loop(cq, id, deadline, timeout, &mut batch, &mut msg, other);
+        let r = self.wait_loop(cq, ids, (deadline, timeout), &mut batch, &mut msg, other);
         self.batch = batch;
         self.incoming = msg;
         r
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn call_loop(
+    fn wait_loop(
         &mut self,
         cq: &CompletionQueue,
-        id: u64,
-        deadline: Instant,
-        timeout: Duration,
+        ids: &[u64],
+        (deadline, timeout): (Instant, Duration),
         batch: &mut Vec<Completion>,
         msg: &mut Vec<u8>,
         other: &mut Vec<Completion>,
-    ) -> Result<Reply> {
+    ) -> Result<(u64, Reply)> {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -197,8 +208,8 @@ impl Channel {
                         self.read_message(slot, len, msg)?;
                         self.repost(slot)?;
                         match decode_reply(msg) {
-                            Ok((rid, reply)) if rid == id && answer.is_none() => {
-                                answer = Some(reply)
+                            Ok((rid, reply)) if ids.contains(&rid) && answer.is_none() => {
+                                answer = Some((rid, reply))
                             }
                             Ok(_) => {} // a late reply to an abandoned call
                             Err(e) => {
