@@ -16,8 +16,15 @@ a = ap.parse_args()
 runs = [json.loads(l) for p in a.runs for l in open(p) if l.startswith("{")]
 keys = ["ops_per_s_before", "detected_ms", "role_ms", "serving_ms", "first_op_ms", "back_to_90pct_ms"]
 rows = ["| manager | runs | " + " | ".join(keys) + " |", "|" + " --- |" * (len(keys) + 2)]
-for m in sorted({r["manager"] for r in runs}):
-    rs = [r for r in runs if r["manager"] == m]
+def group(r):
+    """The manager, and the fault when it is not a kill -9 (runs before `--stop`)."""
+    f = r.get("fault", "sigkill")
+    return r["manager"] if f == "sigkill" else f"{r['manager']}, {f}"
+
+
+groups = sorted({group(r) for r in runs})
+for m in groups:
+    rs = [r for r in runs if group(r) == m]
     med = [statistics.median(r[k] for r in rs if r[k] is not None) for k in keys]
     rows.append(f"| {m} | {len(rs)} | " + " | ".join(f"{v:.0f}" for v in med) + " |")
 open(a.out + ".md", "w").write("\n".join(rows) + "\n")
@@ -30,9 +37,10 @@ try:
 except ImportError:
     print("no matplotlib: plot skipped")
     raise SystemExit(0)
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
-for ax, m in zip(axes, ["embedded", "etcd"]):
-    rs = [r for r in runs if r["manager"] == m]
+fig, axes = plt.subplots(1, len(groups), figsize=(5.5 * len(groups), 3.6), sharey=True, squeeze=False)
+axes = axes[0]
+for ax, m in zip(axes, groups):
+    rs = [r for r in runs if group(r) == m]
     for i, r in enumerate(rs):
         xs = [p[0] for p in r["ops_per_s_by_50ms"]]
         ys = [p[1] / 1000 for p in r["ops_per_s_by_50ms"]]
@@ -43,11 +51,12 @@ for ax, m in zip(axes, ["embedded", "etcd"]):
             if r[k] is not None:
                 ax.axvline(r[k], color=c, ls="--", lw=1, label=k.replace("_ms", "") + " (run 1)")
     ax.axvline(0, color="black", lw=1)
-    ax.set_title(f"kill -9 of the primary MDS at 0 ({m} manager)")
-    ax.set_xlabel("ms from the kill (50 ms windows)")
+    how = "SIGSTOP" if rs and rs[0].get("fault") == "sigstop" else "kill -9"
+    ax.set_title(f"{how} of the primary MDS at 0 ({rs[0]['manager'] if rs else m} manager)")
+    ax.set_xlabel("ms from the fault (50 ms windows)")
     ax.grid(alpha=0.3)
 axes[0].set_ylabel("client ops/s (thousands)")
-axes[1].legend(fontsize=7, loc="upper left")
+axes[-1].legend(fontsize=7, loc="upper left")
 fig.tight_layout()
 fig.savefig(a.out + ".png", dpi=110)
 print(f"wrote {a.out}.png")

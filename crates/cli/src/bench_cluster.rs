@@ -44,6 +44,9 @@ impl Drop for BenchCluster {
     fn drop(&mut self) {
         self.stores.clear();
         while self.mdss.pop().is_some() {}
+        // A daemon killed on purpose (a crash) left its shared-memory files (they hold
+        // RAM).
+        orion_fabric::local::sweep_dead_processes_files();
     }
 }
 
@@ -189,6 +192,16 @@ impl BenchCluster {
     pub fn kill_mds(&mut self, index: usize) {
         if let Some(mut d) = self.mdss[index].take() {
             d.kill();
+        }
+    }
+
+    /// Stops MDS `index` with SIGSTOP: its connections stay open and it answers
+    /// nothing, as a host that vanished (it is killed with the cluster).
+    pub fn stop_mds(&mut self, index: usize) {
+        if let Some(d) = &self.mdss[index] {
+            // SAFETY: kill(2) only sends a signal, to a child this cluster started and
+            // has not reaped.
+            unsafe { libc::kill(d.pid() as i32, libc::SIGSTOP) };
         }
     }
 

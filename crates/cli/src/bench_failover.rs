@@ -1,8 +1,10 @@
 //! `orion bench failover`: what the death of the primary MDS costs when it has a
 //! mirror, under the embedded cluster manager or etcd. An internal client in strong
-//! mode runs 4 KiB writes and creates for 1.5 s; the primary is killed with SIGKILL;
-//! the run goes on for 1.5 s more. The timeline, from the kill: when the
-//! mirror saw its connection to the primary end, when the manager handed it the role,
+//! mode runs 4 KiB writes and creates for 1.5 s; the primary is killed with SIGKILL
+//! (or, with `--stop`, stopped with SIGSTOP: silent, as a host that vanished, which
+//! the mirror learns when the lease lapses and the client when its ping goes
+//! unanswered); the run goes on for 1.5 s more (5 s when stopped). The timeline, from
+//! the kill: when the mirror stopped following the primary, when the manager handed it the role,
 //! when it had recovered its pool and served (all three from its log), when the client's first operation after the kill completed, and when the
 //! client's throughput was back to 90 % of what it was before (50 ms windows). Assise
 //! reports 230 ms from detection to full performance; Ceph 23.7 s.
@@ -39,7 +41,7 @@ fn logged_at(log: &str, what: &str, after: f64) -> Option<f64> {
     })
 }
 
-pub fn run(backend: &str, provider: &str, manager: &str, json: bool) -> Result<()> {
+pub fn run(backend: &str, provider: &str, manager: &str, stop: bool, json: bool) -> Result<()> {
     let mut cluster = BenchCluster::start_with(backend, provider, 1, "volatile", manager)?;
     if cluster.manager.is_none() {
         anyhow::bail!("a mirrored cluster has a manager");
@@ -62,14 +64,22 @@ pub fn run(backend: &str, provider: &str, manager: &str, json: bool) -> Result<(
     let mut done: Vec<f64> = Vec::new();
     let mut killed = None;
     let mut n = 0u64;
+    let how = if stop { "stopped (SIGSTOP)" } else { "killed" };
     if !json {
-        eprintln!("4 KiB writes and creates; the primary MDS is killed after 1.5 s");
+        eprintln!("4 KiB writes and creates; the primary MDS is {how} after 1.5 s");
     }
     // 1.5 s on each side: past that, copy-on-write pages freed within the grace period
-    // would fill the 4 GiB store at the rate reached with the mirror's ring.
-    while t0.elapsed() < Duration::from_millis(3000) {
+    // would fill the 4 GiB store at the rate reached with the mirror's ring. A stopped
+    // primary takes about 2 s to be found silent, with no writes meanwhile: 3.5 s on
+    // its far side.
+    let end = Duration::from_millis(if stop { 5000 } else { 3000 });
+    while t0.elapsed() < end {
         if killed.is_none() && t0.elapsed() >= Duration::from_millis(1500) {
-            cluster.kill_mds(0);
+            if stop {
+                cluster.stop_mds(0);
+            } else {
+                cluster.kill_mds(0);
+            }
             killed = Some((t0.elapsed().as_secs_f64(), day_secs(SystemTime::now())));
         }
         if n % 8 == 7 {
@@ -82,6 +92,8 @@ pub fn run(backend: &str, provider: &str, manager: &str, json: bool) -> Result<(
         done.push(t0.elapsed().as_secs_f64());
     }
     fs(client.close(fd))?;
+    // A stopped MDS would not hear the SIGTERM that stops the cluster.
+    cluster.kill_mds(0);
     let (kill, kill_day) = killed.context("the primary was killed")?;
     let ms = |s: f64| (s - kill) * 1e3;
     let log_b = std::fs::read_to_string(&cluster.mds_logs[1]).unwrap_or_default();
@@ -103,7 +115,7 @@ pub fn run(backend: &str, provider: &str, manager: &str, json: bool) -> Result<(
             .map(|k| ft + k as f64 * window)
             .find(|&w| rate(w) >= 0.9 * before)
     });
-    let series: Vec<String> = (-20..30)
+    let series: Vec<String> = (-20..if stop { 70 } else { 30 })
         .map(|k| {
             let w = kill + k as f64 * window;
             format!("[{:.0},{:.0}]", k as f64 * window * 1e3, rate(w))
@@ -111,9 +123,10 @@ pub fn run(backend: &str, provider: &str, manager: &str, json: bool) -> Result<(
         .collect();
     let f = |v: Option<f64>| v.map_or("null".to_string(), |x| format!("{x:.1}"));
     let kind = manager;
+    let fault = if stop { "sigstop" } else { "sigkill" };
     if json {
         println!(
-            "{{\"backend\":\"{backend}\",\"manager\":\"{kind}\",\"lease_ms\":{BENCH_LEASE_MS},\
+            "{{\"backend\":\"{backend}\",\"manager\":\"{kind}\",\"fault\":\"{fault}\",\"lease_ms\":{BENCH_LEASE_MS},\
              \"ops_per_s_before\":{before:.0},\"detected_ms\":{},\"role_ms\":{},\"serving_ms\":{},\
              \"first_op_ms\":{},\"back_to_90pct_ms\":{},\"ops_per_s_by_50ms\":[{}]}}",
             f(detected),
@@ -129,10 +142,10 @@ pub fn run(backend: &str, provider: &str, manager: &str, json: bool) -> Result<(
         "orion bench failover: backend {backend}, {kind} manager, lease {BENCH_LEASE_MS} ms, \
          internal client (strong), 4 KiB writes and creates, pools on /dev/shm"
     );
-    println!("ops/s before the kill                  {before:>9.0}");
-    println!("kill -9 of the primary MDS                   0 ms");
+    println!("ops/s before the fault                 {before:>9.0}");
+    println!("primary MDS {how:<26}     0 ms");
     println!(
-        "mirror saw the connection end          {:>9} ms",
+        "mirror stopped following it            {:>9} ms",
         f(detected)
     );
     println!("manager gave the mirror the role       {:>9} ms", f(role));

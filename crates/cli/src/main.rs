@@ -191,6 +191,10 @@ enum BenchCmd {
         /// The cluster manager: embedded or etcd.
         #[arg(long, default_value = "embedded")]
         manager: String,
+        /// Stop the primary (SIGSTOP: silent, as a host that vanished) instead of
+        /// killing it.
+        #[arg(long)]
+        stop: bool,
         #[arg(long)]
         json: bool,
     },
@@ -364,10 +368,11 @@ fn run() -> Result<ExitCode> {
                     backend,
                     provider,
                     manager,
+                    stop,
                     json,
                 },
         } => {
-            bench_failover::run(&backend, &provider, &manager, json)?;
+            bench_failover::run(&backend, &provider, &manager, stop, json)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Bench {

@@ -59,7 +59,7 @@ impl Hosts {
         let path = dir.join(format!("{host}.toml"));
         let text = format!(
             "[fabric]\nbackend = \"libfabric\"\nprovider = \"tcp;ofi_rxm\"\naddress = \"{addr}\"\n\
-             secret_file = \"{}\"\n\n[client]\nmds = \"{}\"\ninternal = false\nop_timeout_ms = 5000\n\n[ds]\n\
+             secret_file = \"{}\"\nconnect_timeout_ms = 60000\n\n[client]\nmds = \"{}\"\ninternal = false\nop_timeout_ms = 5000\n\n[ds]\n\
              mds = \"{}\"\n\n[mds]\nmanager = \"embedded:{}:7400\"\ncluster = \"t\"\n\
              replicas = 2\nlease_ms = 1000\n",
             dir.join("secret").display(),
@@ -237,6 +237,26 @@ fn held_through_a_cut(h: &Hosts) {
     // its mirror takes the role then.
     h.net.set_link(MDS_B.0, false);
     h.wait_log("mds-a.log", "mds-a is the primary (epoch 3", 60);
+    // The stores rejoin within seconds: their first connects go to the new primary,
+    // not to the vanished host, whose connects wait out the fabric's connect
+    // timeout (a minute here, set so in the hosts' settings).
+    let t0 = Instant::now();
+    let rejoined = || {
+        let log = h.log("mds-a.log");
+        let since = log
+            .split("mds-a is the primary (epoch 3")
+            .nth(1)
+            .unwrap_or("");
+        since.matches(" joined from ").count()
+    };
+    while rejoined() < STORES.len() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the stores did not rejoin the new primary:\n{}",
+            h.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let o = h.client(1, &["fs", "rm", "/held"], b"");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // SAFETY: as above.

@@ -114,6 +114,8 @@ pub struct Remote {
     /// When the latest request the MDS answered was sent, and how long after that
     /// a chunk it granted may be written into (see [`Remote::chunks_trusted`]).
     answered: Instant,
+    /// The MDS connection has answered nothing yet (see `call_with_id`).
+    fresh: bool,
     chunk_trust: Duration,
 }
 
@@ -125,14 +127,17 @@ const MDS_TRUST: Duration = Duration::from_millis(1);
 
 /// How long a call waits for a word from its MDS before it pings it, and how long
 /// the ping may then go unanswered before the MDS counts as gone (see
-/// [`Remote::await_reply`]). An MDS's event loop answers within milliseconds even
-/// when busy; a second is far beyond that, and a fail-over through a lapsed lease
-/// takes about as long.
+/// [`Remote::await_reply`]). An MDS answers a ping at the end of its turn, held at
+/// most while its mirror takes the turn's updates (a quarter of the lease, 250 ms
+/// by default); a second is well beyond that, and a fail-over through a lapsed
+/// lease takes about as long. (An MDS that cannot reach its cluster manager holds
+/// its replies until its term ends, within the lease.)
 const SILENCE: Duration = Duration::from_secs(1);
 
-/// How long a reconnection's first round waits for each MDS host to answer a connect.
-/// A host that is up answers within milliseconds (a process gone refuses at once);
-/// one that does not answer in a second is most likely down.
+/// How long a reconnection waits for each MDS host to answer a connect and its
+/// handshake. A host that is up answers within milliseconds (a process gone refuses
+/// at once, and a server's acceptor runs several handshakes at a time); one that does
+/// not answer in a second is most likely down, or its process stopped.
 const CONNECT_PATIENCE: Duration = Duration::from_secs(1);
 
 /// Most state-changing requests of one operation remembered for its re-runs.
@@ -160,19 +165,26 @@ impl Remote {
             ));
         }
         // The first that answers (a mirror among them turns the client away at
-        // hello); a host that is down is given a second at first.
-        let (mds, mds_at) = [CONNECT_PATIENCE, Duration::MAX]
+        // hello); a host that is down is given a second at first, then the fabric's
+        // connect timeout.
+        let mut last = None;
+        let found = [CONNECT_PATIENCE, Duration::MAX]
             .iter()
             .find_map(|&patience| {
-                mds_addrs
-                    .iter()
-                    .enumerate()
-                    .find_map(|(i, a)| open_mds(&domain, &cq, a, patience).ok().map(|ch| (ch, i)))
-            })
-            .map_or_else(
-                || open_mds(&domain, &cq, &mds_addrs[0], Duration::MAX).map(|ch| (ch, 0)),
-                Ok,
-            )?;
+                mds_addrs.iter().enumerate().find_map(|(i, a)| {
+                    match open_mds(&domain, &cq, a, patience) {
+                        Ok(ch) => Some((ch, i)),
+                        Err(e) => {
+                            last = Some(e);
+                            None
+                        }
+                    }
+                })
+            });
+        let (mds, mds_at) = match found {
+            Some(f) => f,
+            None => return Err(last.expect("at least one address was tried")),
+        };
         let timeout = Duration::from_millis(cfg.op_timeout_ms);
         let mut remote = Remote {
             cfg,
@@ -215,6 +227,7 @@ impl Remote {
             sessions,
             mds_seen: Instant::now(),
             answered: Instant::now(),
+            fresh: true,
             chunk_trust: Duration::ZERO,
         };
         if let Err(e) = remote.hello() {
@@ -316,13 +329,18 @@ impl Remote {
     fn call_with_id(&mut self, id: u64, req: &MdsRequest) -> FsResult<ReplyBody> {
         let mut other = Vec::new();
         let sent = Instant::now();
+        // The first request on a connection whose handshake the MDS process just ran
+        // (its hello) is not watched: the MDS is alive, and may be recovering its pool
+        // before it answers anything, pings included.
+        let watch = !self.fresh;
         let r = self
             .mds
             .send_request(id, req)
-            .and_then(|_| self.await_reply(id, sent, &mut other));
+            .and_then(|_| self.await_reply(id, sent, watch, &mut other));
         self.absorb(other);
         if r.is_ok() {
             self.answered = sent;
+            self.fresh = false;
         }
         self.stats.rpcs += 1;
         if r.is_ok() {
@@ -347,12 +365,18 @@ impl Remote {
     /// Waiting for the timeout instead held the client for `op_timeout_ms` (30 s by
     /// default) after the mirror took over in a second (design note 65). An MDS that
     /// answers its pings is slow, not gone: the call waits for the timeout as before.
+    /// Without `watch`, the call only waits for its timeout.
     fn await_reply(
         &mut self,
         id: u64,
         sent: Instant,
+        watch: bool,
         other: &mut Vec<Completion>,
     ) -> orion_fabric::Result<Reply> {
+        if !watch {
+            let r = self.mds.wait_reply(&self.cq, &[id], self.timeout, other);
+            return r.map(|(_, reply)| reply);
+        }
         // Below a timeout of two silences (tests), half the timeout.
         let silence = SILENCE.min(self.timeout / 2);
         let deadline = sent + self.timeout;
@@ -471,26 +495,32 @@ impl Remote {
     /// Connects again, starting at the address after the one that broke: after a
     /// fail-over the mirror serves there, while a connect to the old primary's host,
     /// if that host is gone, waits out its timeout. A restarted MDS with a mirror is
-    /// reached one refused hello later. Each round of the addresses waits longer for
-    /// a host to answer ([`CONNECT_PATIENCE`], doubled up to the fabric's connect
-    /// timeout), so that a host slow to accept is reached too.
+    /// reached one refused hello later. Each host gets [`CONNECT_PATIENCE`] to answer
+    /// a connect and its handshake, doubled (up to the fabric's connect timeout) each
+    /// time it used all of it: a slow host or network is reached in a later round,
+    /// and a vanished host costs a second in the first, while the rounds start at
+    /// the other address.
     fn reconnect(&mut self) -> FsResult<()> {
         let deadline = Instant::now() + Duration::from_millis(self.cfg.reconnect_ms);
-        let mut patience = CONNECT_PATIENCE;
+        let mut patience = vec![CONNECT_PATIENCE; self.mds_addrs.len()];
         let mut tried = 0;
         loop {
             self.mds_at = (self.mds_at + 1) % self.mds_addrs.len();
             if tried > 0 && tried % self.mds_addrs.len() == 0 {
-                // A round of them all: a pause, and more patience.
+                // A round of them all: a pause.
                 std::thread::sleep(Duration::from_millis(20));
-                patience = patience.saturating_mul(2);
             }
             tried += 1;
-            let addr = self.mds_addr().to_string();
-            let attempt = open_mds(&self.domain, &self.cq, &addr, patience).and_then(|ch| {
+            let (addr, at) = (self.mds_addr().to_string(), self.mds_at);
+            let started = Instant::now();
+            let attempt = open_mds(&self.domain, &self.cq, &addr, patience[at]).and_then(|ch| {
                 self.mds = ch;
+                self.fresh = true;
                 self.hello()
             });
+            if attempt.is_err() && started.elapsed() >= patience[at] {
+                patience[at] = patience[at].saturating_mul(2);
+            }
             match attempt {
                 Ok(()) => {
                     self.stats.reconnects += 1;
@@ -628,9 +658,10 @@ impl Remote {
         // out of the map after `heartbeat_timeout_ms`: a transfer that makes no
         // progress for two map leases gives up on the connection, and the caller asks
         // for the map again and writes to the stores that remain, rather than stall
-        // for the whole operation timeout. The MDS itself gets that timeout.
+        // for the whole operation timeout. An MDS silent for two `SILENCE`s is gone
+        // or stopped, as for a call (see `await_reply`): the caller reconnects.
         let stall = if conn.id() == self.mds.conn.id() {
-            self.timeout
+            (SILENCE * 2).min(self.timeout)
         } else {
             self.store_patience()
         };

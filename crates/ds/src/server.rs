@@ -66,6 +66,10 @@ struct Store {
     last_attempt: Option<Instant>,
     /// Which of the `mds` addresses (the primary and its mirror) is tried next.
     mds_at: usize,
+    /// How long a join waits for each MDS host (by address) to answer a connect and
+    /// its handshake: a second at first, twice as long after each attempt that used
+    /// all of it.
+    join_patience: Vec<Duration>,
     /// When a failed join was last logged.
     join_warned: Option<Instant>,
     /// When the MDS last sent anything (it answers every heartbeat).
@@ -198,6 +202,7 @@ pub fn run(
         mds: None,
         last_attempt: None,
         mds_at: 0,
+        join_patience: Vec::new(),
         join_warned: None,
         mds_heard: Instant::now(),
         persisted: Vec::new(),
@@ -280,6 +285,11 @@ pub fn run(
     Ok(())
 }
 
+/// How long a join's first round waits for each MDS host to answer a connect: a host
+/// that is up answers within milliseconds, and one silent for a second is most likely
+/// down (the fabric's connect timeout is 10 s).
+const JOIN_PATIENCE: Duration = Duration::from_secs(1);
+
 /// The MDS refused this store (wrong cluster, group taken): retrying cannot help.
 #[derive(Debug)]
 struct Refused(String);
@@ -295,12 +305,21 @@ impl Store {
     fn join_mds(&mut self) -> Result<()> {
         self.last_attempt = Some(Instant::now());
         // Each address in turn (the primary and its mirror, which turns stores away),
-        // from the one that answered last.
+        // from the one that answered last, or the one after it if that one was lost.
         let n = orion_proto::mds_addresses(&self.cfg.mds).len().max(1);
+        self.join_patience.resize(n, JOIN_PATIENCE);
         let mut last = None;
         for _ in 0..n {
-            match self.join_at(&self.mds_addr()) {
-                Ok(()) => return Ok(()),
+            let (at, started) = (self.mds_at, Instant::now());
+            let joined = self.join_at(&self.mds_addr(), self.join_patience[at]);
+            if joined.is_err() && started.elapsed() >= self.join_patience[at] {
+                self.join_patience[at] = self.join_patience[at].saturating_mul(2);
+            }
+            match joined {
+                Ok(()) => {
+                    self.join_patience.fill(JOIN_PATIENCE);
+                    return Ok(());
+                }
                 Err(e) if e.downcast_ref::<Refused>().is_some() => return Err(e),
                 Err(e) => {
                     self.mds_at = (self.mds_at + 1) % n;
@@ -320,8 +339,8 @@ impl Store {
             .unwrap_or_else(|| self.cfg.mds.clone())
     }
 
-    fn join_at(&mut self, mds: &str) -> Result<()> {
-        let conn = self.domain.connect(mds, &self.cq)?;
+    fn join_at(&mut self, mds: &str, patience: Duration) -> Result<()> {
+        let conn = (self.domain).connect_within(mds, &self.cq, patience)?;
         let mut ch = Channel::new(&self.domain, conn)?;
         let hello = StoreToMds::Join(DsHello {
             group: self.cfg.group,
@@ -484,6 +503,11 @@ impl Store {
         if let Some(mds) = self.mds.take() {
             mds.conn.close();
         }
+        // The next address first: after a fail-over the mirror serves there, while a
+        // connect to the old primary's host, if that host vanished, would wait out
+        // its timeout (a restarted MDS is reached one turned-away join later).
+        let n = orion_proto::mds_addresses(&self.cfg.mds).len().max(1);
+        self.mds_at = (self.mds_at + 1) % n;
         self.persisted.clear();
         self.cancel_resync();
     }

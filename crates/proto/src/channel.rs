@@ -157,8 +157,9 @@ impl Channel {
     }
 
     /// Waits up to `timeout` for the reply to any of the requests `ids` sent on this
-    /// channel, and says which it answers; replies to other ids (late ones, to
-    /// abandoned calls) are dropped. Completions of other work are left in `other`.
+    /// channel, and says which it answers (the first id's, if several arrive at
+    /// once); replies to other ids (late ones, to abandoned calls) are dropped.
+    /// Completions of other work are left in `other`.
     pub fn wait_reply(
         &mut self,
         cq: &CompletionQueue,
@@ -208,7 +209,16 @@ impl Channel {
                         self.read_message(slot, len, msg)?;
                         self.repost(slot)?;
                         match decode_reply(msg) {
-                            Ok((rid, reply)) if ids.contains(&rid) && answer.is_none() => {
+                            // The first id's reply wins over the others' in the
+                            // same batch: a ping answered just before its call
+                            // must not make the call's reply a "late" one. Of two
+                            // replies to one id, the first stands.
+                            Ok((rid, reply))
+                                if ids.contains(&rid)
+                                    && answer.as_ref().is_none_or(|(taken, _)| {
+                                        *taken != ids[0] && rid == ids[0]
+                                    }) =>
+                            {
                                 answer = Some((rid, reply))
                             }
                             Ok(_) => {} // a late reply to an abandoned call
@@ -229,45 +239,104 @@ impl Channel {
     }
 }
 
-/// A server's acceptor thread: runs handshakes until `stop` and hands each new
-/// connection, its receives not yet posted, to the event loop through the returned
-/// receiver (see [`Channel::unposted`]). `on_error` hears of refused peers.
+/// Threads a server's acceptor runs handshakes on. A peer that stops in the middle of
+/// one (its process stopped, or its host gone after its TCP connection was accepted)
+/// holds up its thread for the fabric's connect timeout; with one thread, every
+/// client and store trying to reach the server in a fail-over waited behind it.
+pub const ACCEPT_THREADS: usize = 4;
+
+/// A server's acceptor: runs handshakes on [`ACCEPT_THREADS`] threads until `stop`
+/// and hands each new connection, its receives not yet posted, to the event loop
+/// through the returned receiver (see [`Channel::unposted`]). `on_error` hears of
+/// refused peers. The returned thread ends when all of them have.
 pub fn spawn_acceptor(
     name: &str,
     domain: &Domain,
     listener: orion_fabric::Listener,
     cq: std::sync::Arc<CompletionQueue>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    on_error: impl Fn(String) + Send + 'static,
+    on_error: impl Fn(String) + Send + Sync + 'static,
 ) -> std::io::Result<(
     std::thread::JoinHandle<()>,
     std::sync::mpsc::Receiver<Channel>,
 )> {
     let (tx, rx) = std::sync::mpsc::channel();
-    let domain = domain.clone();
+    let accepting = Acceptor {
+        domain: domain.clone(),
+        listener: std::sync::Arc::new(listener),
+        cq,
+        stop,
+        on_error: std::sync::Arc::new(on_error),
+        tx,
+    };
+    let name = name.to_string();
     let t = std::thread::Builder::new()
-        .name(name.into())
+        .name(name.clone())
         .spawn(move || {
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                match listener.accept(&cq, Duration::from_millis(100)) {
-                    Ok(conn) => {
-                        let peer = conn.peer().to_string();
-                        match Channel::unposted(&domain, conn) {
-                            Ok(ch) => {
-                                if tx.send(ch).is_err() {
-                                    return;
-                                }
-                                // The server adopts it (posts its receives) at its
-                                // next turn: now, not after its idle wait.
-                                cq.wake();
-                            }
-                            Err(e) => on_error(format!("connection from {peer}: {e}")),
-                        }
-                    }
-                    Err(Error::Timeout(_)) => {}
-                    Err(e) => on_error(format!("refused a connection: {e}")),
-                }
+            let others: Vec<_> = (1..ACCEPT_THREADS)
+                .filter_map(|_| {
+                    let a = accepting.clone();
+                    let spawned = std::thread::Builder::new()
+                        .name(name.clone())
+                        .spawn(move || a.run());
+                    // Fewer threads (none left to spawn) only make handshakes wait.
+                    spawned
+                        .map_err(|e| (accepting.on_error)(format!("{e}")))
+                        .ok()
+                })
+                .collect();
+            accepting.run();
+            for t in others {
+                let _ = t.join();
             }
         })?;
     Ok((t, rx))
+}
+
+/// What each acceptor thread shares.
+struct Acceptor<F> {
+    domain: Domain,
+    listener: std::sync::Arc<orion_fabric::Listener>,
+    cq: std::sync::Arc<CompletionQueue>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    on_error: std::sync::Arc<F>,
+    tx: std::sync::mpsc::Sender<Channel>,
+}
+
+impl<F> Clone for Acceptor<F> {
+    fn clone(&self) -> Self {
+        Acceptor {
+            domain: self.domain.clone(),
+            listener: self.listener.clone(),
+            cq: self.cq.clone(),
+            stop: self.stop.clone(),
+            on_error: self.on_error.clone(),
+            tx: self.tx.clone(),
+        }
+    }
+}
+
+impl<F: Fn(String)> Acceptor<F> {
+    fn run(&self) {
+        while !self.stop.load(std::sync::atomic::Ordering::Relaxed) {
+            match self.listener.accept(&self.cq, Duration::from_millis(100)) {
+                Ok(conn) => {
+                    let peer = conn.peer().to_string();
+                    match Channel::unposted(&self.domain, conn) {
+                        Ok(ch) => {
+                            if self.tx.send(ch).is_err() {
+                                return;
+                            }
+                            // The server adopts it (posts its receives) at its next
+                            // turn: now, not after its idle wait.
+                            self.cq.wake();
+                        }
+                        Err(e) => (self.on_error)(format!("connection from {peer}: {e}")),
+                    }
+                }
+                Err(Error::Timeout(_)) => {}
+                Err(e) => (self.on_error)(format!("refused a connection: {e}")),
+            }
+        }
+    }
 }
