@@ -98,6 +98,22 @@ impl Setup {
         }
     }
 
+    /// mds-a, the primary; mds-b, its mirror, in sync; a store that knows both; and
+    /// their two ports.
+    fn mirrored(&self) -> (Daemon, Daemon, Daemon, (u16, u16)) {
+        let (port_a, port_b) = (free_port(), free_port());
+        let a = self.mds("mds-a", port_a, true);
+        self.wait_log(
+            "mds-a",
+            "mds-a is the primary (epoch 1",
+            Duration::from_secs(30),
+        );
+        let b = self.mds("mds-b", port_b, false);
+        self.wait_log("mds-a", "mirror mds-b is in sync", Duration::from_secs(30));
+        let ds = self.ds(&format!("127.0.0.1:{port_a},127.0.0.1:{port_b}"));
+        (a, b, ds, (port_a, port_b))
+    }
+
     /// `orion ds` of group 0 that knows the MDSs `mds`.
     fn ds(&self, mds: &str) -> Daemon {
         let ds_args: Vec<String> = [
@@ -464,17 +480,8 @@ fn with_etcd_lost_the_primary_serves_out_its_lease_and_nobody_takes_over() {
 #[test]
 fn a_client_of_a_stopped_primary_overwrites_no_page_of_the_new_primarys_clients() {
     let s = Setup::new();
-    let (port_a, port_b) = (free_port(), free_port());
-    let a = s.mds("mds-a", port_a, true);
-    s.wait_log(
-        "mds-a",
-        "mds-a is the primary (epoch 1",
-        Duration::from_secs(30),
-    );
-    let _b = s.mds("mds-b", port_b, false);
-    s.wait_log("mds-a", "mirror mds-b is in sync", Duration::from_secs(30));
+    let (a, _b, _ds, (port_a, port_b)) = s.mirrored();
     let both = format!("127.0.0.1:{port_a},127.0.0.1:{port_b}");
-    let _ds = s.ds(&both);
     let client = |mds: String, lanes: usize| {
         let cfg = ClientConfig {
             mds,
@@ -512,17 +519,8 @@ fn a_client_of_a_stopped_primary_overwrites_no_page_of_the_new_primarys_clients(
 #[test]
 fn a_client_whose_primary_stopped_answering_goes_on_at_the_mirror_before_its_timeout() {
     let s = Setup::new();
-    let (port_a, port_b) = (free_port(), free_port());
-    let a = s.mds("mds-a", port_a, true);
-    s.wait_log(
-        "mds-a",
-        "mds-a is the primary (epoch 1",
-        Duration::from_secs(30),
-    );
-    let _b = s.mds("mds-b", port_b, false);
-    s.wait_log("mds-a", "mirror mds-b is in sync", Duration::from_secs(30));
+    let (a, _b, _ds, (port_a, port_b)) = s.mirrored();
     let both = format!("127.0.0.1:{port_a},127.0.0.1:{port_b}");
-    let _ds = s.ds(&both);
     let timeout = Duration::from_secs(120);
     let cfg = ClientConfig {
         mds: both,
