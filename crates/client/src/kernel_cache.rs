@@ -33,7 +33,7 @@ use orion_proto::{
 use tracing::{debug, warn};
 
 use crate::fs::lock;
-use crate::remote::open_mds;
+use crate::remote::{open_mds, CONNECT_PATIENCE};
 use crate::ClientConfig;
 
 /// What the front-end does with invalidations (it must not call the client).
@@ -263,12 +263,16 @@ pub(crate) fn callback_loop(
     kc: Arc<KernelCache>,
 ) {
     let addrs = orion_proto::mds_addresses(&cfg.mds);
+    // Each address's patience for a connect, as a lane's reconnection gives it
+    // (`Remote::reconnect`): a vanished host costs a second, a slow one gets more.
+    let mut patience = vec![CONNECT_PATIENCE; addrs.len()];
     let mut at = 0;
     while !kc.stop.load(Ordering::Acquire) {
         kc.new_session();
-        let addr = &addrs[at % addrs.len().max(1)];
+        let k = at % addrs.len().max(1);
+        let addr = &addrs[k];
         at += 1;
-        match session(&cfg, &domain, addr, instance, &kc) {
+        match session(&cfg, &domain, addr, &mut patience[k], instance, &kc) {
             Ok(()) => {}
             Err(e) => {
                 debug!("callback connection to {addr}: {e}");
@@ -279,16 +283,30 @@ pub(crate) fn callback_loop(
     kc.new_session();
 }
 
-/// One callback connection, until it breaks or the client stops.
+/// One callback connection, until it breaks or the client stops; a connect that
+/// used all its `patience` doubles it, one that succeeds resets it.
 fn session(
     cfg: &ClientConfig,
     domain: &Domain,
     addr: &str,
+    patience: &mut Duration,
     instance: u64,
     kc: &KernelCache,
 ) -> Result<(), String> {
     let cq = domain.completion_queue().map_err(|e| e.to_string())?;
-    let mut ch = open_mds(domain, &cq, addr, Duration::MAX).map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    let mut ch = match open_mds(domain, &cq, addr, *patience) {
+        Ok(ch) => {
+            *patience = CONNECT_PATIENCE;
+            ch
+        }
+        Err(e) => {
+            if started.elapsed() >= *patience {
+                *patience = patience.saturating_mul(2);
+            }
+            return Err(e.to_string());
+        }
+    };
     let timeout = Duration::from_millis(cfg.op_timeout_ms);
     let hello = MdsRequest::Hello(Hello {
         internal: None,

@@ -138,7 +138,7 @@ const SILENCE: Duration = Duration::from_secs(1);
 /// handshake. A host that is up answers within milliseconds (a process gone refuses
 /// at once, and a server's acceptor runs several handshakes at a time); one that does
 /// not answer in a second is most likely down, or its process stopped.
-const CONNECT_PATIENCE: Duration = Duration::from_secs(1);
+pub(crate) const CONNECT_PATIENCE: Duration = Duration::from_secs(1);
 
 /// Most state-changing requests of one operation remembered for its re-runs.
 const MAX_APPLIED: usize = 64;
