@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use orion_fabric::{CompletionQueue, Domain};
+use orion_proto::channel::Patience;
 use orion_proto::{
     decode_reply, is_reply, Event, Hello, Invalidation, MdsRequest, MdsToClient, Message, Reply,
     ReplyBody,
@@ -33,7 +34,7 @@ use orion_proto::{
 use tracing::{debug, warn};
 
 use crate::fs::lock;
-use crate::remote::{open_mds, CONNECT_PATIENCE};
+use crate::remote::open_mds;
 use crate::ClientConfig;
 
 /// What the front-end does with invalidations (it must not call the client).
@@ -263,16 +264,15 @@ pub(crate) fn callback_loop(
     kc: Arc<KernelCache>,
 ) {
     let addrs = orion_proto::mds_addresses(&cfg.mds);
-    // Each address's patience for a connect, as a lane's reconnection gives it
-    // (`Remote::reconnect`): a vanished host costs a second, a slow one gets more.
-    let mut patience = vec![CONNECT_PATIENCE; addrs.len()];
+    // As a lane's reconnection (`Remote::reconnect`): a vanished host costs a second.
+    let mut patience = Patience::new(addrs.len());
     let mut at = 0;
     while !kc.stop.load(Ordering::Acquire) {
         kc.new_session();
         let k = at % addrs.len().max(1);
         let addr = &addrs[k];
         at += 1;
-        match session(&cfg, &domain, addr, &mut patience[k], instance, &kc) {
+        match session(&cfg, &domain, (addr, k), &mut patience, instance, &kc) {
             Ok(()) => {}
             Err(e) => {
                 debug!("callback connection to {addr}: {e}");
@@ -283,30 +283,19 @@ pub(crate) fn callback_loop(
     kc.new_session();
 }
 
-/// One callback connection, until it breaks or the client stops; a connect that
-/// used all its `patience` doubles it, one that succeeds resets it.
+/// One callback connection to `addr` (address `k` of the MDSs), until it breaks or
+/// the client stops.
 fn session(
     cfg: &ClientConfig,
     domain: &Domain,
-    addr: &str,
-    patience: &mut Duration,
+    (addr, k): (&str, usize),
+    patience: &mut Patience,
     instance: u64,
     kc: &KernelCache,
 ) -> Result<(), String> {
     let cq = domain.completion_queue().map_err(|e| e.to_string())?;
-    let started = Instant::now();
-    let mut ch = match open_mds(domain, &cq, addr, *patience) {
-        Ok(ch) => {
-            *patience = CONNECT_PATIENCE;
-            ch
-        }
-        Err(e) => {
-            if started.elapsed() >= *patience {
-                *patience = patience.saturating_mul(2);
-            }
-            return Err(e.to_string());
-        }
-    };
+    let mut ch =
+        (patience.attempt(k, |p| open_mds(domain, &cq, addr, p))).map_err(|e| e.to_string())?;
     let timeout = Duration::from_millis(cfg.op_timeout_ms);
     let hello = MdsRequest::Hello(Hello {
         internal: None,

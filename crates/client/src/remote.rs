@@ -14,6 +14,7 @@ use orion_fabric::{
 use orion_format::{PoolKind, Superblock, PAGE_SIZE};
 use orion_meta::{FsError, FsResult};
 
+use orion_proto::channel::Patience;
 use orion_proto::channel::USER_WR_BASE;
 use orion_proto::{
     Channel, Epoch, Hello, MdsRequest, MemberId, Message, Reply, ReplyBody, StoreInfo,
@@ -134,12 +135,6 @@ const MDS_TRUST: Duration = Duration::from_millis(1);
 /// its replies until its term ends, within the lease.)
 const SILENCE: Duration = Duration::from_secs(1);
 
-/// How long a reconnection waits for each MDS host to answer a connect and its
-/// handshake. A host that is up answers within milliseconds (a process gone refuses
-/// at once, and a server's acceptor runs several handshakes at a time); one that does
-/// not answer in a second is most likely down, or its process stopped.
-pub(crate) const CONNECT_PATIENCE: Duration = Duration::from_secs(1);
-
 /// Most state-changing requests of one operation remembered for its re-runs.
 const MAX_APPLIED: usize = 64;
 
@@ -168,7 +163,7 @@ impl Remote {
         // hello); a host that is down is given a second at first, then the fabric's
         // connect timeout.
         let mut last = None;
-        let found = [CONNECT_PATIENCE, Duration::MAX]
+        let found = [Patience::FIRST, Duration::MAX]
             .iter()
             .find_map(|&patience| {
                 mds_addrs.iter().enumerate().find_map(|(i, a)| {
@@ -495,14 +490,12 @@ impl Remote {
     /// Connects again, starting at the address after the one that broke: after a
     /// fail-over the mirror serves there, while a connect to the old primary's host,
     /// if that host is gone, waits out its timeout. A restarted MDS with a mirror is
-    /// reached one refused hello later. Each host gets [`CONNECT_PATIENCE`] to answer
-    /// a connect and its handshake, doubled (up to the fabric's connect timeout) each
-    /// time it used all of it: a slow host or network is reached in a later round,
-    /// and a vanished host costs a second in the first, while the rounds start at
-    /// the other address.
+    /// reached one refused hello later. Each host gets a second to answer (see
+    /// [`Patience`]): a vanished host costs that in the first round, while the
+    /// rounds start at the other address.
     fn reconnect(&mut self) -> FsResult<()> {
         let deadline = Instant::now() + Duration::from_millis(self.cfg.reconnect_ms);
-        let mut patience = vec![CONNECT_PATIENCE; self.mds_addrs.len()];
+        let mut patience = Patience::new(self.mds_addrs.len());
         let mut tried = 0;
         loop {
             self.mds_at = (self.mds_at + 1) % self.mds_addrs.len();
@@ -512,15 +505,13 @@ impl Remote {
             }
             tried += 1;
             let (addr, at) = (self.mds_addr().to_string(), self.mds_at);
-            let started = Instant::now();
-            let attempt = open_mds(&self.domain, &self.cq, &addr, patience[at]).and_then(|ch| {
-                self.mds = ch;
-                self.fresh = true;
-                self.hello()
+            let attempt = patience.attempt(at, |p| {
+                open_mds(&self.domain, &self.cq, &addr, p).and_then(|ch| {
+                    self.mds = ch;
+                    self.fresh = true;
+                    self.hello()
+                })
             });
-            if attempt.is_err() && started.elapsed() >= patience[at] {
-                patience[at] = patience[at].saturating_mul(2);
-            }
             match attempt {
                 Ok(()) => {
                     self.stats.reconnects += 1;

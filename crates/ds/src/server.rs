@@ -10,6 +10,7 @@ use orion_fabric::{Access, CompletionQueue, ConnId, Domain, FabricConfig, OpKind
 use orion_format::{Gpa, PoolKind, Superblock, PAGE_SIZE, SUPERBLOCK_SIZE};
 use orion_pmem::{ModeChoice, Pool};
 use orion_progress::{Progress, Unit};
+use orion_proto::channel::Patience;
 use orion_proto::{
     is_reply, peek_id, Channel, DsHello, DsInfoReply, Event, MemberId, Message, Reply, ReplyBody,
     StoreRequest, StoreToMds, MAX_PERSISTED,
@@ -66,10 +67,8 @@ struct Store {
     last_attempt: Option<Instant>,
     /// Which of the `mds` addresses (the primary and its mirror) is tried next.
     mds_at: usize,
-    /// How long a join waits for each MDS host (by address) to answer a connect and
-    /// its handshake: a second at first, twice as long after each attempt that used
-    /// all of it.
-    join_patience: Vec<Duration>,
+    /// How long a join waits for each MDS host to answer.
+    join_patience: Patience,
     /// When a failed join was last logged.
     join_warned: Option<Instant>,
     /// When the MDS last sent anything (it answers every heartbeat).
@@ -190,6 +189,7 @@ pub fn run(
         cfg.pool.display(),
         pool.describe()
     );
+    let join_patience = Patience::new(orion_proto::mds_addresses(&cfg.mds).len());
     let mut st = Store {
         cfg,
         pool: Arc::new(pool),
@@ -202,7 +202,7 @@ pub fn run(
         mds: None,
         last_attempt: None,
         mds_at: 0,
-        join_patience: Vec::new(),
+        join_patience,
         join_warned: None,
         mds_heard: Instant::now(),
         persisted: Vec::new(),
@@ -285,11 +285,6 @@ pub fn run(
     Ok(())
 }
 
-/// How long a join's first round waits for each MDS host to answer a connect: a host
-/// that is up answers within milliseconds, and one silent for a second is most likely
-/// down (the fabric's connect timeout is 10 s).
-const JOIN_PATIENCE: Duration = Duration::from_secs(1);
-
 /// The MDS refused this store (wrong cluster, group taken): retrying cannot help.
 #[derive(Debug)]
 struct Refused(String);
@@ -307,19 +302,15 @@ impl Store {
         // Each address in turn (the primary and its mirror, which turns stores away),
         // from the one that answered last, or the one after it if that one was lost.
         let n = orion_proto::mds_addresses(&self.cfg.mds).len().max(1);
-        self.join_patience.resize(n, JOIN_PATIENCE);
         let mut last = None;
         for _ in 0..n {
-            let (at, started) = (self.mds_at, Instant::now());
-            let joined = self.join_at(&self.mds_addr(), self.join_patience[at]);
-            if joined.is_err() && started.elapsed() >= self.join_patience[at] {
-                self.join_patience[at] = self.join_patience[at].saturating_mul(2);
-            }
+            let (at, addr) = (self.mds_at, self.mds_addr());
+            // Taken out while the join borrows the store.
+            let mut patience = std::mem::take(&mut self.join_patience);
+            let joined = patience.attempt(at, |p| self.join_at(&addr, p));
+            self.join_patience = patience;
             match joined {
-                Ok(()) => {
-                    self.join_patience.fill(JOIN_PATIENCE);
-                    return Ok(());
-                }
+                Ok(()) => return Ok(()),
                 Err(e) if e.downcast_ref::<Refused>().is_some() => return Err(e),
                 Err(e) => {
                     self.mds_at = (self.mds_at + 1) % n;

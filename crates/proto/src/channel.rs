@@ -294,29 +294,17 @@ pub fn spawn_acceptor(
 }
 
 /// What each acceptor thread shares.
-struct Acceptor<F> {
+#[derive(Clone)]
+struct Acceptor {
     domain: Domain,
     listener: std::sync::Arc<orion_fabric::Listener>,
     cq: std::sync::Arc<CompletionQueue>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    on_error: std::sync::Arc<F>,
+    on_error: std::sync::Arc<dyn Fn(String) + Send + Sync>,
     tx: std::sync::mpsc::Sender<Channel>,
 }
 
-impl<F> Clone for Acceptor<F> {
-    fn clone(&self) -> Self {
-        Acceptor {
-            domain: self.domain.clone(),
-            listener: self.listener.clone(),
-            cq: self.cq.clone(),
-            stop: self.stop.clone(),
-            on_error: self.on_error.clone(),
-            tx: self.tx.clone(),
-        }
-    }
-}
-
-impl<F: Fn(String)> Acceptor<F> {
+impl Acceptor {
     fn run(&self) {
         while !self.stop.load(std::sync::atomic::Ordering::Relaxed) {
             match self.listener.accept(&self.cq, Duration::from_millis(100)) {
@@ -338,5 +326,73 @@ impl<F: Fn(String)> Acceptor<F> {
                 Err(e) => (self.on_error)(format!("refused a connection: {e}")),
             }
         }
+    }
+}
+
+/// How long a connect to each of a server's addresses (the primary MDS and its mirror)
+/// may wait for the host to answer, the handshake included: [`Patience::FIRST`] at
+/// first, doubled for an address each time an attempt there used all of it (a slow
+/// host or network is reached in a later round), and back to the first after a
+/// success. A host that is up answers within milliseconds (a process gone refuses at
+/// once, and a server runs several handshakes at a time); one silent for a second is
+/// most likely down or stopped, and costs no more than that while another address
+/// may serve (the fabric's connect timeout is 10 s).
+#[derive(Clone, Debug, Default)]
+pub struct Patience(Vec<Duration>);
+
+impl Patience {
+    pub const FIRST: Duration = Duration::from_secs(1);
+
+    pub fn new(addresses: usize) -> Patience {
+        Patience(vec![Self::FIRST; addresses.max(1)])
+    }
+
+    /// Runs `attempt` on address `k` with that address's patience, and learns from
+    /// how it went.
+    pub fn attempt<T, E>(
+        &mut self,
+        k: usize,
+        attempt: impl FnOnce(Duration) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
+        let patience = self.0[k];
+        let started = Instant::now();
+        let r = attempt(patience);
+        match &r {
+            Ok(_) => self.0.fill(Self::FIRST),
+            Err(_) if started.elapsed() >= patience => self.0[k] = patience.saturating_mul(2),
+            Err(_) => {}
+        }
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patience_doubles_for_an_address_that_used_it_all_and_resets_after_a_success() {
+        let mut p = Patience::new(2);
+        let seen = |p: &mut Patience, k: usize| {
+            let mut got = Duration::ZERO;
+            let _ = p.attempt(k, |d| -> std::result::Result<(), ()> {
+                got = d;
+                Err(())
+            });
+            got
+        };
+        // A host that did not answer within its patience (a vanished host).
+        let r: std::result::Result<(), ()> = p.attempt(0, |d| {
+            std::thread::sleep(d);
+            Err(())
+        });
+        assert!(r.is_err());
+        assert_eq!(seen(&mut p, 0), Patience::FIRST * 2);
+        // A quick refusal (a mirror turning the caller away) changes nothing.
+        assert_eq!(seen(&mut p, 1), Patience::FIRST);
+        assert_eq!(seen(&mut p, 0), Patience::FIRST * 2);
+        // A success anywhere starts every address afresh.
+        assert_eq!(p.attempt(1, |_| Ok::<u8, ()>(7)), Ok(7));
+        assert_eq!(seen(&mut p, 0), Patience::FIRST);
     }
 }
