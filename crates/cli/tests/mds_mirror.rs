@@ -549,3 +549,38 @@ fn a_client_whose_primary_stopped_answering_goes_on_at_the_mirror_before_its_tim
     );
     assert!(client.stat("/before").is_ok() && client.stat("/after").is_ok());
 }
+
+/// A flush (what a close(2) sends, and what the kernel sends for each descriptor
+/// of a program that calls `exec`) has nothing to wait for when nothing of the file
+/// is staged: it returns at once while another call holds the file's lane, here a
+/// chmod that waits out a stopped primary until the mirror takes over. It used to
+/// wait for the lane, seconds with a silent MDS (design note 65).
+#[test]
+fn a_flush_with_nothing_staged_does_not_wait_for_the_files_lane() {
+    let s = Setup::new();
+    let (a, _b, _ds, (port_a, port_b)) = s.mirrored();
+    let cfg = ClientConfig {
+        mds: format!("127.0.0.1:{port_a},127.0.0.1:{port_b}"),
+        // One lane: every call of the client waits for the chmod's.
+        lanes: 1,
+        op_timeout_ms: 120_000,
+        ..ClientConfig::default()
+    };
+    let client = std::sync::Arc::new(Client::connect(cfg, s.fabric()).unwrap());
+    let fd = client.open("/f", OpenFlags::create(), 0o644).unwrap();
+    client.pwrite(fd, 0, b"written before the stop").unwrap();
+    // SAFETY: kill only sends a signal to a child process of this test.
+    unsafe { libc::kill(a.pid() as i32, libc::SIGSTOP) };
+    let c = client.clone();
+    let chmod = std::thread::spawn(move || c.chmod("/f", 0o600));
+    // The chmod's call is sent and unanswered: it holds the lane for seconds.
+    std::thread::sleep(Duration::from_millis(300));
+    client.flush(fd).unwrap();
+    assert!(
+        !chmod.is_finished(),
+        "the flush waited for the chmod that held the file's lane"
+    );
+    chmod.join().unwrap().unwrap();
+    assert_eq!(client.stat("/f").unwrap().mode & 0o777, 0o600);
+    client.close(fd).unwrap();
+}

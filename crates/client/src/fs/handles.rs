@@ -45,7 +45,7 @@ impl Client {
     /// file after this returns sees them).
     pub fn close(&self, fd: Fd) -> FsResult<()> {
         let h = self.open_files().handles.remove(&fd.0).ok_or(EBADF)?;
-        let settled = self.run_data(h.ino, |i| i.datapath().settle(h.ino, h.gen));
+        let settled = self.settle(h.ino, h.gen);
         // The descriptor goes from the open table even when its staged writes failed
         // to commit (what close reports): the last one of an unlinked file lets the
         // MDS destroy it.
@@ -64,7 +64,16 @@ impl Client {
     pub fn flush(&self, fd: Fd) -> FsResult<()> {
         let (ino, _, _) = self.handle(fd)?;
         let gen = self.generation(fd)?;
-        self.run_data(ino, |i| i.datapath().settle(ino, gen))
+        self.settle(ino, gen)
+    }
+
+    /// Commits what is staged for the file and reports a failure to commit it; on
+    /// the file's lane only if there is anything to do ([`Lanes::settled`]).
+    fn settle(&self, ino: u64, gen: u64) -> FsResult<()> {
+        match self.lanes.settled(ino, gen) {
+            true => Ok(()),
+            false => self.run_data(ino, |i| i.datapath().settle(ino, gen)),
+        }
     }
 
     pub(crate) fn handle(&self, fd: Fd) -> FsResult<(u64, OpenFlags, u64)> {

@@ -181,6 +181,18 @@ impl Lanes {
         self.optimistic
     }
 
+    /// Whether settling file `ino` (generation `generation`) has nothing to do: no
+    /// lane has writes staged and no commit of the file's failed unreported. Then a
+    /// flush need not wait for the file's lane, which a call may hold for seconds
+    /// (one waiting out a silent MDS): a close of a descriptor that another thread
+    /// or process shares, or the one the kernel sends for a program's `exec`.
+    pub fn settled(&self, ino: u64, generation: u64) -> bool {
+        // A lane's bit is cleared after what it committed (or failed to) is
+        // recorded: the failure, if any, is in the map by then.
+        self.staged.load(Ordering::Acquire) == 0
+            && !lock(&self.failures).contains_key(&(ino, generation))
+    }
+
     /// The lanes open so far, with their numbers.
     pub fn existing(&self) -> impl Iterator<Item = (usize, &Mutex<Inner>)> {
         self.slots

@@ -8,6 +8,10 @@
 //! the lock, so that none lands out of order: a word freed by a close and taken by
 //! an open is never cleared after it was set. On the local fabric a write is a
 //! memory copy; elsewhere it is one one-sided write per first open and last close.
+//!
+//! Nothing under the lock reconnects ([`Remote::with_table`]): a reconnection waits
+//! up to `reconnect_ms` for an MDS, and every other thread's open and close would
+//! wait behind it, one reconnection after another, when the cluster is gone.
 
 use std::collections::HashMap;
 use std::sync::atomic::{fence, Ordering};
@@ -16,6 +20,8 @@ use std::sync::{Mutex, MutexGuard, TryLockError};
 use orion_fabric::RemoteRegion;
 use orion_proto::open_table::{bucket, offset, BUCKETS, BYTES, WAYS};
 use orion_proto::MdsRequest;
+
+use tracing::warn;
 
 use super::{io_err, Fail, Remote, Res};
 
@@ -102,30 +108,30 @@ impl Remote {
     /// [`Remote::clear_open`]) if its link count is 0 (the unlink came first). That order is the client's half of the
     /// pairing described in `orion_mds::open_tables`.
     pub(crate) fn hold_open(&mut self, ino: u64) -> Res<bool> {
-        let opens = self.opens.clone();
-        let mut st = opens.lock();
-        self.keep_table_written(&mut st, true)?;
-        if let Some(h) = st.held.get_mut(&ino) {
-            h.count += 1;
-            return Ok(false);
-        }
-        let b = bucket(ino) as usize;
-        let place = match st.words[b].iter().position(|w| *w == 0) {
-            Some(w) => Place::Way(w),
-            None => Place::Overflow,
-        };
-        if let Err(e) = self.write_place(ino, place, true) {
-            // The word may have landed: the next whole write makes it right.
-            st.written = None;
-            return Err(e);
-        }
-        if let Place::Way(w) = place {
-            st.words[b][w] = ino;
-        }
-        st.held.insert(ino, Held { count: 1, place });
-        // The word's store is ordered before the caller's loads of the inode.
-        fence(Ordering::SeqCst);
-        Ok(true)
+        self.with_table(|r, st| {
+            r.keep_table_written(st)?;
+            if let Some(h) = st.held.get_mut(&ino) {
+                h.count += 1;
+                return Ok(false);
+            }
+            let b = bucket(ino) as usize;
+            let place = match st.words[b].iter().position(|w| *w == 0) {
+                Some(w) => Place::Way(w),
+                None => Place::Overflow,
+            };
+            if let Err(e) = r.write_place(ino, place, true) {
+                // The word may have landed: the next whole write makes it right.
+                st.written = None;
+                return Err(e);
+            }
+            if let Place::Way(w) = place {
+                st.words[b][w] = ino;
+            }
+            st.held.insert(ino, Held { count: 1, place });
+            // The word's store is ordered before the caller's loads of the inode.
+            fence(Ordering::SeqCst);
+            Ok(true)
+        })
     }
 
     /// Releases one hold of `ino` taken by [`Remote::hold_open`] in this same call,
@@ -140,45 +146,60 @@ impl Remote {
     /// Clears the word of `ino` that [`OpenTable::release`] freed, unless an open has
     /// taken its place since (that open wrote its own word, after this one's release,
     /// under the lock). Run again after a reconnection (its error), it writes the
-    /// whole table to the new MDS. Other failures leave the word to the next whole
-    /// write of the table.
+    /// whole table to the new MDS. Other failures, a reconnection that found no MDS
+    /// among them, leave the word to the next whole write of the table: the close
+    /// itself has nothing more to wait for.
     pub(crate) fn clear_open(&mut self, ino: u64, place: Place) -> Res<()> {
-        let opens = self.opens.clone();
-        let mut st = opens.lock();
-        let taken = match place {
-            Place::Way(w) => st.words[bucket(ino) as usize][w] != 0,
-            Place::Overflow => st
-                .held
-                .get(&ino)
-                .is_some_and(|h| h.place == Place::Overflow),
-        };
-        let r = self.keep_table_written(&mut st, true).and_then(|()| {
-            if taken {
-                Ok(())
-            } else {
-                self.write_place(ino, place, false)
+        let r = self.with_table(|r, st| {
+            let taken = match place {
+                Place::Way(w) => st.words[bucket(ino) as usize][w] != 0,
+                Place::Overflow => st
+                    .held
+                    .get(&ino)
+                    .is_some_and(|h| h.place == Place::Overflow),
+            };
+            let r = r.keep_table_written(st).and_then(|()| {
+                if taken {
+                    Ok(())
+                } else {
+                    r.write_place(ino, place, false)
+                }
+            });
+            if r.is_err() {
+                match place {
+                    Place::Overflow => st.unheld.push(ino),
+                    Place::Way(_) => st.written = None,
+                }
             }
+            r
         });
         match r {
             Err(Fail::Reconnected) => Err(Fail::Reconnected),
-            Err(_) if place == Place::Overflow => {
-                st.unheld.push(ino);
-                Ok(())
-            }
-            Err(_) => {
-                st.written = None;
-                Ok(())
-            }
-            Ok(()) => Ok(()),
+            _ => Ok(()),
         }
     }
 
     /// Writes the table whole if the MDS's is not the one written (the keeper's
     /// look, `fs::keeper`).
     pub(crate) fn keep_open_table(&mut self) -> Res<()> {
+        self.with_table(|r, st| r.keep_table_written(st))
+    }
+
+    /// Runs `f` on the table, locked. What runs under the lock never reconnects
+    /// (each MDS operation in it gives up within two `SILENCE`s); a broken MDS
+    /// connection is re-established after the lock is released, and the caller's
+    /// operation runs again ([`Fail::Reconnected`]).
+    fn with_table<T>(&mut self, f: impl FnOnce(&mut Remote, &mut State) -> Res<T>) -> Res<T> {
         let opens = self.opens.clone();
-        let mut st = opens.lock();
-        self.keep_table_written(&mut st, true)
+        let r = f(self, &mut opens.lock());
+        match r {
+            Err(Fail::Fs(e)) if !self.mds.conn.is_alive() => {
+                warn!("lost the MDS at {} ({e}); reconnecting", self.mds_addr());
+                self.reconnect()?;
+                Err(Fail::Reconnected)
+            }
+            r => r,
+        }
     }
 
     /// After a hello: a new MDS's table gets this client's words now, unless a call
@@ -191,7 +212,7 @@ impl Remote {
             Err(TryLockError::Poisoned(e)) => e.into_inner(),
             Err(TryLockError::WouldBlock) => return,
         };
-        if self.keep_table_written(&mut st, false).is_err() {
+        if self.keep_table_written(&mut st).is_err() {
             st.written = None;
         }
     }
@@ -199,9 +220,8 @@ impl Remote {
     /// Writes the whole table into the MDS's if that is not the one written (a new
     /// MDS after a restart or a fail-over, whose region differs, or a write that
     /// failed), with the overflow set; asks again for the releases that failed.
-    /// Reconnects when the connection broke only if `reconnect` (a hello does not
-    /// recurse).
-    fn keep_table_written(&mut self, st: &mut State, reconnect: bool) -> Res<()> {
+    /// Never reconnects (see [`Remote::with_table`]).
+    fn keep_table_written(&mut self, st: &mut State) -> Res<()> {
         let table = self.open_table;
         let overflowing = |st: &State, ino| {
             (st.held.get(&ino)).is_some_and(|h: &Held| h.place == Place::Overflow)
@@ -227,9 +247,7 @@ impl Remote {
             .collect();
         self.io.write(0, &bytes).map_err(io_err)?;
         let len = bytes.len();
-        self.mds_one_sided(reconnect, |c, io, wr| {
-            c.post_write(wr, io, 0, &table, 0, len)
-        })?;
+        self.mds_one_sided(false, |c, io, wr| c.post_write(wr, io, 0, &table, 0, len))?;
         // Adding is enough: a table of the same MDS has no stale entries but those in
         // `unheld`, and another MDS's overflow set starts empty.
         for (&ino, h) in &st.held {
@@ -255,9 +273,12 @@ impl Remote {
                 let word = if hold { ino } else { 0 };
                 self.io.write(0, &word.to_le_bytes()).map_err(io_err)?;
                 let (table, at) = (self.open_table, offset(bucket(ino), w));
-                self.mds_one_sided(true, |c, io, wr| c.post_write(wr, io, 0, &table, at, 8))
+                self.mds_one_sided(false, |c, io, wr| c.post_write(wr, io, 0, &table, at, 8))
             }
-            Place::Overflow => self.call(&MdsRequest::HoldOpen { ino, hold }).map(|_| ()),
+            // The overflow is a set: asking twice after a break is harmless.
+            Place::Overflow => (self.call_once(&MdsRequest::HoldOpen { ino, hold }))
+                .map(|_| ())
+                .map_err(Fail::Fs),
         }
     }
 }
