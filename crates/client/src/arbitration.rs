@@ -132,7 +132,7 @@ impl InodeCache {
             }
         }
         self.map.remove(&ino);
-        let mut state = InodeState::new(ino, slot.ftype);
+        let mut state = InodeState::new(ino, slot.ftype, slot.generation);
         walk(remote, ino, slot.head(), slot.tail, &mut state, true)?;
         remote.stats.loads += 1;
         self.map.insert(

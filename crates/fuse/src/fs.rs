@@ -71,7 +71,7 @@ impl OrionFs {
     fn entry(&self, reply: ReplyEntry, r: FsResult<(Attr, Duration)>) {
         match r {
             Ok((a, ttl)) => {
-                reply.entry(&ttl, &file_attr(&a), Generation(0));
+                reply.entry(&ttl, &file_attr(&a), Generation(a.generation));
                 self.client.kernel_looked_up(a.ino);
             }
             Err(e) => reply.error(errno(e)),
@@ -711,7 +711,7 @@ impl Filesystem for OrionFs {
                 reply.created(
                     &ttl,
                     &file_attr(&a),
-                    Generation(0),
+                    Generation(a.generation),
                     FileHandle(fd.0),
                     fopen(self.data_cache),
                 );

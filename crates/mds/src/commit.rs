@@ -19,7 +19,7 @@ pub const MAX_COMMIT_PAGES: u64 = 1 << 16;
 /// Checks what a client may commit, and returns the data pages the entries name.
 pub fn check(engine: &MetaEngine, grants: &ChunkGrants, c: &Commit) -> FsResult<Vec<(Gpa, u64)>> {
     let attr = engine.getattr(c.ino)?;
-    if engine.inode(c.ino)?.generation != c.generation {
+    if attr.generation != c.generation {
         return Err(ESTALE);
     }
     if c.entries.is_empty() {

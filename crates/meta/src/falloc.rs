@@ -160,7 +160,7 @@ mod tests {
     use orion_format::{Gpa, WriteRec};
 
     fn file(size: u64, pages: u64) -> InodeState {
-        let mut st = InodeState::new(9, FileType::Regular);
+        let mut st = InodeState::new(9, FileType::Regular, 1);
         let mut freed = Vec::new();
         if pages > 0 {
             let w = Entry::Write(WriteRec {
@@ -223,7 +223,7 @@ mod tests {
         );
         assert_eq!(FallocPlan::new(&f, 0, 0, 0), Err(EINVAL));
         assert_eq!(FallocPlan::new(&f, MAX_FILE_SIZE, 1, 0), Err(EFBIG));
-        let d = InodeState::new(3, FileType::Directory);
+        let d = InodeState::new(3, FileType::Directory, 1);
         assert_eq!(FallocPlan::new(&d, 0, 1, 0), Err(EISDIR));
     }
 

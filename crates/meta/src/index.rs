@@ -27,6 +27,10 @@ pub struct Attr {
     pub rdev: u32,
     /// 512-byte blocks of data pages held.
     pub blocks: u64,
+    /// The inode slot's generation: inode numbers are reused, and (number,
+    /// generation) names one file for all time (a FUSE entry's generation, which
+    /// the kernel puts in the file handles it exports).
+    pub generation: u64,
 }
 
 impl Attr {
@@ -190,7 +194,8 @@ pub struct InodeState {
 }
 
 impl InodeState {
-    pub fn new(ino: u64, ftype: FileType) -> InodeState {
+    /// A fresh inode of slot generation `generation`, before its log applies.
+    pub fn new(ino: u64, ftype: FileType, generation: u64) -> InodeState {
         let body = match ftype {
             FileType::Regular => Body::File(FileIndex::default()),
             FileType::Directory => Body::Dir(DirIndex {
@@ -214,6 +219,7 @@ impl InodeState {
                 ctime: 0,
                 rdev: 0,
                 blocks: 0,
+                generation,
             },
             body,
             xattrs: BTreeMap::new(),

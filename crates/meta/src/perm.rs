@@ -205,7 +205,7 @@ mod tests {
     }
 
     fn attr(ftype: FileType, mode: u32, uid: u32, gid: u32) -> Attr {
-        let mut a = crate::index::InodeState::new(2, ftype).attr;
+        let mut a = crate::index::InodeState::new(2, ftype, 1).attr;
         a.mode = mode;
         a.uid = uid;
         a.gid = gid;

@@ -15,7 +15,6 @@ use crate::log::{walk_log, InodeLog};
 pub struct LoadedInode {
     pub state: InodeState,
     pub log: InodeLog,
-    pub generation: u64,
     pub parent: u64,
 }
 
@@ -34,7 +33,7 @@ pub fn load_inode(
     sb: &Superblock,
     ino: u64,
     tails: &HashMap<u64, u64>,
-) -> FsResult<(InodeState, InodeLog, u64, FileType)> {
+) -> FsResult<(InodeState, InodeLog, FileType)> {
     let off = sb.slot_off(ino);
     let slot = InodeSlot::decode(&pool.read_vec(off, INODE_SLOT_SIZE)?)?.ok_or_else(|| {
         crate::FsError::Corrupt(format!(
@@ -52,13 +51,13 @@ pub fn load_inode(
         .map(|&v| Tail::unpack(v))
         .unwrap_or(slot.tail);
     let head = slot.heads[(tail.version & 1) as usize];
-    let mut state = InodeState::new(ino, slot.ftype);
+    let mut state = InodeState::new(ino, slot.ftype, slot.generation);
     let mut freed = Vec::new();
     let log = walk_log(pool, ino, head, tail, sb.page_count, &mut |e, _| {
         freed.clear();
         state.apply(e, &mut freed)
     })?;
-    Ok((state, log, slot.generation, slot.ftype))
+    Ok((state, log, slot.ftype))
 }
 
 pub fn load_tree(
@@ -85,13 +84,12 @@ pub fn load_tree_reporting(
     };
     let mut queue = VecDeque::new();
     match load_inode(pool, sb, ROOT_INO, tails) {
-        Ok((state, log, generation, FileType::Directory)) => {
+        Ok((state, log, FileType::Directory)) => {
             tree.inodes.insert(
                 ROOT_INO,
                 LoadedInode {
                     state,
                     log,
-                    generation,
                     parent: ROOT_INO,
                 },
             );
@@ -136,7 +134,7 @@ pub fn load_tree_reporting(
                 continue;
             }
             match load_inode(pool, sb, ino, tails) {
-                Ok((state, log, generation, real)) => {
+                Ok((state, log, real)) => {
                     if real != ftype {
                         tree.problems.push(format!(
                             "{}: entry says {ftype:?}, inode is {real:?}",
@@ -149,7 +147,6 @@ pub fn load_tree_reporting(
                         LoadedInode {
                             state,
                             log,
-                            generation,
                             parent: dir,
                         },
                     );

@@ -174,7 +174,7 @@ mod tests {
 
     #[test]
     fn create_replace_and_types() {
-        let mut f = InodeState::new(5, FileType::Regular);
+        let mut f = InodeState::new(5, FileType::Regular, 1);
         let mut freed = Vec::new();
         assert_eq!(check_set(&f, b"user.a", 10, SetMode::Replace), Err(ENODATA));
         assert_eq!(
@@ -201,7 +201,7 @@ mod tests {
         assert_eq!(lookup(&f, b"user.a"), Err(ENODATA));
         assert_eq!(remove_entry(&f, b"user.a", 5), Err(ENODATA));
         assert_eq!(f.attr.ctime, 4);
-        let link = InodeState::new(6, FileType::Symlink);
+        let link = InodeState::new(6, FileType::Symlink, 1);
         assert_eq!(check_set(&link, b"user.a", 1, SetMode::Any), Err(EPERM));
         assert_eq!(check_set(&link, b"trusted.a", 1, SetMode::Any), Ok(()));
     }

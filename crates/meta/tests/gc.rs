@@ -235,7 +235,7 @@ fn apply_op(s: &mut orion_meta::InodeState, op: &FileOp) {
 }
 
 fn rebuilt_from(entries: &[orion_format::Entry]) -> orion_meta::InodeState {
-    let mut s = orion_meta::InodeState::new(7, orion_format::FileType::Regular);
+    let mut s = orion_meta::InodeState::new(7, orion_format::FileType::Regular, 1);
     for e in entries {
         s.apply(e, &mut Vec::new()).unwrap();
     }
@@ -256,7 +256,7 @@ proptest::proptest! {
         before in proptest::collection::vec(file_op(), 1..40),
         after in proptest::collection::vec(file_op(), 0..40),
     ) {
-        let mut state = orion_meta::InodeState::new(7, orion_format::FileType::Regular);
+        let mut state = orion_meta::InodeState::new(7, orion_format::FileType::Regular, 1);
         for op in &before {
             apply_op(&mut state, op);
         }

@@ -21,12 +21,13 @@ pub use msg::*;
 
 /// Magic of every message ("OR") and the protocol version both ends must speak.
 pub const MAGIC: u16 = 0x524F;
-/// Version 13: a client says when it wrote its whole open table
-/// (`MdsRequest::OpenTableWritten`), which a new MDS waits for (version 12: open
-/// tables (`open_table`) keep every client's open files through another's unlink;
-/// 11: a rename by a client that holds its target open keeps the target; 10:
-/// callbacks that keep clients' kernel caches true).
-pub const VERSION: u8 = 13;
+/// Version 14: an inode's attributes carry its slot generation (version 13: a
+/// client says when it wrote its whole open table (`MdsRequest::OpenTableWritten`),
+/// which a new MDS waits for; 12: open tables (`open_table`) keep every client's
+/// open files through another's unlink; 11: a rename by a client that holds its
+/// target open keeps the target; 10: callbacks that keep clients' kernel caches
+/// true).
+pub const VERSION: u8 = 14;
 /// Bytes of the header: magic, version, kind, pad, request id.
 pub const HEADER: usize = 16;
 

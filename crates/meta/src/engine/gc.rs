@@ -80,7 +80,11 @@ impl MetaEngine {
         // debug builds (every test) do it; the accounting check below is always on.
         #[cfg(debug_assertions)]
         {
-            let mut rebuilt = crate::index::InodeState::new(ino, inode.state.attr.ftype);
+            let mut rebuilt = crate::index::InodeState::new(
+                ino,
+                inode.state.attr.ftype,
+                inode.state.attr.generation,
+            );
             let mut ignored = Vec::new();
             for e in &entries {
                 rebuilt

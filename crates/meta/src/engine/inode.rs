@@ -69,20 +69,19 @@ impl MetaEngine {
             self.pool.write(slot_off, &slot.encode())?;
             self.pool.persist(slot_off, INODE_SLOT_SIZE)?;
             ilog.advance(p);
-            let mut state = InodeState::new(ino, ftype);
+            let mut state = InodeState::new(ino, ftype, generation);
             for e in &entries {
                 state.apply(e, &mut Vec::new())?;
             }
-            Ok((state, ilog, generation))
+            Ok((state, ilog))
         })();
         match result {
-            Ok((state, log, generation)) => {
+            Ok((state, log)) => {
                 self.inodes.insert(
                     ino,
                     Inode {
                         state,
                         log,
-                        generation,
                         parent: 0,
                     },
                 );

@@ -50,7 +50,6 @@ impl Default for EngineConfig {
 pub struct Inode {
     pub state: InodeState,
     pub log: InodeLog,
-    pub generation: u64,
     /// Parent directory (directories only; kept in DRAM, derived at mount).
     pub parent: u64,
 }

@@ -112,7 +112,6 @@ impl MetaEngine {
                 Inode {
                     state: li.state,
                     log: li.log,
-                    generation: li.generation,
                     parent: li.parent,
                 },
             );
@@ -183,8 +182,7 @@ fn unlinked_inode(
     data_used: &mut Option<HashSet<Gpa>>,
     inodes: &crate::FastMap<u64, Inode>,
 ) -> Option<Inode> {
-    let (state, log, generation, ftype) =
-        recovery::load_inode(pool, sb, ino, &HashMap::new()).ok()?;
+    let (state, log, ftype) = recovery::load_inode(pool, sb, ino, &HashMap::new()).ok()?;
     // A removed directory is kept too (empty: rmdir took only empty ones).
     let empty_dir = || state.dir().is_some_and(|d| d.names.is_empty());
     if !(ftype == FileType::Regular || ftype == FileType::Directory && empty_dir())
@@ -215,7 +213,6 @@ fn unlinked_inode(
     Some(Inode {
         state,
         log,
-        generation,
         parent: ROOT_INO,
     })
 }

@@ -491,7 +491,8 @@ pub(crate) fn put_attr(w: &mut Writer, a: &Attr) {
         .i64(a.mtime)
         .i64(a.ctime)
         .u32(a.rdev)
-        .u64(a.blocks);
+        .u64(a.blocks)
+        .u64(a.generation);
 }
 
 pub(crate) fn attr(r: &mut Reader) -> Result<Attr, ProtoError> {
@@ -508,6 +509,7 @@ pub(crate) fn attr(r: &mut Reader) -> Result<Attr, ProtoError> {
         ctime: r.i64("ctime")?,
         rdev: r.u32("rdev")?,
         blocks: r.u64("blocks")?,
+        generation: r.u64("generation")?,
     })
 }
 

@@ -1,0 +1,116 @@
+//! File handles through the mount (`name_to_handle_at`, `open_by_handle_at`: what
+//! an NFS server exports). The kernel's handle of a FUSE file is its inode number
+//! and the generation the mount answered its lookup with. Orion reuses inode
+//! numbers, so a file that gets a removed file's number must get another
+//! generation too, or the removed file's handle opens the new file.
+
+mod cluster;
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use cluster::Cluster;
+use orion_client::{Client, OpenFlags};
+
+/// Words a handle may take after its header (FUSE's take 3 or 6).
+const HANDLE_WORDS: usize = 32;
+
+/// A `struct file_handle`: its byte count and type, then the bytes, in words so
+/// that the header is aligned as the kernel's structure is.
+#[derive(Clone, PartialEq, Eq, Debug)]
+struct Handle(Vec<u32>);
+
+impl Handle {
+    fn of(path: &Path) -> Handle {
+        let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+        let mut h = vec![0u32; 2 + HANDLE_WORDS];
+        h[0] = (HANDLE_WORDS * 4) as u32;
+        let mut mount_id = 0;
+        // SAFETY: `c` is NUL-terminated; `h` is a file_handle header (u32 bytes, i32
+        // type) followed by room for the byte count it gives.
+        let r = unsafe {
+            libc::name_to_handle_at(
+                libc::AT_FDCWD,
+                c.as_ptr(),
+                h.as_mut_ptr().cast::<libc::file_handle>(),
+                &mut mount_id,
+                0,
+            )
+        };
+        assert_eq!(r, 0, "name_to_handle_at {}: {}", path.display(), errno());
+        h.truncate(2 + (h[0] as usize).div_ceil(4));
+        Handle(h)
+    }
+
+    /// The file the handle names, opened for reading through the mount of `dir`.
+    fn open(&self, dir: &File) -> Result<File, i32> {
+        let mut h = self.0.clone();
+        // SAFETY: `h` is a handle name_to_handle_at filled; `dir` is open.
+        let fd = unsafe {
+            libc::open_by_handle_at(
+                dir.as_raw_fd(),
+                h.as_mut_ptr().cast::<libc::file_handle>(),
+                libc::O_RDONLY,
+            )
+        };
+        match fd {
+            // SAFETY: a descriptor open_by_handle_at just opened, owned by nothing else.
+            fd if fd >= 0 => Ok(unsafe { File::from_raw_fd(fd) }),
+            _ => Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0)),
+        }
+    }
+}
+
+fn errno() -> std::io::Error {
+    std::io::Error::last_os_error()
+}
+
+/// A removed file's handle does not open the file that reuses its inode number: it
+/// fails with ESTALE, as on a local file system, while the new file's handle opens
+/// the new file. With the generation 0 the mount used to answer, both handles were
+/// the same bytes and the old one opened the new file.
+#[test]
+fn a_removed_files_handle_does_not_open_the_file_that_reuses_its_inode_number() {
+    let cluster = Cluster::start("local", 1);
+    let m = cluster.mount("a", &[]);
+    let client = Client::connect(cluster.client_config(true, false), cluster.fabric())
+        .expect("a client of the cluster");
+    let (old_path, new_path) = (m.path.join("old"), m.path.join("new"));
+    std::fs::write(&old_path, b"the old file").unwrap();
+    let ino = std::fs::metadata(&old_path).unwrap().ino();
+    let old = Handle::of(&old_path);
+    std::fs::remove_file(&old_path).unwrap();
+    // Free inode numbers are taken first in, first out: new files go through them
+    // (the cluster's 64 MiB MDS pool has 8192) until one gets the old number.
+    let mut reused = false;
+    for _ in 0..3 * 8192 {
+        let fd = client.open("/new", OpenFlags::create(), 0o644).unwrap();
+        let got = client.fstat(fd).unwrap().ino;
+        client.close(fd).unwrap();
+        if got == ino {
+            reused = true;
+            break;
+        }
+        client.unlink("/new").unwrap();
+    }
+    assert!(reused, "no new file got inode {ino}");
+    std::fs::write(&new_path, b"the new file").unwrap();
+    assert_eq!(std::fs::metadata(&new_path).unwrap().ino(), ino);
+    let new = Handle::of(&new_path);
+    assert_eq!(old.0[1], new.0[1], "the handles' types");
+    assert_eq!(old.0[2..4], new.0[2..4], "the inode numbers in the handles");
+    assert_ne!(old, new, "one handle for two files");
+    let dir = File::open(&m.path).unwrap();
+    assert_eq!(old.open(&dir).err(), Some(libc::ESTALE));
+    let mut text = String::new();
+    new.open(&dir)
+        .expect("the new file's handle")
+        .read_to_string(&mut text)
+        .unwrap();
+    assert_eq!(text, "the new file");
+}
