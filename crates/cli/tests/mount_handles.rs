@@ -1,8 +1,10 @@
-//! File handles through the mount (`name_to_handle_at`, `open_by_handle_at`: what
-//! an NFS server exports). The kernel's handle of a FUSE file is its inode number
-//! and the generation the mount answered its lookup with. Orion reuses inode
-//! numbers, so a file that gets a removed file's number must get another
-//! generation too, or the removed file's handle opens the new file.
+//! The kernel's references to files through the mount, and Orion's reuse of inode
+//! numbers. A file handle (`name_to_handle_at`, `open_by_handle_at`: what an NFS
+//! server exports) is a FUSE file's inode number and the generation the mount
+//! answered its lookup with, so a file that gets a removed file's number must get
+//! another generation too, or the removed file's handle opens the new file. And a
+//! reference that outlives its directory (a working directory, an `O_PATH`
+//! descriptor) must not reach the later directory that took its number.
 
 mod cluster;
 
@@ -16,6 +18,19 @@ use std::path::Path;
 
 use cluster::Cluster;
 use orion_client::{Client, OpenFlags};
+
+/// Free inode numbers are taken first in, first out: new files from `make` go
+/// through them (the cluster's 64 MiB MDS pool has 8192) until one gets `ino`,
+/// and stays; the others are removed by `remove`.
+fn take_number(ino: u64, make: impl Fn() -> u64, remove: impl Fn()) {
+    for _ in 0..3 * 8192 {
+        if make() == ino {
+            return;
+        }
+        remove();
+    }
+    panic!("no new file got inode {ino}");
+}
 
 /// Words a handle may take after its header (FUSE's take 3 or 6).
 const HANDLE_WORDS: usize = 32;
@@ -85,20 +100,13 @@ fn a_removed_files_handle_does_not_open_the_file_that_reuses_its_inode_number() 
     let ino = std::fs::metadata(&old_path).unwrap().ino();
     let old = Handle::of(&old_path);
     std::fs::remove_file(&old_path).unwrap();
-    // Free inode numbers are taken first in, first out: new files go through them
-    // (the cluster's 64 MiB MDS pool has 8192) until one gets the old number.
-    let mut reused = false;
-    for _ in 0..3 * 8192 {
+    let make = || {
         let fd = client.open("/new", OpenFlags::create(), 0o644).unwrap();
         let got = client.fstat(fd).unwrap().ino;
         client.close(fd).unwrap();
-        if got == ino {
-            reused = true;
-            break;
-        }
-        client.unlink("/new").unwrap();
-    }
-    assert!(reused, "no new file got inode {ino}");
+        got
+    };
+    take_number(ino, make, || client.unlink("/new").unwrap());
     std::fs::write(&new_path, b"the new file").unwrap();
     assert_eq!(std::fs::metadata(&new_path).unwrap().ino(), ino);
     let new = Handle::of(&new_path);
@@ -113,4 +121,67 @@ fn a_removed_files_handle_does_not_open_the_file_that_reuses_its_inode_number() 
         .read_to_string(&mut text)
         .unwrap();
     assert_eq!(text, "the new file");
+}
+
+/// Calls through a kernel reference to a directory another client removed fail
+/// with ESTALE once a later directory has its number: they create nothing in the
+/// later directory and find none of its names. The reference here is an `O_PATH`
+/// descriptor; a working directory is the same to the kernel, and neither holds
+/// the directory open at the MDS. Without the mount's check, the create through
+/// the old reference landed in the later directory.
+#[test]
+fn a_removed_directorys_reference_reaches_no_later_directory_with_its_number() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let cluster = Cluster::start("local", 1);
+    let m = cluster.mount("a", &[]);
+    let client = Client::connect(cluster.client_config(true, false), cluster.fabric())
+        .expect("a client of the cluster");
+    std::fs::create_dir(m.path.join("gone")).unwrap();
+    let held = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+        .open(m.path.join("gone"))
+        .unwrap();
+    let ino = held.metadata().unwrap().ino();
+    client.rmdir("/gone").unwrap();
+    let make = || {
+        client.mkdir("/later", 0o755).unwrap();
+        client.stat("/later").unwrap().ino
+    };
+    take_number(ino, make, || client.rmdir("/later").unwrap());
+    client.mkdir("/later/inside", 0o755).unwrap();
+    let at = |name: &std::ffi::CStr, f: &dyn Fn(i32, *const libc::c_char) -> i32| {
+        let r = f(held.as_raw_fd(), name.as_ptr());
+        (r >= 0, std::io::Error::last_os_error().raw_os_error())
+    };
+    let created = at(c"x", &|d, n| {
+        // SAFETY: openat on an open descriptor and a NUL-terminated name (a
+        // descriptor it returned would only leak until the test's end).
+        unsafe { libc::openat(d, n, libc::O_CREAT | libc::O_WRONLY, 0o644) }
+    });
+    assert_eq!(created, (false, Some(libc::ESTALE)), "openat(O_CREAT)");
+    // SAFETY: mkdirat on an open descriptor and a NUL-terminated name.
+    let made = at(c"y", &|d, n| unsafe { libc::mkdirat(d, n, 0o755) });
+    assert_eq!(made, (false, Some(libc::ESTALE)), "mkdirat");
+    let found = at(c"inside", &|d, n| {
+        // SAFETY: fstatat into a stat buffer of its own.
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            libc::fstatat(d, n, &mut st, 0)
+        }
+    });
+    assert_eq!(
+        found,
+        (false, Some(libc::ESTALE)),
+        "fstatat of a later name"
+    );
+    let names: Vec<Vec<u8>> = (client.readdir("/later").unwrap().into_iter())
+        .map(|e| e.name)
+        .filter(|n| n != b"." && n != b"..")
+        .collect();
+    assert_eq!(
+        names,
+        vec![b"inside".to_vec()],
+        "the later directory's names"
+    );
 }

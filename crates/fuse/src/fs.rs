@@ -24,6 +24,7 @@ use orion_client::{
 
 use crate::convert::*;
 use crate::listings::Listings;
+use crate::nodes::Nodes;
 
 mod permissions;
 
@@ -40,6 +41,8 @@ pub struct OrionFs {
     locked: Mutex<HashSet<u64>>,
     /// The kernel keeps file data too, across opens (see [`crate::cache`]).
     data_cache: bool,
+    /// The generation of each inode the kernel holds ([`crate::nodes`]).
+    nodes: Nodes,
 }
 
 impl OrionFs {
@@ -49,6 +52,7 @@ impl OrionFs {
             listings: Listings::default(),
             locked: Mutex::new(HashSet::new()),
             data_cache: false,
+            nodes: Nodes::default(),
         }
     }
 
@@ -71,11 +75,31 @@ impl OrionFs {
     fn entry(&self, reply: ReplyEntry, r: FsResult<(Attr, Duration)>) {
         match r {
             Ok((a, ttl)) => {
+                // Before the reply: the kernel may name the inode in a request on
+                // another thread as soon as it has the entry.
+                self.nodes.told(a.ino, a.generation);
                 reply.entry(&ttl, &file_attr(&a), Generation(a.generation));
                 self.client.kernel_looked_up(a.ino);
             }
             Err(e) => reply.error(errno(e)),
         }
+    }
+
+    /// Err(ESTALE) when inode `ino` as the kernel holds it is gone and its number
+    /// belongs to a later file ([`crate::nodes`]).
+    pub(crate) fn current(&self, ino: u64) -> FsResult<()> {
+        match self.nodes.generation(ino) {
+            Some(g) => same_file(&self.client.getattr(ino)?, g),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Err(ESTALE) unless `a` is of the generation `g` the kernel holds.
+fn same_file(a: &Attr, g: u64) -> FsResult<()> {
+    match a.generation == g {
+        true => Ok(()),
+        false => Err(FsError::Errno(libc::ESTALE)),
     }
 }
 
@@ -113,6 +137,7 @@ impl Filesystem for OrionFs {
         };
         // A hand-over name (the preload library's way to a file it holds and has no
         // path to; see `client/src/fs/handover.rs`): the inode, kept by no cache.
+        let r = r.and_then(|_| self.current(parent.0));
         let handover = (parent.0 == ROOT_INO && r.is_ok())
             .then(|| self.client.handover_target(name.as_bytes()))
             .flatten();
@@ -126,13 +151,21 @@ impl Filesystem for OrionFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.nodes.forgot(ino.0, nlookup);
         self.client.kernel_forgot(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let _timed = self.client.timed(Call::Getattr);
         let _kernel = self.client.kernel_gate();
-        match self.getattr_for_kernel(ino.0) {
+        let r = self.getattr_for_kernel(ino.0).and_then(|(a, ttl)| {
+            match self.nodes.generation(ino.0) {
+                Some(g) => same_file(&a, g),
+                None => Ok(()),
+            }
+            .map(|_| (a, ttl))
+        });
+        match r {
             Ok((a, ttl)) => reply.attr(&ttl, &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
         }
@@ -522,6 +555,7 @@ impl Filesystem for OrionFs {
         // Opened as a descriptor of the client: the directory is then held, and a
         // removal elsewhere leaves it for `fstat` (link count 0) until the release.
         let r = (self.may(req, ino.0, perm::MAY_READ))
+            .and_then(|_| self.current(ino.0))
             .and_then(|_| self.client.open_ino(ino.0, OpenFlags::read()));
         match r {
             Ok(fd) => {
@@ -708,6 +742,7 @@ impl Filesystem for OrionFs {
         });
         match r {
             Ok((a, fd, ttl)) => {
+                self.nodes.told(a.ino, a.generation);
                 reply.created(
                     &ttl,
                     &file_attr(&a),

@@ -19,6 +19,7 @@ pub mod fs;
 mod listings;
 pub mod metrics;
 pub mod mount;
+mod nodes;
 pub mod passthrough;
 
 pub use fs::OrionFs;

@@ -2,7 +2,9 @@
 //! kernel to check modes (`default_permissions` is off), so that a change another
 //! client makes to a mode or an owner counts at once. The checks are the client
 //! library's (`orion_client::access`, shared with the preload library); these give
-//! them the caller's credentials.
+//! them the caller's credentials. A change to a directory also checks that the
+//! directory is still the one the kernel means ([`OrionFs::current`]): no name is
+//! added to or removed from a later directory that took a removed one's number.
 
 use fuser::Request;
 use orion_client::{Attr, FsResult, RenameMode};
@@ -18,6 +20,7 @@ impl OrionFs {
 
     /// Adding a name to `parent`: write and search permission.
     pub(super) fn may_add(&self, req: &Request, parent: u64) -> FsResult<()> {
+        self.current(parent)?;
         with_cred(req, |c| self.client.may_add(c, parent))
     }
 
@@ -29,6 +32,7 @@ impl OrionFs {
         parent: u64,
         name: &[u8],
     ) -> FsResult<Option<Attr>> {
+        self.current(parent)?;
         with_cred(req, |c| self.client.may_remove(c, parent, name))
     }
 
@@ -39,6 +43,8 @@ impl OrionFs {
         to: (u64, &[u8]),
         mode: RenameMode,
     ) -> FsResult<()> {
+        self.current(from.0)?;
+        self.current(to.0)?;
         with_cred(req, |c| self.client.may_rename(c, from, to, mode))
     }
 

@@ -1,0 +1,87 @@
+//! The inodes the kernel holds: for each inode number, the generation its entries
+//! said (design note 67) and the lookups it has not forgotten yet.
+//!
+//! Orion reuses inode numbers, and the kernel names an inode by its number alone
+//! in every request. A kernel reference can outlive its file: a working directory
+//! or an `O_PATH` descriptor of a directory another client removed holds no open
+//! at the MDS, so the directory is destroyed and its number goes to a later file.
+//! A request that names the number must then fail (ESTALE, as NFS says of a file
+//! handle whose file is gone), not create, remove or list in that later file: the
+//! mount checks the inode's generation against the one the kernel was told
+//! ([`crate::fs`]'s `current`).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+struct Node {
+    generation: u64,
+    lookups: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Nodes {
+    held: Mutex<HashMap<u64, Node>>,
+}
+
+impl Nodes {
+    /// An entry for inode `ino` of generation `generation` goes to the kernel: one
+    /// lookup more. An entry of another generation than the kernel holds makes the
+    /// kernel drop its inode of that number and make a new one (its forgets for
+    /// the old one may then count against the new one: they only end the check
+    /// early, never make it fail a request).
+    pub fn told(&self, ino: u64, generation: u64) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let n = held.entry(ino).or_insert(Node {
+            generation,
+            lookups: 0,
+        });
+        if n.generation != generation {
+            *n = Node {
+                generation,
+                lookups: 0,
+            };
+        }
+        n.lookups += 1;
+    }
+
+    /// The kernel forgot `lookups` lookups of `ino`.
+    pub fn forgot(&self, ino: u64, lookups: u64) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = held.get_mut(&ino) {
+            n.lookups = n.lookups.saturating_sub(lookups);
+            if n.lookups == 0 {
+                held.remove(&ino);
+            }
+        }
+    }
+
+    /// The generation of `ino` the kernel holds, if it holds one the mount told it
+    /// of (the root is never told).
+    pub fn generation(&self, ino: u64) -> Option<u64> {
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.get(&ino).map(|n| n.generation)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_is_held_until_its_lookups_are_forgotten_and_follows_a_new_generation() {
+        let n = Nodes::default();
+        n.told(7, 1);
+        n.told(7, 1);
+        n.forgot(7, 1);
+        assert_eq!(n.generation(7), Some(1));
+        n.forgot(7, 1);
+        assert_eq!(n.generation(7), None);
+        n.told(7, 1);
+        n.told(7, 2);
+        assert_eq!(n.generation(7), Some(2));
+        n.forgot(7, 1);
+        assert_eq!(n.generation(7), None);
+        n.forgot(8, 3);
+        assert_eq!(n.generation(8), None);
+    }
+}
