@@ -185,3 +185,53 @@ fn a_removed_directorys_reference_reaches_no_later_directory_with_its_number() {
         "the later directory's names"
     );
 }
+
+/// The same for a file: a chmod and an open for writing through an `O_PATH`
+/// descriptor of a file another client removed fail with ESTALE once a later
+/// file has its number, and the later file stays as it was.
+#[test]
+fn a_removed_files_reference_changes_no_later_file_with_its_number() {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let cluster = Cluster::start("local", 1);
+    let m = cluster.mount("a", &[]);
+    let client = Client::connect(cluster.client_config(true, false), cluster.fabric())
+        .expect("a client of the cluster");
+    std::fs::write(m.path.join("gone"), b"the removed file").unwrap();
+    let held = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH)
+        .open(m.path.join("gone"))
+        .unwrap();
+    let ino = held.metadata().unwrap().ino();
+    client.unlink("/gone").unwrap();
+    let make = || {
+        let fd = client.open("/later", OpenFlags::create(), 0o644).unwrap();
+        client.pwrite(fd, 0, b"later bytes").unwrap();
+        let got = client.fstat(fd).unwrap().ino;
+        client.close(fd).unwrap();
+        got
+    };
+    take_number(ino, make, || client.unlink("/later").unwrap());
+    let by_fd = format!("/proc/self/fd/{}", held.as_raw_fd());
+    let chmod = std::fs::set_permissions(&by_fd, std::fs::Permissions::from_mode(0o600));
+    assert_eq!(
+        chmod.unwrap_err().raw_os_error(),
+        Some(libc::ESTALE),
+        "chmod"
+    );
+    let opened = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&by_fd);
+    assert_eq!(
+        opened.unwrap_err().raw_os_error(),
+        Some(libc::ESTALE),
+        "open"
+    );
+    let later = client.stat("/later").unwrap();
+    assert_eq!(
+        (later.mode & 0o777, later.size),
+        (0o644, 11),
+        "the later file"
+    );
+}

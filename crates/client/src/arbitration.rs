@@ -27,10 +27,14 @@ use crate::remote::{Fail, Remote, Res};
 pub struct Cached {
     pub state: InodeState,
     pub tail: Tail,
-    pub generation: u64,
 }
 
 impl Cached {
+    /// The slot generation this copy is of.
+    pub fn generation(&self) -> u64 {
+        self.state.attr.generation
+    }
+
     /// Every update of this file commits conditionally: the per-file "shared" flag,
     /// an extended attribute, so all clients see it.
     pub fn shared(&self) -> bool {
@@ -109,7 +113,7 @@ impl InodeCache {
             return Err(ENOENT.into());
         };
         if let Some(c) = self.map.get_mut(&ino) {
-            if c.generation == slot.generation {
+            if c.generation() == slot.generation {
                 if c.tail == slot.tail {
                     remote.stats.tail_hits += 1;
                     return Ok(());
@@ -140,7 +144,6 @@ impl InodeCache {
             Cached {
                 state,
                 tail: slot.tail,
-                generation: slot.generation,
             },
         );
         Ok(())
@@ -168,7 +171,7 @@ impl InodeCache {
         let Some(c) = self.map.get_mut(&ino) else {
             return;
         };
-        if c.generation != generation || c.tail != prev {
+        if c.generation() != generation || c.tail != prev {
             return;
         }
         // The MDS applied these entries to the state this copy has: they apply here

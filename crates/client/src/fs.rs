@@ -393,7 +393,7 @@ impl Inner {
             let entries = build(&c.state, SystemClock.now())?;
             let commit = Commit {
                 ino,
-                generation: c.generation,
+                generation: c.generation(),
                 expect: Some(c.tail),
                 persisted_locally,
                 written_epoch,

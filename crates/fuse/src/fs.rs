@@ -89,17 +89,18 @@ impl OrionFs {
     /// belongs to a later file ([`crate::nodes`]).
     pub(crate) fn current(&self, ino: u64) -> FsResult<()> {
         match self.nodes.generation(ino) {
-            Some(g) => same_file(&self.client.getattr(ino)?, g),
+            Some(_) => self.same_as_kernel(&self.client.getattr(ino)?),
             None => Ok(()),
         }
     }
-}
 
-/// Err(ESTALE) unless `a` is of the generation `g` the kernel holds.
-fn same_file(a: &Attr, g: u64) -> FsResult<()> {
-    match a.generation == g {
-        true => Ok(()),
-        false => Err(FsError::Errno(libc::ESTALE)),
+    /// Err(ESTALE) unless `a` (just read) is of the generation the kernel holds of
+    /// its inode number.
+    fn same_as_kernel(&self, a: &Attr) -> FsResult<()> {
+        match self.nodes.generation(a.ino) {
+            Some(g) if g != a.generation => Err(FsError::Errno(libc::ESTALE)),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -158,13 +159,8 @@ impl Filesystem for OrionFs {
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let _timed = self.client.timed(Call::Getattr);
         let _kernel = self.client.kernel_gate();
-        let r = self.getattr_for_kernel(ino.0).and_then(|(a, ttl)| {
-            match self.nodes.generation(ino.0) {
-                Some(g) => same_file(&a, g),
-                None => Ok(()),
-            }
-            .map(|_| (a, ttl))
-        });
+        let r = (self.getattr_for_kernel(ino.0))
+            .and_then(|(a, ttl)| self.same_as_kernel(&a).map(|_| (a, ttl)));
         match r {
             Ok((a, ttl)) => reply.attr(&ttl, &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
@@ -200,8 +196,10 @@ impl Filesystem for OrionFs {
             atime: atime.map(time_set),
             mtime: mtime.map(time_set),
         };
-        let checked = with_cred(req_of, |c| {
-            self.client.may_setattr(c, ino.0, &req, fh.is_some())
+        let checked = self.current(ino.0).and_then(|_| {
+            with_cred(req_of, |c| {
+                self.client.may_setattr(c, ino.0, &req, fh.is_some())
+            })
         });
         let r = checked
             .and_then(|req| self.change_for_kernel(&[], || self.client.setattr(ino.0, &req)));
@@ -213,7 +211,7 @@ impl Filesystem for OrionFs {
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         let _timed = self.client.timed(Call::Readlink);
-        match self.client.readlink_ino(ino.0) {
+        match (self.current(ino.0)).and_then(|_| self.client.readlink_ino(ino.0)) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(e)),
         }
@@ -348,18 +346,20 @@ impl Filesystem for OrionFs {
         let _kernel = self.client.kernel_gate();
         self.entry(
             reply,
-            self.may_add(req, newparent.0).and_then(|_| {
-                self.change_for_kernel(&[newparent.0], || {
-                    self.client.link_at(ino.0, newparent.0, newname.as_bytes())
-                })
-            }),
+            (self.current(ino.0))
+                .and_then(|_| self.may_add(req, newparent.0))
+                .and_then(|_| {
+                    self.change_for_kernel(&[newparent.0], || {
+                        self.client.link_at(ino.0, newparent.0, newname.as_bytes())
+                    })
+                }),
         );
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: KOpenFlags, reply: ReplyOpen) {
         let _timed = self.client.timed(Call::Open);
-        let r = self
-            .may(req, ino.0, open_mask(flags.0))
+        let r = (self.may(req, ino.0, open_mask(flags.0)))
+            .and_then(|_| self.current(ino.0))
             .and_then(|_| self.client.open_ino(ino.0, open_flags(flags.0)));
         match r {
             Ok(fd) => reply.opened(FileHandle(fd.0), fopen(self.data_cache)),
@@ -632,6 +632,7 @@ impl Filesystem for OrionFs {
         let r = self
             .client
             .getattr(ino.0)
+            .and_then(|a| self.same_as_kernel(&a).map(|_| a))
             .and_then(|a| with_cred(req, |c| perm::check(&a, c, mask)));
         empty(reply, r);
     }
@@ -670,11 +671,9 @@ impl Filesystem for OrionFs {
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let _timed = self.client.timed(Call::Xattr);
-        xattr_reply(
-            reply,
-            size,
-            self.client.listxattr_ino(ino.0, req.uid() == 0),
-        );
+        let r =
+            (self.current(ino.0)).and_then(|_| self.client.listxattr_ino(ino.0, req.uid() == 0));
+        xattr_reply(reply, size, r);
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {

@@ -25,17 +25,21 @@ pub(crate) struct Nodes {
 
 impl Nodes {
     /// An entry for inode `ino` of generation `generation` goes to the kernel: one
-    /// lookup more. An entry of another generation than the kernel holds makes the
+    /// lookup more. An entry of a later generation than the kernel holds makes the
     /// kernel drop its inode of that number and make a new one (its forgets for
     /// the old one may then count against the new one: they only end the check
-    /// early, never make it fail a request).
+    /// early, never make it fail a request). An entry of an earlier generation
+    /// than the one recorded (read before the number was reused, sent after a
+    /// later one's) changes nothing: a slot's generations only grow, and the
+    /// check then misses at worst, where recording it would fail requests on the
+    /// live file.
     pub fn told(&self, ino: u64, generation: u64) {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         let n = held.entry(ino).or_insert(Node {
             generation,
             lookups: 0,
         });
-        if n.generation != generation {
+        if n.generation < generation {
             *n = Node {
                 generation,
                 lookups: 0,
@@ -79,7 +83,13 @@ mod tests {
         n.told(7, 1);
         n.told(7, 2);
         assert_eq!(n.generation(7), Some(2));
-        n.forgot(7, 1);
+        n.told(7, 1);
+        assert_eq!(
+            n.generation(7),
+            Some(2),
+            "an earlier generation changes nothing"
+        );
+        n.forgot(7, 2);
         assert_eq!(n.generation(7), None);
         n.forgot(8, 3);
         assert_eq!(n.generation(8), None);

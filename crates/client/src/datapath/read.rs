@@ -9,7 +9,7 @@ use crate::remote::{Remote, Res};
 impl DataPath<'_> {
     pub fn read(&mut self, ino: u64, gen: u64, off: u64, len: usize) -> Res<Vec<u8>> {
         let c = self.cache.refresh(self.remote, ino)?;
-        same_file(c.generation, gen)?;
+        same_file(c.generation(), gen)?;
         regular(c.state.attr.ftype)?;
         // This client's staged writes are part of the file for it.
         let size = c.state.attr.size.max(self.staging.end(ino, gen));

@@ -128,13 +128,13 @@ impl DataPath<'_> {
                 && whole_pages
                 && cache
                     .cached(ino)
-                    .is_some_and(|c| !c.shared() && c.generation == gen);
+                    .is_some_and(|c| !c.shared() && c.generation() == gen);
             let c = if fast {
                 cache.cached(ino).expect("checked above")
             } else {
                 cache.refresh(remote, ino)?
             };
-            same_file(c.generation, gen)?;
+            same_file(c.generation(), gen)?;
             regular(c.state.attr.ftype)?;
             // The map the pages go out under (a store that joins later did not get them).
             let written_epoch = remote.epoch;

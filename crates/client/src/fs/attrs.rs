@@ -184,7 +184,7 @@ impl Inner {
         let r = commit_loop(remote, cache, |remote, cache, _| {
             let c = cache.refresh(remote, ino)?;
             let a = c.state.attr.clone();
-            let (tail, generation) = (c.tail, c.generation);
+            let (tail, generation) = (c.tail, c.generation());
             let file = c.state.file();
             let has_pages = file.is_some_and(|f| !f.pages.is_empty());
             let now = SystemClock.now();

@@ -288,7 +288,7 @@ impl Inner {
         let held = matches!(a.ftype, FileType::Regular | FileType::Directory);
         // The generation read before the hold: an inode number freed and taken by
         // another file in between is not the file the walk found.
-        let before = self.cache.cached(ino).map(|c| c.generation);
+        let before = self.cache.cached(ino).map(|c| c.generation());
         let first = held && self.remote.hold_open(ino)?;
         let gen = match self.read_held(ino, flags, a.size, first.then_some(before)) {
             Ok(gen) => gen,
@@ -329,7 +329,7 @@ impl Inner {
         first: Option<Option<u64>>,
     ) -> Res<u64> {
         let c = self.cache.refresh(&mut self.remote, ino)?;
-        let gen = c.generation;
+        let gen = c.generation();
         let other = |before: Option<u64>| before.is_some_and(|b| b != gen);
         if first.is_some_and(|before| c.state.attr.nlink == 0 || other(before)) {
             return Err(ENOENT.into());

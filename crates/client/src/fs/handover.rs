@@ -123,7 +123,7 @@ impl Client {
             let same = i
                 .cache
                 .refresh(&mut i.remote, ino)
-                .map(|c| (c.generation == generation).then(|| c.state.attr.clone()));
+                .map(|c| (c.generation() == generation).then(|| c.state.attr.clone()));
             match same {
                 Ok(Some(a)) => Ok(a),
                 other => {

@@ -120,8 +120,12 @@ impl Remote {
                 None => Place::Overflow,
             };
             if let Err(e) = r.write_place(ino, place, true) {
-                // The word may have landed: the next whole write makes it right.
-                st.written = None;
+                match place {
+                    // The word may have landed: the next whole write makes it right.
+                    Place::Way(_) => st.written = None,
+                    // The hold may have landed: it is released, unless held by then.
+                    Place::Overflow => st.unheld.push(ino),
+                }
                 return Err(e);
             }
             if let Place::Way(w) = place {
@@ -186,7 +190,8 @@ impl Remote {
     }
 
     /// Runs `f` on the table, locked. What runs under the lock never reconnects
-    /// (each MDS operation in it gives up within two `SILENCE`s); a broken MDS
+    /// (an MDS operation in it gives up within two `SILENCE`s of silence, or at the
+    /// call timeout if the MDS answers pings but not the call); a broken MDS
     /// connection is re-established after the lock is released, and the caller's
     /// operation runs again ([`Fail::Reconnected`]).
     fn with_table<T>(&mut self, f: impl FnOnce(&mut Remote, &mut State) -> Res<T>) -> Res<T> {
@@ -223,17 +228,8 @@ impl Remote {
     /// Never reconnects (see [`Remote::with_table`]).
     fn keep_table_written(&mut self, st: &mut State) -> Res<()> {
         let table = self.open_table;
-        let overflowing = |st: &State, ino| {
-            (st.held.get(&ino)).is_some_and(|h: &Held| h.place == Place::Overflow)
-        };
         if st.written == Some(table) {
-            while let Some(&ino) = st.unheld.last() {
-                if !overflowing(st, ino) {
-                    self.call_once(&MdsRequest::HoldOpen { ino, hold: false })?;
-                }
-                st.unheld.pop();
-            }
-            return Ok(());
+            return self.release_unheld(st);
         }
         st.written = None;
         if table.len < BYTES {
@@ -255,15 +251,24 @@ impl Remote {
                 self.call_once(&MdsRequest::HoldOpen { ino, hold: true })?;
             }
         }
-        for ino in std::mem::take(&mut st.unheld) {
-            if !overflowing(st, ino) {
-                self.call_once(&MdsRequest::HoldOpen { ino, hold: false })?;
-            }
-        }
+        self.release_unheld(st)?;
         // A new MDS destroys no unlinked file until the clients its pool names as
         // holders have said this (`orion_mds::open_tables`).
         self.call_once(&MdsRequest::OpenTableWritten)?;
         st.written = Some(table);
+        Ok(())
+    }
+
+    /// Asks again for the releases from the overflow set that failed, but of the
+    /// inodes held there again since; one that fails stays, with those after it.
+    fn release_unheld(&mut self, st: &mut State) -> Res<()> {
+        while let Some(&ino) = st.unheld.last() {
+            let again = (st.held.get(&ino)).is_some_and(|h| h.place == Place::Overflow);
+            if !again {
+                self.call_once(&MdsRequest::HoldOpen { ino, hold: false })?;
+            }
+            st.unheld.pop();
+        }
         Ok(())
     }
 

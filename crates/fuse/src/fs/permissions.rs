@@ -4,7 +4,8 @@
 //! library's (`orion_client::access`, shared with the preload library); these give
 //! them the caller's credentials. A change to a directory also checks that the
 //! directory is still the one the kernel means ([`OrionFs::current`]): no name is
-//! added to or removed from a later directory that took a removed one's number.
+//! added to or removed from a later directory that took a removed one's number;
+//! an extended attribute's check does the same for its inode.
 
 use fuser::Request;
 use orion_client::{Attr, FsResult, RenameMode};
@@ -56,6 +57,7 @@ impl OrionFs {
         name: &[u8],
         write: bool,
     ) -> FsResult<Attr> {
-        with_cred(req, |c| self.client.may_xattr(c, ino, name, write))
+        let a = with_cred(req, |c| self.client.may_xattr(c, ino, name, write))?;
+        self.same_as_kernel(&a).map(|_| a)
     }
 }

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# An A/B of a change to the mount: one small workload through the mount, for one or
+# more `orion` binaries run in turn, each on a fresh `orion up` cluster (local
+# fabric, pools in /dev/shm, MDS mirror on). Prints microseconds per operation,
+# five samples per round, and their median.
+# Usage: bench/mount-ab.sh WORKLOAD [ROUNDS] BIN [BIN...]  (default: 1 round of the
+# release build). Workloads:
+#   listdir  os.listdir of a 10-file directory (opendir, readdir, releasedir), 20,000 per sample
+#   lookup   os.stat of a missing name in a subdirectory (a FUSE lookup the kernel
+#            never caches, its parent not the root), 20,000 per sample
+#   create   create and close a new file in a subdirectory (a lookup, then a
+#            create), 2,000 per sample, each sample in a fresh subdirectory
+#   open     open and close a file of a subdirectory for reading (its name and
+#            attributes kept by the kernel: an open and a release), 20,000 per sample
+set -euo pipefail
+cd "$(dirname "$0")/.."
+workload=${1:?usage: bench/mount-ab.sh WORKLOAD [ROUNDS] BIN [BIN...]}
+shift
+case $workload in listdir | lookup | create | open) ;; *) echo "unknown workload $workload" >&2; exit 2 ;; esac
+rounds=1
+if [[ $# -gt 0 && $1 =~ ^[0-9]+$ ]]; then rounds=$1; shift; fi
+if [[ $# -eq 0 ]]; then
+    source scripts/setup
+    cargo build --release -p orion-cli
+    set -- target/release/orion
+fi
+dir="" pools=""
+# Stops the running cluster and removes its pools and state: after each run, and on
+# any exit (`set -e` leaves a function without its RETURN trap).
+cleanup() {
+    [[ -n $dir ]] || return 0
+    pkill -INT -f "up --dir $dir" || true
+    for _ in $(seq 100); do pgrep -f "up --dir $dir" >/dev/null || break; sleep 0.2; done
+    pkill -KILL -f "up --dir $dir" || true
+    rm -rf "$pools" "$dir"
+    dir="" pools=""
+}
+trap cleanup EXIT
+run_one() {
+    local bin=$1
+    dir=$(mktemp -d /tmp/orion-ab.XXXX)
+    pools=$(mktemp -d -p /dev/shm orion-ab.XXXX)
+    "$bin" up --dir "$dir" --pools "$pools" >"$dir/up.log" 2>&1 &
+    for _ in $(seq 150); do grep -q "orion up ready" "$dir/up.log" && break; sleep 0.2; done
+    if ! grep -q "orion up ready" "$dir/up.log"; then
+        tail -n 20 "$dir/up.log" "$dir"/logs/*.log >&2 || true
+        return 1
+    fi
+    python3 - "$dir/mnt" "$workload" <<'PY'
+import os, sys, time
+root, workload = sys.argv[1], sys.argv[2]
+d = root + "/ab"
+os.makedirs(d, exist_ok=True)
+if workload == "listdir":
+    for i in range(10):
+        open(f"{d}/f{i}", "w").close()
+    n = 20000
+    def sample(_):
+        for _ in range(n):
+            os.listdir(d)
+elif workload == "lookup":
+    n = 20000
+    def sample(_):
+        for i in range(n):
+            try:
+                os.stat(f"{d}/missing{i}")
+            except FileNotFoundError:
+                pass
+elif workload == "open":
+    open(f"{d}/f", "w").close()
+    n = 20000
+    def sample(_):
+        for _ in range(n):
+            os.close(os.open(f"{d}/f", os.O_RDONLY))
+else:
+    n = 2000
+    def sample(k):
+        s = f"{d}/s{k}"
+        os.mkdir(s)
+        for i in range(n):
+            os.close(os.open(f"{s}/f{i}", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+samples = []
+for k in range(5):
+    t = time.perf_counter()
+    sample(k)
+    samples.append((time.perf_counter() - t) / n * 1e6)
+print(" ".join(f"{s:.1f}" for s in samples), f"(median {sorted(samples)[2]:.1f} us)")
+PY
+    cleanup
+}
+for _ in $(seq "$rounds"); do
+    for bin in "$@"; do
+        printf '%s: ' "$bin"
+        run_one "$bin"
+    done
+done
