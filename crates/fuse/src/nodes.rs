@@ -9,6 +9,11 @@
 //! handle whose file is gone), not create, remove or list in that later file: the
 //! mount checks the inode's generation against the one the kernel was told
 //! ([`crate::fs`]'s `current`).
+//!
+//! The client's kernel cache counts lookups too (`KernelCache::held`), for the
+//! MDS's watches, and only while the kernel keeps names; its count must follow
+//! every inode the kernel holds, an older generation's included, where this one
+//! starts again at a later generation. So each keeps its own.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

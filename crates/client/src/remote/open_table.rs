@@ -108,8 +108,8 @@ impl Remote {
     /// [`Remote::clear_open`]) if its link count is 0 (the unlink came first). That order is the client's half of the
     /// pairing described in `orion_mds::open_tables`.
     pub(crate) fn hold_open(&mut self, ino: u64) -> Res<bool> {
-        self.with_table(|r, st| {
-            r.keep_table_written(st)?;
+        self.with_table(|remote, st| {
+            remote.keep_table_written(st)?;
             if let Some(h) = st.held.get_mut(&ino) {
                 h.count += 1;
                 return Ok(false);
@@ -119,7 +119,7 @@ impl Remote {
                 Some(w) => Place::Way(w),
                 None => Place::Overflow,
             };
-            if let Err(e) = r.write_place(ino, place, true) {
+            if let Err(e) = remote.write_place(ino, place, true) {
                 match place {
                     // The word may have landed: the next whole write makes it right.
                     Place::Way(_) => st.written = None,
@@ -154,7 +154,7 @@ impl Remote {
     /// among them, leave the word to the next whole write of the table: the close
     /// itself has nothing more to wait for.
     pub(crate) fn clear_open(&mut self, ino: u64, place: Place) -> Res<()> {
-        let r = self.with_table(|r, st| {
+        let cleared = self.with_table(|remote, st| {
             let taken = match place {
                 Place::Way(w) => st.words[bucket(ino) as usize][w] != 0,
                 Place::Overflow => st
@@ -162,22 +162,22 @@ impl Remote {
                     .get(&ino)
                     .is_some_and(|h| h.place == Place::Overflow),
             };
-            let r = r.keep_table_written(st).and_then(|()| {
+            let written = remote.keep_table_written(st).and_then(|()| {
                 if taken {
                     Ok(())
                 } else {
-                    r.write_place(ino, place, false)
+                    remote.write_place(ino, place, false)
                 }
             });
-            if r.is_err() {
+            if written.is_err() {
                 match place {
                     Place::Overflow => st.unheld.push(ino),
                     Place::Way(_) => st.written = None,
                 }
             }
-            r
+            written
         });
-        match r {
+        match cleared {
             Err(Fail::Reconnected) => Err(Fail::Reconnected),
             _ => Ok(()),
         }
@@ -186,7 +186,7 @@ impl Remote {
     /// Writes the table whole if the MDS's is not the one written (the keeper's
     /// look, `fs::keeper`).
     pub(crate) fn keep_open_table(&mut self) -> Res<()> {
-        self.with_table(|r, st| r.keep_table_written(st))
+        self.with_table(|remote, st| remote.keep_table_written(st))
     }
 
     /// Runs `f` on the table, locked. What runs under the lock never reconnects

@@ -45,7 +45,9 @@ impl OrionFs {
         mode: RenameMode,
     ) -> FsResult<()> {
         self.current(from.0)?;
-        self.current(to.0)?;
+        if to.0 != from.0 {
+            self.current(to.0)?;
+        }
         with_cred(req, |c| self.client.may_rename(c, from, to, mode))
     }
 
