@@ -19,6 +19,25 @@ use std::path::Path;
 use cluster::Cluster;
 use orion_client::{Client, OpenFlags};
 
+/// A cluster, its mount, and a client of the cluster beside the mount.
+fn mounted() -> (Cluster, cluster::Mount, Client) {
+    let cluster = Cluster::start("local", 1);
+    let m = cluster.mount("a", &[]);
+    let client = Client::connect(cluster.client_config(true, false), cluster.fabric())
+        .expect("a client of the cluster");
+    (cluster, m, client)
+}
+
+/// An `O_PATH` descriptor of `path`: a kernel reference that holds no open.
+fn reference(path: &Path) -> File {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH)
+        .open(path)
+        .unwrap()
+}
+
 /// Free inode numbers are taken first in, first out: new files from `make` go
 /// through them (the cluster's 64 MiB MDS pool has 8192) until one gets `ino`,
 /// and stays; the others are removed by `remove`.
@@ -91,10 +110,7 @@ fn errno() -> std::io::Error {
 /// the same bytes and the old one opened the new file.
 #[test]
 fn a_removed_files_handle_does_not_open_the_file_that_reuses_its_inode_number() {
-    let cluster = Cluster::start("local", 1);
-    let m = cluster.mount("a", &[]);
-    let client = Client::connect(cluster.client_config(true, false), cluster.fabric())
-        .expect("a client of the cluster");
+    let (_cluster, m, client) = mounted();
     let (old_path, new_path) = (m.path.join("old"), m.path.join("new"));
     std::fs::write(&old_path, b"the old file").unwrap();
     let ino = std::fs::metadata(&old_path).unwrap().ino();
@@ -131,17 +147,9 @@ fn a_removed_files_handle_does_not_open_the_file_that_reuses_its_inode_number() 
 /// the old reference landed in the later directory.
 #[test]
 fn a_removed_directorys_reference_reaches_no_later_directory_with_its_number() {
-    use std::os::unix::fs::OpenOptionsExt;
-    let cluster = Cluster::start("local", 1);
-    let m = cluster.mount("a", &[]);
-    let client = Client::connect(cluster.client_config(true, false), cluster.fabric())
-        .expect("a client of the cluster");
+    let (_cluster, m, client) = mounted();
     std::fs::create_dir(m.path.join("gone")).unwrap();
-    let held = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
-        .open(m.path.join("gone"))
-        .unwrap();
+    let held = reference(&m.path.join("gone"));
     let ino = held.metadata().unwrap().ino();
     client.rmdir("/gone").unwrap();
     let make = || {
@@ -191,17 +199,10 @@ fn a_removed_directorys_reference_reaches_no_later_directory_with_its_number() {
 /// file has its number, and the later file stays as it was.
 #[test]
 fn a_removed_files_reference_changes_no_later_file_with_its_number() {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let cluster = Cluster::start("local", 1);
-    let m = cluster.mount("a", &[]);
-    let client = Client::connect(cluster.client_config(true, false), cluster.fabric())
-        .expect("a client of the cluster");
+    use std::os::unix::fs::PermissionsExt;
+    let (_cluster, m, client) = mounted();
     std::fs::write(m.path.join("gone"), b"the removed file").unwrap();
-    let held = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH)
-        .open(m.path.join("gone"))
-        .unwrap();
+    let held = reference(&m.path.join("gone"));
     let ino = held.metadata().unwrap().ino();
     client.unlink("/gone").unwrap();
     let make = || {
