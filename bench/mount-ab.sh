@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # An A/B of a change to the mount: one small workload through the mount, for one or
 # more `orion` binaries run in turn, each on a fresh `orion up` cluster (local
-# fabric, pools in /dev/shm, MDS mirror on). Prints microseconds per operation,
-# five samples per round, and their median.
+# fabric, pools in /dev/shm, MDS mirror on), in reverse order every other round.
+# Prints microseconds per operation, five samples per run, and their median.
 # Usage: bench/mount-ab.sh WORKLOAD [ROUNDS] BIN [BIN...]  (default: 1 round of the
 # release build). Workloads:
 #   listdir  os.listdir of a 10-file directory (opendir, readdir, releasedir), 20,000 per sample
@@ -24,16 +24,20 @@ if [[ $# -eq 0 ]]; then
     cargo build --release -p orion-cli
     set -- target/release/orion
 fi
-dir="" pools=""
-# Stops the running cluster and removes its pools and state: after each run, and on
-# any exit (`set -e` leaves a function without its RETURN trap).
+dir="" pools="" up_pid="" up_bin=""
+# Stops the running cluster (by PID), unmounts and removes its pools and state:
+# after each run, and on any exit (`set -e` leaves a function without its RETURN trap).
 cleanup() {
     [[ -n $dir ]] || return 0
-    pkill -INT -f "up --dir $dir" || true
-    for _ in $(seq 100); do pgrep -f "up --dir $dir" >/dev/null || break; sleep 0.2; done
-    pkill -KILL -f "up --dir $dir" || true
-    rm -rf "$pools" "$dir"
-    dir="" pools=""
+    if [[ -n $up_pid ]]; then
+        kill -INT "$up_pid" 2>/dev/null || true
+        for _ in $(seq 100); do kill -0 "$up_pid" 2>/dev/null || break; sleep 0.2; done
+        kill -KILL "$up_pid" 2>/dev/null || true
+    fi
+    # A cluster that needed SIGKILL leaves its mount behind.
+    "$up_bin" umount "$dir/mnt" >/dev/null 2>&1 || umount -l "$dir/mnt" 2>/dev/null || true
+    rm -rf "$pools" "$dir" || true
+    dir="" pools="" up_pid=""
 }
 trap cleanup EXIT
 run_one() {
@@ -41,6 +45,7 @@ run_one() {
     dir=$(mktemp -d /tmp/orion-ab.XXXX)
     pools=$(mktemp -d -p /dev/shm orion-ab.XXXX)
     "$bin" up --dir "$dir" --pools "$pools" >"$dir/up.log" 2>&1 &
+    up_pid=$! up_bin=$bin
     for _ in $(seq 150); do grep -q "orion up ready" "$dir/up.log" && break; sleep 0.2; done
     if ! grep -q "orion up ready" "$dir/up.log"; then
         tail -n 20 "$dir/up.log" "$dir"/logs/*.log >&2 || true
@@ -88,8 +93,16 @@ print(" ".join(f"{s:.1f}" for s in samples), f"(median {sorted(samples)[2]:.1f} 
 PY
     cleanup
 }
-for _ in $(seq "$rounds"); do
-    for bin in "$@"; do
+# The binaries take turns, in reverse order every other round: the first run of a
+# round meets a colder machine.
+bins=("$@")
+for r in $(seq "$rounds"); do
+    order=("${bins[@]}")
+    if ((r % 2 == 0)); then
+        order=()
+        for ((i = ${#bins[@]} - 1; i >= 0; i--)); do order+=("${bins[i]}"); done
+    fi
+    for bin in "${order[@]}"; do
         printf '%s: ' "$bin"
         run_one "$bin"
     done

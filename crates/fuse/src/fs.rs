@@ -74,13 +74,13 @@ impl OrionFs {
     /// gate ([`Client::kernel_gate`]).
     fn entry(&self, reply: ReplyEntry, r: FsResult<(Attr, Duration)>) {
         match r {
-            Ok((a, ttl)) => {
-                // Before the reply: the kernel may name the inode in a request on
-                // another thread as soon as it has the entry.
-                self.nodes.told(a.ino, a.generation);
+            // Recorded before the reply: the kernel may name the inode in a request
+            // on another thread as soon as it has the entry.
+            Ok((a, ttl)) if self.nodes.told(a.ino, a.generation) => {
                 reply.entry(&ttl, &file_attr(&a), Generation(a.generation));
                 self.client.kernel_looked_up(a.ino);
             }
+            Ok(_) => reply.error(Errno::ESTALE),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -358,8 +358,8 @@ impl Filesystem for OrionFs {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: KOpenFlags, reply: ReplyOpen) {
         let _timed = self.client.timed(Call::Open);
-        let r = (self.may(req, ino.0, open_mask(flags.0)))
-            .and_then(|_| self.current(ino.0))
+        let r = (self.current(ino.0))
+            .and_then(|_| self.may(req, ino.0, open_mask(flags.0)))
             .and_then(|_| self.client.open_ino(ino.0, open_flags(flags.0)));
         match r {
             Ok(fd) => reply.opened(FileHandle(fd.0), fopen(self.data_cache)),
@@ -740,8 +740,11 @@ impl Filesystem for OrionFs {
             Ok((a, fd, ttl))
         });
         match r {
+            Ok((a, fd, _)) if !self.nodes.told(a.ino, a.generation) => {
+                let _ = self.client.close(fd);
+                reply.error(Errno::ESTALE)
+            }
             Ok((a, fd, ttl)) => {
-                self.nodes.told(a.ino, a.generation);
                 reply.created(
                     &ttl,
                     &file_attr(&a),

@@ -29,21 +29,24 @@ pub(crate) struct Nodes {
 }
 
 impl Nodes {
-    /// An entry for inode `ino` of generation `generation` goes to the kernel: one
-    /// lookup more. An entry of a later generation than the kernel holds makes the
-    /// kernel drop its inode of that number and make a new one (its forgets for
-    /// the old one may then count against the new one: they only end the check
-    /// early, never make it fail a request). An entry of an earlier generation
-    /// than the one recorded (read before the number was reused, sent after a
-    /// later one's) changes nothing: a slot's generations only grow, and the
-    /// check then misses at worst, where recording it would fail requests on the
-    /// live file.
-    pub fn told(&self, ino: u64, generation: u64) {
+    /// Whether an entry for inode `ino` of generation `generation` may go to the
+    /// kernel; if so, it is one lookup more. An entry of another generation than
+    /// the kernel holds makes the kernel drop its inode of that number and make a
+    /// new one (its forgets for the old one may then count against the new one:
+    /// they only end the check early, never make it fail a request). So an entry
+    /// of an earlier generation than the one recorded (read before the number was
+    /// reused, answered after a later one's) must not go: the kernel would hold the
+    /// removed file under the later file's number, unchecked. Its caller answers
+    /// ESTALE instead, and the kernel looks the name up again.
+    pub fn told(&self, ino: u64, generation: u64) -> bool {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         let n = held.entry(ino).or_insert(Node {
             generation,
             lookups: 0,
         });
+        if n.generation > generation {
+            return false;
+        }
         if n.generation < generation {
             *n = Node {
                 generation,
@@ -51,6 +54,7 @@ impl Nodes {
             };
         }
         n.lookups += 1;
+        true
     }
 
     /// The kernel forgot `lookups` lookups of `ino`.
@@ -79,22 +83,18 @@ mod tests {
     #[test]
     fn a_node_is_held_until_its_lookups_are_forgotten_and_follows_a_new_generation() {
         let n = Nodes::default();
-        n.told(7, 1);
-        n.told(7, 1);
+        assert!(n.told(7, 1));
+        assert!(n.told(7, 1));
         n.forgot(7, 1);
         assert_eq!(n.generation(7), Some(1));
         n.forgot(7, 1);
         assert_eq!(n.generation(7), None);
-        n.told(7, 1);
-        n.told(7, 2);
+        assert!(n.told(7, 1));
+        assert!(n.told(7, 2));
         assert_eq!(n.generation(7), Some(2));
-        n.told(7, 1);
-        assert_eq!(
-            n.generation(7),
-            Some(2),
-            "an earlier generation changes nothing"
-        );
-        n.forgot(7, 2);
+        assert!(!n.told(7, 1), "an earlier generation may not go");
+        assert_eq!(n.generation(7), Some(2));
+        n.forgot(7, 1);
         assert_eq!(n.generation(7), None);
         n.forgot(8, 3);
         assert_eq!(n.generation(8), None);
