@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::HEADER;
+use crate::VERSION;
 use orion_format::{SetAttrRec, WriteRec};
 use orion_meta::RenameMode;
 use proptest::prelude::*;
