@@ -19,12 +19,27 @@ use std::path::Path;
 use cluster::Cluster;
 use orion_client::{Client, OpenFlags};
 
-/// A cluster, its mount, and a client of the cluster beside the mount.
+/// A cluster, its mount, and a client of the cluster beside the mount, once the
+/// MDS destroys what is removed: for a grace period after it starts, it keeps every
+/// removed file and directory (it cannot tell yet who held them), and the tests
+/// cycle through every free inode number.
 fn mounted() -> (Cluster, cluster::Mount, Client) {
     let cluster = Cluster::start("local", 1);
     let m = cluster.mount("a", &[]);
     let client = Client::connect(cluster.client_config(true, false), cluster.fabric())
         .expect("a client of the cluster");
+    let free = || client.statfs().unwrap().ffree;
+    let before = free();
+    client.mkdir("/grace", 0o755).unwrap();
+    client.rmdir("/grace").unwrap();
+    let t0 = std::time::Instant::now();
+    while free() != before {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(20),
+            "the MDS kept /grace"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     (cluster, m, client)
 }
 
