@@ -131,14 +131,18 @@ impl Filesystem for OrionFs {
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _timed = self.client.timed(Call::Lookup);
         let _kernel = self.client.kernel_gate();
+        // The parent's attributes are read once, for its generation and, for a
+        // caller other than root, its search permission.
         let r = if req.uid() == 0 {
-            Ok(())
+            self.current(parent.0)
         } else {
-            self.may(req, parent.0, perm::MAY_EXEC)
+            (self.client.getattr(parent.0)).and_then(|a| {
+                self.same_as_kernel(&a)?;
+                with_cred(req, |c| perm::check(&a, c, perm::MAY_EXEC))
+            })
         };
         // A hand-over name (the preload library's way to a file it holds and has no
         // path to; see `client/src/fs/handover.rs`): the inode, kept by no cache.
-        let r = r.and_then(|_| self.current(parent.0));
         let handover = (parent.0 == ROOT_INO && r.is_ok())
             .then(|| self.client.handover_target(name.as_bytes()))
             .flatten();
