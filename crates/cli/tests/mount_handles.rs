@@ -26,8 +26,7 @@ use orion_client::{Client, OpenFlags};
 fn mounted() -> (Cluster, cluster::Mount, Client) {
     let cluster = Cluster::start("local", 1);
     let m = cluster.mount("a", &[]);
-    let client = Client::connect(cluster.client_config(true, false), cluster.fabric())
-        .expect("a client of the cluster");
+    let client = cluster.client(true, false);
     let free = || client.statfs().unwrap().ffree;
     let before = free();
     client.mkdir("/grace", 0o755).unwrap();

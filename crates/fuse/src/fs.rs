@@ -89,7 +89,7 @@ impl OrionFs {
     /// belongs to a later file ([`crate::nodes`]).
     pub(crate) fn current(&self, ino: u64) -> FsResult<()> {
         match self.nodes.generation(ino) {
-            Some(_) => self.same_as_kernel(&self.client.getattr(ino)?),
+            Some(g) => of_generation(&self.client.getattr(ino)?, g),
             None => Ok(()),
         }
     }
@@ -98,9 +98,17 @@ impl OrionFs {
     /// its inode number.
     fn same_as_kernel(&self, a: &Attr) -> FsResult<()> {
         match self.nodes.generation(a.ino) {
-            Some(g) if g != a.generation => Err(FsError::Errno(libc::ESTALE)),
-            _ => Ok(()),
+            Some(g) => of_generation(a, g),
+            None => Ok(()),
         }
+    }
+}
+
+/// Err(ESTALE) unless `a` is of generation `g`.
+fn of_generation(a: &Attr, g: u64) -> FsResult<()> {
+    match a.generation == g {
+        true => Ok(()),
+        false => Err(FsError::Errno(libc::ESTALE)),
     }
 }
 
