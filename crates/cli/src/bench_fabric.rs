@@ -78,6 +78,7 @@ fn config(backend: Backend, provider: &str, secret: Secret) -> FabricConfig {
     c.spin = SpinPolicy {
         min: Duration::from_micros(1),
         max: Duration::from_secs(1),
+        yield_after: None,
     };
     c
 }

@@ -20,9 +20,9 @@ use cluster::Cluster;
 use orion_client::{Client, OpenFlags};
 
 /// A cluster, its mount, and a client of the cluster beside the mount, once the
-/// MDS destroys what is removed: for a grace period after it starts, it keeps every
-/// removed file and directory (it cannot tell yet who held them), and the tests
-/// cycle through every free inode number.
+/// MDS destroys what is removed (a new MDS keeps removed files and directories until
+/// the clients its pool names as holders come back; a new pool names none), since
+/// the tests cycle through every free inode number.
 fn mounted() -> (Cluster, cluster::Mount, Client) {
     let cluster = Cluster::start("local", 1);
     let m = cluster.mount("a", &[]);

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLockReadGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use orion_fabric::{Domain, FabricConfig};
+use orion_fabric::{Domain, FabricConfig, SpinPolicy};
 use orion_format::{Entry, FileType, Gpa};
 use orion_meta::{Clock, FsResult, InodeState, RenameMode, SystemClock};
 use orion_proto::{Commit, Epoch, MdsRequest, ReplyBody, StoreInfo};
@@ -130,7 +130,12 @@ pub struct Client {
 
 impl Client {
     /// Connects to the MDS named in `cfg` and to every data store it lists.
-    pub fn connect(cfg: ClientConfig, fabric: FabricConfig) -> FsResult<Client> {
+    pub fn connect(cfg: ClientConfig, mut fabric: FabricConfig) -> FsResult<Client> {
+        // A client's waits are for replies: past a round trip it yields its CPU to
+        // whoever must answer (design note 70), unless the caller chose otherwise.
+        if fabric.spin == SpinPolicy::default() {
+            fabric.spin = SpinPolicy::client();
+        }
         let domain = Domain::open(fabric).map_err(|e| io_err(format!("fabric: {e}")))?;
         let lanes = Arc::new(Lanes::connect(cfg, domain)?);
         let flusher = if lanes.optimistic() {

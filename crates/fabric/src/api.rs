@@ -508,10 +508,11 @@ impl CompletionQueue {
                 self.spinner.hit(start.elapsed());
                 return Ok(n);
             }
-            if start.elapsed() >= budget {
+            let spun = start.elapsed();
+            if spun >= budget {
                 break;
             }
-            std::hint::spin_loop();
+            self.spinner.pause(spun);
         }
         loop {
             let elapsed = start.elapsed();

@@ -72,6 +72,10 @@ macro_rules! conformance {
             fn a_wake_ends_a_wait_with_nothing() {
                 tests::a_wake_ends_a_wait_with_nothing(setup())
             }
+            #[test]
+            fn a_yielding_waiter_gets_its_completion_and_times_out() {
+                tests::a_yielding_waiter_gets_its_completion_and_times_out(setup())
+            }
         }
     };
 }
@@ -637,6 +641,39 @@ mod tests {
         });
         let c = p.client.collect(1, T);
         assert_eq!((c[0].wr_id, &c[0].status), (5, &Ok(())));
+        t.join().unwrap();
+    }
+
+    /// A waiter that yields its CPU at every poll (a client's policy, from the first
+    /// poll on, spinning for the whole wait) still gets a completion that comes
+    /// late, and still gives up at its timeout.
+    pub fn a_yielding_waiter_gets_its_completion_and_times_out(s: Setup) {
+        let p = s.pair_with(orion_fabric::SpinPolicy {
+            max: Duration::from_secs(1),
+            yield_after: Some(Duration::ZERO),
+            ..orion_fabric::SpinPolicy::client()
+        });
+        let mut out = Vec::new();
+        let t0 = std::time::Instant::now();
+        assert!(matches!(
+            p.client.cq.wait(&mut out, 8, Duration::from_millis(60)),
+            Err(Error::Timeout(_))
+        ));
+        let waited = t0.elapsed();
+        assert!(
+            waited >= Duration::from_millis(60) && waited < Duration::from_secs(1),
+            "{waited:?}"
+        );
+        let buf = p.client.domain.alloc_region(4096, Access::LOCAL).unwrap();
+        p.client.conn.post_recv(9, &buf, 0, 64).unwrap();
+        let sbuf = p.server.domain.alloc_region(4096, Access::LOCAL).unwrap();
+        let sconn = p.server.conn.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            sconn.post_send(1, &sbuf, 0, 8).unwrap();
+        });
+        let c = p.client.collect(1, T);
+        assert_eq!((c[0].wr_id, &c[0].status), (9, &Ok(())));
         t.join().unwrap();
     }
 

@@ -55,12 +55,11 @@ pub struct MdsConfig {
     /// and attributes without asking, at most, and how long a change waits for a
     /// client that does not answer its callback (design note 56).
     pub cache_lease_ms: u64,
-    /// How long a client's open table outlives its connections, and how long after
-    /// it starts the MDS destroys no unlinked file (its clients' tables come with
-    /// their hellos), in milliseconds; 0: the longer of `lease_ms` and
+    /// How long a client's open table outlives its connections (a reconnection
+    /// finds it), in milliseconds; 0: the longer of `lease_ms` and
     /// `cache_lease_ms`. A client notices a dead MDS process at once, but a host
     /// that vanishes silently only when a call times out: `open_reclaim_ms` covers
-    /// that after a restart or a fail-over (design notes 58, 62).
+    /// that after a restart or a fail-over (design notes 58, 62, 69).
     pub open_grace_ms: u64,
     /// How long a new MDS (a restart, a fail-over) waits for the clients that held
     /// open tables at its predecessor (the pool records them) to write them again

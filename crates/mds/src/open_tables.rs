@@ -109,9 +109,9 @@ pub(crate) struct OpenTables {
     /// Orphans made since the last sweep (swept at once, not after [`RESWEEP`]).
     fresh: bool,
     next_sweep: Instant,
-    /// How long a table outlives its instance's connections, and how long after its
-    /// start the MDS destroys no orphan.
+    /// How long a table outlives its instance's connections.
     grace: Duration,
+    /// When this MDS started (its reclaim time counts from it).
     started: Instant,
     /// Instances the pool's record names ([`holder_tag`]s) whose tables have not
     /// been written again since this MDS started: no orphan goes while one is
@@ -310,8 +310,10 @@ impl OpenTables {
             self.unknown = false;
             self.holders_changed = true;
         }
+        // No fixed wait after the start: whoever may hold a file open is in the
+        // record (design note 69).
         let waiting = self.unknown || !self.awaiting.is_empty();
-        if self.orphans.is_empty() || now < self.started + grace || waiting {
+        if self.orphans.is_empty() || waiting {
             return Vec::new();
         }
         // The MDS's half of the pairing: its stores of the link counts are ordered
@@ -417,6 +419,7 @@ impl Mds {
                 warn!("destroying unlinked inode {ino}: {e}");
             }
         }
+        self.release_freed();
         self.changes_of_no_request();
     }
 }
@@ -438,8 +441,8 @@ mod tests {
     }
 
     /// A new MDS destroys no orphan until each instance its pool names as a holder
-    /// wrote its table again (and its grace passed), or until its reclaim time
-    /// passed for those that did not come.
+    /// wrote its table again, or until its reclaim time passed for those that did
+    /// not come.
     #[test]
     fn orphans_wait_for_the_recorded_holders_or_the_reclaim_time() {
         let t0 = Instant::now();
@@ -537,14 +540,13 @@ mod tests {
         assert!(t.tables.is_empty());
     }
 
-    /// A blank record (a new pool) awaits nobody: only the first grace holds.
+    /// A blank record (a new pool, or one whose clients all left holding nothing)
+    /// awaits nobody: an orphan goes at the first sweep.
     #[test]
-    fn a_new_pool_waits_only_its_grace() {
+    fn a_blank_record_waits_for_nobody() {
         let t0 = Instant::now();
         let mut t = starting(Holders::Known(vec![]), t0);
         t.orphaned(5);
-        assert!(t.sweep(t0 + GRACE / 2).is_empty());
-        t.fresh = true;
-        assert_eq!(t.sweep(t0 + GRACE), vec![5]);
+        assert_eq!(t.sweep(t0), vec![5]);
     }
 }

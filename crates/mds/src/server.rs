@@ -750,8 +750,10 @@ impl Mds {
     }
 
     /// Hands data pages the engine released to their groups (after the grace period:
-    /// clients may still be reading them one-sided).
-    fn release_freed(&mut self) {
+    /// clients may still be reading them one-sided). A group with no allocator yet
+    /// drops them: its allocator is made from the engine's files when its first store
+    /// joins, so every turn that frees pages hands them over before that can happen.
+    pub(crate) fn release_freed(&mut self) {
         for g in self.engine.take_freed() {
             if let Some(grp) = self.groups.get_mut(&g.group()) {
                 grp.free_later(g.page(), 1);

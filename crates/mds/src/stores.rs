@@ -104,6 +104,9 @@ impl Mds {
             );
         }
         if !self.groups.contains_key(&d.group) {
+            // Pages freed before now go nowhere: the new allocator finds them free. A
+            // page still in the engine's list would otherwise be freed twice.
+            self.release_freed();
             let grace = Duration::from_millis(self.cfg.grace_ms);
             let g = Group::new(d.group, d.page_count, &self.engine, grace)?;
             self.groups.insert(d.group, g);

@@ -45,10 +45,10 @@ fn read_all(c: &Client, path: &str) -> Vec<u8> {
     b
 }
 
-/// A new MDS destroys no unlinked file in its first grace period (its clients have
-/// not written their tables again yet): a probe file's unlink shows when it has
-/// begun to. Returns the free inodes then.
-fn past_startup_grace(c: &Client) -> u64 {
+/// A new MDS destroys no unlinked file until the clients its pool names as holders
+/// wrote their tables again: a probe file's unlink shows when it has begun to.
+/// Returns the free inodes then.
+fn free_after_probe(c: &Client) -> u64 {
     let before = free_inodes(c);
     make(c, "/probe", b"");
     c.unlink("/probe").unwrap();
@@ -61,7 +61,7 @@ fn another_clients_unlink_and_rename_leave_open_files_usable_until_closed() {
     let mut cluster = Cluster::start(ClusterConfig::default()).unwrap();
     let a = cluster.client(EXTERNAL).unwrap();
     let b = cluster.client(EXTERNAL).unwrap();
-    let before = past_startup_grace(&a);
+    let before = free_after_probe(&a);
     make(&a, "/f", b"hello");
     make(&a, "/g", b"old g");
     make(&b, "/h", b"new g");
@@ -119,7 +119,7 @@ fn opens_racing_with_unlinks_get_whole_files_or_enoent() {
     .unwrap();
     let a = Arc::new(cluster.client(EXTERNAL).unwrap());
     let b = Arc::new(cluster.client(EXTERNAL).unwrap());
-    let before = past_startup_grace(&a);
+    let before = free_after_probe(&a);
     const FILES: usize = 120;
     let content = |i: usize| format!("file {i} ").repeat(100 + i).into_bytes();
     a.mkdir("/r", 0o755).unwrap();
@@ -187,8 +187,8 @@ fn opens_racing_with_unlinks_get_whole_files_or_enoent() {
 }
 
 /// A new MDS starts with empty open tables: each client writes its table again when
-/// it says hello to it, and the MDS destroys no unlinked file before its clients had
-/// a grace period to. A client that makes no call has its keeper thread say hello.
+/// it says hello to it, and the MDS destroys no unlinked file before the clients its
+/// pool names as holders did. A client that makes no call has its keeper thread say hello.
 /// So a file A holds open, making no call, stays A's through a restart of the MDS
 /// and an unlink by B after it.
 #[test]
@@ -200,7 +200,7 @@ fn an_open_file_outlives_an_mds_restart_and_an_unlink_after_it() {
     let f = a.open("/f", OpenFlags::read(), 0).unwrap();
     cluster.restart_mds().unwrap();
     b.unlink("/f").unwrap();
-    let free = past_startup_grace(&b);
+    let free = free_after_probe(&b);
     assert_eq!(a.pread(f, 0, 100).unwrap(), b"kept through a restart");
     assert_eq!(a.fstat(f).unwrap().nlink, 0);
     a.close(f).unwrap();
@@ -218,7 +218,7 @@ fn an_unlinked_open_file_outlives_an_mds_restart() {
     let mut cluster = Cluster::start(ClusterConfig::default()).unwrap();
     let a = cluster.client(EXTERNAL).unwrap();
     let b = cluster.client(EXTERNAL).unwrap();
-    let before = past_startup_grace(&a);
+    let before = free_after_probe(&a);
     make(&a, "/f", b"unlinked, then restarted");
     make(&a, "/g", b"unlinked, closed, restarted");
     let f = a.open("/f", rw(), 0).unwrap();
@@ -249,7 +249,7 @@ fn open_files_outlive_a_fail_over_and_unlinks_on_either_side_of_it() {
     let mut cluster = orion_sim::MirroredCluster::start(5).unwrap();
     let a = cluster.client().unwrap();
     let b = cluster.client().unwrap();
-    let before = past_startup_grace(&a);
+    let before = free_after_probe(&a);
     make(&a, "/before", b"unlinked before the fail-over");
     make(&a, "/after", b"unlinked after the fail-over");
     let f = a.open("/before", OpenFlags::read(), 0).unwrap();
@@ -264,7 +264,7 @@ fn open_files_outlive_a_fail_over_and_unlinks_on_either_side_of_it() {
         .fault_during(orion_sim::MdsFault::Kill, Duration::ZERO, || ())
         .unwrap();
     b.unlink("/after").unwrap();
-    assert_eq!(past_startup_grace(&b), before - 2);
+    assert_eq!(free_after_probe(&b), before - 2);
     assert_eq!(
         a.pread(f, 0, 100).unwrap(),
         b"unlinked before the fail-over"
@@ -294,7 +294,7 @@ fn files_past_a_tables_words_are_kept_by_request() {
     .unwrap();
     let a = cluster.client(EXTERNAL).unwrap();
     let b = cluster.client(EXTERNAL).unwrap();
-    let before = past_startup_grace(&a);
+    let before = free_after_probe(&a);
     a.mkdir("/many", 0o755).unwrap();
     let create = OpenFlags {
         create: true,
@@ -336,7 +336,7 @@ fn a_removed_directory_stays_for_fstat_until_closed() {
     let mut cluster = Cluster::start(ClusterConfig::default()).unwrap();
     let a = cluster.client(EXTERNAL).unwrap();
     let b = cluster.client(EXTERNAL).unwrap();
-    let before = past_startup_grace(&a);
+    let before = free_after_probe(&a);
     a.mkdir("/d", 0o755).unwrap();
     a.mkdir("/e", 0o755).unwrap();
     a.mkdir("/moved", 0o755).unwrap();
