@@ -30,7 +30,8 @@ cleanup() {
         for _ in $(seq 100); do kill -0 "$up_pid" 2>/dev/null || break; sleep 0.2; done
         kill -KILL "$up_pid" 2>/dev/null || true
     fi
-    "$up_bin" umount "$dir/mnt" >/dev/null 2>&1 || umount -l "$dir/mnt" 2>/dev/null || true
+    "$up_bin" umount "$dir/mnt" >/dev/null 2>&1 || fusermount3 -uz "$dir/mnt" 2>/dev/null ||
+        umount -l "$dir/mnt" 2>/dev/null || true
     rm -rf "$pools" "$dir" || true
     dir="" pools="" up_pid=""
 }
@@ -56,18 +57,25 @@ run_one() {
     pools=$(mktemp -d -p /dev/shm orion-ab.XXXX)
     "$bin" up --dir "$dir" --pools "$pools" >"$dir/up.log" 2>&1 &
     up_pid=$! up_bin=$bin
-    for _ in $(seq 150); do grep -q "orion up ready" "$dir/up.log" && break; sleep 0.2; done
+    for _ in $(seq 150); do
+        grep -q "orion up ready" "$dir/up.log" && break
+        kill -0 "$up_pid" 2>/dev/null || break
+        sleep 0.2
+    done
     if ! grep -q "orion up ready" "$dir/up.log"; then
         tail -n 20 "$dir/up.log" "$dir"/logs/*.log >&2 || true
         return 1
     fi
     local only=(--only scale_4k_randwrite --only scale_create --only varmail --seconds "$seconds")
     mkdir "$dir/mnt/m" "$dir/mnt/p"
+    # The benchmark's progress and errors go to a log, shown if it fails.
     printf '%s mount:   ' "$bin"
-    "$bin" bench workloads "$dir/mnt/m" "${only[@]}" 2>/dev/null | summary
+    "$bin" bench workloads "$dir/mnt/m" "${only[@]}" 2>"$dir/bench.log" | summary ||
+        { tail -n 20 "$dir/bench.log" >&2; return 1; }
     printf '%s preload: ' "$bin"
     "$bin" run --dir "$dir" -- "$bin" bench workloads "$dir/mnt/p" "${only[@]}" \
-        --only 4k_randwrite 2>/dev/null | summary
+        --only 4k_randwrite 2>"$dir/bench.log" | summary ||
+        { tail -n 20 "$dir/bench.log" >&2; return 1; }
     cleanup
 }
 bins=("$@")

@@ -132,7 +132,8 @@ impl Client {
     /// Connects to the MDS named in `cfg` and to every data store it lists.
     pub fn connect(cfg: ClientConfig, mut fabric: FabricConfig) -> FsResult<Client> {
         // A client's waits are for replies: past a round trip it yields its CPU to
-        // whoever must answer (design note 70), unless the caller chose otherwise.
+        // whoever must answer (design note 70). A caller that set a policy other
+        // than the default keeps its own.
         if fabric.spin == SpinPolicy::default() {
             fabric.spin = SpinPolicy::client();
         }
