@@ -24,33 +24,10 @@ if [[ $# -eq 0 ]]; then
     cargo build --release -p orion-cli
     set -- target/release/orion
 fi
-dir="" pools="" up_pid="" up_bin=""
-# Stops the running cluster (by PID), unmounts and removes its pools and state:
-# after each run, and on any exit (`set -e` leaves a function without its RETURN trap).
-cleanup() {
-    [[ -n $dir ]] || return 0
-    if [[ -n $up_pid ]]; then
-        kill -INT "$up_pid" 2>/dev/null || true
-        for _ in $(seq 100); do kill -0 "$up_pid" 2>/dev/null || break; sleep 0.2; done
-        kill -KILL "$up_pid" 2>/dev/null || true
-    fi
-    # A cluster that needed SIGKILL leaves its mount behind.
-    "$up_bin" umount "$dir/mnt" >/dev/null 2>&1 || umount -l "$dir/mnt" 2>/dev/null || true
-    rm -rf "$pools" "$dir" || true
-    dir="" pools="" up_pid=""
-}
-trap cleanup EXIT
+source bench/ab-cluster.sh
 run_one() {
     local bin=$1
-    dir=$(mktemp -d /tmp/orion-ab.XXXX)
-    pools=$(mktemp -d -p /dev/shm orion-ab.XXXX)
-    "$bin" up --dir "$dir" --pools "$pools" >"$dir/up.log" 2>&1 &
-    up_pid=$! up_bin=$bin
-    for _ in $(seq 150); do grep -q "orion up ready" "$dir/up.log" && break; sleep 0.2; done
-    if ! grep -q "orion up ready" "$dir/up.log"; then
-        tail -n 20 "$dir/up.log" "$dir"/logs/*.log >&2 || true
-        return 1
-    fi
+    start_cluster "$bin"
     python3 - "$dir/mnt" "$workload" <<'PY'
 import os, sys, time
 root, workload = sys.argv[1], sys.argv[2]
@@ -91,19 +68,12 @@ for k in range(5):
     samples.append((time.perf_counter() - t) / n * 1e6)
 print(" ".join(f"{s:.1f}" for s in samples), f"(median {sorted(samples)[2]:.1f} us)")
 PY
-    cleanup
+    stop_cluster
 }
 # The binaries take turns, in reverse order every other round: the first run of a
 # round meets a colder machine.
-bins=("$@")
-for r in $(seq "$rounds"); do
-    order=("${bins[@]}")
-    if ((r % 2 == 0)); then
-        order=()
-        for ((i = ${#bins[@]} - 1; i >= 0; i--)); do order+=("${bins[i]}"); done
-    fi
-    for bin in "${order[@]}"; do
-        printf '%s: ' "$bin"
-        run_one "$bin"
-    done
-done
+run_printed() {
+    printf '%s: ' "$1"
+    run_one "$1"
+}
+take_turns "$rounds" run_printed "$@"

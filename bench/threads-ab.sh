@@ -20,22 +20,7 @@ if [[ $# -eq 0 ]]; then
     set -- target/release/orion
 fi
 seconds=${SECONDS_PER_ROW:-3}
-dir="" pools="" up_pid="" up_bin=""
-# Stops the running cluster (by PID), unmounts and removes its pools and state:
-# after each run, and on any exit.
-cleanup() {
-    [[ -n $dir ]] || return 0
-    if [[ -n $up_pid ]]; then
-        kill -INT "$up_pid" 2>/dev/null || true
-        for _ in $(seq 100); do kill -0 "$up_pid" 2>/dev/null || break; sleep 0.2; done
-        kill -KILL "$up_pid" 2>/dev/null || true
-    fi
-    "$up_bin" umount "$dir/mnt" >/dev/null 2>&1 || fusermount3 -uz "$dir/mnt" 2>/dev/null ||
-        umount -l "$dir/mnt" 2>/dev/null || true
-    rm -rf "$pools" "$dir" || true
-    dir="" pools="" up_pid=""
-}
-trap cleanup EXIT
+source bench/ab-cluster.sh
 # Prints one line of figures from the JSON of `orion bench workloads` on stdin.
 summary() {
     python3 -c '
@@ -53,19 +38,7 @@ print(line)'
 }
 run_one() {
     local bin=$1
-    dir=$(mktemp -d /tmp/orion-ab.XXXX)
-    pools=$(mktemp -d -p /dev/shm orion-ab.XXXX)
-    "$bin" up --dir "$dir" --pools "$pools" >"$dir/up.log" 2>&1 &
-    up_pid=$! up_bin=$bin
-    for _ in $(seq 150); do
-        grep -q "orion up ready" "$dir/up.log" && break
-        kill -0 "$up_pid" 2>/dev/null || break
-        sleep 0.2
-    done
-    if ! grep -q "orion up ready" "$dir/up.log"; then
-        tail -n 20 "$dir/up.log" "$dir"/logs/*.log >&2 || true
-        return 1
-    fi
+    start_cluster "$bin"
     local only=(--only scale_4k_randwrite --only scale_create --only varmail --seconds "$seconds")
     mkdir "$dir/mnt/m" "$dir/mnt/p"
     # The benchmark's progress and errors go to a log, shown if it fails.
@@ -76,14 +49,6 @@ run_one() {
     "$bin" run --dir "$dir" -- "$bin" bench workloads "$dir/mnt/p" "${only[@]}" \
         --only 4k_randwrite 2>"$dir/bench.log" | summary ||
         { tail -n 20 "$dir/bench.log" >&2; return 1; }
-    cleanup
+    stop_cluster
 }
-bins=("$@")
-for r in $(seq "$rounds"); do
-    order=("${bins[@]}")
-    if ((r % 2 == 0)); then
-        order=()
-        for ((i = ${#bins[@]} - 1; i >= 0; i--)); do order+=("${bins[i]}"); done
-    fi
-    for bin in "${order[@]}"; do run_one "$bin"; done
-done
+take_turns "$rounds" run_one "$@"
