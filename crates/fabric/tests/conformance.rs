@@ -624,24 +624,8 @@ mod tests {
 
     pub fn sleeping_waiter_wakes_and_idle_wait_times_out(s: Setup) {
         let p = s.pair_with(orion_fabric::SpinPolicy::never());
-        let mut out = Vec::new();
-        let t0 = std::time::Instant::now();
-        assert!(matches!(
-            p.client.cq.wait(&mut out, 8, Duration::from_millis(120)),
-            Err(Error::Timeout(_))
-        ));
-        assert!(t0.elapsed() >= Duration::from_millis(120));
-        let buf = p.client.domain.alloc_region(4096, Access::LOCAL).unwrap();
-        p.client.conn.post_recv(5, &buf, 0, 64).unwrap();
-        let sbuf = p.server.domain.alloc_region(4096, Access::LOCAL).unwrap();
-        let sconn = p.server.conn.clone();
-        let t = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(100));
-            sconn.post_send(1, &sbuf, 0, 8).unwrap();
-        });
-        let c = p.client.collect(1, T);
-        assert_eq!((c[0].wr_id, &c[0].status), (5, &Ok(())));
-        t.join().unwrap();
+        let waited = idle_wait_then_late_send(&p, Duration::from_millis(120), 100);
+        assert!(waited >= Duration::from_millis(120), "{waited:?}");
     }
 
     /// A waiter that yields its CPU at every poll (a client's policy, from the first
@@ -653,28 +637,36 @@ mod tests {
             yield_after: Some(Duration::ZERO),
             ..orion_fabric::SpinPolicy::client()
         });
-        let mut out = Vec::new();
-        let t0 = std::time::Instant::now();
-        assert!(matches!(
-            p.client.cq.wait(&mut out, 8, Duration::from_millis(60)),
-            Err(Error::Timeout(_))
-        ));
-        let waited = t0.elapsed();
+        let waited = idle_wait_then_late_send(&p, Duration::from_millis(60), 30);
         assert!(
             waited >= Duration::from_millis(60) && waited < Duration::from_secs(1),
             "{waited:?}"
         );
+    }
+
+    /// A wait of `timeout` with nothing to come must time out (how long it took is
+    /// returned); then a send posted `after_ms` later must complete the client's
+    /// receive.
+    fn idle_wait_then_late_send(p: &Pair, timeout: Duration, after_ms: u64) -> Duration {
+        let mut out = Vec::new();
+        let t0 = std::time::Instant::now();
+        assert!(matches!(
+            p.client.cq.wait(&mut out, 8, timeout),
+            Err(Error::Timeout(_))
+        ));
+        let waited = t0.elapsed();
         let buf = p.client.domain.alloc_region(4096, Access::LOCAL).unwrap();
-        p.client.conn.post_recv(9, &buf, 0, 64).unwrap();
+        p.client.conn.post_recv(5, &buf, 0, 64).unwrap();
         let sbuf = p.server.domain.alloc_region(4096, Access::LOCAL).unwrap();
         let sconn = p.server.conn.clone();
         let t = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(30));
+            std::thread::sleep(Duration::from_millis(after_ms));
             sconn.post_send(1, &sbuf, 0, 8).unwrap();
         });
         let c = p.client.collect(1, T);
-        assert_eq!((c[0].wr_id, &c[0].status), (9, &Ok(())));
+        assert_eq!((c[0].wr_id, &c[0].status), (5, &Ok(())));
         t.join().unwrap();
+        waited
     }
 
     /// What a server's acceptor does after handing over a connection: a waiter

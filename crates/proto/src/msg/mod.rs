@@ -565,7 +565,7 @@ pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
             pages: r.u32("pages")?,
         }),
         ReplyKind::Committed => Reply::Ok(ReplyBody::Committed {
-            prev: tail(&mut r, "tail")?,
+            prev: tail(&mut r, "prev")?,
             tail: tail(&mut r, "tail")?,
         }),
         ReplyKind::Attr => Reply::Ok(ReplyBody::Attr(attr(&mut r)?)),
