@@ -370,8 +370,7 @@ impl Filesystem for OrionFs {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: KOpenFlags, reply: ReplyOpen) {
         let _timed = self.client.timed(Call::Open);
-        let r = (self.current(ino.0))
-            .and_then(|_| self.may(req, ino.0, open_mask(flags.0)))
+        let r = (self.may_current(req, ino.0, open_mask(flags.0)))
             .and_then(|_| self.client.open_ino(ino.0, open_flags(flags.0)));
         match r {
             Ok(fd) => reply.opened(FileHandle(fd.0), fopen(self.data_cache)),
@@ -566,8 +565,7 @@ impl Filesystem for OrionFs {
         let _timed = self.client.timed(Call::Opendir);
         // Opened as a descriptor of the client: the directory is then held, and a
         // removal elsewhere leaves it for `fstat` (link count 0) until the release.
-        let r = (self.may(req, ino.0, perm::MAY_READ))
-            .and_then(|_| self.current(ino.0))
+        let r = (self.may_current(req, ino.0, perm::MAY_READ))
             .and_then(|_| self.client.open_ino(ino.0, OpenFlags::read()));
         match r {
             Ok(fd) => {

@@ -10,13 +10,35 @@
 use fuser::Request;
 use orion_client::{Attr, FsResult, RenameMode};
 
-use super::OrionFs;
+use super::{of_generation, OrionFs};
 use crate::convert::with_cred;
+use orion_client::perm;
 
 impl OrionFs {
     /// Whether the caller may access the inode as `mask` asks.
     pub(super) fn may(&self, req: &Request, ino: u64, mask: u32) -> FsResult<()> {
         with_cred(req, |c| self.client.may(c, ino, mask))
+    }
+
+    /// [`Self::may`] of an inode the kernel names in its request, which must still
+    /// be the one it holds ([`OrionFs::current`]; checked first): one read of the
+    /// attributes serves both, and none is made when neither needs it.
+    pub(super) fn may_current(&self, req: &Request, ino: u64, mask: u32) -> FsResult<()> {
+        with_cred(req, |c| {
+            let check = !(c.is_root() && mask & perm::MAY_EXEC == 0);
+            let held = self.nodes.generation(ino);
+            if !check && held.is_none() {
+                return Ok(());
+            }
+            let a = self.client.getattr(ino)?;
+            if let Some(g) = held {
+                of_generation(&a, g)?;
+            }
+            match check {
+                true => perm::check(&a, c, mask),
+                false => Ok(()),
+            }
+        })
     }
 
     /// Adding a name to `parent`: write and search permission.
