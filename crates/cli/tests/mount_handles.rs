@@ -4,7 +4,9 @@
 //! answered its lookup with, so a file that gets a removed file's number must get
 //! another generation too, or the removed file's handle opens the new file. And a
 //! reference that outlives its directory (a working directory, an `O_PATH`
-//! descriptor) must not reach the later directory that took its number.
+//! descriptor) must not reach the later directory that took its number; it still
+//! gets what a local file system gives it: a directory with no links, listed as
+//! empty.
 
 mod cluster;
 
@@ -206,6 +208,50 @@ fn a_removed_directorys_reference_reaches_no_later_directory_with_its_number() {
         vec![b"inside".to_vec()],
         "the later directory's names"
     );
+    let gone = held.metadata().expect("fstat of the removed directory");
+    assert_eq!(
+        (gone.ino(), gone.nlink(), gone.is_dir()),
+        (ino, 0, true),
+        "fstat after its number was taken"
+    );
+}
+
+/// A working directory removed through the mount, or by another client, stays a
+/// directory with no links that lists as empty and takes no new names, as Linux
+/// keeps a removed directory for its last reference. Both used to fail every call
+/// with ENOENT, `stat .` and `ls .` included.
+#[test]
+fn a_removed_working_directory_is_an_empty_directory_with_no_links() {
+    let (_cluster, m, client) = mounted();
+    std::fs::create_dir(m.path.join("here")).unwrap();
+    let script = r#"rmdir "$PWD" && stat -c '%h %F' . && ls -a . && ls -d .. &&
+        if mkdir x 2>/dev/null; then echo made; fi"#;
+    let out = std::process::Command::new("sh")
+        .current_dir(m.path.join("here"))
+        .args(["-c", script])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stderr.is_empty(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "0 directory\n..\n");
+
+    std::fs::create_dir(m.path.join("there")).unwrap();
+    let held = reference(&m.path.join("there"));
+    let before = held.metadata().unwrap();
+    client.rmdir("/there").unwrap();
+    let after = held
+        .metadata()
+        .expect("fstat of the directory removed elsewhere");
+    assert_eq!(
+        (after.ino(), after.nlink(), after.mode(), after.is_dir()),
+        (before.ino(), 0, before.mode(), true)
+    );
+    let by_fd = format!("/proc/self/fd/{}", held.as_raw_fd());
+    let listed = std::fs::read_dir(&by_fd).expect("opendir of the removed directory");
+    assert_eq!(listed.count(), 0, "its listing");
+    let made = std::fs::create_dir(Path::new(&by_fd).join("x"));
+    assert_eq!(made.unwrap_err().raw_os_error(), Some(libc::ENOENT));
+    assert!(client.stat("/x").is_err() && client.stat("/there").is_err());
 }
 
 /// The same for a file: a chmod and an open for writing through an `O_PATH`

@@ -25,8 +25,10 @@ use orion_client::{
 use crate::convert::*;
 use crate::listings::Listings;
 use crate::nodes::Nodes;
+use removed::REMOVED_DIR;
 
 mod permissions;
+mod removed;
 
 /// Largest read or write the kernel is asked to send in one request.
 pub const MAX_IO: u32 = 1 << 20;
@@ -76,7 +78,7 @@ impl OrionFs {
         match r {
             // Recorded before the reply: the kernel may name the inode in a request
             // on another thread as soon as it has the entry.
-            Ok((a, ttl)) if self.nodes.told(a.ino, a.generation) => {
+            Ok((a, ttl)) if self.nodes.told(&a) => {
                 reply.entry(&ttl, &file_attr(&a), Generation(a.generation));
                 self.client.kernel_looked_up(a.ino);
             }
@@ -95,11 +97,11 @@ impl OrionFs {
     }
 
     /// Err(ESTALE) unless `a` (just read) is of the generation the kernel holds of
-    /// its inode number.
+    /// its inode number; if so, `a` is what the kernel is given next.
     fn same_as_kernel(&self, a: &Attr) -> FsResult<()> {
-        match self.nodes.generation(a.ino) {
-            Some(g) => of_generation(a, g),
-            None => Ok(()),
+        match self.nodes.saw(a) {
+            true => Ok(()),
+            false => Err(FsError::Errno(libc::ESTALE)),
         }
     }
 }
@@ -173,7 +175,7 @@ impl Filesystem for OrionFs {
         let _kernel = self.client.kernel_gate();
         let r = (self.getattr_for_kernel(ino.0))
             .and_then(|(a, ttl)| self.same_as_kernel(&a).map(|_| (a, ttl)));
-        match r {
+        match self.or_removed(ino.0, r) {
             Ok((a, ttl)) => reply.attr(&ttl, &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
         }
@@ -216,7 +218,10 @@ impl Filesystem for OrionFs {
         let r = checked
             .and_then(|req| self.change_for_kernel(&[], || self.client.setattr(ino.0, &req)));
         match r {
-            Ok((a, ttl)) => reply.attr(&ttl, &file_attr(&a)),
+            Ok((a, ttl)) => {
+                self.nodes.saw(&a);
+                reply.attr(&ttl, &file_attr(&a))
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -566,12 +571,13 @@ impl Filesystem for OrionFs {
         // Opened as a descriptor of the client: the directory is then held, and a
         // removal elsewhere leaves it for `fstat` (link count 0) until the release.
         let r = (self.may_current(req, ino.0, perm::MAY_READ))
-            .and_then(|_| self.client.open_ino(ino.0, OpenFlags::read()));
-        match r {
-            Ok(fd) => {
+            .and_then(|_| self.client.open_ino(ino.0, OpenFlags::read()))
+            .map(|fd| {
                 self.listings.open(fd.0);
-                reply.opened(FileHandle(fd.0), FopenFlags::empty())
-            }
+                fd.0
+            });
+        match r.or_else(|e| self.open_removed_dir(req, ino.0, e)) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -585,6 +591,9 @@ impl Filesystem for OrionFs {
         mut reply: ReplyDirectory,
     ) {
         let _timed = self.client.timed(Call::Readdir);
+        if fh.0 == REMOVED_DIR {
+            return reply.ok();
+        }
         let add = |next: u64, e: &DirEntry| {
             let name = OsStr::from_bytes(&e.name);
             reply.add(INodeNo(e.ino), next, kind(e.ftype), name)
@@ -608,6 +617,9 @@ impl Filesystem for OrionFs {
         reply: ReplyEmpty,
     ) {
         let _timed = self.client.timed(Call::Release);
+        if fh.0 == REMOVED_DIR {
+            return reply.ok();
+        }
         self.listings.release(fh.0);
         empty(reply, self.client.close(Fd(fh.0)));
     }
@@ -676,14 +688,14 @@ impl Filesystem for OrionFs {
         let r = self
             .may_xattr(req, ino.0, name, false)
             .and_then(|_| self.client.getxattr_ino(ino.0, name));
-        xattr_reply(reply, size, r);
+        xattr_reply(reply, size, self.xattrs_or_removed(ino.0, r, false));
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let _timed = self.client.timed(Call::Xattr);
         let r =
             (self.current(ino.0)).and_then(|_| self.client.listxattr_ino(ino.0, req.uid() == 0));
-        xattr_reply(reply, size, r);
+        xattr_reply(reply, size, self.xattrs_or_removed(ino.0, r, true));
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -750,7 +762,7 @@ impl Filesystem for OrionFs {
             Ok((a, fd, ttl))
         });
         match r {
-            Ok((a, fd, _)) if !self.nodes.told(a.ino, a.generation) => {
+            Ok((a, fd, _)) if !self.nodes.told(&a) => {
                 let _ = self.client.close(fd);
                 reply.error(Errno::ESTALE)
             }

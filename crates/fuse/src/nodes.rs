@@ -1,5 +1,6 @@
 //! The inodes the kernel holds: for each inode number, the generation its entries
-//! said (design note 67) and the lookups it has not forgotten yet.
+//! said (design note 67), the lookups it has not forgotten yet, and the attributes
+//! it was last given.
 //!
 //! Orion reuses inode numbers, and the kernel names an inode by its number alone
 //! in every request. A kernel reference can outlive its file: a working directory
@@ -10,6 +11,13 @@
 //! mount checks the inode's generation against the one the kernel was told
 //! ([`crate::fs`]'s `current`).
 //!
+//! Such a reference still gets what a local file system gives it (design note 71):
+//! a working directory removed by `rmdir` stays a directory with no links, which
+//! `stat` describes and `ls` lists as empty, until the kernel lets go of it. So
+//! every inode the kernel holds keeps the attributes it was last given, and once
+//! its file is gone (the client says ENOENT, or another generation holds the
+//! number) the mount answers those, with no links ([`Nodes::removed`]).
+//!
 //! The client's kernel cache counts lookups too (`KernelCache::held`), for the
 //! MDS's watches, and only while the kernel keeps names; its count must follow
 //! every inode the kernel holds, an older generation's included, where this one
@@ -18,9 +26,13 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use orion_client::{Attr, FsError};
+
 struct Node {
     generation: u64,
     lookups: u64,
+    /// The attributes the kernel was last given of this generation.
+    last: Attr,
 }
 
 #[derive(Default)]
@@ -38,23 +50,54 @@ impl Nodes {
     /// reused, answered after a later one's) must not go: the kernel would hold the
     /// removed file under the later file's number, unchecked. Its caller answers
     /// ESTALE instead, and the kernel looks the name up again.
-    pub fn told(&self, ino: u64, generation: u64) -> bool {
+    pub fn told(&self, a: &Attr) -> bool {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        let n = held.entry(ino).or_insert(Node {
-            generation,
+        let n = held.entry(a.ino).or_insert_with(|| Node {
+            generation: a.generation,
             lookups: 0,
+            last: a.clone(),
         });
-        if n.generation > generation {
+        if n.generation > a.generation {
             return false;
         }
-        if n.generation < generation {
-            *n = Node {
-                generation,
-                lookups: 0,
-            };
+        if n.generation < a.generation {
+            n.generation = a.generation;
+            n.lookups = 0;
         }
+        n.last = a.clone();
         n.lookups += 1;
         true
+    }
+
+    /// Whether `a` (just read) is of the generation the kernel holds of its inode
+    /// number, or of one the kernel does not hold; if it holds this one, `a` is
+    /// what it is given next.
+    pub fn saw(&self, a: &Attr) -> bool {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        match held.get_mut(&a.ino) {
+            Some(n) if n.generation == a.generation => {
+                n.last = a.clone();
+                true
+            }
+            Some(_) => false,
+            None => true,
+        }
+    }
+
+    /// The attributes of a held inode whose file is gone, as a local file system
+    /// keeps them for its last reference: the last ones the kernel was given, with
+    /// no links. `gone` is what asking for its current attributes failed with: only
+    /// ENOENT (destroyed) and ESTALE (another generation has its number) say it is
+    /// gone; any other error (a lost connection) is the caller's to report.
+    pub fn removed(&self, ino: u64, gone: &FsError) -> Option<Attr> {
+        if !matches!(gone, FsError::Errno(libc::ENOENT | libc::ESTALE)) {
+            return None;
+        }
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.get(&ino).map(|n| Attr {
+            nlink: 0,
+            ..n.last.clone()
+        })
     }
 
     /// The kernel forgot `lookups` lookups of `ino`.
@@ -79,24 +122,61 @@ impl Nodes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use orion_client::FileType;
+
+    fn attr(ino: u64, generation: u64, size: u64) -> Attr {
+        Attr {
+            ino,
+            ftype: FileType::Directory,
+            mode: 0o755,
+            uid: 0,
+            gid: 0,
+            nlink: 2,
+            size,
+            atime: 0,
+            mtime: 0,
+            ctime: 0,
+            rdev: 0,
+            blocks: 0,
+            generation,
+        }
+    }
 
     #[test]
     fn a_node_is_held_until_its_lookups_are_forgotten_and_follows_a_new_generation() {
         let n = Nodes::default();
-        assert!(n.told(7, 1));
-        assert!(n.told(7, 1));
+        assert!(n.told(&attr(7, 1, 0)));
+        assert!(n.told(&attr(7, 1, 0)));
         n.forgot(7, 1);
         assert_eq!(n.generation(7), Some(1));
         n.forgot(7, 1);
         assert_eq!(n.generation(7), None);
-        assert!(n.told(7, 1));
-        assert!(n.told(7, 2));
+        assert!(n.told(&attr(7, 1, 0)));
+        assert!(n.told(&attr(7, 2, 0)));
         assert_eq!(n.generation(7), Some(2));
-        assert!(!n.told(7, 1), "an earlier generation may not go");
+        assert!(!n.told(&attr(7, 1, 0)), "an earlier generation may not go");
         assert_eq!(n.generation(7), Some(2));
         n.forgot(7, 1);
         assert_eq!(n.generation(7), None);
         n.forgot(8, 3);
         assert_eq!(n.generation(8), None);
+    }
+
+    #[test]
+    fn a_gone_node_keeps_the_last_attributes_it_was_given_with_no_links() {
+        let n = Nodes::default();
+        let enoent = FsError::Errno(libc::ENOENT);
+        assert_eq!(n.removed(7, &enoent), None, "not held");
+        assert!(n.told(&attr(7, 1, 10)));
+        assert!(n.saw(&attr(7, 1, 20)));
+        assert!(!n.saw(&attr(7, 2, 30)), "another generation");
+        assert!(n.saw(&attr(8, 1, 40)), "a number the kernel does not hold");
+        let gone = n.removed(7, &FsError::Errno(libc::ESTALE)).unwrap();
+        assert_eq!((gone.nlink, gone.size, gone.generation), (0, 20, 1));
+        assert_eq!(n.removed(7, &enoent), Some(gone));
+        assert_eq!(n.removed(7, &FsError::Io("lost".into())), None);
+        assert_eq!(n.removed(7, &FsError::Errno(libc::EACCES)), None);
+        n.forgot(7, 1);
+        assert_eq!(n.removed(7, &enoent), None, "forgotten");
     }
 }
