@@ -210,11 +210,7 @@ impl Filesystem for OrionFs {
             atime: atime.map(time_set),
             mtime: mtime.map(time_set),
         };
-        let checked = self.current(ino.0).and_then(|_| {
-            with_cred(req_of, |c| {
-                self.client.may_setattr(c, ino.0, &req, fh.is_some())
-            })
-        });
+        let checked = self.may_setattr_current(req_of, ino.0, &req, fh.is_some());
         let r = checked
             .and_then(|req| self.change_for_kernel(&[], || self.client.setattr(ino.0, &req)));
         match r {

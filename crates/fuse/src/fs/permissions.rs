@@ -8,7 +8,7 @@
 //! an extended attribute's check does the same for its inode.
 
 use fuser::Request;
-use orion_client::{Attr, FsResult, RenameMode};
+use orion_client::{Attr, FsResult, RenameMode, SetAttrReq};
 
 use super::{of_generation, OrionFs};
 use crate::convert::with_cred;
@@ -26,19 +26,41 @@ impl OrionFs {
     pub(super) fn may_current(&self, req: &Request, ino: u64, mask: u32) -> FsResult<()> {
         with_cred(req, |c| {
             let check = !(c.is_root() && mask & perm::MAY_EXEC == 0);
-            let held = self.nodes.generation(ino);
-            if !check && held.is_none() {
-                return Ok(());
-            }
-            let a = self.client.getattr(ino)?;
-            if let Some(g) = held {
-                of_generation(&a, g)?;
-            }
-            match check {
-                true => perm::check(&a, c, mask),
-                false => Ok(()),
+            match self.read_current(ino, check)? {
+                Some(a) if check => perm::check(&a, c, mask),
+                _ => Ok(()),
             }
         })
+    }
+
+    /// The setattr the caller may make of an inode the kernel names (as
+    /// `Client::may_setattr` allows it), with one read of the attributes for that
+    /// and for [`OrionFs::current`].
+    pub(super) fn may_setattr_current(
+        &self,
+        req: &Request,
+        ino: u64,
+        change: &SetAttrReq,
+        opened_for_write: bool,
+    ) -> FsResult<SetAttrReq> {
+        with_cred(req, |c| match self.read_current(ino, !c.is_root())? {
+            Some(a) if !c.is_root() => perm::check_setattr(&a, change, c, opened_for_write),
+            _ => Ok(change.clone()),
+        })
+    }
+
+    /// The attributes of an inode the kernel names, read when `needed` or when
+    /// the kernel holds a generation of it to check ([`OrionFs::current`]).
+    fn read_current(&self, ino: u64, needed: bool) -> FsResult<Option<Attr>> {
+        let held = self.nodes.generation(ino);
+        if !needed && held.is_none() {
+            return Ok(None);
+        }
+        let a = self.client.getattr(ino)?;
+        if let Some(g) = held {
+            of_generation(&a, g)?;
+        }
+        Ok(Some(a))
     }
 
     /// Adding a name to `parent`: write and search permission.
