@@ -78,7 +78,7 @@ impl FallocPlan {
             });
         }
         let (first, last) = (off / PS, end.div_ceil(PS));
-        let mapped = file.pages.range(first..last).count() as u64;
+        let mapped = file.mapped_in(first, last);
         Ok(FallocPlan {
             zero_ranges: Vec::new(),
             hole: None,

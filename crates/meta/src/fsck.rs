@@ -196,7 +196,7 @@ pub fn check_reporting(meta: &Pool, data: Option<&Pool>, report: Reporter) -> Fs
                 match body {
                     Body::File(f) => {
                         r.files += 1;
-                        if let Some((&last, _)) = f.pages.iter().next_back() {
+                        if let Some(last) = f.last_page() {
                             if last >= a.size.div_ceil(PAGE_SIZE) {
                                 r.problems.push(format!(
                                     "file {ino}: page {last} mapped past its size {}",
@@ -204,7 +204,7 @@ pub fn check_reporting(meta: &Pool, data: Option<&Pool>, report: Reporter) -> Fs
                                 ));
                             }
                         }
-                        gpas.extend(f.pages.values().map(|e| e.gpa));
+                        gpas.extend(f.pages().map(|(_, gpa)| gpa));
                     }
                     Body::Symlink(s) => {
                         r.symlinks += 1;

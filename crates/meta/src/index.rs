@@ -10,6 +10,9 @@ use orion_format::{
 
 use crate::error::{FsError, FsResult};
 
+mod file;
+pub use file::FileIndex;
+
 /// Attributes as `stat` reports them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attr {
@@ -56,123 +59,6 @@ pub struct DirIndex {
     pub names: HashMap<Box<[u8]>, DirEnt>,
     pub by_cookie: BTreeMap<u64, Box<[u8]>>,
     pub next_cookie: u64,
-}
-
-/// Where one file page lives, and which write entry put it there.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Extent {
-    pub gpa: Gpa,
-    pub write_seq: u64,
-}
-
-/// Extent index of a regular file: file page → data page, plus how many pages each
-/// write entry still maps (an entry that maps none is dead, for log GC).
-#[derive(Default, Debug)]
-pub struct FileIndex {
-    pub pages: BTreeMap<u64, Extent>,
-    live_pages: crate::FastMap<u64, u32>,
-    next_seq: u64,
-}
-
-impl FileIndex {
-    pub fn get(&self, pgoff: u64) -> Option<Gpa> {
-        self.pages.get(&pgoff).map(|e| e.gpa)
-    }
-
-    /// Write entries that still map at least one page.
-    pub fn live_writes(&self) -> u64 {
-        self.live_pages.len() as u64
-    }
-
-    fn unmap(&mut self, ext: Extent, freed: &mut Vec<Gpa>) {
-        freed.push(ext.gpa);
-        if let Some(c) = self.live_pages.get_mut(&ext.write_seq) {
-            *c -= 1;
-            if *c == 0 {
-                self.live_pages.remove(&ext.write_seq);
-            }
-        }
-    }
-
-    fn map(&mut self, w: &WriteRec, freed: &mut Vec<Gpa>) {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        for i in 0..w.npages as u64 {
-            let ext = Extent {
-                gpa: w.gpa.offset_by(i),
-                write_seq: seq,
-            };
-            if let Some(old) = self.pages.insert(w.pgoff + i, ext) {
-                self.unmap(old, freed);
-            }
-        }
-        self.live_pages.insert(seq, w.npages);
-    }
-
-    /// Unmaps `n` pages from `first` (a punched hole).
-    fn punch(&mut self, first: u64, n: u64, freed: &mut Vec<Gpa>) {
-        let end = first.saturating_add(n);
-        let gone: Vec<u64> = self.pages.range(first..end).map(|(&p, _)| p).collect();
-        for p in gone {
-            let ext = self.pages.remove(&p).expect("listed above");
-            self.unmap(ext, freed);
-        }
-    }
-
-    /// Drops every page at or past `first_dropped`.
-    fn truncate_pages(&mut self, first_dropped: u64, freed: &mut Vec<Gpa>) {
-        let tail = self.pages.split_off(&first_dropped);
-        for (_, ext) in tail {
-            self.unmap(ext, freed);
-        }
-    }
-
-    /// Maximal runs of file pages mapped to consecutive data pages.
-    pub fn runs(&self) -> Vec<(u64, Gpa, u32)> {
-        let mut runs: Vec<(u64, Gpa, u32)> = Vec::new();
-        for (&pg, ext) in &self.pages {
-            match runs.last_mut() {
-                Some(last) if extends(*last, pg, ext.gpa) => last.2 += 1,
-                _ => runs.push((pg, ext.gpa, 1)),
-            }
-        }
-        runs
-    }
-
-    /// After log GC rewrote the file's writes as [`FileIndex::runs`] (one write entry
-    /// per run, in order), each run is one live entry: the pages of a run get a
-    /// sequence number of their own, so later overwrites count dead entries against
-    /// the compacted log. One pass, no allocation per page: this is what keeps a GC
-    /// of a large file off the commit's tail (the earlier way rebuilt the whole index
-    /// from the compacted entries).
-    pub fn renumber_as_runs(&mut self) {
-        self.live_pages.clear();
-        let mut last: Option<(u64, Gpa, u32)> = None;
-        for (&pg, ext) in self.pages.iter_mut() {
-            match last.as_mut() {
-                Some(run) if extends(*run, pg, ext.gpa) => run.2 += 1,
-                _ => {
-                    if let Some(run) = last {
-                        self.live_pages.insert(self.next_seq - 1, run.2);
-                    }
-                    self.next_seq += 1;
-                    last = Some((pg, ext.gpa, 1));
-                }
-            }
-            ext.write_seq = self.next_seq - 1;
-        }
-        if let Some(run) = last {
-            self.live_pages.insert(self.next_seq - 1, run.2);
-        }
-    }
-}
-
-/// Whether the file page `pg`, mapped to `gpa`, continues the run `last` (file page,
-/// data page, length): the same rule for listing runs and for numbering them.
-fn extends(last: (u64, Gpa, u32), pg: u64, gpa: Gpa) -> bool {
-    last.0 + last.2 as u64 == pg
-        && last.1.offset_by(last.2 as u64) == gpa
-        && last.2 < orion_format::MAX_WRITE_PAGES
 }
 
 #[derive(Debug)]
@@ -229,7 +115,7 @@ impl InodeState {
     /// Every data page the inode holds: file pages, a symlink's target, xattr values.
     pub fn data_pages(&self) -> Vec<Gpa> {
         let mut out: Vec<Gpa> = match &self.body {
-            Body::File(f) => f.pages.values().map(|e| e.gpa).collect(),
+            Body::File(f) => f.pages().map(|(_, gpa)| gpa).collect(),
             Body::Symlink(Some((g, _))) => vec![*g],
             _ => Vec::new(),
         };
@@ -257,13 +143,7 @@ impl InodeState {
     /// GC merges runs into fewer entries.
     pub fn same_contents(&self, other: &InodeState) -> bool {
         let body = match (&self.body, &other.body) {
-            (Body::File(a), Body::File(b)) => {
-                a.pages.len() == b.pages.len()
-                    && a.pages
-                        .iter()
-                        .zip(&b.pages)
-                        .all(|(x, y)| x.0 == y.0 && x.1.gpa == y.1.gpa)
-            }
+            (Body::File(a), Body::File(b)) => a.mapped() == b.mapped() && a.pages().eq(b.pages()),
             (Body::Dir(a), Body::Dir(b)) => {
                 a.names == b.names && a.by_cookie == b.by_cookie && a.next_cookie == b.next_cookie
             }
@@ -286,10 +166,10 @@ impl InodeState {
             }
     }
 
-    /// File pages a log GC walks to find the runs it writes (0 but for files).
-    pub fn mapped_pages(&self) -> u64 {
+    /// Index entries a log GC walks to find the runs it writes (0 but for files).
+    pub fn gc_walk(&self) -> u64 {
         match &self.body {
-            Body::File(f) => f.pages.len() as u64,
+            Body::File(f) => f.extents(),
             _ => 0,
         }
     }
@@ -416,7 +296,7 @@ impl InodeState {
             }
         }
         if let Body::File(f) = &self.body {
-            self.attr.blocks = f.pages.len() as u64 * (PAGE_SIZE / 512);
+            self.attr.blocks = f.mapped() * (PAGE_SIZE / 512);
         }
         Ok(())
     }

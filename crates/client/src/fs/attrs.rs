@@ -186,7 +186,7 @@ impl Inner {
             let a = c.state.attr.clone();
             let (tail, generation) = (c.tail, c.generation());
             let file = c.state.file();
-            let has_pages = file.is_some_and(|f| !f.pages.is_empty());
+            let has_pages = file.is_some_and(|f| !f.is_empty());
             let now = SystemClock.now();
             let rec = setattr_entry(&a, has_pages, req, now)?;
             // Decide: a truncation inside a page copies that page with the cut-off

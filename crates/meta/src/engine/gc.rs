@@ -6,10 +6,10 @@ use super::MetaEngine;
 use crate::error::*;
 use crate::log::{self, InodeLog};
 
-/// How many mapped file pages one dead entry pays the walk of: a step of the walk
-/// costs about a sixteenth of writing an entry (a `BTreeMap` step against encoding,
-/// checksumming, copying and persisting 64 bytes).
-const GC_PAGES_PER_DEAD_ENTRY: u64 = 16;
+/// How many index entries of a file one dead entry pays the walk of: a step of the
+/// walk costs about a sixteenth of writing an entry (a `BTreeMap` step against
+/// encoding, checksumming, copying and persisting 64 bytes).
+const GC_WALK_PER_DEAD_ENTRY: u64 = 16;
 
 impl MetaEngine {
     /// Log GC (paper §4.2): when dead entries outnumber live ones, write the live
@@ -19,15 +19,16 @@ impl MetaEngine {
     ///
     /// A GC runs inside the commit that triggers it, on the MDS's one engine thread,
     /// so its cost is that commit's latency and every waiting request's. It costs
-    /// one entry written per live entry plus one step per mapped page of a file
-    /// (finding the runs). The trigger asks for at least as many dead entries as
-    /// either, so GC work per appended entry stays constant, and a file's GC comes at
-    /// most once per `mapped pages / 16` entries made dead (design note 57).
+    /// one entry written per live entry plus one step per entry of a file's extent
+    /// index (finding the runs: one per run of pages, design note 72). The trigger
+    /// asks for at least as many dead entries as either, so GC work per appended
+    /// entry stays constant, and a file's GC comes at most once per `extents / 16`
+    /// entries made dead (design note 57).
     pub(crate) fn gc(&mut self, ino: u64, force: bool) -> FsResult<()> {
         let inode = &self.inodes[&ino];
         let live = inode.state.live_entries();
         let dead = inode.log.entries.saturating_sub(live);
-        let walk = inode.state.mapped_pages() / GC_PAGES_PER_DEAD_ENTRY;
+        let walk = inode.state.gc_walk() / GC_WALK_PER_DEAD_ENTRY;
         if !force && (dead < self.cfg.gc_min_dead || dead < live || dead < walk) {
             return Ok(());
         }

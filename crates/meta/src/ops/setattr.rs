@@ -97,7 +97,7 @@ impl MetaEngine {
     /// needs committed with it (the copied last page of a truncation).
     pub fn setattr(&mut self, ino: u64, req: &SetAttrReq, pre: Vec<Entry>) -> FsResult<Attr> {
         let inode = self.inode(ino)?;
-        let has_pages = inode.state.file().is_some_and(|f| !f.pages.is_empty());
+        let has_pages = inode.state.file().is_some_and(|f| !f.is_empty());
         let a = inode.state.attr.clone();
         let rec = setattr_entry(&a, has_pages, req, self.clock.now())?;
         if rec.is_none() && pre.is_empty() {
