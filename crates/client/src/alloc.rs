@@ -90,8 +90,10 @@ impl Chunks {
                         self.give_back(out);
                         return Err(io_err(format!("unexpected chunk reply {other:?}")).into());
                     }
-                    // No store is connected to the MDS: one may be rejoining after
-                    // an MDS restart. Wait for it as for a reconnection.
+                    // No store is connected to the MDS (one may be rejoining after
+                    // an MDS restart), or the free pages of the full ones are still
+                    // in their grace period (under a second). Wait as for a
+                    // reconnection.
                     Err(Fail::Fs(FsError::Errno(libc::EAGAIN)))
                         if waited < remote.cfg.reconnect_ms =>
                     {
@@ -103,8 +105,8 @@ impl Chunks {
                     Err(Fail::Fs(FsError::Errno(libc::EAGAIN))) => {
                         self.give_back(out);
                         return Err(io_err(
-                            "no data store is connected to the MDS: start `orion ds` for \
-                             this cluster",
+                            "no data store connected to the MDS has room: start `orion ds` \
+                             for this cluster if none runs",
                         )
                         .into());
                     }

@@ -34,15 +34,23 @@ impl Group {
         engine: &MetaEngine,
         grace: Duration,
     ) -> FsResult<Group> {
-        let mut alloc = PageAllocator::new(page_count, (page_count / 100).max(8), grace);
+        let mut g = Group::empty(page_count, grace);
         for page in named_pages(engine, group, page_count)? {
-            assert!(alloc.mark_used(page), "named_pages lists a page once");
+            assert!(g.alloc.mark_used(page), "named_pages lists a page once");
         }
-        Ok(Group {
-            alloc,
+        Ok(g)
+    }
+
+    /// A group of `page_count` free pages. Its allocator never waits: a grant
+    /// answers EAGAIN while the free pages are in their grace period, and the
+    /// client waits (`grant`), not the MDS's loop.
+    fn empty(page_count: u64, grace: Duration) -> Group {
+        let reserve = (page_count / 100).max(8);
+        Group {
+            alloc: PageAllocator::new(page_count, reserve, grace).never_waits(),
             page_count,
             held: None,
-        })
+        }
     }
 
     /// Frees pages (after the grace period), or holds them while a replica resyncs.
@@ -238,14 +246,19 @@ pub fn grant(
             assert!(n >= 1 && n <= pages as u64 && start + n <= grp.page_count);
             return Ok((Gpa::new(g, start), n as u32));
         }
+        // The client's own group (its local store), full until freed pages end their
+        // grace period (under a second): the client waits for them, rather than put
+        // data on a store it can only read remotely.
+        if Some(g) == want && grp.alloc.in_grace() > 0 {
+            return Err(FsError::Errno(libc::EAGAIN));
+        }
     }
-    // Every serving group is full. One that does not serve now (its store rejoining,
-    // or late with a heartbeat on a loaded host) and has room is waited for, as when
-    // none serves: the write is not failed for space the file system has.
-    if groups
-        .iter()
-        .any(|(g, x)| !serves(*g) && x.alloc.available() > 0)
-    {
+    // Every serving group is full. Room that is coming is waited for (EAGAIN: the
+    // client asks again), as when none serves: a group that does not serve now (its
+    // store rejoining, or late with a heartbeat on a loaded host), or freed pages
+    // still in their grace period (readers may hold them for up to that long). The
+    // write is not failed for space the file system has.
+    if groups.iter().any(|(_, x)| x.alloc.available() > 0) {
         return Err(FsError::Errno(libc::EAGAIN));
     }
     Err(orion_meta::error::ENOSPC)
@@ -347,6 +360,48 @@ mod tests {
         assert_eq!(
             grant(&mut groups, only_0, Some(0), 16),
             Err(orion_meta::error::ENOSPC)
+        );
+    }
+
+    /// A full group whose freed pages are still in their grace period answers
+    /// EAGAIN at once: the MDS's loop does not sleep the grace out (it used to, for
+    /// up to a second, and its stores' heartbeats went unanswered meanwhile), and
+    /// the pages are granted once the grace is over.
+    #[test]
+    fn pages_in_their_grace_period_are_waited_for_by_the_client_not_the_mds() {
+        let grace = Duration::from_secs(5);
+        let full = || {
+            let mut g = Group::empty(64, grace);
+            (0..64).for_each(|p| assert!(g.alloc.mark_used(p)));
+            g
+        };
+        let mut grp = full();
+        grp.free_later(0, 32);
+        let mut groups: BTreeMap<u16, Group> = [(0, grp)].into();
+        let asked = std::time::Instant::now();
+        assert_eq!(
+            grant(&mut groups, |_| true, None, 16),
+            Err(FsError::Errno(libc::EAGAIN))
+        );
+        assert!(
+            asked.elapsed() < grace / 2,
+            "the grant waited the grace out"
+        );
+        // Another group has room: an internal client of the full one waits for its
+        // own store's pages; any other client gets the other group's.
+        let mut spare = Group::empty(64, grace);
+        (0..32).for_each(|p| assert!(spare.alloc.mark_used(p)));
+        groups.insert(1, spare);
+        assert_eq!(
+            grant(&mut groups, |_| true, Some(0), 16),
+            Err(FsError::Errno(libc::EAGAIN))
+        );
+        assert_eq!(grant(&mut groups, |_| true, None, 16).unwrap().0.group(), 1);
+        let mut groups: BTreeMap<u16, Group> = [(0, full())].into();
+        assert_eq!(
+            grant(&mut groups, |_| true, None, 16),
+            Err(orion_meta::error::ENOSPC),
+            "nothing in its grace period: full"
         );
     }
 

@@ -4,6 +4,12 @@
 //! be reading them, paper §4.2). Single pages freed recently are handed out again
 //! first: they are hot in the cache and already mapped, so copy-on-write overwrites
 //! cycle through a few pages instead of sweeping the pool.
+//!
+//! When only pages still in their grace period are left, an allocator either waits
+//! the grace out (the default: a log page a commit needs, which has no way to
+//! answer "later") or fails at once ([`PageAllocator::never_waits`]: the MDS's data
+//! chunks, whose callers answer EAGAIN and have the client wait, so that the MDS's
+//! one loop never sleeps: a second of silence there reads as its stores' death).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -18,6 +24,8 @@ pub struct PageAllocator {
     deferred: VecDeque<(Instant, u64, u64)>,
     /// Recently freed pages, most recent last (may hold pages allocated since: checked).
     recent: Vec<u64>,
+    /// Whether an allocation that finds only pages in their grace period waits.
+    waits: bool,
 }
 
 const RECENT_MAX: usize = 4096;
@@ -34,7 +42,21 @@ impl PageAllocator {
             grace,
             deferred: VecDeque::new(),
             recent: Vec::new(),
+            waits: true,
         }
+    }
+
+    /// An allocator whose allocations fail at once, rather than wait, when the
+    /// only free pages left are in their grace period ([`Self::in_grace`] says how
+    /// many: the caller's "try again" is due).
+    pub fn never_waits(mut self) -> PageAllocator {
+        self.waits = false;
+        self
+    }
+
+    /// Freed pages still in their grace period.
+    pub fn in_grace(&self) -> u64 {
+        self.deferred.iter().map(|d| d.2).sum()
     }
 
     pub fn count(&self) -> u64 {
@@ -49,7 +71,7 @@ impl PageAllocator {
 
     /// Free pages, counting those still in their grace period.
     pub fn free(&self) -> u64 {
-        self.free + self.deferred.iter().map(|d| d.2).sum::<u64>()
+        self.free + self.in_grace()
     }
 
     pub fn is_used(&self, page: u64) -> bool {
@@ -87,7 +109,7 @@ impl PageAllocator {
     pub fn alloc_run(&mut self, max: u64, use_reserve: bool) -> Option<(u64, u64)> {
         self.reclaim(false);
         let floor = if use_reserve { 0 } else { self.reserve };
-        if self.free <= floor && !self.reclaim(true) {
+        if self.free <= floor && !(self.waits && self.reclaim(true)) {
             return None;
         }
         if self.free <= floor {
@@ -200,5 +222,28 @@ mod tests {
             .alloc(false)
             .expect("a full pool waits out the grace period");
         assert_eq!(r, p);
+    }
+
+    #[test]
+    fn an_allocator_that_never_waits_fails_until_the_grace_is_over() {
+        let grace = Duration::from_millis(200);
+        let mut g = PageAllocator::new(2, 0, grace).never_waits();
+        let p = g.alloc(false).unwrap();
+        let _q = g.alloc(false).unwrap();
+        let freed = Instant::now();
+        g.free_later(p, 1);
+        assert_eq!((g.free(), g.in_grace()), (1, 1));
+        while freed.elapsed() < grace {
+            let got = g.alloc(false);
+            // An allocation that came back at or past the grace may have it.
+            if freed.elapsed() < grace {
+                assert_eq!(got, None, "a page in its grace period was handed out");
+            }
+            if got.is_some() {
+                return;
+            }
+        }
+        assert_eq!(g.alloc(false), Some(p), "the page after its grace period");
+        assert_eq!(g.in_grace(), 0);
     }
 }

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# An A/B of a change on any rows of `orion bench workloads`: for one or more `orion`
+# binaries in turn (reverse order every other round), each on a fresh `orion up`
+# cluster (local fabric, pools in /dev/shm, MDS mirror on), runs the rows whose
+# names contain WORDS through the client library (`--api --cluster`) and then
+# through the mount, and prints each row's figure (MiB/s, ops/s or p50 µs), one
+# line per binary and front-end.
+# Usage: bench/workloads-ab.sh "WORDS" [ROUNDS] BIN [BIN...]
+#   e.g. bench/workloads-ab.sh "1m_seq" 2 /tmp/old/orion target/release/orion
+set -euo pipefail
+cd "$(dirname "$0")/.."
+words=${1:?usage: bench/workloads-ab.sh \"WORDS\" [ROUNDS] BIN [BIN...]}
+shift
+rounds=1
+if [[ $# -gt 0 && $1 =~ ^[0-9]+$ ]]; then rounds=$1; shift; fi
+if [[ $# -eq 0 ]]; then
+    source scripts/setup
+    cargo build --release -p orion-cli
+    set -- target/release/orion
+fi
+seconds=${SECONDS_PER_ROW:-3}
+only=()
+for w in $words; do only+=(--only "$w"); done
+source bench/ab-cluster.sh
+# One line of figures from the JSON of `orion bench workloads` on stdin.
+summary() {
+    python3 -c '
+import json, sys
+r = json.load(sys.stdin)["results"]
+def figure(v):
+    for k, unit in (("mib_s", "MiB/s"), ("ops_s", "ops/s"), ("tx_s", "tx/s"), ("p50_us", "us p50")):
+        if k in v:
+            return "%.0f %s" % (v[k], unit) if k != "p50_us" else "%.2f %s" % (v[k], unit)
+    return json.dumps(v)
+print("  ".join("%s %s" % (k, figure(v)) for k, v in sorted(r.items())))'
+}
+run_one() {
+    local bin=$1
+    start_cluster "$bin"
+    mkdir "$dir/mnt/m"
+    printf '%s api:   ' "$bin"
+    "$bin" bench workloads --api --cluster "$dir" "${only[@]}" --seconds "$seconds" \
+        2>"$dir/bench.log" | summary || { tail -n 20 "$dir/bench.log" >&2; return 1; }
+    printf '%s mount: ' "$bin"
+    "$bin" bench workloads "$dir/mnt/m" "${only[@]}" --seconds "$seconds" \
+        2>"$dir/bench.log" | summary || { tail -n 20 "$dir/bench.log" >&2; return 1; }
+    if grep -q "no heartbeat" "$dir"/logs/mds-*.log; then
+        echo "  (the MDS lost a store's heartbeats during this run)"
+    fi
+    stop_cluster
+}
+take_turns "$rounds" run_one "$@"
