@@ -2,8 +2,8 @@
 # An A/B of a change on any rows of `orion bench workloads`: for one or more `orion`
 # binaries in turn (reverse order every other round), each on a fresh `orion up`
 # cluster (local fabric, pools in /dev/shm, MDS mirror on), runs the rows whose
-# names contain WORDS through the client library (`--api --cluster`) and then
-# through the mount, and prints each row's figure (MiB/s, ops/s or p50 µs), one
+# names contain WORDS through the client library (`--api --cluster`), and on
+# another fresh cluster through the mount, and prints each row's figure (MiB/s, ops/s or p50 µs), one
 # line per binary and front-end.
 # Usage: bench/workloads-ab.sh "WORDS" [ROUNDS] BIN [BIN...]
 #   e.g. bench/workloads-ab.sh "1m_seq" 2 /tmp/old/orion target/release/orion
@@ -34,19 +34,24 @@ def figure(v):
     return json.dumps(v)
 print("  ".join("%s %s" % (k, figure(v)) for k, v in sorted(r.items())))'
 }
+# Each front-end gets a fresh cluster: rows that churn a store's space leave freed
+# pages in their grace period, which the next rows would wait for.
 run_one() {
-    local bin=$1
-    start_cluster "$bin"
-    mkdir "$dir/mnt/m"
-    printf '%s api:   ' "$bin"
-    "$bin" bench workloads --api --cluster "$dir" "${only[@]}" --seconds "$seconds" \
-        2>"$dir/bench.log" | summary || { tail -n 20 "$dir/bench.log" >&2; return 1; }
-    printf '%s mount: ' "$bin"
-    "$bin" bench workloads "$dir/mnt/m" "${only[@]}" --seconds "$seconds" \
-        2>"$dir/bench.log" | summary || { tail -n 20 "$dir/bench.log" >&2; return 1; }
-    if grep -q "no heartbeat" "$dir"/logs/mds-*.log; then
-        echo "  (the MDS lost a store's heartbeats during this run)"
-    fi
-    stop_cluster
+    local bin=$1 front
+    for front in api mount; do
+        start_cluster "$bin"
+        local target=(--api --cluster "$dir")
+        if [[ $front == mount ]]; then
+            mkdir "$dir/mnt/m"
+            target=("$dir/mnt/m")
+        fi
+        printf '%s %-6s ' "$bin" "$front:"
+        "$bin" bench workloads "${target[@]}" "${only[@]}" --seconds "$seconds" \
+            2>"$dir/bench.log" | summary || { tail -n 20 "$dir/bench.log" >&2; return 1; }
+        if grep -q "no heartbeat" "$dir"/logs/mds-*.log; then
+            echo "  (the MDS lost a store's heartbeats during this run)"
+        fi
+        stop_cluster
+    done
 }
 take_turns "$rounds" run_one "$@"
