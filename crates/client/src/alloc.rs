@@ -67,6 +67,10 @@ impl Chunks {
         let mut out = Vec::new();
         let mut have = 0;
         let mut waited = 0;
+        // An internal client asks for its own store's pages, and for any store's
+        // once it has waited a grace period for its own (the MDS has it wait while
+        // its own store's room is freed pages in their grace period).
+        let mut own_group = remote.internal_group();
         while have < n {
             let Some((g, k)) = self.runs.pop_front() else {
                 let lanes = self.lanes_open.load(Ordering::Relaxed).max(1) as u32;
@@ -78,10 +82,11 @@ impl Chunks {
                 let want = (n - have).max(self.next_request as u64).min(1 << 17) as u32;
                 self.next_request = (self.next_request * 2).min(most);
                 match remote.call(&MdsRequest::AllocChunk {
-                    group: remote.internal_group(),
+                    group: own_group,
                     pages: want,
                 }) {
                     Ok(ReplyBody::Chunk { start, pages }) if pages > 0 => {
+                        waited = 0;
                         remote.prefault(start, pages as u64);
                         self.runs.push_back((start, pages as u64));
                         continue;
@@ -92,21 +97,23 @@ impl Chunks {
                     }
                     // No store is connected to the MDS (one may be rejoining after
                     // an MDS restart), or the free pages of the full ones are still
-                    // in their grace period (under a second). Wait as for a
-                    // reconnection.
+                    // in their grace period. Wait as for a reconnection.
                     Err(Fail::Fs(FsError::Errno(libc::EAGAIN)))
                         if waited < remote.cfg.reconnect_ms =>
                     {
                         std::thread::sleep(Duration::from_millis(20));
                         waited += 20;
+                        if u128::from(waited) >= remote.grace.as_millis() {
+                            own_group = None;
+                        }
                         remote.refresh_stores()?;
                         continue;
                     }
                     Err(Fail::Fs(FsError::Errno(libc::EAGAIN))) => {
                         self.give_back(out);
                         return Err(io_err(
-                            "no data store connected to the MDS has room: start `orion ds` \
-                             for this cluster if none runs",
+                            "no data store is connected to the MDS: start `orion ds` for \
+                             this cluster",
                         )
                         .into());
                     }

@@ -97,7 +97,8 @@ impl OrionFs {
     }
 
     /// Err(ESTALE) unless `a` (just read) is of the generation the kernel holds of
-    /// its inode number; if so, `a` is what the kernel is given next.
+    /// its inode number; if so, `a` is kept as the inode's latest attributes
+    /// ([`crate::nodes`]).
     fn same_as_kernel(&self, a: &Attr) -> FsResult<()> {
         match self.nodes.saw(a) {
             true => Ok(()),
@@ -173,9 +174,7 @@ impl Filesystem for OrionFs {
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let _timed = self.client.timed(Call::Getattr);
         let _kernel = self.client.kernel_gate();
-        let r = (self.getattr_for_kernel(ino.0))
-            .and_then(|(a, ttl)| self.same_as_kernel(&a).map(|_| (a, ttl)));
-        match self.or_removed(ino.0, r) {
+        match self.attrs_for_kernel(ino.0) {
             Ok((a, ttl)) => reply.attr(&ttl, &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
         }

@@ -14,9 +14,9 @@
 //! Such a reference still gets what a local file system gives it (design note 71):
 //! a working directory removed by `rmdir` stays a directory with no links, which
 //! `stat` describes and `ls` lists as empty, until the kernel lets go of it. So
-//! every inode the kernel holds keeps the attributes it was last given, and once
-//! its file is gone (the client says ENOENT, or another generation holds the
-//! number) the mount answers those, with no links ([`Nodes::removed`]).
+//! every inode the kernel holds keeps the latest attributes the mount read of it,
+//! and once its file is gone (the client says ENOENT, or a later generation holds
+//! the number) the mount answers those, with no links ([`Nodes::removed`]).
 //!
 //! The client's kernel cache counts lookups too (`KernelCache::held`), for the
 //! MDS's watches, and only while the kernel keeps names; its count must follow
@@ -26,12 +26,12 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use orion_client::{Attr, FsError};
+use orion_client::{Attr, FsError, FsResult};
 
 struct Node {
     generation: u64,
     lookups: u64,
-    /// The attributes the kernel was last given of this generation.
+    /// The latest attributes read of this generation.
     last: Attr,
 }
 
@@ -71,7 +71,7 @@ impl Nodes {
 
     /// Whether `a` (just read) is of the generation the kernel holds of its inode
     /// number, or of one the kernel does not hold; if it holds this one, `a` is
-    /// what it is given next.
+    /// kept as its latest attributes.
     pub fn saw(&self, a: &Attr) -> bool {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         match held.get_mut(&a.ino) {
@@ -86,15 +86,20 @@ impl Nodes {
 
     /// The attributes of a held inode whose file is gone, as a local file system
     /// keeps them for its last reference: the last ones the kernel was given, with
-    /// no links. `gone` is what asking for its current attributes failed with: only
-    /// ENOENT (destroyed) and ESTALE (another generation has its number) say it is
-    /// gone; any other error (a lost connection) is the caller's to report.
-    pub fn removed(&self, ino: u64, gone: &FsError) -> Option<Attr> {
-        if !matches!(gone, FsError::Errno(libc::ENOENT | libc::ESTALE)) {
-            return None;
-        }
+    /// no links. `now` is what reading its current attributes gave: the file is
+    /// gone if it is destroyed (ENOENT) or a later generation has its number. An
+    /// earlier generation than the one held is a stale read (a lane whose copy is
+    /// behind), and any other error (a lost connection) is no answer: neither says
+    /// the file is gone.
+    pub fn removed(&self, ino: u64, now: &FsResult<Attr>) -> Option<Attr> {
         let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        held.get(&ino).map(|n| Attr {
+        let n = held.get(&ino)?;
+        let gone = match now {
+            Err(FsError::Errno(libc::ENOENT)) => true,
+            Ok(a) => a.generation > n.generation,
+            Err(_) => false,
+        };
+        gone.then(|| Attr {
             nlink: 0,
             ..n.last.clone()
         })
@@ -165,18 +170,23 @@ mod tests {
     #[test]
     fn a_gone_node_keeps_the_last_attributes_it_was_given_with_no_links() {
         let n = Nodes::default();
-        let enoent = FsError::Errno(libc::ENOENT);
+        let enoent = Err(FsError::Errno(libc::ENOENT));
         assert_eq!(n.removed(7, &enoent), None, "not held");
         assert!(n.told(&attr(7, 1, 10)));
         assert!(n.saw(&attr(7, 1, 20)));
         assert!(!n.saw(&attr(7, 2, 30)), "another generation");
         assert!(n.saw(&attr(8, 1, 40)), "a number the kernel does not hold");
-        let gone = n.removed(7, &FsError::Errno(libc::ESTALE)).unwrap();
+        let gone = n
+            .removed(7, &Ok(attr(7, 2, 30)))
+            .expect("a later generation");
         assert_eq!((gone.nlink, gone.size, gone.generation), (0, 20, 1));
         assert_eq!(n.removed(7, &enoent), Some(gone));
-        assert_eq!(n.removed(7, &FsError::Io("lost".into())), None);
-        assert_eq!(n.removed(7, &FsError::Errno(libc::EACCES)), None);
-        n.forgot(7, 1);
+        assert!(n.told(&attr(7, 1, 20)));
+        assert_eq!(n.removed(7, &Ok(attr(7, 1, 20))), None, "still there");
+        assert_eq!(n.removed(7, &Ok(attr(7, 0, 5))), None, "a stale read");
+        assert_eq!(n.removed(7, &Err(FsError::Io("lost".into()))), None);
+        assert_eq!(n.removed(7, &Err(FsError::Errno(libc::ESTALE))), None);
+        n.forgot(7, 2);
         assert_eq!(n.removed(7, &enoent), None, "forgotten");
     }
 }

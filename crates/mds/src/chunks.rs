@@ -247,9 +247,10 @@ pub fn grant(
             return Ok((Gpa::new(g, start), n as u32));
         }
         // The client's own group (its local store), full until freed pages end their
-        // grace period (under a second): the client waits for them, rather than put
-        // data on a store it can only read remotely.
-        if Some(g) == want && grp.alloc.in_grace() > 0 {
+        // grace period (`grace_ms`) and then not: the client waits for them, rather
+        // than put data on a store it can only read remotely. (It asks for any
+        // group once it has waited a grace period: `client/src/alloc.rs`.)
+        if Some(g) == want && grp.alloc.available() > 0 {
             return Err(FsError::Errno(libc::EAGAIN));
         }
     }

@@ -19,18 +19,34 @@ use orion_client::perm;
 pub(super) const REMOVED_DIR: u64 = u64::MAX;
 
 impl OrionFs {
-    /// Attributes for the kernel, or, when reading them failed because the inode
-    /// is gone, the last ones it was given, with no links ([`crate::nodes`]), not
-    /// to be kept.
-    pub(super) fn or_removed(
-        &self,
-        ino: u64,
-        r: FsResult<(Attr, Duration)>,
-    ) -> FsResult<(Attr, Duration)> {
-        r.or_else(|e| match self.nodes.removed(ino, &e) {
-            Some(a) => Ok((a, Duration::ZERO)),
-            None => Err(e),
-        })
+    /// An inode's attributes and how long the kernel may keep them; for a held
+    /// inode whose file is gone ([`crate::nodes::Nodes::removed`]), the last ones
+    /// the kernel was given, with no links, not to be kept. ESTALE for a read of an
+    /// earlier generation than the kernel holds.
+    pub(super) fn attrs_for_kernel(&self, ino: u64) -> FsResult<(Attr, Duration)> {
+        let read = self.getattr_for_kernel(ino);
+        if let Ok((a, _)) = &read {
+            if self.nodes.saw(a) {
+                return read;
+            }
+        }
+        let now = read.map(|(a, _)| a);
+        match self.nodes.removed(ino, &now) {
+            Some(gone) => Ok((gone, Duration::ZERO)),
+            None => Err(now.err().unwrap_or(FsError::Errno(libc::ESTALE))),
+        }
+    }
+
+    /// After a call on a held inode failed with `e`: the inode's last attributes
+    /// if its file is gone (read again to tell: ENOENT and ESTALE also come from
+    /// a stale read), else None.
+    fn gone(&self, ino: u64, e: &FsError) -> Option<Attr> {
+        match e {
+            FsError::Errno(libc::ENOENT | libc::ESTALE) => {
+                self.nodes.removed(ino, &self.client.getattr(ino))
+            }
+            _ => None,
+        }
     }
 
     /// An extended attribute read (`r`) that failed because the inode is gone:
@@ -42,7 +58,7 @@ impl OrionFs {
         r: FsResult<Vec<u8>>,
         list: bool,
     ) -> FsResult<Vec<u8>> {
-        r.or_else(|e| match (self.nodes.removed(ino, &e), list) {
+        r.or_else(|e| match (self.gone(ino, &e), list) {
             (Some(_), true) => Ok(Vec::new()),
             (Some(_), false) => Err(FsError::Errno(libc::ENODATA)),
             (None, _) => Err(e),
@@ -52,7 +68,7 @@ impl OrionFs {
     /// An opendir that failed with `e`: a removed directory the kernel still holds
     /// opens as [`REMOVED_DIR`], with the read permission its last attributes give.
     pub(super) fn open_removed_dir(&self, req: &Request, ino: u64, e: FsError) -> FsResult<u64> {
-        match self.nodes.removed(ino, &e) {
+        match self.gone(ino, &e) {
             Some(a) if a.ftype == FileType::Directory => {
                 with_cred(req, |c| perm::check(&a, c, perm::MAY_READ))?;
                 Ok(REMOVED_DIR)

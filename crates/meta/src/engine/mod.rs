@@ -32,7 +32,7 @@ pub struct EngineConfig {
     /// How long freed pages wait before reuse (readers may still hold them).
     pub grace: Duration,
     /// Log GC runs when dead entries reach this many, outnumber live ones, and
-    /// number at least a sixteenth of a file's mapped pages (see `gc`).
+    /// number at least a sixteenth of a file's extent-index entries (see `gc`).
     pub gc_min_dead: u64,
 }
 
