@@ -49,3 +49,18 @@ take_turns() {
         for bin in "${order[@]}"; do "$fn" "$bin"; done
     done
 }
+# Reads the scripts' common arguments, [ROUNDS] BIN...: sets $rounds and $bins
+# (default: 1 round of the release build, made here with the cargo flags in $1).
+ab_args() {
+    local build=$1
+    shift
+    rounds=1
+    if [[ $# -gt 0 && $1 =~ ^[0-9]+$ ]]; then rounds=$1; shift; fi
+    bins=("$@")
+    if [[ ${#bins[@]} -eq 0 ]]; then
+        source scripts/setup
+        # shellcheck disable=SC2086
+        cargo build --release $build
+        bins=(target/release/orion)
+    fi
+}

@@ -17,14 +17,8 @@ cd "$(dirname "$0")/.."
 workload=${1:?usage: bench/mount-ab.sh WORKLOAD [ROUNDS] BIN [BIN...]}
 shift
 case $workload in listdir | lookup | create | open) ;; *) echo "unknown workload $workload" >&2; exit 2 ;; esac
-rounds=1
-if [[ $# -gt 0 && $1 =~ ^[0-9]+$ ]]; then rounds=$1; shift; fi
-if [[ $# -eq 0 ]]; then
-    source scripts/setup
-    cargo build --release -p orion-cli
-    set -- target/release/orion
-fi
 source bench/ab-cluster.sh
+ab_args "-p orion-cli" "$@"
 run_one() {
     local bin=$1
     start_cluster "$bin"
@@ -76,4 +70,4 @@ run_printed() {
     printf '%s: ' "$1"
     run_one "$1"
 }
-take_turns "$rounds" run_printed "$@"
+take_turns "$rounds" run_printed "${bins[@]}"

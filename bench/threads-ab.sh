@@ -12,15 +12,9 @@
 # build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rounds=1
-if [[ $# -gt 0 && $1 =~ ^[0-9]+$ ]]; then rounds=$1; shift; fi
-if [[ $# -eq 0 ]]; then
-    source scripts/setup
-    cargo build --release -p orion-cli -p orion-preload
-    set -- target/release/orion
-fi
 seconds=${SECONDS_PER_ROW:-3}
 source bench/ab-cluster.sh
+ab_args "-p orion-cli -p orion-preload" "$@"
 # Prints one line of figures from the JSON of `orion bench workloads` on stdin.
 summary() {
     python3 -c '
@@ -51,4 +45,4 @@ run_one() {
         { tail -n 20 "$dir/bench.log" >&2; return 1; }
     stop_cluster
 }
-take_turns "$rounds" run_one "$@"
+take_turns "$rounds" run_one "${bins[@]}"

@@ -11,17 +11,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 words=${1:?usage: bench/workloads-ab.sh \"WORDS\" [ROUNDS] BIN [BIN...]}
 shift
-rounds=1
-if [[ $# -gt 0 && $1 =~ ^[0-9]+$ ]]; then rounds=$1; shift; fi
-if [[ $# -eq 0 ]]; then
-    source scripts/setup
-    cargo build --release -p orion-cli
-    set -- target/release/orion
-fi
 seconds=${SECONDS_PER_ROW:-3}
 only=()
 for w in $words; do only+=(--only "$w"); done
 source bench/ab-cluster.sh
+ab_args "-p orion-cli" "$@"
 # One line of figures from the JSON of `orion bench workloads` on stdin.
 summary() {
     python3 -c '
@@ -54,4 +48,4 @@ run_one() {
         stop_cluster
     done
 }
-take_turns "$rounds" run_one "$@"
+take_turns "$rounds" run_one "${bins[@]}"

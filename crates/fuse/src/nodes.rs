@@ -131,19 +131,10 @@ mod tests {
 
     fn attr(ino: u64, generation: u64, size: u64) -> Attr {
         Attr {
-            ino,
-            ftype: FileType::Directory,
             mode: 0o755,
-            uid: 0,
-            gid: 0,
             nlink: 2,
             size,
-            atime: 0,
-            mtime: 0,
-            ctime: 0,
-            rdev: 0,
-            blocks: 0,
-            generation,
+            ..Attr::new(ino, FileType::Directory, generation)
         }
     }
 

@@ -37,6 +37,26 @@ pub struct Attr {
 }
 
 impl Attr {
+    /// A fresh inode's attributes, before its log applies: all zero but its number,
+    /// type and slot generation.
+    pub fn new(ino: u64, ftype: FileType, generation: u64) -> Attr {
+        Attr {
+            ino,
+            ftype,
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            nlink: 0,
+            size: 0,
+            atime: 0,
+            mtime: 0,
+            ctime: 0,
+            rdev: 0,
+            blocks: 0,
+            generation,
+        }
+    }
+
     /// `st_mode`: type bits and permission bits.
     pub fn st_mode(&self) -> u32 {
         self.ftype.mode_bits() | self.mode
@@ -92,21 +112,7 @@ impl InodeState {
             _ => Body::Special,
         };
         InodeState {
-            attr: Attr {
-                ino,
-                ftype,
-                mode: 0,
-                uid: 0,
-                gid: 0,
-                nlink: 0,
-                size: 0,
-                atime: 0,
-                mtime: 0,
-                ctime: 0,
-                rdev: 0,
-                blocks: 0,
-                generation,
-            },
+            attr: Attr::new(ino, ftype, generation),
             body,
             xattrs: BTreeMap::new(),
         }
@@ -301,12 +307,15 @@ impl InodeState {
         Ok(())
     }
 
-    /// Makes the live-entry accounting describe a log rewritten as
-    /// [`InodeState::compacted_entries`] (called once that log is committed). Only a
-    /// file's write numbering changes: the compacted log rebuilds the same inode.
-    pub fn compacted(&mut self) {
+    /// Makes the live-entry accounting describe a log rewritten as `entries`
+    /// ([`InodeState::compacted_entries`]; called once that log is committed). Only
+    /// a file's write numbering changes: the compacted log rebuilds the same inode.
+    pub fn compacted(&mut self, entries: &[Entry]) {
         if let Body::File(f) = &mut self.body {
-            f.renumber_as_runs();
+            f.renumber_as_runs(entries.iter().filter_map(|e| match e {
+                Entry::Write(w) => Some((w.pgoff, w.gpa, w.npages)),
+                _ => None,
+            }));
         }
     }
 

@@ -262,7 +262,7 @@ proptest::proptest! {
         }
         let entries = state.compacted_entries();
         let mut rebuilt = rebuilt_from(&entries);
-        state.compacted();
+        state.compacted(&entries);
         proptest::prop_assert!(rebuilt.same_contents(&state));
         proptest::prop_assert_eq!(state.live_entries(), entries.len() as u64);
         proptest::prop_assert_eq!(rebuilt.live_entries(), entries.len() as u64);

@@ -98,7 +98,7 @@ impl MetaEngine {
             );
         }
         assert_eq!(p.entries, entries.len() as u64);
-        inode.state.compacted();
+        inode.state.compacted(&entries);
         // The pair of the trigger's count: every entry of the new log is live.
         assert_eq!(
             inode.state.live_entries(),

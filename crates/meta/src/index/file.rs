@@ -226,12 +226,12 @@ impl FileIndex {
             .collect()
     }
 
-    /// After log GC rewrote the file's writes as [`FileIndex::runs`] (one write
-    /// entry per run, in order), each run is one live entry: the index becomes those
-    /// runs, each with a sequence number of its own, so later overwrites count dead
-    /// entries against the compacted log.
-    pub(crate) fn renumber_as_runs(&mut self) {
-        let runs = self.runs();
+    /// After log GC rewrote the file's writes as `runs` ([`FileIndex::runs`], one
+    /// write entry per run, in order), each run is one live entry: the index becomes
+    /// those runs, each with a sequence number of its own, so later overwrites count
+    /// dead entries against the compacted log. The runs come from the compacted
+    /// entries, not listed again.
+    pub(crate) fn renumber_as_runs(&mut self, runs: impl IntoIterator<Item = (u64, Gpa, u32)>) {
         self.extents.clear();
         self.live_pages.clear();
         for (at, gpa, n) in runs {
@@ -366,7 +366,10 @@ mod tests {
             }
             Op::Punch { first, n } => f.punch(first, n, freed),
             Op::Truncate { first } => f.truncate_pages(first, freed),
-            Op::Compact => f.renumber_as_runs(),
+            Op::Compact => {
+                let runs = f.runs();
+                f.renumber_as_runs(runs)
+            }
         }
     }
 
@@ -432,7 +435,8 @@ mod tests {
         assert_eq!(lens, vec![max as u32, max as u32, 2]);
         assert_eq!(runs[1].0, max);
         assert_eq!(runs[1].1, Gpa::new(1, 1000 + max));
-        f.renumber_as_runs();
+        let runs = f.runs();
+        f.renumber_as_runs(runs);
         assert_eq!(
             (f.extents(), f.live_writes(), f.mapped()),
             (3, 3, 2 * max + 2)
