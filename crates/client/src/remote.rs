@@ -32,6 +32,9 @@ use crate::ClientConfig;
 pub const IO_PAGES: usize = 256;
 /// One-sided operations in flight at once.
 const WINDOW: usize = 32;
+/// How long an update the MDS could not yet find log room for waits before it goes
+/// again: a small part of the MDS's grace period (1 s by default).
+const ROOM_WAIT: Duration = Duration::from_millis(10);
 
 /// Why an internal operation stopped.
 #[derive(Debug)]
@@ -432,8 +435,24 @@ impl Remote {
                     .map(|(_, id, _)| *id)
             })
             .flatten();
-        let id = again.unwrap_or_else(|| self.fresh_id());
+        let mut id = again.unwrap_or_else(|| self.fresh_id());
         let mut r = self.call_with_id(id, req);
+        // The MDS's metadata pool has room only in log pages still in their grace
+        // period: rather than sleep its one loop, the MDS answered EAGAIN, having
+        // changed nothing, and the update goes again (as a new request: the refusal
+        // is remembered under the old id) until the room is back. The MDS says ENOSPC
+        // itself once nothing is left to wait for (design note 74).
+        let since = Instant::now();
+        while matches!(r, Err(FsError::Errno(libc::EAGAIN))) && req.changes_state() {
+            if since.elapsed() >= Duration::from_millis(self.cfg.op_timeout_ms) {
+                r = Err(FsError::Errno(libc::ENOSPC));
+                break;
+            }
+            std::thread::sleep(ROOM_WAIT);
+            self.stats.room_waits += 1;
+            id = self.fresh_id();
+            r = self.call_with_id(id, req);
+        }
         if r.is_ok() && req.changes_state() && again.is_none() {
             if self.applied.len() == MAX_APPLIED {
                 self.applied.remove(0);

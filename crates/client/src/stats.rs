@@ -26,6 +26,9 @@ pub struct Stats {
     pub store_retries: u64,
     /// Operations run again because the cluster map changed under them.
     pub map_changes: u64,
+    /// Updates sent again because the MDS's metadata pool had room only in pages
+    /// still in their grace period (it answers EAGAIN rather than wait, design note 74).
+    pub room_waits: u64,
     /// One-sided reads of data pages from remote stores.
     pub remote_reads: u64,
     pub cache_hits: u64,
@@ -46,6 +49,7 @@ impl Stats {
         self.reconnects += o.reconnects;
         self.store_retries += o.store_retries;
         self.map_changes += o.map_changes;
+        self.room_waits += o.room_waits;
         self.remote_reads += o.remote_reads;
         self.cache_hits += o.cache_hits;
     }

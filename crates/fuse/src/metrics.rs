@@ -48,7 +48,7 @@ impl std::fmt::Debug for Figures {
 impl Collector for Figures {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = (self.stats)();
-        let rows: [(&str, &str, u64); 14] = [
+        let rows: [(&str, &str, u64); 15] = [
             (
                 "mds_requests",
                 "Requests to the MDS (RPCs and log commits)",
@@ -100,6 +100,11 @@ impl Collector for Figures {
                 "map_changes",
                 "Operations run again after the cluster map changed",
                 s.map_changes,
+            ),
+            (
+                "room_waits",
+                "Updates sent again while the MDS's free log pages were in their grace period",
+                s.room_waits,
             ),
             (
                 "remote_reads",

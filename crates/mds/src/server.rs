@@ -142,6 +142,7 @@ pub(crate) fn serve_loop(
         Arc::new(SystemClock),
         EngineConfig {
             grace,
+            wait_for_room: false,
             ..Default::default()
         },
     )

@@ -6,13 +6,17 @@
 //! cycle through a few pages instead of sweeping the pool.
 //!
 //! When only pages still in their grace period are left, an allocator either waits
-//! the grace out (the default: a log page a commit needs, which has no way to
+//! the grace out (the default: a local file system's caller, which has no one to
 //! answer "later") or fails at once ([`PageAllocator::never_waits`]: the MDS's data
-//! chunks, whose callers answer EAGAIN and have the client wait, so that the MDS's
-//! one loop never sleeps: a second of silence there reads as its stores' death).
+//! chunks and log pages, whose callers answer EAGAIN and have the client wait, so
+//! that the MDS's one loop never sleeps: a second of silence there reads as its
+//! death to its stores, its mirror and the cluster manager). [`PageAllocator::out_of_room`]
+//! says which failure it is: room that is coming, or none.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
+
+use crate::error::{FsError, ENOSPC};
 
 pub struct PageAllocator {
     bits: Vec<u64>,
@@ -55,6 +59,16 @@ impl PageAllocator {
     pub fn never_waits(mut self) -> PageAllocator {
         self.waits = false;
         self
+    }
+
+    /// The error of an allocation that found no page: EAGAIN when pages in their
+    /// grace period will be free soon and this allocator does not wait for them
+    /// (its caller's "try again"), ENOSPC when there is nothing to wait for.
+    pub fn out_of_room(&self) -> FsError {
+        match !self.waits && self.in_grace() > 0 {
+            true => FsError::Errno(libc::EAGAIN),
+            false => ENOSPC,
+        }
     }
 
     /// Freed pages still in their grace period.
@@ -255,5 +269,28 @@ mod tests {
         }
         assert_eq!(g.alloc(false), Some(p), "the page after its grace period");
         assert_eq!(g.in_grace(), 0);
+    }
+
+    /// A failed allocation is "try again" only where there is room to wait for and
+    /// the allocator does not wait for it itself.
+    #[test]
+    fn out_of_room_is_eagain_only_while_pages_are_in_their_grace_period() {
+        let hour = Duration::from_secs(3600);
+        let mut g = PageAllocator::new(2, 0, hour).never_waits();
+        let p = g.alloc(false).unwrap();
+        let _q = g.alloc(false).unwrap();
+        assert_eq!(g.alloc(false), None);
+        assert_eq!(g.out_of_room(), ENOSPC, "nothing is coming");
+        g.free_later(p, 1);
+        assert_eq!(g.alloc(false), None, "in its grace period for an hour");
+        assert_eq!(g.out_of_room(), FsError::Errno(libc::EAGAIN));
+        let mut w = PageAllocator::new(1, 0, hour);
+        let p = w.alloc(false).unwrap();
+        w.free_later(p, 1);
+        assert_eq!(
+            w.out_of_room(),
+            ENOSPC,
+            "a waiting allocator's failure is final"
+        );
     }
 }

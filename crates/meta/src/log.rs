@@ -10,7 +10,7 @@ use orion_format::{
 use orion_pmem::Pool;
 
 use crate::alloc::PageAllocator;
-use crate::error::{FsError, FsResult, ENOSPC};
+use crate::error::{FsError, FsResult};
 
 /// Anything log pages can be read from: the MDS pool, or a client's copy of a log.
 pub trait PageSource {
@@ -188,7 +188,7 @@ pub fn append(
                 for p in fresh {
                     alloc.free_now((p - page_area_off) / PAGE_SIZE, 1);
                 }
-                return Err(ENOSPC);
+                return Err(alloc.out_of_room());
             }
         }
     }

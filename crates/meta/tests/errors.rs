@@ -1,8 +1,11 @@
 //! Bad input and full pools: clear errors, nothing lost, the file system consistent.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use orion_meta::{LocalConfig, LocalFs, LogicalClock, RenameMode, SetAttrReq, ROOT_INO};
+use orion_meta::{
+    EngineConfig, LocalConfig, LocalFs, LogicalClock, RenameMode, SetAttrReq, ROOT_INO,
+};
 use orion_pmem::ModeChoice;
 
 fn fresh(size: u64) -> (tempfile::TempDir, std::path::PathBuf, LocalFs) {
@@ -85,6 +88,104 @@ fn full_pools_give_enospc_and_stay_consistent() {
     assert_eq!(fs.read(files[2], 0, chunk.len()).unwrap(), chunk);
     assert_eq!(fs.read(files[1], 0, 100).unwrap(), vec![0xab; 10]);
     assert_eq!(fs.read(g, 0, 20_000).unwrap(), vec![0xab; 20_000]);
+}
+
+/// Fills the metadata pool's log pages (not its inode slots): a file `{tag}big` with
+/// a log of many pages (one live write entry per page it holds), then names for
+/// files until there is no room (each link also makes the file's older link-count
+/// entries dead, and their log GC frees pages into the grace period). Returns that
+/// error.
+fn fill_log_pages(fs: &LocalFs, tag: &str) -> orion_meta::FsError {
+    let big = fs.create(ROOT_INO, format!("{tag}big").as_bytes(), 0o644, 0, 0);
+    let big = big.unwrap().ino;
+    for i in 0..600u64 {
+        fs.write(big, i * 2 * 4096, &[i as u8; 4096]).unwrap();
+    }
+    let mut target = None;
+    for n in 0.. {
+        let t = match target {
+            Some(t) => t,
+            None => {
+                let name = format!("{tag}t{n}");
+                match fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0) {
+                    Ok(a) => *target.insert(a.ino),
+                    Err(err) => return err,
+                }
+            }
+        };
+        let name = format!("{tag}{n:0>200}");
+        match fs.link(t, ROOT_INO, name.as_bytes()) {
+            Ok(_) => {}
+            Err(err) if err.errno() == libc::EMLINK => target = None,
+            Err(err) => return err,
+        }
+    }
+    unreachable!()
+}
+
+/// The MDS's engine never sleeps for room (design note 74): while the only free log
+/// pages are ones still in their grace period, an update fails at once with EAGAIN
+/// and changes nothing (its client sends it again). A local file system's engine
+/// sleeps the grace out instead, and says ENOSPC only when nothing is coming.
+#[test]
+fn an_engine_that_does_not_wait_for_room_answers_eagain_and_changes_nothing() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let path = dir.path().join("fs");
+    drop(LocalFs::mkfs(&path, 8 << 20, ModeChoice::Auto, 1).unwrap());
+    let open = |grace_ms: u64, wait_for_room: bool| {
+        let cfg = LocalConfig {
+            engine: EngineConfig {
+                grace: Duration::from_millis(grace_ms),
+                wait_for_room,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        LocalFs::open_path(&path, Arc::new(LogicalClock::new(1)), &cfg)
+            .unwrap()
+            .0
+    };
+    // A grace period no test outlives: freed pages stay in it.
+    let fs = open(3_600_000, false);
+    let full = fill_log_pages(&fs, "a");
+    assert_eq!(
+        full.errno(),
+        libc::EAGAIN,
+        "GC freed pages into their grace period"
+    );
+    fs.unlink(ROOT_INO, b"abig").unwrap();
+    let names = fs.readdir(ROOT_INO, 0).unwrap().len();
+    for attempt in 0..3 {
+        let r = fs.create(ROOT_INO, b"after", 0o644, 0, 0);
+        assert_eq!(
+            e(r),
+            libc::EAGAIN,
+            "attempt {attempt}: abig's log pages are coming"
+        );
+        let r = fs.mkdir(ROOT_INO, b"after-dir", 0o755, 0, 0);
+        assert_eq!(e(r), libc::EAGAIN, "attempt {attempt}");
+    }
+    assert_eq!(e(fs.lookup(ROOT_INO, b"after")), libc::ENOENT);
+    assert_eq!(
+        fs.readdir(ROOT_INO, 0).unwrap().len(),
+        names,
+        "nothing changed"
+    );
+    assert!(fs.check().is_clean(), "{:?}", fs.check().problems);
+    drop(fs);
+    // The same pool under an engine that waits, with a short grace period (a
+    // remount forgets grace periods: their pages are free again).
+    let fs = open(20, true);
+    let full = fill_log_pages(&fs, "b");
+    assert_eq!(
+        full.errno(),
+        libc::ENOSPC,
+        "a waiting engine never says EAGAIN"
+    );
+    fs.unlink(ROOT_INO, b"bbig").unwrap();
+    fs.create(ROOT_INO, b"after", 0o644, 0, 0)
+        .expect("a waiting engine sleeps the grace period out");
+    assert!(fs.check().is_clean(), "{:?}", fs.check().problems);
 }
 
 fn e<T: std::fmt::Debug>(r: Result<T, orion_meta::FsError>) -> i32 {

@@ -33,6 +33,9 @@ pub struct ClusterConfig {
     /// The MDS's cache lease for clients' kernel caches (`MdsConfig::cache_lease_ms`):
     /// short by default, since a new MDS holds every change for one lease.
     pub cache_lease_ms: u64,
+    /// The MDS's grace period for freed pages (`MdsConfig::grace_ms`): short by
+    /// default, so that page reuse happens inside one run; read at each MDS start.
+    pub grace_ms: u64,
 }
 
 impl Default for ClusterConfig {
@@ -46,6 +49,7 @@ impl Default for ClusterConfig {
             store_mode: Mode::Volatile,
             faults: Faults::default(),
             cache_lease_ms: 20,
+            grace_ms: 20,
         }
     }
 }
@@ -209,8 +213,7 @@ impl Cluster {
             pool: self.mds_pool(),
             pool_mode: "volatile".into(),
             listen: MDS_ADDR.into(),
-            // Short waits keep restarts and page reuse inside one run.
-            grace_ms: 20,
+            grace_ms: self.cfg.grace_ms,
             // Past the clients' call timeout (10 s here), as the default is past 30 s.
             open_reclaim_ms: 12_000,
             persist_timeout_ms: 5_000,

@@ -29,7 +29,7 @@ impl MetaEngine {
         );
         let Some(pidx) = self.log_alloc.alloc(false) else {
             self.free_inos.push_front(ino);
-            return Err(ENOSPC);
+            return Err(self.log_alloc.out_of_room());
         };
         let result = (|| {
             let page = self.sb.page_off(pidx);

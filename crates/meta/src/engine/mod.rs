@@ -34,6 +34,11 @@ pub struct EngineConfig {
     /// Log GC runs when dead entries reach this many, outnumber live ones, and
     /// number at least a sixteenth of a file's extent-index entries (see `gc`).
     pub gc_min_dead: u64,
+    /// Whether an update that needs a log page when the only free ones are in their
+    /// grace period sleeps the grace out (a local file system's caller), or fails at
+    /// once with EAGAIN, having changed nothing (the MDS, whose one loop must not go
+    /// silent: its client sends the update again, design note 74).
+    pub wait_for_room: bool,
 }
 
 impl Default for EngineConfig {
@@ -41,6 +46,7 @@ impl Default for EngineConfig {
         EngineConfig {
             grace: Duration::ZERO,
             gc_min_dead: 64,
+            wait_for_room: true,
         }
     }
 }

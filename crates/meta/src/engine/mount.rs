@@ -92,6 +92,9 @@ impl MetaEngine {
         let journal_replayed = journal::replay(&pool, &sb)?;
         let reserve = (sb.page_count / 100).max(8);
         let mut log_alloc = PageAllocator::new(sb.page_count, reserve, cfg.grace);
+        if !cfg.wait_for_room {
+            log_alloc = log_alloc.never_waits();
+        }
         let tree = recovery::load_tree(&pool, &sb, None)?;
         if let Some(p) = tree.problems.first() {
             return Err(FsError::Corrupt(p.clone()));
