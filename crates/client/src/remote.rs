@@ -35,6 +35,8 @@ const WINDOW: usize = 32;
 /// How long an update the MDS could not yet find log room for waits before it goes
 /// again: a small part of the MDS's grace period (1 s by default).
 const ROOM_WAIT: Duration = Duration::from_millis(10);
+/// How many of the MDS's grace periods an update waits for log room at most.
+const ROOM_WAIT_GRACES: u32 = 4;
 
 /// Why an internal operation stopped.
 #[derive(Debug)]
@@ -435,22 +437,25 @@ impl Remote {
                     .map(|(_, id, _)| *id)
             })
             .flatten();
-        let mut id = again.unwrap_or_else(|| self.fresh_id());
+        let id = again.unwrap_or_else(|| self.fresh_id());
         let mut r = self.call_with_id(id, req);
         // The MDS's metadata pool has room only in log pages still in their grace
         // period: rather than sleep its one loop, the MDS answered EAGAIN, having
-        // changed nothing, and the update goes again (as a new request: the refusal
-        // is remembered under the old id) until the room is back. The MDS says ENOSPC
-        // itself once nothing is left to wait for (design note 74).
+        // changed nothing and remembered nothing, and the update goes again until
+        // the room is back (design note 74). The MDS says ENOSPC itself once nothing
+        // coming makes room; pages that keep coming and going (others' removals and
+        // compactions on a full pool) end the wait after a few grace periods.
         let since = Instant::now();
+        let patience = (self.grace * ROOM_WAIT_GRACES)
+            .max(ROOM_WAIT * 10)
+            .min(Duration::from_millis(self.cfg.op_timeout_ms));
         while matches!(r, Err(FsError::Errno(libc::EAGAIN))) && req.changes_state() {
-            if since.elapsed() >= Duration::from_millis(self.cfg.op_timeout_ms) {
+            if since.elapsed() >= patience {
                 r = Err(FsError::Errno(libc::ENOSPC));
                 break;
             }
             std::thread::sleep(ROOM_WAIT);
             self.stats.room_waits += 1;
-            id = self.fresh_id();
             r = self.call_with_id(id, req);
         }
         if r.is_ok() && req.changes_state() && again.is_none() {

@@ -6,7 +6,8 @@
 //! visible with one tail store before it is acknowledged; namespace RPCs ([`namespace`])
 //! run on the metadata engine, which journals multi-inode changes; data pages are handed
 //! to clients in chunks and tracked until committed ([`chunks`]); in strong mode a
-//! commit waits until the data stores report its pages persisted ([`strong`]). Data
+//! commit waits until the data stores report its pages persisted ([`strong`]; applied
+//! or parked in `apply`). Data
 //! stores form replication groups whose members, states and epoch the cluster map
 //! keeps ([`members`]); joins, departures and resyncs are handled in [`stores`].
 //! With a cluster manager an MDS serves only while it holds the primary role
@@ -15,6 +16,7 @@
 //! between the two (`startup`). What it counts, for a Prometheus endpoint, is in
 //! [`metrics`].
 
+mod apply;
 mod callbacks;
 pub mod chunks;
 mod clients;

@@ -61,13 +61,28 @@ impl PageAllocator {
         self
     }
 
-    /// The error of an allocation that found no page: EAGAIN when pages in their
-    /// grace period will be free soon and this allocator does not wait for them
-    /// (its caller's "try again"), ENOSPC when there is nothing to wait for.
-    pub fn out_of_room(&self) -> FsError {
-        match !self.waits && self.in_grace() > 0 {
+    /// The error of an allocation (outside the reserve unless `use_reserve`) that
+    /// found no page: EAGAIN when pages in their grace period will make room once
+    /// it ends and this allocator does not wait for them (its caller's "try
+    /// again"), ENOSPC when nothing that is coming makes room.
+    pub fn out_of_room(&self, use_reserve: bool) -> FsError {
+        let floor = if use_reserve { 0 } else { self.reserve };
+        match !self.waits && self.free() > floor && self.in_grace() > 0 {
             true => FsError::Errno(libc::EAGAIN),
             false => ENOSPC,
+        }
+    }
+
+    /// Whether `n` pages (outside the reserve unless `use_reserve`) may be taken
+    /// now, for an update that takes several and must be refused before it changed
+    /// anything rather than halfway ([`Self::out_of_room`] if not). An allocator
+    /// that waits says yes: its allocations wait for room.
+    pub fn room_for(&mut self, n: u64, use_reserve: bool) -> Result<(), FsError> {
+        self.reclaim(false);
+        let floor = if use_reserve { 0 } else { self.reserve };
+        match self.waits || self.free >= floor + n {
+            true => Ok(()),
+            false => Err(self.out_of_room(use_reserve)),
         }
     }
 
@@ -276,21 +291,36 @@ mod tests {
     #[test]
     fn out_of_room_is_eagain_only_while_pages_are_in_their_grace_period() {
         let hour = Duration::from_secs(3600);
+        let eagain = FsError::Errno(libc::EAGAIN);
         let mut g = PageAllocator::new(2, 0, hour).never_waits();
         let p = g.alloc(false).unwrap();
         let _q = g.alloc(false).unwrap();
         assert_eq!(g.alloc(false), None);
-        assert_eq!(g.out_of_room(), ENOSPC, "nothing is coming");
+        assert_eq!(g.out_of_room(false), ENOSPC, "nothing is coming");
+        assert_eq!(g.room_for(1, false), Err(ENOSPC));
         g.free_later(p, 1);
         assert_eq!(g.alloc(false), None, "in its grace period for an hour");
-        assert_eq!(g.out_of_room(), FsError::Errno(libc::EAGAIN));
+        assert_eq!(g.out_of_room(false), eagain);
+        assert_eq!(g.room_for(1, false), Err(eagain.clone()));
+        // 40 pages, a reserve of 10 (a quarter at most): 30 taken outside it, and
+        // one of it, leave 9 free.
+        let mut r = PageAllocator::new(40, 10, hour).never_waits();
+        let taken: Vec<u64> = (0..30).map(|_| r.alloc(false).unwrap()).collect();
+        assert_eq!(r.room_for(1, false), Err(ENOSPC));
+        assert_eq!(r.room_for(10, true), Ok(()), "the reserve is there to take");
+        r.alloc(true).unwrap();
+        assert_eq!(r.room_for(10, true), Err(ENOSPC));
+        r.free_later(taken[0], 1);
+        let nine_and_one = "9 free and 1 coming are not above the reserve";
+        assert_eq!(r.out_of_room(false), ENOSPC, "{nine_and_one}");
+        assert_eq!(r.out_of_room(true), eagain);
+        r.free_later(taken[1], 1);
+        assert_eq!(r.out_of_room(false), eagain, "9 free and 2 coming are");
         let mut w = PageAllocator::new(1, 0, hour);
         let p = w.alloc(false).unwrap();
         w.free_later(p, 1);
-        assert_eq!(
-            w.out_of_room(),
-            ENOSPC,
-            "a waiting allocator's failure is final"
-        );
+        let waiting = "a waiting allocator's failure is final";
+        assert_eq!(w.out_of_room(false), ENOSPC, "{waiting}");
+        assert_eq!(w.room_for(1, false), Ok(()), "its allocations wait");
     }
 }

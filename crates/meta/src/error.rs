@@ -50,6 +50,7 @@ pub fn errno_name(e: i32) -> String {
         libc::ERANGE => "ERANGE",
         libc::E2BIG => "E2BIG",
         libc::EOPNOTSUPP => "EOPNOTSUPP",
+        libc::EAGAIN => "EAGAIN",
         _ => return format!("errno {e}"),
     };
     name.to_string()

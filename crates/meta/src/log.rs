@@ -188,7 +188,7 @@ pub fn append(
                 for p in fresh {
                     alloc.free_now((p - page_area_off) / PAGE_SIZE, 1);
                 }
-                return Err(alloc.out_of_room());
+                return Err(alloc.out_of_room(use_reserve));
             }
         }
     }

@@ -1,7 +1,7 @@
 //! Bad input and full pools: clear errors, nothing lost, the file system consistent.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use orion_meta::{
     EngineConfig, LocalConfig, LocalFs, LogicalClock, RenameMode, SetAttrReq, ROOT_INO,
@@ -155,36 +155,35 @@ fn an_engine_that_does_not_wait_for_room_answers_eagain_and_changes_nothing() {
     );
     fs.unlink(ROOT_INO, b"abig").unwrap();
     let names = fs.readdir(ROOT_INO, 0).unwrap().len();
+    let room = fs.statfs();
     for attempt in 0..3 {
         let r = fs.create(ROOT_INO, b"after", 0o644, 0, 0);
-        assert_eq!(
-            e(r),
-            libc::EAGAIN,
-            "attempt {attempt}: abig's log pages are coming"
-        );
+        let coming = "abig's log pages are coming";
+        assert_eq!(e(r), libc::EAGAIN, "attempt {attempt}: {coming}");
         let r = fs.mkdir(ROOT_INO, b"after-dir", 0o755, 0, 0);
         assert_eq!(e(r), libc::EAGAIN, "attempt {attempt}");
     }
     assert_eq!(e(fs.lookup(ROOT_INO, b"after")), libc::ENOENT);
-    assert_eq!(
-        fs.readdir(ROOT_INO, 0).unwrap().len(),
-        names,
-        "nothing changed"
-    );
+    let listed = fs.readdir(ROOT_INO, 0).unwrap().len();
+    assert_eq!(listed, names, "nothing changed");
+    let now = fs.statfs();
+    let free = |s: &orion_meta::StatFs| (s.ffree, s.bfree);
+    assert_eq!(free(&now), free(&room), "nothing taken");
     assert!(fs.check().is_clean(), "{:?}", fs.check().problems);
     drop(fs);
-    // The same pool under an engine that waits, with a short grace period (a
-    // remount forgets grace periods: their pages are free again).
-    let fs = open(20, true);
+    // The same pool under an engine that waits (a remount forgets grace periods:
+    // their pages are free again).
+    let grace = Duration::from_millis(200);
+    let fs = open(grace.as_millis() as u64, true);
     let full = fill_log_pages(&fs, "b");
-    assert_eq!(
-        full.errno(),
-        libc::ENOSPC,
-        "a waiting engine never says EAGAIN"
-    );
+    let waits = "a waiting engine never says EAGAIN";
+    assert_eq!(full.errno(), libc::ENOSPC, "{waits}");
+    let before = Instant::now();
     fs.unlink(ROOT_INO, b"bbig").unwrap();
     fs.create(ROOT_INO, b"after", 0o644, 0, 0)
         .expect("a waiting engine sleeps the grace period out");
+    let slept = "bbig's pages were in their grace period";
+    assert!(before.elapsed() >= grace, "{slept}");
     assert!(fs.check().is_clean(), "{:?}", fs.check().problems);
 }
 

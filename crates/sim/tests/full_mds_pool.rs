@@ -5,6 +5,7 @@
 //! wait for, the program sees ENOSPC, and every acknowledged change is there.
 
 use orion_client::{Client, OpenFlags};
+use orion_pmem::Mode;
 use orion_sim::{ClientKind, Cluster, ClusterConfig};
 
 const EXTERNAL: ClientKind = ClientKind {
@@ -28,18 +29,7 @@ fn create(c: &Client, path: &str) -> orion_client::FsResult<()> {
 /// entry per page of it, then long names linked to files (as many per file as
 /// links allow) until the MDS says there is no room. Returns the links made.
 fn fill(c: &Client) -> Vec<String> {
-    let fd = c
-        .open(
-            "/big",
-            OpenFlags {
-                read: true,
-                write: true,
-                create: true,
-                ..Default::default()
-            },
-            0o644,
-        )
-        .unwrap();
+    let fd = c.open("/big", rw(), 0o644).unwrap();
     for i in 0..600u64 {
         c.pwrite(fd, i * 2 * 4096, &[i as u8; 4096]).unwrap();
     }
@@ -73,23 +63,42 @@ fn fill(c: &Client) -> Vec<String> {
     unreachable!()
 }
 
-#[test]
-fn a_create_on_a_full_mds_pool_waits_at_the_client_for_freed_log_pages() {
+/// A cluster whose 4 MiB MDS pool `fill` filled (stores of `store_mode`), restarted
+/// with a grace period longer than any two calls apart, and its client.
+fn full_cluster(store_mode: Mode) -> (Cluster, Client, Vec<String>) {
     let mut cluster = Cluster::start(ClusterConfig {
         seed: 74,
         mds_pool: 4 << 20,
+        store_mode,
         ..Default::default()
     })
     .unwrap();
     let c = cluster.client(EXTERNAL).unwrap();
+    let fd = c.open("/w", rw(), 0o644).unwrap();
+    c.pwrite(fd, 0, &[1u8; 4096]).unwrap();
+    c.close(fd).unwrap();
     let links = fill(&c);
     assert!(links.len() > 1000, "{} links filled the pool", links.len());
     let full = create(&c, "/one-more").unwrap_err();
     assert_eq!(full.errno(), libc::ENOSPC, "{full}");
-    // A grace period longer than any two calls apart: the pages `/big` frees stay
-    // in it until well after the create below is first sent.
+    // Pages `/big` frees stay in their grace period until well after the next call.
     cluster.cfg.grace_ms = 3000;
     cluster.restart_mds().unwrap();
+    (cluster, c, links)
+}
+
+fn rw() -> OpenFlags {
+    OpenFlags {
+        read: true,
+        write: true,
+        create: true,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_create_on_a_full_mds_pool_waits_at_the_client_for_freed_log_pages() {
+    let (mut cluster, c, links) = full_cluster(Mode::Volatile);
     c.unlink("/big").unwrap();
     let waits = c.stats().room_waits;
     create(&c, "/after").expect("the create waits for /big's log pages");
@@ -104,6 +113,36 @@ fn a_create_on_a_full_mds_pool_waits_at_the_client_for_freed_log_pages() {
     for name in links.iter().step_by(97) {
         assert!(other.stat(name).is_ok(), "{name}");
     }
+    drop((c, other));
+    cluster.stop().unwrap();
+}
+
+/// A write's commit that needs a log page waits the same way, in strong mode on
+/// stores that persist and report each page: the MDS keeps the pages' notices
+/// across its refusals, and every byte written reads back.
+#[test]
+fn a_strong_write_on_a_full_mds_pool_waits_and_loses_nothing() {
+    let (mut cluster, c, _) = full_cluster(Mode::Msync);
+    c.unlink("/big").unwrap();
+    let waits = c.stats().room_waits;
+    let fd = c.open("/w", rw(), 0).unwrap();
+    // One live entry per page: within a log page's worth, one commit needs a page.
+    let mut pages = 1;
+    while c.stats().room_waits == waits {
+        assert!(pages < 200, "no commit of {pages} needed a log page");
+        c.pwrite(fd, pages * 2 * 4096, &[pages as u8; 4096])
+            .unwrap();
+        pages += 1;
+    }
+    c.close(fd).unwrap();
+    let other = cluster.client(EXTERNAL).unwrap();
+    let fd = other.open("/w", OpenFlags::read(), 0).unwrap();
+    for p in 0..pages {
+        let want = if p == 0 { 1 } else { p as u8 };
+        let got = other.pread(fd, p * 2 * 4096, 4096).unwrap();
+        assert!(got.iter().all(|&b| b == want), "page {p}");
+    }
+    other.close(fd).unwrap();
     drop((c, other));
     cluster.stop().unwrap();
 }
