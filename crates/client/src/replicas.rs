@@ -325,18 +325,28 @@ impl Remote {
         Ok(())
     }
 
-    /// Faults in `pages` pages at `gpa` when this host maps a store of their group, so
-    /// that the writes that fill a new chunk do not each pay a first-touch page fault.
+    /// Maps in `pages` pages at `gpa` on every store of their group that takes
+    /// writes, so that the writes that fill a new chunk do not each pay a
+    /// first-touch page fault: in the store's pool where this host maps it, else
+    /// where the fabric would fault them in (the local backend's copies; nothing
+    /// to do for a NIC). Best effort: a failure only leaves the faults to the writes.
     pub fn prefault(&mut self, gpa: Gpa, pages: u64) {
-        let Some(store) = self.internal.and_then(|m| self.stores.get(&m)) else {
-            return;
-        };
-        if let (Some((pool, base)), true) =
-            (&store.local, self.internal_group() == Some(gpa.group()))
-        {
-            if gpa.page() + pages <= store.page_count {
-                let _ = pool.prefault(base + gpa.page() * PAGE_SIZE, (pages * PAGE_SIZE) as usize);
+        let (off, len) = (gpa.page() * PAGE_SIZE, (pages * PAGE_SIZE) as usize);
+        let mut k = 0;
+        while let Some(m) = self.member(gpa.group(), k, |s| s.state.takes_writes()) {
+            k += 1;
+            let Some(store) = self.stores.get(&m) else {
+                continue;
+            };
+            if gpa.page() + pages > store.page_count {
+                continue;
             }
+            let _ = match &store.local {
+                Some((pool, base)) => pool.prefault(base + off, len).map_err(|e| e.to_string()),
+                None => (store.ch.conn)
+                    .prefault_remote(&store.region, off, len)
+                    .map_err(|e| e.to_string()),
+            };
         }
     }
 

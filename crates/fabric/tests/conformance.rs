@@ -33,6 +33,10 @@ macro_rules! conformance {
                 tests::one_sided_read_and_write(setup())
             }
             #[test]
+            fn a_prefault_moves_no_byte() {
+                tests::a_prefault_moves_no_byte(setup())
+            }
+            #[test]
             fn write_imm_arrives_after_its_data() {
                 tests::write_imm_arrives_after_its_data(setup())
             }
@@ -203,6 +207,32 @@ mod tests {
         let r = p.server.domain.alloc_region(len, access).unwrap();
         let d = p.ship_descriptor(&r);
         (r, d)
+    }
+
+    /// A prefault is a hint (the local backend maps the target's pages in): the
+    /// target's bytes stay as they were, and writes after it land as ever.
+    pub fn a_prefault_moves_no_byte(s: Setup) {
+        let p = s.pair();
+        let mut rng = s.rng();
+        let len = 64 << 10;
+        let (target, d) = exposed(&p, len, Access::REMOTE_ALL);
+        let pattern: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+        target.write(0, &pattern).unwrap();
+        p.client.conn.prefault_remote(&d, 0, len).unwrap();
+        p.client.conn.prefault_remote(&d, 4095, 2).unwrap();
+        let mut got = vec![0u8; len];
+        target.read(0, &mut got).unwrap();
+        assert!(got == pattern, "a prefault changed the target");
+        let buf = p.client.domain.alloc_region(4096, Access::LOCAL).unwrap();
+        buf.write(0, &[0x5a; 4096]).unwrap();
+        p.client
+            .conn
+            .post_write(1, &buf, 0, &d, 8192, 4096)
+            .unwrap();
+        assert_eq!(p.client.collect(1, T)[0].status, Ok(()));
+        target.read(0, &mut got).unwrap();
+        assert!(got[8192..12288].iter().all(|&b| b == 0x5a));
+        assert!(got[..8192] == pattern[..8192] && got[12288..] == pattern[12288..]);
     }
 
     pub fn one_sided_read_and_write(s: Setup) {

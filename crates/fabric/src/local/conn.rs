@@ -360,6 +360,13 @@ impl LocalConn {
 }
 
 impl ConnImpl for LocalConn {
+    fn prefault_remote(&self, key: u64, roff: u64, len: usize) -> Result<()> {
+        self.state()?;
+        self.peer
+            .target(key, roff, len, true)?
+            .populate_write(roff, len)
+    }
+
     fn post(&self, op: PostOp) -> Result<()> {
         self.state()?;
         if self.peer_closed() {
