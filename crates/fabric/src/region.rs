@@ -120,9 +120,10 @@ impl Mapping {
         self.ptr.as_ptr() as u64
     }
 
-    /// Maps in `[off, off + len)` for writing ahead of use (page tables only: no
-    /// byte changes). Best effort: a kernel without `MADV_POPULATE_WRITE` (before
-    /// 5.14) faults the pages in at their first write instead.
+    /// Maps in `[off, off + len)` for writing ahead of use: no byte changes, but
+    /// the pages are write-faulted (a file's pages are then dirty). Best effort: a
+    /// kernel without `MADV_POPULATE_WRITE` (before 5.14) faults the pages in at
+    /// their first write instead.
     pub(crate) fn populate_write(&self, off: u64, len: usize) -> Result<()> {
         let o = self.check(off, len)?;
         let page = 4096;

@@ -17,8 +17,8 @@ use crate::{commit, namespace};
 
 /// Whether `reply` refuses an update for room: the engine found free log pages
 /// only in their grace period, changed nothing, and the client sends the update
-/// again (design note 74). Such a refusal is neither remembered as the update's
-/// outcome nor a reason to use up its pages' notices.
+/// again (design note 74). Such a refusal is not remembered as the update's
+/// outcome. (No update a client sends is answered EAGAIN for another reason.)
 pub(crate) fn refused_for_room(reply: &Reply) -> bool {
     matches!(reply, Reply::Err { errno, .. } if *errno == libc::EAGAIN)
 }
@@ -40,20 +40,13 @@ impl Mds {
         Duration::from_millis(self.cfg.map_lease_ms)
     }
 
-    /// Applies an update whose pages are persisted. Their notices are used up by
-    /// an update that applied or failed for good; one refused for room (its client
-    /// sends it again, design note 74) keeps them for its next turn, which would
-    /// otherwise wait for the stores to be asked again.
-    fn apply_ready(&mut self, conn: ConnId, mut p: Pending) -> Reply {
-        let pages = std::mem::take(&mut p.pages);
-        let reply = self.apply_persisted(conn, p);
-        if !refused_for_room(&reply) {
-            self.strong.consume(&pages);
-        }
-        reply
-    }
-
-    fn apply_persisted(&mut self, conn: ConnId, p: Pending) -> Reply {
+    /// Applies an update whose pages are persisted, using up their notices: also
+    /// when it fails, and when it is refused for room (design note 74). Kept, they
+    /// would vouch for a later write of the same pages, which a client that gave
+    /// up the update makes into them; so the update's next turn waits for the
+    /// stores to be asked again.
+    fn apply_ready(&mut self, conn: ConnId, p: Pending) -> Reply {
+        self.strong.consume(&p.pages);
         // The map may have changed since the update parked: every store that takes
         // writes now must have taken its pages.
         if let Err(e) = self.check_written(p.written, &p.groups) {

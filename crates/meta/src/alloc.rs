@@ -61,28 +61,31 @@ impl PageAllocator {
         self
     }
 
-    /// The error of an allocation (outside the reserve unless `use_reserve`) that
-    /// found no page: EAGAIN when pages in their grace period will make room once
-    /// it ends and this allocator does not wait for them (its caller's "try
-    /// again"), ENOSPC when nothing that is coming makes room.
-    pub fn out_of_room(&self, use_reserve: bool) -> FsError {
+    /// The error of an update that needs `n` pages (outside the reserve unless
+    /// `use_reserve`) and did not find them: EAGAIN when pages in their grace
+    /// period will make that room once it ends and this allocator does not wait for
+    /// them (its caller's "try again"), ENOSPC when nothing that is coming does.
+    pub fn out_of_room(&self, n: u64, use_reserve: bool) -> FsError {
         let floor = if use_reserve { 0 } else { self.reserve };
-        match !self.waits && self.free() > floor && self.in_grace() > 0 {
+        match !self.waits && self.in_grace() > 0 && self.free() >= floor + n {
             true => FsError::Errno(libc::EAGAIN),
             false => ENOSPC,
         }
     }
 
     /// Whether `n` pages (outside the reserve unless `use_reserve`) may be taken
-    /// now, for an update that takes several and must be refused before it changed
-    /// anything rather than halfway ([`Self::out_of_room`] if not). An allocator
-    /// that waits says yes: its allocations wait for room.
+    /// now, for an update that takes them one by one and must be refused before it
+    /// changed anything rather than halfway ([`Self::out_of_room`] if not). An
+    /// allocator that waits sleeps out the grace periods first if that makes room.
     pub fn room_for(&mut self, n: u64, use_reserve: bool) -> Result<(), FsError> {
         self.reclaim(false);
         let floor = if use_reserve { 0 } else { self.reserve };
-        match self.waits || self.free >= floor + n {
+        if self.free < floor + n && self.waits && self.free() >= floor + n {
+            self.reclaim(true);
+        }
+        match self.free >= floor + n {
             true => Ok(()),
-            false => Err(self.out_of_room(use_reserve)),
+            false => Err(self.out_of_room(n, use_reserve)),
         }
     }
 
@@ -292,16 +295,24 @@ mod tests {
     fn out_of_room_is_eagain_only_while_pages_are_in_their_grace_period() {
         let hour = Duration::from_secs(3600);
         let eagain = FsError::Errno(libc::EAGAIN);
-        let mut g = PageAllocator::new(2, 0, hour).never_waits();
+        let mut g = PageAllocator::new(3, 0, hour).never_waits();
         let p = g.alloc(false).unwrap();
-        let _q = g.alloc(false).unwrap();
+        let q = g.alloc(false).unwrap();
+        let _r = g.alloc(false).unwrap();
         assert_eq!(g.alloc(false), None);
-        assert_eq!(g.out_of_room(false), ENOSPC, "nothing is coming");
+        assert_eq!(g.out_of_room(1, false), ENOSPC, "nothing is coming");
         assert_eq!(g.room_for(1, false), Err(ENOSPC));
         g.free_later(p, 1);
         assert_eq!(g.alloc(false), None, "in its grace period for an hour");
-        assert_eq!(g.out_of_room(false), eagain);
+        assert_eq!(g.out_of_room(1, false), eagain);
         assert_eq!(g.room_for(1, false), Err(eagain.clone()));
+        assert_eq!(
+            g.room_for(2, false),
+            Err(ENOSPC),
+            "one page is coming, not two"
+        );
+        g.free_later(q, 1);
+        assert_eq!(g.room_for(2, false), Err(eagain.clone()));
         // 40 pages, a reserve of 10 (a quarter at most): 30 taken outside it, and
         // one of it, leave 9 free.
         let mut r = PageAllocator::new(40, 10, hour).never_waits();
@@ -312,15 +323,22 @@ mod tests {
         assert_eq!(r.room_for(10, true), Err(ENOSPC));
         r.free_later(taken[0], 1);
         let nine_and_one = "9 free and 1 coming are not above the reserve";
-        assert_eq!(r.out_of_room(false), ENOSPC, "{nine_and_one}");
-        assert_eq!(r.out_of_room(true), eagain);
+        assert_eq!(r.out_of_room(1, false), ENOSPC, "{nine_and_one}");
+        assert_eq!(r.out_of_room(1, true), eagain);
         r.free_later(taken[1], 1);
-        assert_eq!(r.out_of_room(false), eagain, "9 free and 2 coming are");
-        let mut w = PageAllocator::new(1, 0, hour);
+        assert_eq!(r.out_of_room(1, false), eagain, "9 free and 2 coming are");
+        // A waiting allocator sleeps the grace out in `room_for`, if that makes room.
+        let grace = Duration::from_millis(30);
+        let mut w = PageAllocator::new(2, 0, grace);
         let p = w.alloc(false).unwrap();
-        w.free_later(p, 1);
+        let _q = w.alloc(false).unwrap();
         let waiting = "a waiting allocator's failure is final";
-        assert_eq!(w.out_of_room(false), ENOSPC, "{waiting}");
-        assert_eq!(w.room_for(1, false), Ok(()), "its allocations wait");
+        assert_eq!(w.out_of_room(1, false), ENOSPC, "{waiting}");
+        assert_eq!(w.room_for(1, false), Err(ENOSPC), "nothing to wait for");
+        let before = Instant::now();
+        w.free_later(p, 1);
+        assert_eq!(w.room_for(2, false), Err(ENOSPC), "waiting makes one page");
+        assert_eq!(w.room_for(1, false), Ok(()));
+        assert!(before.elapsed() >= grace, "it slept the grace period out");
     }
 }

@@ -152,20 +152,8 @@ pub fn init_log_page(pool: &Pool, page: u64, ino: u64, version: u32) -> FsResult
     Ok(())
 }
 
-/// Appends `entries` past the committed tail and persists them; the caller makes them
-/// visible by storing the returned tail (alone, or through the journal).
-#[allow(clippy::too_many_arguments)] // the pool, its allocator and the log: all needed
-pub fn append(
-    pool: &Pool,
-    alloc: &mut PageAllocator,
-    page_area_off: u64,
-    ino: u64,
-    log: &InodeLog,
-    entries: &[Entry],
-    use_reserve: bool,
-    buf: &mut Vec<u8>,
-) -> FsResult<PendingTail> {
-    // Plan: how many new pages do the entries need?
+/// How many new log pages appending `entries` to `log` takes.
+pub fn pages_needed(log: &InodeLog, entries: &[Entry]) -> u64 {
     let mut space = room(log);
     let mut need = 0u64;
     for e in entries {
@@ -180,6 +168,23 @@ pub fn append(
         }
         space -= len;
     }
+    need
+}
+
+/// Appends `entries` past the committed tail and persists them; the caller makes them
+/// visible by storing the returned tail (alone, or through the journal).
+#[allow(clippy::too_many_arguments)] // the pool, its allocator and the log: all needed
+pub fn append(
+    pool: &Pool,
+    alloc: &mut PageAllocator,
+    page_area_off: u64,
+    ino: u64,
+    log: &InodeLog,
+    entries: &[Entry],
+    use_reserve: bool,
+    buf: &mut Vec<u8>,
+) -> FsResult<PendingTail> {
+    let need = pages_needed(log, entries);
     let mut fresh = Vec::with_capacity(need as usize);
     for _ in 0..need {
         match alloc.alloc(use_reserve) {
@@ -188,7 +193,7 @@ pub fn append(
                 for p in fresh {
                     alloc.free_now((p - page_area_off) / PAGE_SIZE, 1);
                 }
-                return Err(alloc.out_of_room(use_reserve));
+                return Err(alloc.out_of_room(need, use_reserve));
             }
         }
     }

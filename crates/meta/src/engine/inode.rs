@@ -22,11 +22,6 @@ impl MetaEngine {
         extra: Vec<Entry>,
     ) -> FsResult<u64> {
         self.check_not_failed()?;
-        // Its first log page, and one for the directory entry that links it: an
-        // inode made and then dropped for want of the second would have changed
-        // the pool (its page in a grace period, its slot's generation), which a
-        // refusal for room must not (design note 74).
-        self.log_alloc.room_for(2, false)?;
         let ino = self.free_inos.pop_front().ok_or(ENOSPC)?;
         assert!(
             !self.inodes.contains_key(&ino),
@@ -34,7 +29,7 @@ impl MetaEngine {
         );
         let Some(pidx) = self.log_alloc.alloc(false) else {
             self.free_inos.push_front(ino);
-            return Err(self.log_alloc.out_of_room(false));
+            return Err(self.log_alloc.out_of_room(1, false));
         };
         let result = (|| {
             let page = self.sb.page_off(pidx);

@@ -5,6 +5,7 @@ use orion_format::{attr_mask as m, DirEntryRec, Entry, FileType, SetAttrRec, NAM
 use crate::engine::{MetaEngine, NewNode};
 use crate::error::*;
 use crate::index::Attr;
+use crate::log;
 use crate::ops::{check_name, MAX_LINKS, S_ISGID};
 
 impl MetaEngine {
@@ -56,20 +57,31 @@ impl MetaEngine {
             ctime: now,
             rdev,
         };
+        let cookie = self.next_cookie(parent);
+        let link = |ino| {
+            let mut entries = vec![Entry::DirAdd(DirEntryRec {
+                ino,
+                cookie,
+                time: now,
+                ftype,
+                name: name.to_vec(),
+            })];
+            if is_dir {
+                entries.push(Entry::LinkChange {
+                    nlink: pnlink + 1,
+                    ctime: now,
+                });
+            }
+            entries
+        };
+        // The new inode's first log page and what the entry linking it takes (its
+        // size does not depend on the number): an inode made and dropped for want
+        // of the second would have changed the pool (its page in a grace period,
+        // its slot's generation), which a refusal for room must not (note 74).
+        let need = 1 + log::pages_needed(&pdir.log, &link(0));
+        self.log_alloc.room_for(need, false)?;
         let ino = self.new_inode(ftype, attr, if is_dir { 2 } else { 1 }, extra)?;
-        let mut entries = vec![Entry::DirAdd(DirEntryRec {
-            ino,
-            cookie: self.next_cookie(parent),
-            time: now,
-            ftype,
-            name: name.to_vec(),
-        })];
-        if is_dir {
-            entries.push(Entry::LinkChange {
-                nlink: pnlink + 1,
-                ctime: now,
-            });
-        }
+        let entries = link(ino);
         if let Err(e) = self.commit(vec![(parent, entries)], false) {
             if !self.has_failed() {
                 // Never linked: give the inode back; the caller keeps its data pages.
