@@ -340,5 +340,11 @@ mod tests {
         assert_eq!(w.room_for(2, false), Err(ENOSPC), "waiting makes one page");
         assert_eq!(w.room_for(1, false), Ok(()));
         assert!(before.elapsed() >= grace, "it slept the grace period out");
+        assert_eq!(w.in_grace(), 0);
+        assert_eq!(
+            w.alloc(false),
+            Some(p),
+            "the page back from its grace period"
+        );
     }
 }

@@ -193,6 +193,10 @@ pub fn append(
                 for p in fresh {
                     alloc.free_now((p - page_area_off) / PAGE_SIZE, 1);
                 }
+                // Pages this update took for inodes appended before this one are
+                // still taken here (`MetaEngine::commit` frees them after this): a
+                // fresh attempt needs them again, as it has them now, so room for
+                // this inode's `need` is room for the whole update.
                 return Err(alloc.out_of_room(need, use_reserve));
             }
         }

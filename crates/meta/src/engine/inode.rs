@@ -49,6 +49,12 @@ impl MetaEngine {
             ];
             entries.extend(extra);
             let mut ilog = InodeLog::empty(page, 0);
+            // A create asks for room counting this page alone (`create_node`).
+            debug_assert_eq!(
+                log::pages_needed(&ilog, &entries),
+                0,
+                "a new inode's first entries fit its first page"
+            );
             let p = log::append(
                 &self.pool,
                 &mut self.log_alloc,

@@ -57,31 +57,34 @@ impl MetaEngine {
             ctime: now,
             rdev,
         };
-        let cookie = self.next_cookie(parent);
-        let link = |ino| {
-            let mut entries = vec![Entry::DirAdd(DirEntryRec {
-                ino,
-                cookie,
-                time: now,
-                ftype,
-                name: name.to_vec(),
-            })];
-            if is_dir {
-                entries.push(Entry::LinkChange {
-                    nlink: pnlink + 1,
-                    ctime: now,
-                });
-            }
-            entries
-        };
-        // The new inode's first log page and what the entry linking it takes (its
-        // size does not depend on the number): an inode made and dropped for want
-        // of the second would have changed the pool (its page in a grace period,
-        // its slot's generation), which a refusal for room must not (note 74).
-        let need = 1 + log::pages_needed(&pdir.log, &link(0));
+        let mut entries = vec![Entry::DirAdd(DirEntryRec {
+            ino: 0, // the new inode's, once it has one (a fixed-size field)
+            cookie: self.next_cookie(parent),
+            time: now,
+            ftype,
+            name: name.to_vec(),
+        })];
+        if is_dir {
+            entries.push(Entry::LinkChange {
+                nlink: pnlink + 1,
+                ctime: now,
+            });
+        }
+        // The new inode's first log page and what the entries linking it take: an
+        // inode made and dropped for want of the second would have changed the
+        // pool (its page in a grace period, its slot's generation), which a refusal
+        // for room must not (design note 74). A failed engine or a full inode table
+        // answers first: waiting for room would not help them.
+        self.check_not_failed()?;
+        if self.free_inos.is_empty() {
+            return Err(ENOSPC);
+        }
+        let need = 1 + log::pages_needed(&pdir.log, &entries);
         self.log_alloc.room_for(need, false)?;
         let ino = self.new_inode(ftype, attr, if is_dir { 2 } else { 1 }, extra)?;
-        let entries = link(ino);
+        if let Some(Entry::DirAdd(d)) = entries.first_mut() {
+            d.ino = ino;
+        }
         if let Err(e) = self.commit(vec![(parent, entries)], false) {
             if !self.has_failed() {
                 // Never linked: give the inode back; the caller keeps its data pages.
