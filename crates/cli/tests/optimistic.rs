@@ -30,15 +30,6 @@ fn optimistic(c: &Cluster, internal: bool, stage_ms: u64) -> Client {
     Client::connect(cfg, c.fabric()).expect("optimistic client")
 }
 
-fn rw() -> OpenFlags {
-    OpenFlags {
-        read: true,
-        write: true,
-        create: true,
-        ..Default::default()
-    }
-}
-
 /// The whole file as another client reads it.
 fn contents(c: &Client, path: &str) -> Vec<u8> {
     let fd = c.open(path, OpenFlags::read(), 0).unwrap();
@@ -62,7 +53,9 @@ fn staged_writes_are_read_back_at_once_and_reach_others_at_fsync_and_close() {
             let a = optimistic(&c, internal, 600_000);
             let b = c.client(true, false);
             let path = format!("/staged-{internal}");
-            let fd = a.open(&path, rw(), 0o644).unwrap();
+            let fd = a
+                .open(&path, OpenFlags::read_write_create(), 0o644)
+                .unwrap();
             let staged_before = a.stats().staged_writes;
             let commits_before = a.stats().commits;
             for p in 0..10u64 {
@@ -102,7 +95,9 @@ fn random_operations_on_an_optimistic_client_match_a_local_file() {
             let a = optimistic(&c, internal, 600_000);
             let b = c.client(true, false);
             let path = format!("/random-{internal}");
-            let fd = a.open(&path, rw(), 0o644).unwrap();
+            let fd = a
+                .open(&path, OpenFlags::read_write_create(), 0o644)
+                .unwrap();
             let local_path = dir.path().join(format!("{backend}-{internal}"));
             let model = std::fs::File::options()
                 .read(true)
@@ -184,7 +179,9 @@ fn staged_writes_commit_when_due_and_when_the_client_goes_away() {
     // Due: the flusher commits a write 20 ms after it was staged, with no further
     // call from the writer.
     let a = optimistic(&c, true, 20);
-    let fd = a.open("/due", rw(), 0o644).unwrap();
+    let fd = a
+        .open("/due", OpenFlags::read_write_create(), 0o644)
+        .unwrap();
     a.pwrite(fd, 0, &pattern(PAGE, 1)).unwrap();
     let waited = Instant::now();
     while contents(&b, "/due").is_empty() {
@@ -197,7 +194,9 @@ fn staged_writes_commit_when_due_and_when_the_client_goes_away() {
     assert_eq!(contents(&b, "/due"), pattern(PAGE, 1));
     // Gone: a client dropped with a file open commits what it staged.
     let a = optimistic(&c, true, 600_000);
-    let fd: Fd = a.open("/gone", rw(), 0o644).unwrap();
+    let fd: Fd = a
+        .open("/gone", OpenFlags::read_write_create(), 0o644)
+        .unwrap();
     a.pwrite(fd, 0, &pattern(3 * PAGE, 2)).unwrap();
     assert!(contents(&b, "/gone").is_empty());
     drop(a);
@@ -211,7 +210,9 @@ fn a_staged_write_to_a_file_another_client_unlinked_commits() {
     let c = Cluster::start("local", 1);
     let a = optimistic(&c, true, 600_000);
     let b = c.client(true, false);
-    let fd = a.open("/kept", rw(), 0o644).unwrap();
+    let fd = a
+        .open("/kept", OpenFlags::read_write_create(), 0o644)
+        .unwrap();
     a.pwrite(fd, 0, &pattern(PAGE, 5)).unwrap();
     b.unlink("/kept").unwrap();
     a.fsync(fd).unwrap();
@@ -225,7 +226,9 @@ fn a_staged_write_that_cannot_commit_is_reported_by_the_next_fsync_once() {
     let mut c = Cluster::start("local", 1);
     let a = optimistic(&c, true, 600_000);
     let b = c.client(true, false);
-    let fd = a.open("/doomed", rw(), 0o644).unwrap();
+    let fd = a
+        .open("/doomed", OpenFlags::read_write_create(), 0o644)
+        .unwrap();
     a.pwrite(fd, 0, &pattern(PAGE, 3)).unwrap();
     // The MDS restarts before the write commits: the chunk its pages came from is
     // taken back, so the write is lost (a pessimistic client would have committed
@@ -236,7 +239,9 @@ fn a_staged_write_that_cannot_commit_is_reported_by_the_next_fsync_once() {
     // Reported once, as Linux reports a failed writeback.
     a.fsync(fd).unwrap();
     // The client goes on: its pages went back to its chunk and are used again.
-    let fd2 = a.open("/after", rw(), 0o644).unwrap();
+    let fd2 = a
+        .open("/after", OpenFlags::read_write_create(), 0o644)
+        .unwrap();
     a.pwrite(fd2, 0, &pattern(PAGE, 4)).unwrap();
     a.close(fd2).unwrap();
     assert_eq!(contents(&b, "/after"), pattern(PAGE, 4));

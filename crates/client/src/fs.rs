@@ -66,6 +66,15 @@ impl OpenFlags {
             ..Default::default()
         }
     }
+    /// O_RDWR|O_CREAT.
+    pub fn read_write_create() -> OpenFlags {
+        OpenFlags {
+            read: true,
+            write: true,
+            create: true,
+            ..Default::default()
+        }
+    }
     /// O_WRONLY|O_CREAT|O_TRUNC, as `creat(2)`.
     pub fn create() -> OpenFlags {
         OpenFlags {

@@ -29,7 +29,9 @@ fn create(c: &Client, path: &str) -> orion_client::FsResult<()> {
 /// entry per page of it, then long names linked to files (as many per file as
 /// links allow) until the MDS says there is no room. Returns the links made.
 fn fill(c: &Client) -> Vec<String> {
-    let fd = c.open("/big", rw(), 0o644).unwrap();
+    let fd = c
+        .open("/big", OpenFlags::read_write_create(), 0o644)
+        .unwrap();
     for i in 0..600u64 {
         c.pwrite(fd, i * 2 * 4096, &[i as u8; 4096]).unwrap();
     }
@@ -74,7 +76,7 @@ fn full_cluster(store_mode: Mode) -> (Cluster, Client, Vec<String>) {
     })
     .unwrap();
     let c = cluster.client(EXTERNAL).unwrap();
-    let fd = c.open("/w", rw(), 0o644).unwrap();
+    let fd = c.open("/w", OpenFlags::read_write_create(), 0o644).unwrap();
     c.pwrite(fd, 0, &[1u8; 4096]).unwrap();
     c.close(fd).unwrap();
     let links = fill(&c);
@@ -85,15 +87,6 @@ fn full_cluster(store_mode: Mode) -> (Cluster, Client, Vec<String>) {
     cluster.cfg.grace_ms = 3000;
     cluster.restart_mds().unwrap();
     (cluster, c, links)
-}
-
-fn rw() -> OpenFlags {
-    OpenFlags {
-        read: true,
-        write: true,
-        create: true,
-        ..Default::default()
-    }
 }
 
 #[test]
@@ -125,7 +118,7 @@ fn a_strong_write_on_a_full_mds_pool_waits_and_loses_nothing() {
     let (mut cluster, c, _) = full_cluster(Mode::Msync);
     c.unlink("/big").unwrap();
     let waits = c.stats().room_waits;
-    let fd = c.open("/w", rw(), 0).unwrap();
+    let fd = c.open("/w", OpenFlags::read_write_create(), 0).unwrap();
     // One live entry per page: within a log page's worth, one commit needs a page.
     let mut pages = 1;
     while c.stats().room_waits == waits {

@@ -21,15 +21,6 @@ const EXTERNAL: ClientKind = ClientKind {
     weak: false,
 };
 
-fn rw_create() -> OpenFlags {
-    OpenFlags {
-        read: true,
-        write: true,
-        create: true,
-        ..Default::default()
-    }
-}
-
 fn read_all(c: &Client, path: &str) -> Vec<u8> {
     let fd = c.open(path, OpenFlags::read(), 0).unwrap();
     let size = c.fstat(fd).unwrap().size as usize;
@@ -61,7 +52,9 @@ fn calls_on_other_inodes_do_not_wait_for_a_slow_write() {
             })
             .unwrap(),
     );
-    let fd = c.open("/slow", rw_create(), 0o644).unwrap();
+    let fd = c
+        .open("/slow", OpenFlags::read_write_create(), 0o644)
+        .unwrap();
     c.pwrite(fd, 0, &[1u8; 4096]).unwrap();
     c.mkdir("/d", 0o755).unwrap();
     for i in 0..2 {
@@ -231,7 +224,9 @@ fn run_thread(
                 let off = rng.gen_range(0..3 * 4096u64);
                 let len = rng.gen_range(1..6000usize);
                 let fill = rng.gen::<u8>();
-                let fd = c.open(&path, rw_create(), 0o644).unwrap();
+                let fd = c
+                    .open(&path, OpenFlags::read_write_create(), 0o644)
+                    .unwrap();
                 c.pwrite(fd, off, &vec![fill; len])
                     .unwrap_or_else(|e| panic!("{}: {e}", ctx()));
                 c.close(fd).unwrap();
@@ -245,7 +240,9 @@ fn run_thread(
             5 => {
                 if let Some(m) = model.get_mut(&name) {
                     let size = rng.gen_range(0..8000usize);
-                    let fd = c.open(&path, rw_create(), 0o644).unwrap();
+                    let fd = c
+                        .open(&path, OpenFlags::read_write_create(), 0o644)
+                        .unwrap();
                     c.ftruncate(fd, size as u64)
                         .unwrap_or_else(|e| panic!("{}: {e}", ctx()));
                     c.close(fd).unwrap();
@@ -300,13 +297,17 @@ fn idle_lanes_give_their_pages_back_when_the_store_runs_short() {
     // Eight one-page files: consecutive inodes, so every lane writes one and takes
     // a chunk of its own.
     for i in 0..8 {
-        let fd = c.open(&format!("/s{i}"), rw_create(), 0o644).unwrap();
+        let fd = c
+            .open(&format!("/s{i}"), OpenFlags::read_write_create(), 0o644)
+            .unwrap();
         c.pwrite(fd, 0, &[i as u8; 4096]).unwrap();
         c.close(fd).unwrap();
     }
     // Then one file takes 90% of what was free.
     let big_pages = free_at_start * 9 / 10;
-    let fd = c.open("/big", rw_create(), 0o644).unwrap();
+    let fd = c
+        .open("/big", OpenFlags::read_write_create(), 0o644)
+        .unwrap();
     let block = vec![0x5au8; 256 * 4096];
     let mut written = 0u64;
     while written < big_pages {
@@ -354,7 +355,9 @@ fn lanes_grow_when_calls_meet_and_commit_what_is_staged_first() {
     let (mut name, mut fd) = (String::new(), None);
     for i in 0..4 {
         name = format!("/f{i}");
-        let f = c.open(&name, rw_create(), 0o644).unwrap();
+        let f = c
+            .open(&name, OpenFlags::read_write_create(), 0o644)
+            .unwrap();
         if c.fstat(f).unwrap().ino % 2 == 1 {
             fd = Some(f);
             break;
@@ -363,7 +366,9 @@ fn lanes_grow_when_calls_meet_and_commit_what_is_staged_first() {
     }
     let fd = fd.expect("one of four new files has an odd inode number");
     c.pwrite(fd, 0, &[0u8; 8192]).unwrap();
-    let slow = c.open("/slow", rw_create(), 0o644).unwrap();
+    let slow = c
+        .open("/slow", OpenFlags::read_write_create(), 0o644)
+        .unwrap();
     c.pwrite(slow, 0, &[1u8; 4096]).unwrap();
     // Staged, on lane 0 (an overwrite of a whole page).
     c.pwrite(fd, 0, &[1u8; 4096]).unwrap();
