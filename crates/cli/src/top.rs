@@ -366,6 +366,8 @@ fn rows(nodes: &[Node], before: &Snapshot, after: &Snapshot, secs: f64) -> Vec<[
         let free = sum(a, "orion_mds_data_pages_free", &[]);
         let inodes = sum(a, "orion_mds_inodes", &[]);
         let ifree = sum(a, "orion_mds_inodes_free", &[]);
+        let logs = sum(a, "orion_mds_log_pages", &[]);
+        let lfree = sum(a, "orion_mds_log_pages_free", &[]);
         out.push([
             n.name.clone(),
             mds_state(a),
@@ -374,9 +376,10 @@ fn rows(nodes: &[Node], before: &Snapshot, after: &Snapshot, secs: f64) -> Vec<[
             requests.p50,
             requests.p99,
             format!(
-                "{} (inodes {})",
+                "{} (inodes {}, logs {})",
                 pct(pages - free, pages),
-                pct(inodes - ifree, inodes)
+                pct(inodes - ifree, inodes),
+                pct(logs - lfree, logs)
             ),
             format!(
                 "{:.0} clients, {:.0} stores",

@@ -88,6 +88,9 @@ fn every_daemon_serves_metrics_that_parse_and_move() {
         "orion_mds_requests_total",
         "orion_mds_data_pages",
         "orion_mds_inodes_free",
+        "orion_mds_log_pages",
+        "orion_mds_log_pages_free",
+        "orion_mds_room_refusals_total",
         "orion_mds_epoch",
         "orion_mds_connections",
     ] {

@@ -1,7 +1,8 @@
 //! What the MDS counts, for a `/metrics` endpoint (Prometheus text format; the `orion`
 //! binary serves [`MdsMetrics::registry`] over HTTP): requests by kind with the time
 //! the event loop spent on each, malformed messages, connections by role, the pools'
-//! use, the epoch, the primary's lease, the cache callbacks in flight, log GC and
+//! use (data pages, inode slots, log pages), updates refused for log room, the epoch,
+//! the primary's lease, the cache callbacks in flight, log GC and
 //! journal commits, and commits waiting for stores in strong mode. The loop updates them (atomics; a
 //! histogram takes a short lock), so a scrape never waits for it, and one registry
 //! outlives the MDS's terms (a mirror that takes over counts on).
@@ -16,6 +17,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use orion_proto::MdsInbound;
+use tracing::warn;
 
 use crate::server::{Mds, Role};
 
@@ -23,6 +25,8 @@ type Labels = Vec<(String, String)>;
 
 /// How often the loop refreshes the gauges (a scrape sees them this stale at most).
 const GAUGES_EVERY: Duration = Duration::from_millis(200);
+/// How often the log says, at most, that updates wait for log room.
+const ROOM_TOLD_EVERY: Duration = Duration::from_secs(10);
 
 fn latency() -> Histogram {
     // 1 µs to about half a second.
@@ -44,6 +48,9 @@ struct Inner {
     data_pages_free: Gauge,
     inodes: Gauge,
     inodes_free: Gauge,
+    log_pages: Gauge,
+    log_pages_free: Gauge,
+    room_refusals: Counter,
     epoch: Gauge,
     callbacks_waiting: Gauge,
     lease_left: Gauge<f64, std::sync::atomic::AtomicU64>,
@@ -64,6 +71,9 @@ pub(crate) struct Turn {
     gc_pages_freed: u64,
     journal_commits: u64,
     strong_waits: u64,
+    /// Refusals for room counted when the operator was last told, and when.
+    room_refusals: u64,
+    room_told: Option<Instant>,
 }
 
 impl Default for Turn {
@@ -74,6 +84,8 @@ impl Default for Turn {
             gc_pages_freed: 0,
             journal_commits: 0,
             strong_waits: 0,
+            room_refusals: 0,
+            room_told: None,
         }
     }
 }
@@ -111,6 +123,12 @@ impl Default for MdsMetrics {
         let data_pages_free = gauge(&mut r, "data_pages_free", "Data pages not allocated");
         let inodes = gauge(&mut r, "inodes", "Inode slots of the MDS pool");
         let inodes_free = gauge(&mut r, "inodes_free", "Inode slots free");
+        let log_pages = gauge(&mut r, "log_pages", "Log pages of the MDS pool");
+        let log_pages_free = gauge(
+            &mut r,
+            "log_pages_free",
+            "Log pages free, counting those still in their grace period",
+        );
         let epoch = gauge(&mut r, "epoch", "The cluster map's epoch");
         let callbacks_waiting = gauge(
             &mut r,
@@ -139,6 +157,12 @@ impl Default for MdsMetrics {
             &mut r,
             "journal_commits",
             "Updates of several inodes made atomic through the journal",
+        );
+        let room_refusals = counter(
+            &mut r,
+            "room_refusals",
+            "Updates refused with EAGAIN because the free log pages they needed were \
+             still in their grace period (their clients send them again; a full MDS pool)",
         );
         let strong_waits = counter(
             &mut r,
@@ -175,6 +199,9 @@ impl Default for MdsMetrics {
             data_pages_free,
             inodes,
             inodes_free,
+            log_pages,
+            log_pages_free,
+            room_refusals,
             epoch,
             callbacks_waiting,
             lease_left,
@@ -283,7 +310,14 @@ impl MdsMetrics {
             let l = vec![("role".to_string(), role.to_string())];
             m.connections.get_or_create(&l).set(0);
         }
-        for g in [&m.data_pages, &m.data_pages_free, &m.inodes, &m.inodes_free] {
+        for g in [
+            &m.data_pages,
+            &m.data_pages_free,
+            &m.inodes,
+            &m.inodes_free,
+            &m.log_pages,
+            &m.log_pages_free,
+        ] {
             g.set(0);
         }
         m.callbacks_waiting.set(0);
@@ -294,6 +328,11 @@ impl MdsMetrics {
 
     pub(crate) fn malformed(&self) {
         self.0.malformed.inc();
+    }
+
+    /// An update was refused for room (design note 74).
+    pub(crate) fn refused_for_room(&self) {
+        self.0.room_refusals.inc();
     }
 }
 
@@ -357,9 +396,24 @@ impl Mds {
             .fold((0, 0), |(b, f), g| (b + g.page_count, f + g.alloc.free()));
         m.data_pages.set(pages as i64);
         m.data_pages_free.set(free as i64);
-        let (files, ffree, _, _) = self.engine.usage();
+        let (files, ffree, log_pages, log_free) = self.engine.usage();
         m.inodes.set(files as i64);
         m.inodes_free.set(ffree as i64);
+        m.log_pages.set(log_pages as i64);
+        m.log_pages_free.set(log_free as i64);
+        let t = &mut self.metrics_state;
+        let refused = m.room_refusals.get();
+        if refused > t.room_refusals && t.room_told.is_none_or(|at| now >= at + ROOM_TOLD_EVERY) {
+            warn!(
+                "the MDS pool is full: {} updates were refused for room since the last \
+                 word of it, and wait at their clients for freed log pages ({log_free} \
+                 of {log_pages} free, counting those in their grace period); removing \
+                 files makes room, and a pool is sized when formatted (`orion up \
+                 --mds-size`, `orion mds --pool-size`)",
+                refused - t.room_refusals
+            );
+            (t.room_refusals, t.room_told) = (refused, Some(now));
+        }
         m.epoch.set(i64::from(self.map.epoch()));
         m.callbacks_waiting.set(self.callbacks.held_count() as i64);
         m.unlinked_open.set(self.open_tables.orphan_count() as i64);

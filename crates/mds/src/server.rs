@@ -379,8 +379,12 @@ impl Mds {
         // Remembered even if it does not leave: the turn's updates may still reach the
         // mirror, and their reply must go with them.
         // A refusal for room is no outcome: the update comes again (design note 74).
+        let refused = refused_for_room(&reply);
+        if refused {
+            self.cfg.counters.refused_for_room();
+        }
         let nonce = self.remember.remove(&(conn, id));
-        if let Some(nonce) = nonce.filter(|_| !refused_for_room(&reply)) {
+        if let Some(nonce) = nonce.filter(|_| !refused) {
             self.replies.remember(nonce, id, &reply);
         }
         if let Some((conn, id, reply)) = self.hold_for_callbacks(conn, id, reply) {

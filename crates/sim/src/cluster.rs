@@ -146,6 +146,9 @@ pub struct Cluster {
     /// Records the MDS pool's persists, so the MDS can lose power at any of its steps.
     mds_power: Arc<CrashDomain>,
     mds_starts: u64,
+    /// What the MDS counts, across its restarts (as one `orion mds` process's
+    /// registry outlives its terms).
+    pub mds_metrics: orion_mds::metrics::MdsMetrics,
     stores: Vec<Option<Node>>,
 }
 
@@ -186,6 +189,7 @@ impl Cluster {
             mds: None,
             mds_power: CrashDomain::new(0),
             mds_starts: 0,
+            mds_metrics: Default::default(),
         };
         c.start_mds()?;
         for g in 0..c.cfg.stores {
@@ -221,6 +225,7 @@ impl Cluster {
             // Short, as grace_ms: a departed store holds commits back this long.
             map_lease_ms: 100,
             cache_lease_ms: self.cfg.cache_lease_ms,
+            counters: self.mds_metrics.clone(),
             ..Default::default()
         };
         let fabric = self.fabric();

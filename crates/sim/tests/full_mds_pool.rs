@@ -65,6 +65,19 @@ fn fill(c: &Client) -> Vec<String> {
     unreachable!()
 }
 
+/// The MDS's figure `name` as its `/metrics` would show it now (gauges are
+/// refreshed every 200 ms: read after at least that long).
+fn mds_figure(cluster: &Cluster, name: &str) -> f64 {
+    std::thread::sleep(std::time::Duration::from_millis(250));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &cluster.mds_metrics.registry()).unwrap();
+    let line = text.lines().find(|l| l.split(' ').next() == Some(name));
+    let value = line
+        .and_then(|l| l.split(' ').nth(1))
+        .unwrap_or_else(|| panic!("{name}"));
+    value.parse().unwrap()
+}
+
 /// A cluster whose 4 MiB MDS pool `fill` filled (stores of `store_mode`), restarted
 /// with a grace period longer than any two calls apart, and its client.
 fn full_cluster(store_mode: Mode) -> (Cluster, Client, Vec<String>) {
@@ -94,10 +107,21 @@ fn a_create_on_a_full_mds_pool_waits_at_the_client_for_freed_log_pages() {
     let (mut cluster, c, links) = full_cluster(Mode::Volatile);
     c.unlink("/big").unwrap();
     let waits = c.stats().room_waits;
+    let refusals = mds_figure(&cluster, "orion_mds_room_refusals_total");
     create(&c, "/after").expect("the create waits for /big's log pages");
     assert!(
         c.stats().room_waits > waits,
         "the MDS answered EAGAIN (it did not sleep the grace period out)"
+    );
+    let counted = mds_figure(&cluster, "orion_mds_room_refusals_total") - refusals;
+    assert!(counted >= 1.0, "the MDS counts its refusals: {counted}");
+    let (pages, free) = (
+        mds_figure(&cluster, "orion_mds_log_pages"),
+        mds_figure(&cluster, "orion_mds_log_pages_free"),
+    );
+    assert!(
+        pages > 0.0 && free < pages,
+        "log pages: {free} free of {pages}"
     );
     // Everything acknowledged is there, and another client sees it.
     let other = cluster.client(EXTERNAL).unwrap();
