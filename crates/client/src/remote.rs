@@ -445,12 +445,12 @@ impl Remote {
         // the room is back (design note 74). The MDS says ENOSPC itself once nothing
         // coming makes room; pages that keep coming and going (others' removals and
         // compactions on a full pool) end the wait after a few grace periods.
-        let since = Instant::now();
-        let patience = (self.grace * ROOM_WAIT_GRACES)
-            .max(ROOM_WAIT * 10)
-            .min(Duration::from_millis(self.cfg.op_timeout_ms));
+        let mut since = None;
         while matches!(r, Err(FsError::Errno(libc::EAGAIN))) && req.changes_state() {
-            if since.elapsed() >= patience {
+            let patience = (self.grace * ROOM_WAIT_GRACES)
+                .max(ROOM_WAIT * 10)
+                .min(Duration::from_millis(self.cfg.op_timeout_ms));
+            if since.get_or_insert_with(Instant::now).elapsed() >= patience {
                 r = Err(FsError::Errno(libc::ENOSPC));
                 break;
             }
