@@ -459,7 +459,7 @@ pub fn top(a: TopArgs) -> Result<()> {
                 Constraint::Min(24),
                 Constraint::Length(8),
                 Constraint::Length(8),
-                Constraint::Length(34),
+                Constraint::Length(40),
                 Constraint::Length(22),
             ],
         )

@@ -15,10 +15,11 @@ use crate::server::{errno_reply, notices_needed, Mds};
 use crate::strong::{Gates, Pending, Waiting};
 use crate::{commit, namespace};
 
-/// Whether `reply` refuses an update for room: the engine found free log pages
-/// only in their grace period, changed nothing, and the client sends the update
-/// again (design note 74). Such a refusal is not remembered as the update's
-/// outcome. (No update a client sends is answered EAGAIN for another reason.)
+/// Whether `reply`, the answer to a client's update (`MdsRequest::changes_state`),
+/// refuses it for room: the engine found free log pages only in their grace period,
+/// changed nothing, and the client sends the update again (design note 74). Such a
+/// refusal is not remembered as the update's outcome. (No update is answered EAGAIN
+/// for another reason; other requests are: a lock taken, a grant to wait for.)
 pub(crate) fn refused_for_room(reply: &Reply) -> bool {
     matches!(reply, Reply::Err { errno, .. } if *errno == libc::EAGAIN)
 }

@@ -71,8 +71,9 @@ pub(crate) struct Turn {
     gc_pages_freed: u64,
     journal_commits: u64,
     strong_waits: u64,
-    /// Refusals for room counted when the operator was last told, and when.
-    room_refusals: u64,
+    /// Refusals for room counted when the operator was last told (or when this term
+    /// began: the registry counts earlier terms' too), and when.
+    room_refusals: Option<u64>,
     room_told: Option<Instant>,
 }
 
@@ -84,7 +85,7 @@ impl Default for Turn {
             gc_pages_freed: 0,
             journal_commits: 0,
             strong_waits: 0,
-            room_refusals: 0,
+            room_refusals: None,
             room_told: None,
         }
     }
@@ -403,16 +404,17 @@ impl Mds {
         m.log_pages_free.set(log_free as i64);
         let t = &mut self.metrics_state;
         let refused = m.room_refusals.get();
-        if refused > t.room_refusals && t.room_told.is_none_or(|at| now >= at + ROOM_TOLD_EVERY) {
+        let told = *t.room_refusals.get_or_insert(refused);
+        if refused > told && t.room_told.is_none_or(|at| now >= at + ROOM_TOLD_EVERY) {
             warn!(
                 "the MDS pool is full: {} updates were refused for room since the last \
                  word of it, and wait at their clients for freed log pages ({log_free} \
                  of {log_pages} free, counting those in their grace period); removing \
                  files makes room, and a pool is sized when formatted (`orion up \
-                 --mds-size`, `orion mds --pool-size`)",
-                refused - t.room_refusals
+                 --mds-size`, `orion mds --format --pool-size`)",
+                refused - told
             );
-            (t.room_refusals, t.room_told) = (refused, Some(now));
+            (t.room_refusals, t.room_told) = (Some(refused), Some(now));
         }
         m.epoch.set(i64::from(self.map.epoch()));
         m.callbacks_waiting.set(self.callbacks.held_count() as i64);

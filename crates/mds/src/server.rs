@@ -379,11 +379,13 @@ impl Mds {
         // Remembered even if it does not leave: the turn's updates may still reach the
         // mirror, and their reply must go with them.
         // A refusal for room is no outcome: the update comes again (design note 74).
-        let refused = refused_for_room(&reply);
+        // Only a client's update is remembered, and only an update is refused for
+        // room (other requests' EAGAIN: a lock taken, a grant or join to wait for).
+        let nonce = self.remember.remove(&(conn, id));
+        let refused = nonce.is_some() && refused_for_room(&reply);
         if refused {
             self.cfg.counters.refused_for_room();
         }
-        let nonce = self.remember.remove(&(conn, id));
         if let Some(nonce) = nonce.filter(|_| !refused) {
             self.replies.remember(nonce, id, &reply);
         }

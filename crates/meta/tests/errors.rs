@@ -156,6 +156,10 @@ fn an_engine_that_does_not_wait_for_room_answers_eagain_and_changes_nothing() {
     fs.unlink(ROOT_INO, b"abig").unwrap();
     let names = fs.readdir(ROOT_INO, 0).unwrap().len();
     let room = fs.statfs();
+    // A new inode made and dropped would have put its first log page in a grace
+    // period.
+    let in_grace = || fs.with_engine(|e| e.log_pages_in_grace());
+    let grace_before = in_grace();
     for attempt in 0..3 {
         let r = fs.create(ROOT_INO, b"after", 0o644, 0, 0);
         let coming = "abig's log pages are coming";
@@ -169,6 +173,7 @@ fn an_engine_that_does_not_wait_for_room_answers_eagain_and_changes_nothing() {
     let now = fs.statfs();
     let free = |s: &orion_meta::StatFs| (s.ffree, s.bfree);
     assert_eq!(free(&now), free(&room), "nothing taken");
+    assert_eq!(in_grace(), grace_before, "no page put in a grace period");
     assert!(fs.check().is_clean(), "{:?}", fs.check().problems);
     drop(fs);
     // The same pool under an engine that waits (a remount forgets grace periods:

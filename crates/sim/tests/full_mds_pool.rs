@@ -120,8 +120,8 @@ fn a_create_on_a_full_mds_pool_waits_at_the_client_for_freed_log_pages() {
         mds_figure(&cluster, "orion_mds_log_pages_free"),
     );
     assert!(
-        pages > 0.0 && free < pages,
-        "log pages: {free} free of {pages}"
+        pages > 0.0 && free < pages / 10.0,
+        "a full pool: {free} of {pages} log pages free"
     );
     // Everything acknowledged is there, and another client sees it.
     let other = cluster.client(EXTERNAL).unwrap();
@@ -135,8 +135,9 @@ fn a_create_on_a_full_mds_pool_waits_at_the_client_for_freed_log_pages() {
 }
 
 /// A write's commit that needs a log page waits the same way, in strong mode on
-/// stores that persist and report each page: the MDS keeps the pages' notices
-/// across its refusals, and every byte written reads back.
+/// stores that persist and report each page: each refusal uses up the pages'
+/// notices, the next turn waits for the stores to be asked again, and every byte
+/// written reads back.
 #[test]
 fn a_strong_write_on_a_full_mds_pool_waits_and_loses_nothing() {
     let (mut cluster, c, _) = full_cluster(Mode::Msync);

@@ -288,6 +288,11 @@ impl MetaEngine {
         )
     }
 
+    /// Log pages freed and still in their grace period.
+    pub fn log_pages_in_grace(&self) -> u64 {
+        self.log_alloc.in_grace()
+    }
+
     /// Pages in an inode's log.
     pub fn log_pages(&self, ino: u64) -> FsResult<usize> {
         Ok(self.inode(ino)?.log.pages.len())
