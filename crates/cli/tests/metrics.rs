@@ -198,6 +198,43 @@ fn every_daemon_serves_metrics_that_parse_and_move() {
         }
     };
     unlinked(0.0);
+    // A lock another process holds: the MDS answers EAGAIN, which is no refusal for
+    // room (only an update's is, design note 74).
+    let locked = std::fs::File::create(mnt.join("locked")).unwrap();
+    let whole = libc::flock {
+        l_type: libc::F_WRLCK as i16,
+        l_whence: libc::SEEK_SET as i16,
+        l_start: 0,
+        l_len: 0,
+        l_pid: 0,
+    };
+    // SAFETY: a valid descriptor and a valid flock for F_SETLK.
+    let rc = unsafe {
+        libc::fcntl(
+            std::os::fd::AsRawFd::as_raw_fd(&locked),
+            libc::F_SETLK,
+            &whole,
+        )
+    };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    let other = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import fcntl, os, sys\n\
+             fd = os.open(sys.argv[1], os.O_RDWR)\n\
+             try:\n    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n\
+             except OSError:\n    print('busy')",
+        )
+        .arg(mnt.join("locked"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&other.stdout).trim(), "busy");
+    drop(locked);
+    let refusals = value(&scrape(&mdss[0]), "orion_mds_room_refusals_total", &[]);
+    assert_eq!(
+        refusals, 0.0,
+        "a lock conflict counted as a refusal for room"
+    );
     let held = std::fs::File::create(mnt.join("held")).unwrap();
     std::fs::remove_file(mnt.join("held")).unwrap();
     unlinked(1.0);
