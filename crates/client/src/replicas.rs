@@ -341,12 +341,10 @@ impl Remote {
             if gpa.page() + pages > store.page_count {
                 continue;
             }
-            let _ = match &store.local {
-                Some((pool, base)) => pool.prefault(base + off, len).map_err(|e| e.to_string()),
-                None => (store.ch.conn)
-                    .prefault_remote(&store.region, off, len)
-                    .map_err(|e| e.to_string()),
-            };
+            match &store.local {
+                Some((pool, base)) => drop(pool.prefault(base + off, len)),
+                None => drop(store.ch.conn.prefault_remote(&store.region, off, len)),
+            }
         }
     }
 

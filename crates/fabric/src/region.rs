@@ -120,28 +120,13 @@ impl Mapping {
         self.ptr.as_ptr() as u64
     }
 
-    /// Maps in `[off, off + len)` for writing ahead of use: no byte changes, but
-    /// the pages are write-faulted (a file's pages are then dirty). Best effort: a
-    /// kernel without `MADV_POPULATE_WRITE` (before 5.14) faults the pages in at
-    /// their first write instead.
+    /// Maps in `[off, off + len)` for writing ahead of use
+    /// ([`orion_pmem::populate::populate_write`]).
     pub(crate) fn populate_write(&self, off: u64, len: usize) -> Result<()> {
         let o = self.check(off, len)?;
-        let page = 4096;
-        let start = o / page * page;
-        let end = (o + len).div_ceil(page) * page;
-        let end = end.min(self.len.div_ceil(page) * page);
-        if end > start {
-            // SAFETY: [start, end) is page aligned and inside this mapping (checked
-            // above; the kernel maps whole pages); MADV_POPULATE_WRITE only fills page
-            // tables and never changes contents.
-            unsafe {
-                libc::madvise(
-                    self.ptr.as_ptr().add(start).cast(),
-                    end - start,
-                    libc::MADV_POPULATE_WRITE,
-                )
-            };
-        }
+        // SAFETY: `ptr` is the page-aligned start of this live mapping of `len`
+        // bytes (mmap's), and `o..o + len` is inside it (checked above).
+        unsafe { orion_pmem::populate::populate_write(self.ptr.as_ptr(), self.len, o, len) };
         Ok(())
     }
 

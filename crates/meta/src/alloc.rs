@@ -61,12 +61,21 @@ impl PageAllocator {
         self
     }
 
+    /// The free pages an allocation must leave: the reserve, unless it may use it.
+    fn floor(&self, use_reserve: bool) -> u64 {
+        if use_reserve {
+            0
+        } else {
+            self.reserve
+        }
+    }
+
     /// The error of an update that needs `n` pages (outside the reserve unless
     /// `use_reserve`) and did not find them: EAGAIN when pages in their grace
     /// period will make that room once it ends and this allocator does not wait for
     /// them (its caller's "try again"), ENOSPC when nothing that is coming does.
     pub fn out_of_room(&self, n: u64, use_reserve: bool) -> FsError {
-        let floor = if use_reserve { 0 } else { self.reserve };
+        let floor = self.floor(use_reserve);
         match !self.waits && self.in_grace() > 0 && self.free() >= floor + n {
             true => FsError::Errno(libc::EAGAIN),
             false => ENOSPC,
@@ -79,7 +88,7 @@ impl PageAllocator {
     /// allocator that waits sleeps out the grace periods first if that makes room.
     pub fn room_for(&mut self, n: u64, use_reserve: bool) -> Result<(), FsError> {
         self.reclaim(false);
-        let floor = if use_reserve { 0 } else { self.reserve };
+        let floor = self.floor(use_reserve);
         if self.free < floor + n && self.waits && self.free() >= floor + n {
             self.reclaim(true);
         }
@@ -143,7 +152,7 @@ impl PageAllocator {
     /// lets operations that release space (unlink, truncate) proceed on a full pool.
     pub fn alloc_run(&mut self, max: u64, use_reserve: bool) -> Option<(u64, u64)> {
         self.reclaim(false);
-        let floor = if use_reserve { 0 } else { self.reserve };
+        let floor = self.floor(use_reserve);
         if self.free <= floor && !(self.waits && self.reclaim(true)) {
             return None;
         }

@@ -15,6 +15,7 @@ mod crash;
 mod file;
 mod flush;
 mod pool;
+pub mod populate;
 pub mod tap;
 
 pub use copy::copy_bytes;

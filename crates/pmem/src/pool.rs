@@ -407,19 +407,9 @@ impl Pool {
         if !matches!(self.mode, Mode::Volatile | Mode::Msync | Mode::Dax) || len == 0 {
             return Ok(());
         }
-        let page = 4096usize;
-        let start = o & !(page - 1);
-        let end = (o + len).div_ceil(page) * page;
-        let end = end.min(self.len.div_ceil(page) * page);
-        // SAFETY: start..end is page aligned and inside the mapping; MADV_POPULATE_WRITE
-        // only populates page tables and never changes contents.
-        unsafe {
-            libc::madvise(
-                self.base.add(start) as *mut _,
-                end - start,
-                libc::MADV_POPULATE_WRITE,
-            )
-        };
+        // SAFETY: `base` maps `len` bytes from a page boundary; `o..o + len` is
+        // inside it (checked above).
+        unsafe { crate::populate::populate_write(self.base, self.len, o, len) };
         Ok(())
     }
 
