@@ -9,7 +9,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use orion_client::{Client, ClientConfig};
 use orion_fabric::{Backend, FabricConfig, Secret};
 
-use crate::procs::{free_port, listen_addr, mds_role_args, Daemon, ManagerProc};
+use crate::procs::{listen_addr, mds_port, mds_role_args, Daemon, ManagerProc};
 
 fn spawn(args: &[String], log: &Path) -> Result<(Daemon, String)> {
     let (d, line) = Daemon::spawn(&format!("orion {}", args[0]), args, log)?;
@@ -122,8 +122,8 @@ impl BenchCluster {
             }
             Some(m) => {
                 let addrs = [
-                    format!("127.0.0.1:{}", free_port()?),
-                    format!("127.0.0.1:{}", free_port()?),
+                    format!("127.0.0.1:{}", mds_port(None)?),
+                    format!("127.0.0.1:{}", mds_port(None)?),
                 ];
                 let with_role = |args: Vec<String>, name: &str, addr: &str| {
                     mds_role_args(args, addr, &m.spec(), name, "bench", BENCH_LEASE_MS)

@@ -213,11 +213,14 @@ fn handed_fds(args: &[String]) -> Vec<i32> {
         .collect()
 }
 
-/// A free loopback port (bound, then released for a daemon to take).
-pub fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+/// A free loopback port for an MDS, outside the range the kernel gives outgoing
+/// connections (so it is still free when the MDS starts again), or `previous` when
+/// it is still free.
+pub fn mds_port(previous: Option<u16>) -> Result<u16> {
+    match previous {
+        Some(p) if std::net::TcpListener::bind(("127.0.0.1", p)).is_ok() => Ok(p),
+        _ => Ok(orion_fabric::service_port()?),
+    }
 }
 
 /// `orion mds` arguments `args` set to listen at `addr` as the MDS `name` of `cluster`

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use crate::procs::{free_port, listen_addr, mds_role_args, metrics_listen, Daemon, ManagerProc};
+use crate::procs::{listen_addr, mds_port, mds_role_args, metrics_listen, Daemon, ManagerProc};
 use crate::status::Proc;
 
 /// The name the manager knows `orion up`'s cluster by.
@@ -115,7 +115,9 @@ pub fn start(
             Some(p) => p.addr.rsplit(':').next().and_then(|x| x.parse().ok()),
             None => None,
         };
-        let addr = format!("127.0.0.1:{}", port.map_or_else(free_port, Ok)?);
+        // The previous run's port when it is free: a mount or a script that kept the
+        // old addresses still finds the MDS.
+        let addr = format!("127.0.0.1:{}", mds_port(port)?);
         let metrics = metrics_listen()?;
         let mut args = mds_role_args(
             base(&pool, k == 0),

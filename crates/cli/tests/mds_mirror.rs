@@ -147,12 +147,10 @@ impl Setup {
     }
 }
 
+/// A port an MDS can listen on again after it dies: outside the ephemeral range, so no
+/// connection of a test running alongside takes it meanwhile.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    orion_fabric::service_port().unwrap()
 }
 
 fn content(i: usize) -> Vec<u8> {

@@ -39,7 +39,19 @@ fn orion_up_serves_the_same_file_system_again() {
         )),
         "daemons left running"
     );
+    // Something else took the first MDS's port meanwhile (as the local end of any
+    // connection on the host can): the cluster starts anyway, on another port.
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.path().join("cluster.json")).unwrap()).unwrap();
+    let old_addr = record["mdss"][0]["addr"]
+        .as_str()
+        .expect("mds-a's address")
+        .to_string();
+    let _squatter = std::net::TcpListener::bind(&old_addr).unwrap();
     let up = start_up(state.path(), pools.path());
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.path().join("cluster.json")).unwrap()).unwrap();
+    assert_ne!(record["mdss"][0]["addr"].as_str(), Some(old_addr.as_str()));
     assert_eq!(std::fs::read(mnt.join("hello")).unwrap(), b"hello, orion");
     assert!(mnt.join("dir").is_dir());
     let err = up.stop();

@@ -36,4 +36,5 @@ pub use api::{
 pub use config::{Backend, FabricConfig, Secret};
 pub use error::{Error, Result};
 pub use region::{Access, Region, RemoteRegion};
+pub use tcp::service_port;
 pub use wait::SpinPolicy;

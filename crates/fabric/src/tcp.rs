@@ -90,6 +90,32 @@ pub(crate) fn peer_alive(s: &TcpStream) -> bool {
     }
 }
 
+/// A loopback port that is free now and that no outgoing connection will take: one
+/// below the kernel's ephemeral range (`ip_local_port_range`), where the kernel never
+/// picks a connection's local port. A service that must come back on the same port
+/// (an MDS that restarts, a cluster started again) uses one of these; a port from the
+/// ephemeral range can meanwhile become the local end of any connection on the host,
+/// and the service then fails to listen (EADDRINUSE). Falls back to a kernel-chosen
+/// port when the range leaves no room below it.
+pub fn service_port() -> std::io::Result<u16> {
+    const LOWEST: u16 = 10_000;
+    let first_ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    if first_ephemeral > LOWEST + 100 {
+        use rand::Rng;
+        let mut rng = rand::thread_rng();
+        for _ in 0..200 {
+            let port = rng.gen_range(LOWEST..first_ephemeral);
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,5 +132,22 @@ mod tests {
         assert_eq!(s.read_timeout().unwrap(), Some(Duration::from_secs(7)));
         assert_eq!(s.write_timeout().unwrap(), Some(Duration::from_secs(7)));
         drop(c);
+    }
+
+    #[test]
+    fn a_service_port_is_free_and_below_the_ephemeral_range() {
+        let first_ephemeral: u16 =
+            std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+                .unwrap()
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+        for _ in 0..20 {
+            let port = super::service_port().unwrap();
+            assert!(port < first_ephemeral, "{port} is in the ephemeral range");
+            std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        }
     }
 }
