@@ -16,7 +16,9 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use orion_format::{FileType, InodeSlot, Tail, INODE_SLOT_SIZE};
+use orion_format::{
+    Compaction, FileType, InodeSlot, LogPageHeader, Tail, INODE_SLOT_SIZE, LOG_PAGE_HEADER,
+};
 use orion_meta::error::ENOENT;
 use orion_meta::log::{walk_log, walk_log_from, PageSource};
 use orion_meta::{FsError, FsResult, InodeState};
@@ -118,7 +120,10 @@ impl InodeCache {
                     remote.stats.tail_hits += 1;
                     return Ok(());
                 }
-                if c.tail.version == slot.tail.version && c.tail.offset < slot.tail.offset {
+                // One version is one log, which only grows: the slot's tail is past
+                // the copy's in log order (not in pool offsets: a log's next page may
+                // lie anywhere in the pool).
+                if c.tail.version == slot.tail.version {
                     let from = c.tail.offset;
                     let r = walk(remote, ino, from, slot.tail, &mut c.state, false);
                     match r {
@@ -130,6 +135,18 @@ impl InodeCache {
                         Err(Fail::Reconnected) => return Err(Fail::Reconnected),
                         // The copy may be half-updated: load it whole below.
                         Err(_) => {}
+                    }
+                }
+                if c.tail.version != slot.tail.version {
+                    match follow_gc(remote, ino, &slot, c) {
+                        Ok(true) => {
+                            remote.stats.gc_follows += 1;
+                            return Ok(());
+                        }
+                        Err(Fail::Reconnected) => return Err(Fail::Reconnected),
+                        // Not the GC of this copy's log, or the copy may be half
+                        // updated: load it whole below.
+                        Ok(false) | Err(_) => {}
                     }
                 }
                 remote.stats.rebuilds += 1;
@@ -191,6 +208,41 @@ impl InodeCache {
     pub fn ftype(&self, ino: u64) -> Option<FileType> {
         self.map.get(&ino).map(|c| c.state.attr.ftype)
     }
+}
+
+/// Brings copy `c` of `ino` to the log `slot` names when that log is the GC of the
+/// one `c` holds, to its last entry (design note 76): the new log's first page says
+/// where the old log ended and where the compacted entries end, and only the entries
+/// after those are walked. False when the new log is not that (another GC came
+/// between, or entries came before the GC): the caller loads the inode whole.
+fn follow_gc(remote: &mut Remote, ino: u64, slot: &InodeSlot, c: &mut Cached) -> Res<bool> {
+    let mut first = [0u8; LOG_PAGE_HEADER as usize];
+    remote.read_mds(slot.head(), &mut first)?;
+    let followable = match (LogPageHeader::decode(&first), Compaction::decode(&first)) {
+        (Ok(h), Ok(Some(gc))) if h.ino == ino && h.version == slot.tail.version => {
+            (gc.from == c.tail).then_some(gc.end)
+        }
+        _ => None,
+    };
+    let Some(end) = followable else {
+        return Ok(false);
+    };
+    if end != slot.tail.offset {
+        walk(remote, ino, end, slot.tail, &mut c.state, false)?;
+    }
+    c.tail = slot.tail;
+    // The pair of the MDS's check that GC keeps the inode: the copy that followed
+    // is the inode the whole new log builds (debug builds: it costs a whole load).
+    #[cfg(debug_assertions)]
+    {
+        let mut whole = InodeState::new(ino, slot.ftype, slot.generation);
+        walk(remote, ino, slot.head(), slot.tail, &mut whole, true)?;
+        assert!(
+            whole.same_contents(&c.state),
+            "inode {ino}: the copy that followed a log GC differs from the new log"
+        );
+    }
+    Ok(true)
 }
 
 /// Applies the entries of `ino`'s log to `tail` to `state`: the whole log from its

@@ -18,6 +18,9 @@ pub struct Stats {
     pub loads: u64,
     /// Cached copies thrown away and rebuilt from the MDS log (arbitration, paper §4.3).
     pub rebuilds: u64,
+    /// Cached copies that followed a log GC without loading the new log whole (design
+    /// note 76).
+    pub gc_follows: u64,
     /// Operations run again because the MDS ordered another client's commit first.
     pub reexecutions: u64,
     pub reconnects: u64,
@@ -45,6 +48,7 @@ impl Stats {
         self.refetches += o.refetches;
         self.loads += o.loads;
         self.rebuilds += o.rebuilds;
+        self.gc_follows += o.gc_follows;
         self.reexecutions += o.reexecutions;
         self.reconnects += o.reconnects;
         self.store_retries += o.store_retries;

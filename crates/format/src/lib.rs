@@ -32,7 +32,10 @@ pub use inode::{
     SLOT_TAIL_OFFSET,
 };
 pub use journal::{JournalRecord, JOURNAL_MAGIC};
-pub use log::{LogPageHeader, Tail, LOG_PAGE_HEADER, PAGE_NEXT_OFFSET};
+pub use log::{
+    Compaction, LogPageHeader, Tail, COMPACTION_LEN, COMPACTION_OFFSET, LOG_PAGE_HEADER,
+    PAGE_NEXT_OFFSET,
+};
 pub use superblock::{PoolKind, Superblock, SUPERBLOCK_SIZE};
 
 /// Every page, log or data, is 4 KiB.

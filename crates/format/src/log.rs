@@ -87,6 +87,53 @@ impl LogPageHeader {
     }
 }
 
+/// Offset in a log's first page of its [`Compaction`] record.
+pub const COMPACTION_OFFSET: u64 = 32;
+/// Bytes of a [`Compaction`] record: two words and a checksum.
+pub const COMPACTION_LEN: usize = 20;
+
+/// What a log GC wrote in the first page of the log it made (in the page header's
+/// spare bytes): the log it compacted ended at `from`, and the entries that hold the
+/// same inode end at `end` in the new log; entries after `end` came later. A client
+/// whose copy of the inode is the old log up to `from` has the state of the new log
+/// up to `end`, and catches up from there instead of loading the whole log again.
+/// A first page without a record (all zeros, as every other page) is a log no GC
+/// made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Compaction {
+    pub from: Tail,
+    pub end: u64,
+}
+
+impl Compaction {
+    pub fn encode(&self) -> [u8; COMPACTION_LEN] {
+        let mut b = [0u8; COMPACTION_LEN];
+        put_u64(&mut b, 0, self.from.pack());
+        put_u64(&mut b, 8, self.end);
+        let crc = crc_skipping(&b, 16);
+        put_u32(&mut b, 16, crc);
+        b
+    }
+
+    /// The record in log page `page` (at least its header), if it holds one.
+    pub fn decode(page: &[u8]) -> Result<Option<Compaction>, FormatError> {
+        let at = COMPACTION_OFFSET as usize;
+        let b = page
+            .get(at..at + COMPACTION_LEN)
+            .ok_or(FormatError::Truncated("log compaction record"))?;
+        if b.iter().all(|&x| x == 0) {
+            return Ok(None);
+        }
+        if crc_skipping(b, 16) != u32_at(b, 16)? {
+            return Err(FormatError::BadChecksum("log compaction record"));
+        }
+        Ok(Some(Compaction {
+            from: Tail::unpack(u64_at(b, 0)?),
+            end: u64_at(b, 8)?,
+        }))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,5 +154,32 @@ mod tests {
         assert_eq!(LogPageHeader::decode(&b).unwrap(), h);
         b[9] ^= 0xff;
         assert!(LogPageHeader::decode(&b).is_err());
+    }
+
+    #[test]
+    fn a_compaction_record_round_trips_and_its_absence_reads_as_none() {
+        let mut page = LogPageHeader {
+            ino: 9,
+            version: 4,
+            next: 0,
+        }
+        .encode()
+        .to_vec();
+        assert_eq!(Compaction::decode(&page).unwrap(), None);
+        let c = Compaction {
+            from: Tail {
+                version: 3,
+                offset: 64 * 777,
+            },
+            end: 64 * 90,
+        };
+        let at = COMPACTION_OFFSET as usize;
+        page[at..at + COMPACTION_LEN].copy_from_slice(&c.encode());
+        assert_eq!(Compaction::decode(&page).unwrap(), Some(c));
+        // The page header is untouched by the record beside it.
+        assert_eq!(LogPageHeader::decode(&page).unwrap().version, 4);
+        page[at + 3] ^= 1;
+        assert!(Compaction::decode(&page).is_err());
+        assert!(Compaction::decode(&page[..40]).is_err());
     }
 }

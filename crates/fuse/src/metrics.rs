@@ -48,7 +48,7 @@ impl std::fmt::Debug for Figures {
 impl Collector for Figures {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = (self.stats)();
-        let rows: [(&str, &str, u64); 15] = [
+        let rows: [(&str, &str, u64); 16] = [
             (
                 "mds_requests",
                 "Requests to the MDS (RPCs and log commits)",
@@ -80,6 +80,11 @@ impl Collector for Figures {
                 "rebuilds",
                 "Cached copies rebuilt from the MDS log",
                 s.rebuilds,
+            ),
+            (
+                "gc_follows",
+                "Cached copies that followed a log GC without a whole load",
+                s.gc_follows,
             ),
             (
                 "reexecutions",

@@ -98,9 +98,13 @@ impl MetaEngine {
                     removed: removed.collect(),
                 });
             }
-            let tail = p.tail;
             let inode = self.inodes.get_mut(&ino).expect("updated inode exists");
+            let from = inode.log.tail;
             inode.log.advance(p);
+            // Before the entries apply to DRAM: a GC writes the state they apply to,
+            // then the entries again (see `gc`).
+            self.gc(ino, false, from, &entries)?;
+            let inode = self.inodes.get_mut(&ino).expect("updated inode exists");
             for e in &entries {
                 inode.state.apply(e, &mut self.freed)?;
             }
@@ -109,10 +113,9 @@ impl MetaEngine {
                 self.pool
                     .load_u64(self.sb.slot_off(ino) + SLOT_TAIL_OFFSET)
                     .ok(),
-                Some(tail.pack()),
+                Some(inode.log.tail.pack()),
                 "inode {ino}: the committed tail is on the media"
             );
-            self.gc(ino, false)?;
         }
         Ok(())
     }

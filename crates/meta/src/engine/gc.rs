@@ -1,10 +1,11 @@
 //! Log garbage collection (paper §4.2).
 
-use orion_format::{InodeSlot, Tail, PAGE_SIZE};
+use orion_format::{Compaction, InodeSlot, Tail, COMPACTION_LEN, COMPACTION_OFFSET, PAGE_SIZE};
 
 use super::MetaEngine;
 use crate::error::*;
 use crate::log::{self, InodeLog};
+use orion_format::Entry;
 
 /// How many index entries of a file one dead entry pays the walk of: a step of the
 /// walk costs about a sixteenth of writing an entry (a `BTreeMap` step against
@@ -24,10 +25,18 @@ impl MetaEngine {
     /// asks for at least as many dead entries as either, so GC work per appended
     /// entry stays constant, and a file's GC comes at most once per `extents / 16`
     /// entries made dead (design note 57).
-    pub(crate) fn gc(&mut self, ino: u64, force: bool) -> FsResult<()> {
+    ///
+    /// The commit's own entries (`then`, appended to the old log past `from`, not
+    /// yet applied to DRAM) come after the compacted state in the new log, and the
+    /// new log's first page records both positions ([`Compaction`]): a client whose
+    /// copy ends where this commit began walks only those entries and what follows
+    /// (design note 76), where it would otherwise load the whole inode again.
+    pub(crate) fn gc(&mut self, ino: u64, force: bool, from: Tail, then: &[Entry]) -> FsResult<()> {
         let inode = &self.inodes[&ino];
         let live = inode.state.live_entries();
-        let dead = inode.log.entries.saturating_sub(live);
+        let dead = (inode.log.entries)
+            .saturating_sub(then.len() as u64)
+            .saturating_sub(live);
         let walk = inode.state.gc_walk() / GC_WALK_PER_DEAD_ENTRY;
         if !force && (dead < self.cfg.gc_min_dead || dead < live || dead < walk) {
             return Ok(());
@@ -42,37 +51,51 @@ impl MetaEngine {
             self.log_alloc.free_now(first, 1);
             return Ok(()); // compaction is an optimisation: the old log stays valid
         }
-        let fresh = InodeLog::empty(page, version);
-        let p = match log::append(
-            &self.pool,
-            &mut self.log_alloc,
-            self.sb.page_area_off,
-            ino,
-            &fresh,
-            &entries,
-            true,
-            &mut self.buf,
-        ) {
-            Ok(p) => p,
-            Err(_) => {
-                self.log_alloc.free_now(first, 1);
-                return Ok(());
+        let mut new_log = InodeLog::empty(page, version);
+        let mut end = None;
+        for part in [&entries[..], then] {
+            if part.is_empty() && end.is_some() {
+                break;
             }
-        };
+            let appended = log::append(
+                &self.pool,
+                &mut self.log_alloc,
+                self.sb.page_area_off,
+                ino,
+                &new_log,
+                part,
+                true,
+                &mut self.buf,
+            );
+            match appended {
+                Ok(p) => new_log.advance(p),
+                Err(_) => {
+                    for pg in new_log.pages {
+                        self.log_alloc.free_now(self.page_idx(pg), 1);
+                    }
+                    return Ok(());
+                }
+            }
+            end.get_or_insert(new_log.tail.offset);
+        }
+        let end = end.expect("the compacted part was appended");
         let slot = self.sb.slot_off(ino);
         let head_at = InodeSlot::head_offset(slot, version);
-        let staged = self
-            .pool
-            .store_u64(head_at, page)
+        // The record goes in before any reader can reach the new log.
+        let record = Compaction { from, end }.encode();
+        let at = page + COMPACTION_OFFSET;
+        let staged = (self.pool.write(at, &record))
+            .and_then(|_| self.pool.persist(at, COMPACTION_LEN))
+            .and_then(|_| self.pool.store_u64(head_at, page))
             .and_then(|_| self.pool.persist(head_at, 8));
         if staged.is_err() {
             // The idle head is not read while the old version is live: nothing changed.
-            for pg in std::iter::once(page).chain(p.new_pages) {
+            for pg in new_log.pages {
                 self.log_alloc.free_now(self.page_idx(pg), 1);
             }
             return Ok(());
         }
-        log::commit_tail(&self.pool, slot, p.tail)?;
+        log::commit_tail(&self.pool, slot, new_log.tail)?;
         let inode = self.inodes.get_mut(&ino).expect("inode exists");
         // GC keeps every live entry: the compacted log rebuilds the same inode (its
         // entries need not be the live ones: runs of pages merge into one entry, and a
@@ -97,16 +120,15 @@ impl MetaEngine {
                 "inode {ino}: GC must not change the inode"
             );
         }
-        assert_eq!(p.entries, entries.len() as u64);
+        assert_eq!(new_log.entries, (entries.len() + then.len()) as u64);
         inode.state.compacted(&entries);
-        // The pair of the trigger's count: every entry of the new log is live.
+        // The pair of the trigger's count: every compacted entry of the new log is
+        // live (the commit's own entries apply after this).
         assert_eq!(
             inode.state.live_entries(),
             entries.len() as u64,
             "inode {ino}: the compacted log holds only live entries"
         );
-        let mut new_log = fresh;
-        new_log.advance(p);
         let old = std::mem::replace(&mut inode.log, new_log);
         self.stats.gc_pages_freed += old.pages.len() as u64;
         for page in old.pages {
@@ -119,7 +141,7 @@ impl MetaEngine {
 
     /// Compacts an inode's log now, whatever its dead-entry count.
     pub fn force_gc(&mut self, ino: u64) -> FsResult<()> {
-        self.inode(ino)?;
-        self.gc(ino, true)
+        let from = self.inode(ino)?.log.tail;
+        self.gc(ino, true, from, &[])
     }
 }
