@@ -18,12 +18,14 @@ pub struct EtcdServer {
     pub endpoint: String,
 }
 
-/// Two distinct ports free now on loopback, below the kernel's ephemeral range (so no
-/// connection's local end takes one in the moment before etcd binds them).
+/// Two distinct ports free now on loopback (the kernel picks them; etcd binds them a
+/// moment later).
 fn free_ports() -> Result<(u16, u16)> {
-    let client = orion_fabric::service_port()?;
-    let _held = TcpListener::bind(("127.0.0.1", client))?;
-    Ok((client, orion_fabric::service_port()?))
+    let (a, b) = (
+        TcpListener::bind("127.0.0.1:0")?,
+        TcpListener::bind("127.0.0.1:0")?,
+    );
+    Ok((a.local_addr()?.port(), b.local_addr()?.port()))
 }
 
 impl EtcdServer {
