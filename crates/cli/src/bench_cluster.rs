@@ -121,9 +121,10 @@ impl BenchCluster {
                 addr
             }
             Some(m) => {
+                let first = mds_port(None, &[])?;
                 let addrs = [
-                    format!("127.0.0.1:{}", mds_port(None)?),
-                    format!("127.0.0.1:{}", mds_port(None)?),
+                    format!("127.0.0.1:{first}"),
+                    format!("127.0.0.1:{}", mds_port(None, &[first])?),
                 ];
                 let with_role = |args: Vec<String>, name: &str, addr: &str| {
                     mds_role_args(args, addr, &m.spec(), name, "bench", BENCH_LEASE_MS)

@@ -215,11 +215,19 @@ fn handed_fds(args: &[String]) -> Vec<i32> {
 
 /// A free loopback port for an MDS, outside the range the kernel gives outgoing
 /// connections (so it is still free when the MDS starts again), or `previous` when
-/// it is still free.
-pub fn mds_port(previous: Option<u16>) -> Result<u16> {
-    match previous {
-        Some(p) if std::net::TcpListener::bind(("127.0.0.1", p)).is_ok() => Ok(p),
-        _ => Ok(orion_fabric::service_port()?),
+/// it is still free; never one of `taken` (the other MDSs' ports, chosen before
+/// any of them listens).
+pub fn mds_port(previous: Option<u16>, taken: &[u16]) -> Result<u16> {
+    if let Some(p) = previous.filter(|p| !taken.contains(p)) {
+        if std::net::TcpListener::bind(("127.0.0.1", p)).is_ok() {
+            return Ok(p);
+        }
+    }
+    loop {
+        let p = orion_fabric::service_port()?;
+        if !taken.contains(&p) {
+            return Ok(p);
+        }
     }
 }
 

@@ -107,17 +107,24 @@ pub fn start(
     }
     let manager = ManagerProc::start(kind, state).context("starting the cluster manager")?;
     let mut starts = Vec::new();
+    let previous_port = |k: usize| -> Option<u16> {
+        let p = previous?.get(k)?;
+        p.addr.rsplit(':').next()?.parse().ok()
+    };
+    // Each MDS's port is chosen before any listens: none may be another's, this
+    // run's or (kept when free) the previous run's.
+    let mut taken: Vec<u16> = (0..2).filter_map(previous_port).collect();
     for (k, (name, pool)) in [("mds-a", pools.join("mds.pool")), ("mds-b", mirror_pool)]
         .into_iter()
         .enumerate()
     {
-        let port = match previous.and_then(|p| p.get(k)) {
-            Some(p) => p.addr.rsplit(':').next().and_then(|x| x.parse().ok()),
-            None => None,
-        };
         // The previous run's port when it is free: a mount or a script that kept the
         // old addresses still finds the MDS.
-        let addr = format!("127.0.0.1:{}", mds_port(port)?);
+        let mine = previous_port(k);
+        let others: Vec<u16> = taken.iter().copied().filter(|&p| Some(p) != mine).collect();
+        let port = mds_port(mine, &others)?;
+        taken.push(port);
+        let addr = format!("127.0.0.1:{port}");
         let metrics = metrics_listen()?;
         let mut args = mds_role_args(
             base(&pool, k == 0),

@@ -101,7 +101,7 @@ impl Setup {
     /// mds-a, the primary; mds-b, its mirror, in sync; a store that knows both; and
     /// their two ports.
     fn mirrored(&self) -> (Daemon, Daemon, Daemon, (u16, u16)) {
-        let (port_a, port_b) = (free_port(), free_port());
+        let (port_a, port_b) = two_free_ports();
         let a = self.mds("mds-a", port_a, true);
         self.wait_log(
             "mds-a",
@@ -153,6 +153,17 @@ fn free_port() -> u16 {
     orion_fabric::service_port().unwrap()
 }
 
+/// Ports for two MDSs, chosen before either listens: not the same one twice.
+fn two_free_ports() -> (u16, u16) {
+    let a = free_port();
+    loop {
+        let b = free_port();
+        if b != a {
+            return (a, b);
+        }
+    }
+}
+
 fn content(i: usize) -> Vec<u8> {
     (0..5000 + i * 7).map(|j| (j * 31 + i * 7) as u8).collect()
 }
@@ -192,7 +203,7 @@ fn the_mirror_takes_over_from_a_killed_primary_under_etcd() {
 /// middle; then the old primary comes back as the mirror, catches up, and the pools
 /// are compared with `orion fsck --mirror`.
 fn kill_loop(s: &Setup, spec: &str, lease_ms: u64) {
-    let (port_a, port_b) = (free_port(), free_port());
+    let (port_a, port_b) = two_free_ports();
     let mut a = s.mds_under(spec, lease_ms, "mds-a", port_a, true);
     s.wait_log(
         "mds-a",
@@ -422,7 +433,7 @@ fn with_etcd_lost_the_primary_serves_out_its_lease_and_nobody_takes_over() {
     std::fs::create_dir_all(&data).unwrap();
     let mut etcd = orion_manager::etcd_server::EtcdServer::start(&data).unwrap();
     let spec = format!("etcd:{}", etcd.endpoint);
-    let (port_a, port_b) = (free_port(), free_port());
+    let (port_a, port_b) = two_free_ports();
     let _a = s.mds_under(&spec, 2000, "mds-a", port_a, true);
     s.wait_log(
         "mds-a",

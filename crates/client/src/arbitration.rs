@@ -123,31 +123,31 @@ impl InodeCache {
                 // One version is one log, which only grows: the slot's tail is past
                 // the copy's in log order (not in pool offsets: a log's next page may
                 // lie anywhere in the pool).
-                if c.tail.version == slot.tail.version {
+                let same_log = c.tail.version == slot.tail.version;
+                let walked = if same_log {
                     let from = c.tail.offset;
-                    let r = walk(remote, ino, from, slot.tail, &mut c.state, false);
-                    match r {
-                        Ok(()) => {
-                            c.tail = slot.tail;
-                            remote.stats.refetches += 1;
-                            return Ok(());
+                    walk(remote, ino, from, slot.tail, &mut c.state, false).map(|()| true)
+                } else {
+                    follow_gc(remote, ino, &slot, c)
+                };
+                match walked {
+                    Ok(true) => {
+                        c.tail = slot.tail;
+                        match same_log {
+                            true => remote.stats.refetches += 1,
+                            false => remote.stats.gc_follows += 1,
                         }
-                        Err(Fail::Reconnected) => return Err(Fail::Reconnected),
-                        // The copy may be half-updated: load it whole below.
-                        Err(_) => {}
+                        return Ok(());
                     }
-                }
-                if c.tail.version != slot.tail.version {
-                    match follow_gc(remote, ino, &slot, c) {
-                        Ok(true) => {
-                            remote.stats.gc_follows += 1;
-                            return Ok(());
-                        }
-                        Err(Fail::Reconnected) => return Err(Fail::Reconnected),
-                        // Not the GC of this copy's log, or the copy may be half
-                        // updated: load it whole below.
-                        Ok(false) | Err(_) => {}
+                    // The copy may be half updated (entries applied past its tail):
+                    // it goes, and the caller tries again.
+                    Err(Fail::Reconnected) => {
+                        self.map.remove(&ino);
+                        return Err(Fail::Reconnected);
                     }
+                    // Not the GC of this copy's log, or the copy may be half updated:
+                    // load it whole below.
+                    Ok(false) | Err(_) => {}
                 }
                 remote.stats.rebuilds += 1;
             }
@@ -210,11 +210,12 @@ impl InodeCache {
     }
 }
 
-/// Brings copy `c` of `ino` to the log `slot` names when that log is the GC of the
-/// one `c` holds, to its last entry (design note 76): the new log's first page says
-/// where the old log ended and where the compacted entries end, and only the entries
-/// after those are walked. False when the new log is not that (another GC came
-/// between, or entries came before the GC): the caller loads the inode whole.
+/// Brings the state of copy `c` of `ino` to the log `slot` names when that log is the
+/// GC of the one `c` holds (design note 76; the caller moves the copy's tail): the
+/// new log's first page says where the old log ended and where the compacted
+/// entries end, and only the entries after those are walked. False when the new log
+/// is not that (another GC came between, or entries came before the GC): the caller
+/// loads the inode whole.
 fn follow_gc(remote: &mut Remote, ino: u64, slot: &InodeSlot, c: &mut Cached) -> Res<bool> {
     let mut first = [0u8; LOG_PAGE_HEADER as usize];
     remote.read_mds(slot.head(), &mut first)?;
@@ -230,7 +231,6 @@ fn follow_gc(remote: &mut Remote, ino: u64, slot: &InodeSlot, c: &mut Cached) ->
     if end != slot.tail.offset {
         walk(remote, ino, end, slot.tail, &mut c.state, false)?;
     }
-    c.tail = slot.tail;
     // The pair of the MDS's check that GC keeps the inode: the copy that followed
     // is the inode the whole new log builds (debug builds: it costs a whole load).
     #[cfg(debug_assertions)]

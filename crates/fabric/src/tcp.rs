@@ -146,7 +146,10 @@ mod tests {
                 .unwrap();
         for _ in 0..20 {
             let port = super::service_port().unwrap();
-            assert!(port < first_ephemeral, "{port} is in the ephemeral range");
+            // (A range that leaves no room below it gets a port the kernel picks.)
+            if first_ephemeral > 10_100 {
+                assert!(port < first_ephemeral, "{port} is in the ephemeral range");
+            }
             std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
         }
     }

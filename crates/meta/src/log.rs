@@ -107,6 +107,14 @@ pub fn walk_log_from(
                 hdr.ino
             )));
         }
+        // Every page of a log carries its version: a page of another version is a
+        // page freed and reused meanwhile (a reader slower than the grace period).
+        if hdr.version != tail.version {
+            return Err(corrupt(format!(
+                "log page {cur} is of version {}, not {}",
+                hdr.version, tail.version
+            )));
+        }
         log.pages.push(cur);
         let mut at = std::mem::replace(&mut first_at, LOG_PAGE_HEADER);
         loop {
@@ -201,6 +209,45 @@ pub fn append(
             }
         }
     }
+    let written = write_entries(pool, ino, log, entries, &fresh, buf);
+    let pos = match written {
+        Ok(pos) => pos,
+        Err(e) => {
+            // Nothing reaches the fresh pages (the tail has not moved): they go back,
+            // as on a failed allocation.
+            for p in fresh {
+                alloc.free_now((p - page_area_off) / PAGE_SIZE, 1);
+            }
+            return Err(e);
+        }
+    };
+    assert!(
+        !fresh.is_empty() || pos >= log.tail.offset,
+        "the tail only moves forward"
+    );
+    Ok(PendingTail {
+        tail: Tail {
+            version: log.tail.version,
+            offset: pos,
+        },
+        new_pages: fresh,
+        entries: entries
+            .iter()
+            .filter(|e| !matches!(e, Entry::Pad { .. }))
+            .count() as u64,
+    })
+}
+
+/// Writes and persists `entries` past `log`'s tail, linking in the `fresh` pages as
+/// they fill; returns where the entries end (the tail to commit).
+fn write_entries(
+    pool: &Pool,
+    ino: u64,
+    log: &InodeLog,
+    entries: &[Entry],
+    fresh: &[u64],
+    buf: &mut Vec<u8>,
+) -> FsResult<u64> {
     let version = log.tail.version;
     let mut page = *log.pages.last().expect("log has a page");
     let mut pos = log.tail.offset;
@@ -247,21 +294,7 @@ pub fn append(
         "every planned log page is used"
     );
     assert!(pos >= page + LOG_PAGE_HEADER && pos <= page + PAGE_SIZE);
-    assert!(
-        !fresh.is_empty() || pos >= log.tail.offset,
-        "the tail only moves forward"
-    );
-    Ok(PendingTail {
-        tail: Tail {
-            version,
-            offset: pos,
-        },
-        new_pages: fresh,
-        entries: entries
-            .iter()
-            .filter(|e| !matches!(e, Entry::Pad { .. }))
-            .count() as u64,
-    })
+    Ok(pos)
 }
 
 /// The commit point of a single-inode update: store and persist the packed tail.

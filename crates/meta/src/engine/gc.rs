@@ -1,16 +1,26 @@
 //! Log garbage collection (paper §4.2).
 
-use orion_format::{Compaction, InodeSlot, Tail, COMPACTION_LEN, COMPACTION_OFFSET, PAGE_SIZE};
+use orion_format::{attr_mask, Compaction, Entry, InodeSlot, Tail};
+use orion_format::{COMPACTION_LEN, COMPACTION_OFFSET, PAGE_SIZE};
 
 use super::MetaEngine;
 use crate::error::*;
 use crate::log::{self, InodeLog};
-use orion_format::Entry;
 
 /// How many index entries of a file one dead entry pays the walk of: a step of the
 /// walk costs about a sixteenth of writing an entry (a `BTreeMap` step against
 /// encoding, checksumming, copying and persisting 64 bytes).
 const GC_WALK_PER_DEAD_ENTRY: u64 = 16;
+
+/// Whether an entry takes pages from a file: a size change (a truncation; an
+/// extension costs nothing to wait for either) or a hole punched.
+fn cuts_pages(e: &Entry) -> bool {
+    match e {
+        Entry::SetAttr(a) => a.mask & attr_mask::SIZE != 0,
+        Entry::Hole { .. } => true,
+        _ => false,
+    }
+}
 
 impl MetaEngine {
     /// Log GC (paper §4.2): when dead entries outnumber live ones, write the live
@@ -39,6 +49,12 @@ impl MetaEngine {
             .saturating_sub(live);
         let walk = inode.state.gc_walk() / GC_WALK_PER_DEAD_ENTRY;
         if !force && (dead < self.cfg.gc_min_dead || dead < live || dead < walk) {
+            return Ok(());
+        }
+        // A commit that cuts pages off a file would leave most of what the GC wrote
+        // dead at once (the compacted state is the one before the commit): its GC
+        // waits for the next commit, which finds the dead entries still there.
+        if !force && then.iter().any(cuts_pages) {
             return Ok(());
         }
         let entries = inode.state.compacted_entries();
