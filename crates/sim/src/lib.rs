@@ -20,3 +20,13 @@ pub use cluster::{free_inodes, wait_free_inodes};
 pub use cluster::{store_addr, ClientKind, Cluster, ClusterConfig, MDS_ADDR};
 pub use mirrored::{MdsFault, MirroredCluster, MDSS};
 pub use orion_proto::MemberId;
+
+/// A test's seed: `ORION_SEED` when set, else `default`; printed, so a failure can
+/// be run again with it.
+pub fn seed_or(default: u64) -> u64 {
+    let s = (std::env::var("ORION_SEED").ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default);
+    eprintln!("ORION_SEED={s}");
+    s
+}

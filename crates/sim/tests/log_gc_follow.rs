@@ -21,12 +21,7 @@ const EXTERNAL: ClientKind = ClientKind {
 };
 
 fn seed() -> u64 {
-    let s = std::env::var("ORION_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20261125);
-    eprintln!("ORION_SEED={s}");
-    s
+    orion_sim::seed_or(20261125)
 }
 
 fn names(c: &Client, dir: &str) -> BTreeSet<String> {

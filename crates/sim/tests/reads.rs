@@ -11,12 +11,7 @@ use rand::{Rng, SeedableRng};
 const PS: usize = 4096;
 
 fn seed() -> u64 {
-    let s = std::env::var("ORION_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(84942873);
-    eprintln!("ORION_SEED={s}");
-    s
+    orion_sim::seed_or(84942873)
 }
 
 #[test]
