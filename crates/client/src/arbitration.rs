@@ -4,7 +4,9 @@
 //! with the same code the MDS runs. Before it uses a copy it reads the inode's slot
 //! one-sided (the 8-byte tail, with the generation beside it): an unchanged tail means
 //! the copy is current; a longer log of the same version is fetched from where the
-//! copy ended; a log rewritten by GC or a reused slot is loaded whole. A log commit's
+//! copy ended; a log rewritten by GC is followed from where its compacted part ends
+//! when the GC says it compacted the copy's log up to the copy's tail (design note
+//! 76), and loaded whole otherwise, as a reused slot is. A log commit's
 //! reply says where the MDS placed the entries: right after the copy's tail means the
 //! copy stays in step (the entries are applied locally); anything else means another
 //! client's commits came first, and the copy catches up from the MDS log at its next
