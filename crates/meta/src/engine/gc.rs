@@ -68,44 +68,28 @@ impl MetaEngine {
             return Ok(()); // compaction is an optimisation: the old log stays valid
         }
         let mut new_log = InodeLog::empty(page, version);
-        let mut end = None;
-        for part in [&entries[..], then] {
-            if part.is_empty() && end.is_some() {
-                break;
+        let mut end = 0;
+        let written = self.append_to(ino, &mut new_log, &entries).and_then(|()| {
+            end = new_log.tail.offset;
+            match then.is_empty() {
+                true => Ok(()),
+                false => self.append_to(ino, &mut new_log, then),
             }
-            let appended = log::append(
-                &self.pool,
-                &mut self.log_alloc,
-                self.sb.page_area_off,
-                ino,
-                &new_log,
-                part,
-                true,
-                &mut self.buf,
-            );
-            match appended {
-                Ok(p) => new_log.advance(p),
-                Err(_) => {
-                    for pg in new_log.pages {
-                        self.log_alloc.free_now(self.page_idx(pg), 1);
-                    }
-                    return Ok(());
-                }
-            }
-            end.get_or_insert(new_log.tail.offset);
-        }
-        let end = end.expect("the compacted part was appended");
+        });
         let slot = self.sb.slot_off(ino);
         let head_at = InodeSlot::head_offset(slot, version);
         // The record goes in before any reader can reach the new log.
         let record = Compaction { from, end }.encode();
         let at = page + COMPACTION_OFFSET;
-        let staged = (self.pool.write(at, &record))
-            .and_then(|_| self.pool.persist(at, COMPACTION_LEN))
-            .and_then(|_| self.pool.store_u64(head_at, page))
-            .and_then(|_| self.pool.persist(head_at, 8));
-        if staged.is_err() {
-            // The idle head is not read while the old version is live: nothing changed.
+        let staged = written.is_ok()
+            && (self.pool.write(at, &record))
+                .and_then(|_| self.pool.persist(at, COMPACTION_LEN))
+                .and_then(|_| self.pool.store_u64(head_at, page))
+                .and_then(|_| self.pool.persist(head_at, 8))
+                .is_ok();
+        if !staged {
+            // Nothing reaches the new log (the idle head is not read while the old
+            // version is live): its pages go back, and the old log stays valid.
             for pg in new_log.pages {
                 self.log_alloc.free_now(self.page_idx(pg), 1);
             }
@@ -152,6 +136,23 @@ impl MetaEngine {
             self.log_alloc.free_later(idx, 1);
         }
         self.stats.gc_runs += 1;
+        Ok(())
+    }
+
+    /// Appends `entries` to `log`, a log not yet reachable (a GC's new one), with
+    /// the reserve: compaction frees pages.
+    fn append_to(&mut self, ino: u64, log: &mut InodeLog, entries: &[Entry]) -> FsResult<()> {
+        let p = log::append(
+            &self.pool,
+            &mut self.log_alloc,
+            self.sb.page_area_off,
+            ino,
+            log,
+            entries,
+            true,
+            &mut self.buf,
+        )?;
+        log.advance(p);
         Ok(())
     }
 
