@@ -10,13 +10,18 @@
 //! reply says where the MDS placed the entries: right after the copy's tail means the
 //! copy stays in step (the entries are applied locally); anything else means another
 //! client's commits came first, and the copy catches up from the MDS log at its next
-//! use. The local
-//! copy never runs ahead of the MDS (entries are applied once acknowledged), so there
-//! is nothing to roll back: re-execution is needed only by updates computed from the
-//! old state, which commit conditionally (`expect`) and run again when refused.
+//! use. A commit's entries are applied to the copy while the commit is on its way
+//! ([`InodeCache::apply_ahead`]), so that work overlaps the MDS's; a copy that
+//! took them ahead of the reply and then learns that other commits came first, or
+//! that the commit did not land, is dropped and loaded again at its next use: no
+//! copy ever holds what the log lacks past its commit, so nothing is rolled back.
+//! An inode whose copy fell behind that way (others write it too) takes its
+//! entries after the reply until its commits are in step again. Re-execution is
+//! needed only by updates computed from the old state, which commit conditionally
+//! (`expect`) and run again when refused.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use orion_format::{
     Compaction, FileType, InodeSlot, LogPageHeader, Tail, INODE_SLOT_SIZE, LOG_PAGE_HEADER,
@@ -26,6 +31,16 @@ use orion_meta::log::{walk_log, walk_log_from, PageSource};
 use orion_meta::{FsError, FsResult, InodeState};
 
 use crate::remote::{Fail, Remote, Res};
+
+/// What [`InodeCache::apply_ahead`] did with a commit's entries.
+pub(crate) enum Ahead {
+    /// Nothing: no copy of that generation, or other clients write the inode.
+    No,
+    /// They were applied to the copy, which was at this tail.
+    Applied(Tail),
+    /// They did not apply to the copy at this tail (the copy was dropped).
+    Failed(Tail, String),
+}
 
 /// A client's copy of one inode.
 pub struct Cached {
@@ -72,7 +87,13 @@ impl PageSource for RemotePages<'_> {
 #[derive(Default)]
 pub struct InodeCache {
     pub map: HashMap<u64, Cached>,
+    /// Inodes whose last commit found other clients' commits before it: their
+    /// entries are applied once the reply says where they landed.
+    contended: HashSet<u64>,
 }
+
+/// Past this many contended inodes the set starts again (it only saves reloads).
+const MAX_CONTENDED: usize = 4096;
 
 /// How many times a log walk that raced with GC is retried before it is an error.
 const WALK_ATTEMPTS: usize = 8;
@@ -174,12 +195,96 @@ impl InodeCache {
         self.map.get_mut(&ino)
     }
 
-    /// Applies the MDS's answer to a log commit of `entries`, built for `generation`
-    /// of `ino` (module text). No I/O, and no failure: the commit landed whatever
-    /// happens here. A copy in step takes the entries; a copy behind (other clients'
-    /// commits came first) stays at its tail, and its next use catches up from there,
-    /// reading these entries too in the MDS's order.
-    pub fn committed(
+    /// Applies the entries of a log commit for `generation` of `ino` to its copy
+    /// while the commit is on its way (module text), unless other clients write the
+    /// inode. [`InodeCache::settle`] then keeps or drops the copy by the reply.
+    pub(crate) fn apply_ahead(
+        &mut self,
+        ino: u64,
+        generation: u64,
+        entries: &[orion_format::Entry],
+    ) -> Ahead {
+        if self.contended.contains(&ino) {
+            return Ahead::No;
+        }
+        let Some(c) = self.map.get_mut(&ino) else {
+            return Ahead::No;
+        };
+        if c.generation() != generation {
+            return Ahead::No;
+        }
+        let before = c.tail;
+        let mut freed = Vec::new();
+        for e in entries {
+            if let Err(err) = c.state.apply(e, &mut freed) {
+                // Half applied: the copy goes whatever the reply says.
+                self.map.remove(&ino);
+                return Ahead::Failed(before, format!("{err} ({e:?})"));
+            }
+        }
+        Ahead::Applied(before)
+    }
+
+    /// Settles a log commit of `entries` for `generation` of `ino` by the MDS's
+    /// answer (`placed`: the tails before and after it), after
+    /// [`InodeCache::apply_ahead`] did `ahead`. No I/O, and no failure: a commit
+    /// that landed has happened whatever happens here. A copy that took the entries
+    /// ahead keeps them if the MDS placed them right at its tail, and goes
+    /// otherwise; a copy that did not take them takes them now if it is at the
+    /// tail the MDS placed them after, and otherwise (other clients' commits came
+    /// first) stays at its tail, and its next use catches up from there, reading
+    /// these entries too in the MDS's order. Returns whether a copy that took the
+    /// entries ahead kept them (None: none took them ahead).
+    pub(crate) fn settle(
+        &mut self,
+        ino: u64,
+        generation: u64,
+        entries: &[orion_format::Entry],
+        ahead: Ahead,
+        placed: &Res<(Tail, Tail)>,
+    ) -> Option<bool> {
+        let placed = placed.as_ref().ok().copied();
+        match ahead {
+            Ahead::Applied(before) => match placed {
+                Some((prev, tail)) if prev == before => {
+                    let c = self.map.get_mut(&ino);
+                    let c = c.expect("nothing else uses a copy while its commit is on its way");
+                    c.tail = tail;
+                    Some(true)
+                }
+                // Other commits belong before these entries, or the commit did not
+                // land (a refusal as stale means another client's came first):
+                // the copy is ahead of the log.
+                _ => {
+                    self.map.remove(&ino);
+                    if self.contended.len() >= MAX_CONTENDED {
+                        self.contended.clear();
+                    }
+                    self.contended.insert(ino);
+                    Some(false)
+                }
+            },
+            Ahead::Failed(before, err) => {
+                if let Some((prev, _)) = placed.filter(|(prev, _)| *prev == before) {
+                    panic!(
+                        "inode {ino}: entries the MDS acknowledged at tail {prev:?} do not \
+                         apply to this client's copy at the same tail: {err}"
+                    );
+                }
+                Some(false)
+            }
+            Ahead::No => {
+                if let Some((prev, tail)) = placed {
+                    self.committed(ino, generation, entries, prev, tail);
+                }
+                None
+            }
+        }
+    }
+
+    /// Applies the entries of a commit the MDS placed between tails `prev` and
+    /// `tail` to a copy at `prev` ([`InodeCache::settle`]).
+    fn committed(
         &mut self,
         ino: u64,
         generation: u64,
@@ -190,9 +295,17 @@ impl InodeCache {
         let Some(c) = self.map.get_mut(&ino) else {
             return;
         };
-        if c.generation() != generation || c.tail != prev {
+        if c.generation() != generation {
             return;
         }
+        if c.tail != prev {
+            if self.contended.len() >= MAX_CONTENDED {
+                self.contended.clear();
+            }
+            self.contended.insert(ino);
+            return;
+        }
+        self.contended.remove(&ino);
         // The MDS applied these entries to the state this copy has: they apply here
         // too, or client and MDS disagree on the inode (a bug).
         let mut freed = Vec::new();

@@ -16,7 +16,7 @@ use orion_meta::error::ESTALE;
 use orion_meta::FsError;
 use orion_proto::{Commit, MdsRequest, ReplyBody};
 
-use crate::arbitration::InodeCache;
+use crate::arbitration::{Ahead, InodeCache};
 use crate::remote::{io_err, Fail, Remote, Res};
 
 /// How often an update refused because another client committed first is run again.
@@ -35,8 +35,8 @@ pub(crate) enum Step<T> {
 
 /// Runs `attempt` until its commit is accepted, re-executing it when the MDS refuses
 /// it with `ESTALE`. Each attempt gets the connections and the inode cache, and the
-/// attempt's number (0 first). An accepted commit is applied to the cached copy
-/// ([`InodeCache::committed`], which cannot fail) before the answer is returned.
+/// attempt's number (0 first). An accepted commit is settled in the cached copy
+/// ([`send_commit`], which cannot fail the update) before the answer is returned.
 pub(crate) fn commit_loop<T>(
     remote: &mut Remote,
     cache: &mut InodeCache,
@@ -47,12 +47,9 @@ pub(crate) fn commit_loop<T>(
             Step::Done(v) => return Ok(v),
             Step::Again => continue,
             Step::Send(commit, v) => {
-                let (c, sent) = send_commit(remote, commit);
+                let (_, sent) = send_commit(remote, cache, commit);
                 match sent {
-                    Ok((prev, tail)) => {
-                        cache.committed(c.ino, c.generation, &c.entries, prev, tail);
-                        return Ok(v);
-                    }
+                    Ok(_) => return Ok(v),
                     Err(Fail::Fs(FsError::Errno(libc::ESTALE))) => {
                         remote.stats.reexecutions += 1;
                     }
@@ -64,18 +61,35 @@ pub(crate) fn commit_loop<T>(
     Err(ESTALE.into())
 }
 
-/// Sends one log commit; returns it (its entries go on to the cached copy, with no
-/// copy made) and where the MDS placed it (the tails before and after).
-pub(crate) fn send_commit(remote: &mut Remote, c: Commit) -> (Commit, Res<(Tail, Tail)>) {
+/// Sends one log commit and settles the cached copy of its inode by the answer: the
+/// entries are applied to the copy while the commit is on its way, and the copy is
+/// kept or dropped by where the MDS placed them ([`InodeCache::apply_ahead`],
+/// [`InodeCache::settle`]). Returns the commit and where the MDS placed it (the
+/// tails before and after).
+pub(crate) fn send_commit(
+    remote: &mut Remote,
+    cache: &mut InodeCache,
+    c: Commit,
+) -> (Commit, Res<(Tail, Tail)>) {
     debug_assert!(!c.entries.is_empty(), "a commit carries entries");
     remote.stats.commits += 1;
     let req = MdsRequest::Commit(c);
-    let sent = match remote.call(&req) {
+    let MdsRequest::Commit(c) = &req else {
+        unreachable!("built as a commit above")
+    };
+    let mut ahead = Ahead::No;
+    let mut apply = || ahead = cache.apply_ahead(c.ino, c.generation, &c.entries);
+    let sent = match remote.call_meanwhile(&req, Some(&mut apply)) {
         // The MDS appended: the log moved on (grew, or was compacted after).
         Ok(ReplyBody::Committed { prev, tail }) if prev != tail => Ok((prev, tail)),
         Ok(other) => Err(io_err(format!("unexpected reply to a log commit: {other:?}")).into()),
         Err(e) => Err(e),
     };
+    match cache.settle(c.ino, c.generation, &c.entries, ahead, &sent) {
+        Some(true) => remote.stats.ahead_kept += 1,
+        Some(false) => remote.stats.ahead_dropped += 1,
+        None => {}
+    }
     let MdsRequest::Commit(c) = req else {
         unreachable!("built as a commit above")
     };

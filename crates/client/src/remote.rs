@@ -323,20 +323,30 @@ impl Remote {
 
     fn call_once(&mut self, req: &MdsRequest) -> FsResult<ReplyBody> {
         let id = self.fresh_id();
-        self.call_with_id(id, req)
+        self.call_with_id(id, req, &mut None)
     }
 
-    fn call_with_id(&mut self, id: u64, req: &MdsRequest) -> FsResult<ReplyBody> {
+    /// Sends `req` as request `id` and waits for its reply; `meanwhile` (taken, so it
+    /// runs at most once over the retries of one call) runs once the request is on
+    /// its way, before the wait.
+    fn call_with_id(
+        &mut self,
+        id: u64,
+        req: &MdsRequest,
+        meanwhile: &mut Option<&mut dyn FnMut()>,
+    ) -> FsResult<ReplyBody> {
         let mut other = Vec::new();
         let sent = Instant::now();
         // The first request on a connection whose handshake the MDS process just ran
         // (its hello) is not watched: the MDS is alive, and may be recovering its pool
         // before it answers anything, pings included.
         let watch = !self.fresh;
-        let r = self
-            .mds
-            .send_request(id, req)
-            .and_then(|_| self.await_reply(id, sent, watch, &mut other));
+        let r = self.mds.send_request(id, req).and_then(|_| {
+            if let Some(work) = meanwhile.take() {
+                work();
+            }
+            self.await_reply(id, sent, watch, &mut other)
+        });
         self.absorb(other);
         if r.is_ok() {
             self.answered = sent;
@@ -428,6 +438,19 @@ impl Remote {
     /// for any other request, the break is reported as [`Fail::Reconnected`] and the
     /// caller runs the operation again from fresh state.
     pub fn call(&mut self, req: &MdsRequest) -> Res<ReplyBody> {
+        self.call_meanwhile(req, None)
+    }
+
+    /// [`Remote::call`], running `meanwhile` once the request is on its way: work
+    /// that would otherwise follow the reply overlaps the MDS's (a commit's entries
+    /// applied to the cached copy, [`crate::commit::send_commit`]). It runs at most
+    /// once, and not at all when the request could not be sent.
+    pub fn call_meanwhile(
+        &mut self,
+        req: &MdsRequest,
+        meanwhile: Option<&mut dyn FnMut()>,
+    ) -> Res<ReplyBody> {
+        let mut meanwhile = meanwhile;
         let again = req
             .changes_state()
             .then(|| {
@@ -438,7 +461,7 @@ impl Remote {
             })
             .flatten();
         let id = again.unwrap_or_else(|| self.fresh_id());
-        let mut r = self.call_with_id(id, req);
+        let mut r = self.call_with_id(id, req, &mut meanwhile);
         // The MDS's metadata pool has room only in log pages still in their grace
         // period: rather than sleep its one loop, the MDS answered EAGAIN, having
         // changed nothing and remembered nothing, and the update goes again until
@@ -456,7 +479,7 @@ impl Remote {
             }
             std::thread::sleep(ROOM_WAIT);
             self.stats.room_waits += 1;
-            r = self.call_with_id(id, req);
+            r = self.call_with_id(id, req, &mut meanwhile);
         }
         if r.is_ok() && req.changes_state() && again.is_none() {
             if self.applied.len() == MAX_APPLIED {

@@ -21,6 +21,12 @@ pub struct Stats {
     /// Cached copies that followed a log GC without loading the new log whole (design
     /// note 76).
     pub gc_follows: u64,
+    /// Commits whose entries the cached copy took while they were on their way, and
+    /// kept by the reply (design note 77).
+    pub ahead_kept: u64,
+    /// ... and dropped the copy for: other clients' commits came first, or the commit
+    /// did not land.
+    pub ahead_dropped: u64,
     /// Operations run again because the MDS ordered another client's commit first.
     pub reexecutions: u64,
     pub reconnects: u64,
@@ -49,6 +55,8 @@ impl Stats {
         self.loads += o.loads;
         self.rebuilds += o.rebuilds;
         self.gc_follows += o.gc_follows;
+        self.ahead_kept += o.ahead_kept;
+        self.ahead_dropped += o.ahead_dropped;
         self.reexecutions += o.reexecutions;
         self.reconnects += o.reconnects;
         self.store_retries += o.store_retries;

@@ -48,7 +48,7 @@ impl std::fmt::Debug for Figures {
 impl Collector for Figures {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = (self.stats)();
-        let rows: [(&str, &str, u64); 16] = [
+        let rows: [(&str, &str, u64); 18] = [
             (
                 "mds_requests",
                 "Requests to the MDS (RPCs and log commits)",
@@ -85,6 +85,16 @@ impl Collector for Figures {
                 "gc_follows",
                 "Cached copies that followed a log GC without a whole load",
                 s.gc_follows,
+            ),
+            (
+                "ahead_kept",
+                "Commits the cached copy took while on their way, kept by the reply",
+                s.ahead_kept,
+            ),
+            (
+                "ahead_dropped",
+                "Copies dropped because a commit they took on its way came after others",
+                s.ahead_dropped,
             ),
             (
                 "reexecutions",

@@ -31,14 +31,10 @@ impl DataPath<'_> {
                 written_epoch: f.written_epoch,
                 entries: std::mem::take(&mut f.entries),
             };
-            let (commit, sent) = send_commit(self.remote, commit);
+            let (commit, sent) = send_commit(self.remote, self.cache, commit);
             f.entries = commit.entries;
             match sent {
-                Ok((prev, tail)) => {
-                    self.cache
-                        .committed(ino, f.generation, &f.entries, prev, tail);
-                    return Ok(());
-                }
+                Ok(_) => return Ok(()),
                 // A store took writes only after these pages went out: copy them to
                 // every store that takes writes now, and commit again.
                 Err(Fail::MapChanged) => match self.replicate_again(&mut f.runs, f.written_epoch) {
