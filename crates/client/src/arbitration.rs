@@ -16,12 +16,13 @@
 //! that the commit did not land, is dropped and loaded again at its next use: no
 //! copy ever holds what the log lacks past its commit, so nothing is rolled back.
 //! An inode whose copy fell behind that way (others write it too) takes its
-//! entries after the reply until its commits are in step again. Re-execution is
+//! entries after the reply until [`CALM_COMMITS`] of its commits in a row are in
+//! step. Re-execution is
 //! needed only by updates computed from the old state, which commit conditionally
 //! (`expect`) and run again when refused.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use orion_format::{
     Compaction, FileType, InodeSlot, LogPageHeader, Tail, INODE_SLOT_SIZE, LOG_PAGE_HEADER,
@@ -87,13 +88,29 @@ impl PageSource for RemotePages<'_> {
 #[derive(Default)]
 pub struct InodeCache {
     pub map: HashMap<u64, Cached>,
-    /// Inodes whose last commit found other clients' commits before it: their
-    /// entries are applied once the reply says where they landed.
-    contended: HashSet<u64>,
+    /// Inodes other clients write too (a commit found their commits before it, or
+    /// a copy holding entries ahead was dropped), with the commits in step since:
+    /// their entries are applied once the reply says where they landed, until
+    /// [`CALM_COMMITS`] in a row were in step.
+    contended: HashMap<u64, u32>,
 }
 
 /// Past this many contended inodes the set starts again (it only saves reloads).
 const MAX_CONTENDED: usize = 4096;
+
+/// Commits in step, in a row, after which an inode is no longer taken as written
+/// by others: one in step between two refusals would have each refusal drop the
+/// copy (a whole load) where a copy left behind walks only the new entries.
+pub const CALM_COMMITS: u32 = 8;
+
+/// The tail a copy has while a commit whose entries it took is on its way: no slot
+/// holds it (log versions stop at `Tail::MAX_VERSION`), so a copy whose commit was
+/// never settled (a panic in between, its lane taken over) is loaded again at its
+/// next use rather than trusted with entries the log may lack.
+const IN_FLIGHT: Tail = Tail {
+    version: u32::MAX,
+    offset: 0,
+};
 
 /// How many times a log walk that raced with GC is retried before it is an error.
 const WALK_ATTEMPTS: usize = 8;
@@ -204,7 +221,7 @@ impl InodeCache {
         generation: u64,
         entries: &[orion_format::Entry],
     ) -> Ahead {
-        if self.contended.contains(&ino) {
+        if self.contended.contains_key(&ino) {
             return Ahead::No;
         }
         let Some(c) = self.map.get_mut(&ino) else {
@@ -214,11 +231,13 @@ impl InodeCache {
             return Ahead::No;
         }
         let before = c.tail;
+        c.tail = IN_FLIGHT;
         let mut freed = Vec::new();
         for e in entries {
             if let Err(err) = c.state.apply(e, &mut freed) {
                 // Half applied: the copy goes whatever the reply says.
                 self.map.remove(&ino);
+                self.mark_contended(ino);
                 return Ahead::Failed(before, format!("{err} ({e:?})"));
             }
         }
@@ -257,10 +276,7 @@ impl InodeCache {
                 // the copy is ahead of the log.
                 _ => {
                     self.map.remove(&ino);
-                    if self.contended.len() >= MAX_CONTENDED {
-                        self.contended.clear();
-                    }
-                    self.contended.insert(ino);
+                    self.mark_contended(ino);
                     Some(false)
                 }
             },
@@ -299,13 +315,15 @@ impl InodeCache {
             return;
         }
         if c.tail != prev {
-            if self.contended.len() >= MAX_CONTENDED {
-                self.contended.clear();
-            }
-            self.contended.insert(ino);
+            self.mark_contended(ino);
             return;
         }
-        self.contended.remove(&ino);
+        if let Some(calm) = self.contended.get_mut(&ino) {
+            *calm += 1;
+            if *calm >= CALM_COMMITS {
+                self.contended.remove(&ino);
+            }
+        }
         // The MDS applied these entries to the state this copy has: they apply here
         // too, or client and MDS disagree on the inode (a bug).
         let mut freed = Vec::new();
@@ -318,6 +336,14 @@ impl InodeCache {
             }
         }
         c.tail = tail;
+    }
+
+    /// Takes `ino` as written by other clients too, from now on.
+    fn mark_contended(&mut self, ino: u64) {
+        if self.contended.len() >= MAX_CONTENDED {
+            self.contended.clear();
+        }
+        self.contended.insert(ino, 0);
     }
 
     pub fn ftype(&self, ino: u64) -> Option<FileType> {

@@ -7,10 +7,12 @@
 //! One client writes a file alone (every copy keeps what it took ahead), then two
 //! clients write it in turn (drops at most once per change of writer, and what both
 //! read, now and then, is the model), then two threads with a client each write
-//! byte ranges of their own inside the same pages at once (partial pages commit
-//! conditionally, so refusals and re-executions happen): each range holds its
-//! writer's last bytes.
+//! pages and byte ranges of their own at once (partial pages commit conditionally,
+//! so refusals and re-executions happen): each holds its writer's last bytes.
+//! Last, a pattern in which one client's copy keeps falling behind: it drops the
+//! copy at most once per `CALM_COMMITS` + 1 commits.
 
+use orion_client::arbitration::CALM_COMMITS;
 use orion_client::{Client, Fd, OpenFlags};
 use orion_sim::{ClientKind, Cluster, ClusterConfig};
 use rand::rngs::StdRng;
@@ -124,36 +126,65 @@ fn a_copy_keeps_what_it_took_ahead_alone_and_drops_it_when_others_came_first() {
     );
     assert!(dropped > 0 && kept > 0, "{at}: both happen ({ea:?} {eb:?})");
 
-    // At once: two writers of byte ranges of their own inside the same pages.
+    // At once: each writer rewrites whole pages of its own (unconditional commits,
+    // from copies the other keeps moving) and its own bytes inside the last page
+    // (conditional commits, refused when the other's came between).
     const ROUNDS: usize = 150;
-    let last_of =
-        |who: usize| -> Vec<u8> { vec![(ROUNDS as u8).wrapping_add(who as u8 * 100); 300] };
+    let fill = |who: usize, round: usize| (round as u8).wrapping_add(who as u8 * 100);
     std::thread::scope(|s| {
         for (who, (c, fd)) in [(&a, fa), (&b, fb)].into_iter().enumerate() {
             s.spawn(move || {
                 for round in 1..=ROUNDS {
-                    let bytes = vec![(round as u8).wrapping_add(who as u8 * 100); 300];
-                    for page in 0..PAGES {
-                        let off = page * PAGE + who * 1000;
-                        c.pwrite(fd, off as u64, &bytes).unwrap();
+                    for page in (who..PAGES - 1).step_by(2) {
+                        let bytes = vec![fill(who, round); PAGE];
+                        c.pwrite(fd, (page * PAGE) as u64, &bytes).unwrap();
                     }
+                    let off = (PAGES - 1) * PAGE + who * 1000;
+                    c.pwrite(fd, off as u64, &[fill(who, round); 300]).unwrap();
                 }
             });
         }
     });
     for (c, fd) in [(&a, fa), (&b, fb)] {
         let now = whole(c, fd);
-        for page in 0..PAGES {
-            for who in 0..2 {
-                let off = page * PAGE + who * 1000;
-                assert_eq!(
-                    now[off..off + 300],
-                    last_of(who)[..],
-                    "{at}: page {page}, writer {who}"
-                );
-            }
+        for page in 0..PAGES - 1 {
+            let want = fill(page % 2, ROUNDS);
+            let wrong = now[page * PAGE..(page + 1) * PAGE]
+                .iter()
+                .position(|&x| x != want);
+            assert_eq!(wrong, None, "{at}: page {page}");
+        }
+        for who in 0..2 {
+            let off = (PAGES - 1) * PAGE + who * 1000;
+            let range = &now[off..off + 300];
+            assert!(
+                range.iter().all(|&x| x == fill(who, ROUNDS)),
+                "{at}: writer {who}"
+            );
         }
     }
+    // In turn again, in a pattern that keeps the file contended for `a`: `b`
+    // rewrites a whole page, `a` writes a few bytes (its conditional commit, from
+    // a refreshed copy, lands in step), `b` rewrites a page again and `a` a whole
+    // page from its copy, now behind. A drop makes the inode contended until
+    // CALM_COMMITS of its commits in a row were in step, so `a` drops its copy at
+    // most once per CALM_COMMITS + 1 commits, where leaving after one commit in
+    // step would drop it (and load it again) in every round.
+    let before = a.stats();
+    for round in 0..60u8 {
+        let page = |k: usize| (k * PAGE) as u64;
+        b.pwrite(fb, page(1), &[round; PAGE]).unwrap();
+        a.pwrite(fa, page(2) + 10, &[round; 10]).unwrap();
+        b.pwrite(fb, page(3), &[round; PAGE]).unwrap();
+        a.pwrite(fa, page(4), &[round; PAGE]).unwrap();
+    }
+    let now = a.stats();
+    let commits = now.commits - before.commits;
+    let dropped = now.ahead_dropped - before.ahead_dropped;
+    assert!(
+        dropped <= commits / (CALM_COMMITS as u64 + 1) + 1,
+        "{at}: {dropped} drops in {commits} commits ({now:?})"
+    );
     a.close(fa).unwrap();
     b.close(fb).unwrap();
     cluster.fsck().unwrap();

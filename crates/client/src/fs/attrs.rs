@@ -81,7 +81,7 @@ impl Client {
     /// (the FUSE mount is told so with each such write). Nothing is committed when
     /// neither is set. The mode is the MDS's current one (a tail check): the copy a
     /// write leaves may be behind other clients' commits (a write lands after a
-    /// chmod without catching up: `InodeCache::committed`), and a bit set since must
+    /// chmod without catching up: `InodeCache::settle`), and a bit set since must
     /// go too, while the new mode, being absolute, must not undo another's chmod.
     pub fn kill_setid(&self, ino: u64) -> FsResult<()> {
         // A data call: staged writes commit when due, not before every write.
