@@ -262,6 +262,7 @@ impl InodeCache {
         ahead: Ahead,
         placed: &Res<(Tail, Tail)>,
     ) -> Option<bool> {
+        let refused = matches!(placed, Err(Fail::Fs(FsError::Errno(libc::ESTALE))));
         let placed = placed.as_ref().ok().copied();
         match ahead {
             Ahead::Applied(before) => match placed {
@@ -292,6 +293,10 @@ impl InodeCache {
             Ahead::No => {
                 if let Some((prev, tail)) = placed {
                     self.committed(ino, generation, entries, prev, tail);
+                } else if refused && self.contended.contains_key(&ino) {
+                    // Another client's commit came first: the commits in step
+                    // start counting again.
+                    self.mark_contended(ino);
                 }
                 None
             }
@@ -325,7 +330,10 @@ impl InodeCache {
             }
         }
         // The MDS applied these entries to the state this copy has: they apply here
-        // too, or client and MDS disagree on the inode (a bug).
+        // too, or client and MDS disagree on the inode (a bug). Until they all
+        // did, the copy's tail is one no slot holds: a copy a panic left half
+        // updated is loaded again, not walked on from `prev`.
+        c.tail = IN_FLIGHT;
         let mut freed = Vec::new();
         for e in entries {
             if let Err(err) = c.state.apply(e, &mut freed) {
@@ -340,7 +348,7 @@ impl InodeCache {
 
     /// Takes `ino` as written by other clients too, from now on.
     fn mark_contended(&mut self, ino: u64) {
-        if self.contended.len() >= MAX_CONTENDED {
+        if self.contended.len() >= MAX_CONTENDED && !self.contended.contains_key(&ino) {
             self.contended.clear();
         }
         self.contended.insert(ino, 0);

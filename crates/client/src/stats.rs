@@ -24,8 +24,8 @@ pub struct Stats {
     /// Commits whose entries the cached copy took while they were on their way, and
     /// kept by the reply (design note 77).
     pub ahead_kept: u64,
-    /// ... and dropped the copy for: other clients' commits came first, or the commit
-    /// did not land.
+    /// ... and dropped the copy for: other clients' commits came first, the commit
+    /// did not land, or an entry did not apply to the copy.
     pub ahead_dropped: u64,
     /// Operations run again because the MDS ordered another client's commit first.
     pub reexecutions: u64,

@@ -185,6 +185,17 @@ fn a_copy_keeps_what_it_took_ahead_alone_and_drops_it_when_others_came_first() {
         dropped <= commits / (CALM_COMMITS as u64 + 1) + 1,
         "{at}: {dropped} drops in {commits} commits ({now:?})"
     );
+    // In this pattern every whole-page write of `a` lands after `b`'s: the count
+    // of commits in step never reaches CALM_COMMITS, so the first drop is the only.
+    assert!(dropped <= 1, "{at}: {dropped} drops ({now:?})");
+    // Alone again, `a` applies ahead once CALM_COMMITS commits in a row were in step.
+    let before = a.stats();
+    for k in 0..CALM_COMMITS as u64 + 2 {
+        a.pwrite(fa, (2 * PAGE) as u64 + k, &[7]).unwrap();
+    }
+    let now = a.stats();
+    assert_eq!(now.ahead_dropped, before.ahead_dropped, "{at}: {now:?}");
+    assert!(now.ahead_kept > before.ahead_kept, "{at}: {now:?}");
     a.close(fa).unwrap();
     b.close(fb).unwrap();
     cluster.fsck().unwrap();
