@@ -687,6 +687,9 @@ fn a_request_asked_about_after_a_broken_connection_is_answered_once_not_run_agai
         call(&cq2, &mut ch2, 2, &MdsRequest::Outcome { id: 7 }),
         first
     );
+    // Sent again under its id (its operation ran again after a later step broke):
+    // the same answer, not a second run (which would say EEXIST).
+    assert_eq!(call(&cq2, &mut ch2, 7, &create), first);
     // A request never sent, or another client's, is unknown: the client runs it again.
     let unknown = Reply::Ok(ReplyBody::Unknown);
     assert_eq!(

@@ -1,9 +1,11 @@
 //! Remembered replies: what makes a retried request happen once. The MDS keeps the
 //! reply to each client's recent requests that change state, under the nonce the
 //! client drew and the request's id. A client whose connection broke before the answer
-//! came asks for it after reconnecting (`MdsRequest::Outcome`); a request applied is
-//! answered from here instead of running twice (a create that would fail with EEXIST,
-//! a rename with ENOENT, an append landing twice), and one not applied is run again.
+//! came asks for it after reconnecting (`MdsRequest::Outcome`), or sends it again
+//! under the same id (an operation that runs again after a later step broke); a
+//! request applied is answered from here instead of running twice (a create that
+//! would fail with EEXIST, a rename with ENOENT, an append landing twice), and one
+//! not applied is run again.
 //!
 //! The table is part of what the mirror keeps: entries go to it in the same turn as
 //! the updates they answer, applied together ([`crate::mirror`]), so after a fail-over

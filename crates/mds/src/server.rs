@@ -508,6 +508,14 @@ impl Mds {
             ) => self.resync_plan(member, incarnation, from_page),
             (&Role::Client { nonce, .. }, MdsInbound::Client(req)) => {
                 if req.changes_state() {
+                    // Sent again under its id: its operation ran again after a
+                    // break, and this request had been applied and answered. It
+                    // gets that answer, not a second run (a rename run twice would
+                    // say ENOENT). Ids only grow per nonce, so a new request never
+                    // finds one.
+                    if let Some(reply) = self.replies.recall(nonce, id) {
+                        return self.outcome_reply(conn, id, nonce, id, reply);
+                    }
                     self.remember.insert((conn, id), nonce);
                 }
                 return self.client_request(conn, id, req);
