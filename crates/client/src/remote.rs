@@ -481,16 +481,6 @@ impl Remote {
             self.stats.room_waits += 1;
             r = self.call_with_id(id, req, &mut meanwhile);
         }
-        if r.is_ok() && req.changes_state() && again.is_none() {
-            if self.applied.len() == MAX_APPLIED {
-                self.applied.remove(0);
-            }
-            let created = match (req, &r) {
-                (MdsRequest::Create(_), Ok(ReplyBody::Attr(a))) => Some(a.ino),
-                _ => None,
-            };
-            self.applied.push((req.clone(), id, created));
-        }
         let mut asked = 0;
         while let Err(e) = r.as_ref().map(|_| ()).map_err(|e| e.to_string()) {
             if self.mds.conn.is_alive() {
@@ -518,6 +508,18 @@ impl Remote {
                 }
                 other => other,
             };
+        }
+        // Applied, whether the answer came at once or through `Outcome` after a
+        // break: sent again if the operation runs again, under this id.
+        if r.is_ok() && req.changes_state() && again.is_none() {
+            if self.applied.len() == MAX_APPLIED {
+                self.applied.remove(0);
+            }
+            let created = match (req, &r) {
+                (MdsRequest::Create(_), Ok(ReplyBody::Attr(a))) => Some(a.ino),
+                _ => None,
+            };
+            self.applied.push((req.clone(), id, created));
         }
         match r {
             Ok(b) => Ok(b),

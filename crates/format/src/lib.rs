@@ -81,12 +81,13 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// A fresh random 16-byte id for a pool or a cluster (from the kernel's generator).
+/// A fresh random 16-byte id for a pool or a cluster (from the kernel's generator,
+/// which needs no descriptor). It panics if the kernel gives no random bytes: ids
+/// of zeros would be shared by every pool, cluster and client made so (it filled
+/// zeros silently when `/dev/urandom` could not be opened, e.g. with no descriptor
+/// left), and a client's nonce picks out the replies the MDS remembers for it.
 pub fn random_uuid() -> [u8; 16] {
     let mut u = [0u8; 16];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        let _ = f.read_exact(&mut u);
-    }
+    getrandom::getrandom(&mut u).expect("the kernel's random source failed");
     u
 }
