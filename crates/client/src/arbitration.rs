@@ -93,6 +93,9 @@ pub struct InodeCache {
     /// their entries are applied once the reply says where they landed, until
     /// [`CALM_COMMITS`] in a row were in step.
     contended: HashMap<u64, u32>,
+    /// Where applying a commit's entries lists the data pages they free (unused
+    /// here: the MDS frees them); kept for its capacity, as a write frees a page.
+    freed: Vec<orion_format::Gpa>,
 }
 
 /// Past this many contended inodes the set starts again (it only saves reloads).
@@ -232,9 +235,9 @@ impl InodeCache {
         }
         let before = c.tail;
         c.tail = IN_FLIGHT;
-        let mut freed = Vec::new();
         for e in entries {
-            if let Err(err) = c.state.apply(e, &mut freed) {
+            self.freed.clear();
+            if let Err(err) = c.state.apply(e, &mut self.freed) {
                 // Half applied: the copy goes whatever the reply says.
                 self.map.remove(&ino);
                 self.mark_contended(ino);
@@ -334,9 +337,9 @@ impl InodeCache {
         // did, the copy's tail is one no slot holds: a copy a panic left half
         // updated is loaded again, not walked on from `prev`.
         c.tail = IN_FLIGHT;
-        let mut freed = Vec::new();
         for e in entries {
-            if let Err(err) = c.state.apply(e, &mut freed) {
+            self.freed.clear();
+            if let Err(err) = c.state.apply(e, &mut self.freed) {
                 panic!(
                     "inode {ino}: an entry the MDS acknowledged at tail {prev:?} does not \
                      apply to this client's copy at the same tail: {err} ({e:?})"

@@ -448,9 +448,8 @@ impl Remote {
     pub fn call_meanwhile(
         &mut self,
         req: &MdsRequest,
-        meanwhile: Option<&mut dyn FnMut()>,
+        mut meanwhile: Option<&mut dyn FnMut()>,
     ) -> Res<ReplyBody> {
-        let mut meanwhile = meanwhile;
         let again = req
             .changes_state()
             .then(|| {

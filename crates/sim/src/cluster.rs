@@ -65,6 +65,15 @@ pub struct ClientKind {
     pub weak: bool,
 }
 
+impl ClientKind {
+    /// A client on no store's host, strong and pessimistic (the default kind).
+    pub const EXTERNAL: ClientKind = ClientKind {
+        internal: false,
+        optimistic: false,
+        weak: false,
+    };
+}
+
 /// A server on its own thread: stopping it is a restart from its pool.
 pub(crate) struct Node {
     stop: Arc<AtomicBool>,

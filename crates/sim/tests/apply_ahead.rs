@@ -18,12 +18,6 @@ use orion_sim::{ClientKind, Cluster, ClusterConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const EXTERNAL: ClientKind = ClientKind {
-    internal: false,
-    optimistic: false,
-    weak: false,
-};
-
 const PAGE: usize = 4096;
 const PAGES: usize = 8;
 
@@ -67,8 +61,8 @@ fn a_copy_keeps_what_it_took_ahead_alone_and_drops_it_when_others_came_first() {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut cluster = Cluster::start(ClusterConfig::default()).unwrap();
     let (a, b) = (
-        cluster.client(EXTERNAL).unwrap(),
-        cluster.client(EXTERNAL).unwrap(),
+        cluster.client(ClientKind::EXTERNAL).unwrap(),
+        cluster.client(ClientKind::EXTERNAL).unwrap(),
     );
     let fa = a.open("/f", OpenFlags::read_write_create(), 0o644).unwrap();
     let mut model = vec![0u8; PAGES * PAGE];

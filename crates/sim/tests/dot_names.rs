@@ -10,12 +10,6 @@ use std::ffi::CString;
 use orion_client::{OpenFlags, RenameMode};
 use orion_sim::{ClientKind, Cluster, ClusterConfig};
 
-const EXTERNAL: ClientKind = ClientKind {
-    internal: false,
-    optimistic: false,
-    weak: false,
-};
-
 /// The errno of a host call (0: it succeeded).
 fn host(r: i32) -> i32 {
     if r == 0 {
@@ -32,7 +26,7 @@ fn client<T>(r: orion_client::FsResult<T>) -> i32 {
 #[test]
 fn dot_and_dotdot_last_names_get_linuxs_errnos_and_change_nothing() {
     let mut cluster = Cluster::start(ClusterConfig::default()).unwrap();
-    let c = cluster.client(EXTERNAL).unwrap();
+    let c = cluster.client(ClientKind::EXTERNAL).unwrap();
     let tmp = tempfile::tempdir_in("/dev/shm").unwrap();
     let root = tmp.path().display().to_string();
     for dir in ["/d", "/d/sub", "/e"] {

@@ -8,12 +8,6 @@ use orion_client::{Client, OpenFlags};
 use orion_pmem::Mode;
 use orion_sim::{ClientKind, Cluster, ClusterConfig};
 
-const EXTERNAL: ClientKind = ClientKind {
-    internal: false,
-    optimistic: false,
-    weak: false,
-};
-
 fn create(c: &Client, path: &str) -> orion_client::FsResult<()> {
     let flags = OpenFlags {
         read: true,
@@ -88,7 +82,7 @@ fn full_cluster(store_mode: Mode) -> (Cluster, Client, Vec<String>) {
         ..Default::default()
     })
     .unwrap();
-    let c = cluster.client(EXTERNAL).unwrap();
+    let c = cluster.client(ClientKind::EXTERNAL).unwrap();
     let fd = c.open("/w", OpenFlags::read_write_create(), 0o644).unwrap();
     c.pwrite(fd, 0, &[1u8; 4096]).unwrap();
     c.close(fd).unwrap();
@@ -124,7 +118,7 @@ fn a_create_on_a_full_mds_pool_waits_at_the_client_for_freed_log_pages() {
         "a full pool: {free} of {pages} log pages free"
     );
     // Everything acknowledged is there, and another client sees it.
-    let other = cluster.client(EXTERNAL).unwrap();
+    let other = cluster.client(ClientKind::EXTERNAL).unwrap();
     assert!(other.stat("/after").is_ok());
     assert_eq!(other.stat("/big").unwrap_err().errno(), libc::ENOENT);
     for name in links.iter().step_by(97) {
@@ -153,7 +147,7 @@ fn a_strong_write_on_a_full_mds_pool_waits_and_loses_nothing() {
         pages += 1;
     }
     c.close(fd).unwrap();
-    let other = cluster.client(EXTERNAL).unwrap();
+    let other = cluster.client(ClientKind::EXTERNAL).unwrap();
     let fd = other.open("/w", OpenFlags::read(), 0).unwrap();
     for p in 0..pages {
         let want = if p == 0 { 1 } else { p as u8 };

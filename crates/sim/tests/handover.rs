@@ -8,12 +8,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use orion_client::{FsError, OpenFlags};
 use orion_sim::{free_inodes, wait_free_inodes, ClientKind, Cluster, ClusterConfig};
 
-const EXTERNAL: ClientKind = ClientKind {
-    internal: false,
-    optimistic: false,
-    weak: false,
-};
-
 fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -28,8 +22,8 @@ fn a_handover_name_opens_its_file_while_good_and_nothing_else() {
         ..Default::default()
     })
     .unwrap();
-    let holder = cluster.client(EXTERNAL).unwrap();
-    let mount = cluster.client(EXTERNAL).unwrap();
+    let holder = cluster.client(ClientKind::EXTERNAL).unwrap();
+    let mount = cluster.client(ClientKind::EXTERNAL).unwrap();
     let before = free_inodes(&mount);
     let rw = OpenFlags {
         read: true,
@@ -57,7 +51,7 @@ fn a_handover_name_opens_its_file_while_good_and_nothing_else() {
         ..Default::default()
     })
     .unwrap();
-    let stranger = other.client(EXTERNAL).unwrap();
+    let stranger = other.client(ClientKind::EXTERNAL).unwrap();
     assert!(
         stranger.handover_target(&name).is_none(),
         "another cluster's secret"

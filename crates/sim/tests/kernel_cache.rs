@@ -12,12 +12,6 @@ use std::time::{Duration, Instant};
 use orion_client::{Client, FileType, Invalidation, SetAttrReq, Watched};
 use orion_sim::{ClientKind, Cluster, ClusterConfig};
 
-const EXTERNAL: ClientKind = ClientKind {
-    internal: false,
-    optimistic: false,
-    weak: false,
-};
-
 type Seen = Arc<Mutex<Vec<Invalidation>>>;
 
 /// Turns `c`'s kernel cache on with a recorder of invalidations, and waits for its
@@ -63,8 +57,8 @@ fn a_change_is_acknowledged_after_the_watchers_heard_of_it_and_a_forgotten_inode
         ..Default::default()
     })
     .unwrap();
-    let a = cluster.client(EXTERNAL).unwrap();
-    let b = cluster.client(EXTERNAL).unwrap();
+    let a = cluster.client(ClientKind::EXTERNAL).unwrap();
+    let b = cluster.client(ClientKind::EXTERNAL).unwrap();
     let seen = recording(&b);
     // 256 files (one batch of forgotten inodes); B's kernel looks each up.
     let inos: Vec<u64> = (0..256)
@@ -127,8 +121,8 @@ fn a_client_that_does_not_answer_holds_a_change_up_only_for_its_lease() {
         ..Default::default()
     })
     .unwrap();
-    let a = Arc::new(cluster.client(EXTERNAL).unwrap());
-    let b = cluster.client(EXTERNAL).unwrap();
+    let a = Arc::new(cluster.client(ClientKind::EXTERNAL).unwrap());
+    let b = cluster.client(ClientKind::EXTERNAL).unwrap();
     let ino = a.mknod("/f", FileType::Regular, 0o644).unwrap().ino;
     let (release_tx, release_rx) = mpsc::channel::<()>();
     let release_rx = Mutex::new(release_rx);

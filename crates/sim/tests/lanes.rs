@@ -15,12 +15,6 @@ use orion_sim::{store_addr, ClientKind, Cluster, ClusterConfig, MemberId, MDS_AD
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const EXTERNAL: ClientKind = ClientKind {
-    internal: false,
-    optimistic: false,
-    weak: false,
-};
-
 fn read_all(c: &Client, path: &str) -> Vec<u8> {
     let fd = c.open(path, OpenFlags::read(), 0).unwrap();
     let size = c.fstat(fd).unwrap().size as usize;
@@ -46,7 +40,7 @@ fn calls_on_other_inodes_do_not_wait_for_a_slow_write() {
     // the second only when its threads first meet.
     let c = Arc::new(
         cluster
-            .client_with(EXTERNAL, |cfg| {
+            .client_with(ClientKind::EXTERNAL, |cfg| {
                 cfg.lanes = 2;
                 cfg.lanes_at_start = 2;
             })
@@ -117,7 +111,7 @@ fn threads_sharing_a_client_leave_every_file_as_modelled() {
         .unwrap();
         let kind = ClientKind {
             optimistic,
-            ..EXTERNAL
+            ..ClientKind::EXTERNAL
         };
         let c = Arc::new(cluster.client_with(kind, |cfg| cfg.lanes = 4).unwrap());
         let log = c
@@ -287,7 +281,7 @@ fn idle_lanes_give_their_pages_back_when_the_store_runs_short() {
     })
     .unwrap();
     let c = cluster
-        .client_with(EXTERNAL, |cfg| {
+        .client_with(ClientKind::EXTERNAL, |cfg| {
             cfg.lanes = 4;
             cfg.lanes_at_start = 4;
             cfg.chunk_pages = 1024;
@@ -341,7 +335,7 @@ fn lanes_grow_when_calls_meet_and_commit_what_is_staged_first() {
     .unwrap();
     let optimistic = ClientKind {
         optimistic: true,
-        ..EXTERNAL
+        ..ClientKind::EXTERNAL
     };
     let c = Arc::new(
         cluster
@@ -408,7 +402,7 @@ fn lanes_grow_when_calls_meet_and_commit_what_is_staged_first() {
         "and page 1, from its new lane"
     );
 
-    let other = cluster.client_with(EXTERNAL, |_| {}).unwrap();
+    let other = cluster.client_with(ClientKind::EXTERNAL, |_| {}).unwrap();
     // The byte every byte of the first page holds (None: they differ).
     let page = |c: &Client| {
         let f = c.open(&name, OpenFlags::read(), 0).unwrap();

@@ -14,12 +14,6 @@ use orion_sim::{ClientKind, Cluster, ClusterConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const EXTERNAL: ClientKind = ClientKind {
-    internal: false,
-    optimistic: false,
-    weak: false,
-};
-
 fn seed() -> u64 {
     orion_sim::seed_or(20261125)
 }
@@ -37,8 +31,8 @@ fn a_cached_directory_and_file_follow_their_log_gc_instead_of_loading_again() {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut cluster = Cluster::start(ClusterConfig::default()).unwrap();
     let (looker, changer) = (
-        cluster.client(EXTERNAL).unwrap(),
-        cluster.client(EXTERNAL).unwrap(),
+        cluster.client(ClientKind::EXTERNAL).unwrap(),
+        cluster.client(ClientKind::EXTERNAL).unwrap(),
     );
 
     // A directory of 80 names, changed one name at a time.

@@ -14,12 +14,6 @@ use orion_sim::{free_inodes, wait_free_inodes, ClientKind, Cluster, ClusterConfi
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const EXTERNAL: ClientKind = ClientKind {
-    internal: false,
-    optimistic: false,
-    weak: false,
-};
-
 fn rw() -> OpenFlags {
     OpenFlags {
         read: true,
@@ -59,8 +53,8 @@ fn free_after_probe(c: &Client) -> u64 {
 #[test]
 fn another_clients_unlink_and_rename_leave_open_files_usable_until_closed() {
     let mut cluster = Cluster::start(ClusterConfig::default()).unwrap();
-    let a = cluster.client(EXTERNAL).unwrap();
-    let b = cluster.client(EXTERNAL).unwrap();
+    let a = cluster.client(ClientKind::EXTERNAL).unwrap();
+    let b = cluster.client(ClientKind::EXTERNAL).unwrap();
     let before = free_after_probe(&a);
     make(&a, "/f", b"hello");
     make(&a, "/g", b"old g");
@@ -117,8 +111,8 @@ fn opens_racing_with_unlinks_get_whole_files_or_enoent() {
         ..Default::default()
     })
     .unwrap();
-    let a = Arc::new(cluster.client(EXTERNAL).unwrap());
-    let b = Arc::new(cluster.client(EXTERNAL).unwrap());
+    let a = Arc::new(cluster.client(ClientKind::EXTERNAL).unwrap());
+    let b = Arc::new(cluster.client(ClientKind::EXTERNAL).unwrap());
     let before = free_after_probe(&a);
     const FILES: usize = 120;
     let content = |i: usize| format!("file {i} ").repeat(100 + i).into_bytes();
@@ -194,8 +188,8 @@ fn opens_racing_with_unlinks_get_whole_files_or_enoent() {
 #[test]
 fn an_open_file_outlives_an_mds_restart_and_an_unlink_after_it() {
     let mut cluster = Cluster::start(ClusterConfig::default()).unwrap();
-    let a = cluster.client(EXTERNAL).unwrap();
-    let b = cluster.client(EXTERNAL).unwrap();
+    let a = cluster.client(ClientKind::EXTERNAL).unwrap();
+    let b = cluster.client(ClientKind::EXTERNAL).unwrap();
     make(&a, "/f", b"kept through a restart");
     let f = a.open("/f", OpenFlags::read(), 0).unwrap();
     cluster.restart_mds().unwrap();
@@ -216,8 +210,8 @@ fn an_open_file_outlives_an_mds_restart_and_an_unlink_after_it() {
 #[test]
 fn an_unlinked_open_file_outlives_an_mds_restart() {
     let mut cluster = Cluster::start(ClusterConfig::default()).unwrap();
-    let a = cluster.client(EXTERNAL).unwrap();
-    let b = cluster.client(EXTERNAL).unwrap();
+    let a = cluster.client(ClientKind::EXTERNAL).unwrap();
+    let b = cluster.client(ClientKind::EXTERNAL).unwrap();
     let before = free_after_probe(&a);
     make(&a, "/f", b"unlinked, then restarted");
     make(&a, "/g", b"unlinked, closed, restarted");
@@ -292,8 +286,8 @@ fn files_past_a_tables_words_are_kept_by_request() {
         ..Default::default()
     })
     .unwrap();
-    let a = cluster.client(EXTERNAL).unwrap();
-    let b = cluster.client(EXTERNAL).unwrap();
+    let a = cluster.client(ClientKind::EXTERNAL).unwrap();
+    let b = cluster.client(ClientKind::EXTERNAL).unwrap();
     let before = free_after_probe(&a);
     a.mkdir("/many", 0o755).unwrap();
     let create = OpenFlags {
@@ -334,8 +328,8 @@ fn files_past_a_tables_words_are_kept_by_request() {
 #[test]
 fn a_removed_directory_stays_for_fstat_until_closed() {
     let mut cluster = Cluster::start(ClusterConfig::default()).unwrap();
-    let a = cluster.client(EXTERNAL).unwrap();
-    let b = cluster.client(EXTERNAL).unwrap();
+    let a = cluster.client(ClientKind::EXTERNAL).unwrap();
+    let b = cluster.client(ClientKind::EXTERNAL).unwrap();
     let before = free_after_probe(&a);
     a.mkdir("/d", 0o755).unwrap();
     a.mkdir("/e", 0o755).unwrap();

@@ -9,12 +9,6 @@ use std::time::{Duration, Instant};
 use orion_client::{Client, MemberState, OpenFlags};
 use orion_sim::{ClientKind, Cluster, ClusterConfig, MemberId};
 
-const EXTERNAL: ClientKind = ClientKind {
-    internal: false,
-    optimistic: false,
-    weak: false,
-};
-
 fn content(mib: u64) -> Vec<u8> {
     (0..1usize << 20)
         .map(|k| (k as u64 * 13 + mib * 7) as u8)
@@ -67,7 +61,7 @@ fn a_resync_whose_source_dies_goes_on_from_another_replica() {
         ..Default::default()
     })
     .unwrap();
-    let c = cluster.client(EXTERNAL).unwrap();
+    let c = cluster.client(ClientKind::EXTERNAL).unwrap();
     wait_all_up(&c, 3);
     let flags = OpenFlags {
         read: true,
