@@ -17,9 +17,11 @@ pub struct MountArgs {
     pub mountpoint: PathBuf,
     #[command(flatten)]
     pub client: ClientFlags,
-    /// Threads serving the kernel's requests.
-    #[arg(long, default_value_t = 4)]
-    pub threads: usize,
+    /// Threads serving the kernel's requests: how many system calls on the mount are
+    /// served at once (a call waiting on the network holds its thread) [default: the
+    /// CPUs, at least 4].
+    #[arg(long)]
+    pub threads: Option<usize>,
     /// Only the mounting user may use the mount (the default lets every local user in,
     /// with permissions checked against each file's mode).
     #[arg(long)]
@@ -66,7 +68,7 @@ pub fn mount(a: MountArgs) -> Result<()> {
     let opts = MountOptions {
         mountpoint: a.mountpoint.clone(),
         allow_other: !a.private,
-        threads: a.threads,
+        threads: a.threads.unwrap_or_else(default_threads),
         kernel_permissions: !a.no_kernel_permissions,
     };
     let shown = a.mountpoint.display().to_string();
@@ -112,4 +114,13 @@ pub fn umount(a: UmountArgs) -> Result<()> {
     orion_fuse::mount::detach(&a.mountpoint)
         .with_context(|| format!("unmounting {}", a.mountpoint.display()))?;
     Ok(())
+}
+
+/// A thread per CPU, so that as many callers as there are CPUs are served at once,
+/// but no more: a request that finds an idle thread wakes it (35-60 µs on this VM),
+/// while one that finds every thread busy is taken by the next to finish. With 16
+/// threads, 4 jobs of create + stat + unlink ran 14.6-17.0 k ops/s here against
+/// 20.8-21.0 k with 4 (design note 79).
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(4, |n| n.get().max(4))
 }

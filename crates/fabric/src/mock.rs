@@ -25,7 +25,9 @@ use crate::error::{Error, Result};
 use crate::region::{random_u64, Access, Mapping, Region, RegionBackend, RegionInner};
 
 mod faults;
+mod holds;
 pub use faults::{Faults, Link};
+pub use holds::Gather;
 
 /// How long an operation across a cut link takes to fail (a transport's retries).
 const CUT_TIMEOUT: Duration = Duration::from_millis(50);
@@ -44,8 +46,8 @@ struct NetInner {
     next_port: AtomicU32,
     /// Links that are not [`Link::Up`], by the pair of domain ids (smaller first).
     links: Mutex<HashMap<(u64, u64), Link>>,
-    /// Extra time a post takes, by (poster, peer) ids ([`MockNet::slow_posts`]).
-    slow: Mutex<HashMap<(u64, u64), Duration>>,
+    /// What holds posts up (slowed pairs, a gathering).
+    holds: holds::Holds,
 }
 
 impl MockNet {
@@ -57,7 +59,7 @@ impl MockNet {
                 domains: Mutex::new(HashMap::new()),
                 next_port: AtomicU32::new(1),
                 links: Mutex::new(HashMap::new()),
-                slow: Mutex::new(HashMap::new()),
+                holds: holds::Holds::default(),
             }),
         }
     }
@@ -97,12 +99,16 @@ impl MockNet {
         let Some(pair) = ids else {
             return false;
         };
-        let mut slow = self.inner.slow.lock().unwrap();
-        match delay {
-            Some(d) => slow.insert(pair, d),
-            None => slow.remove(&pair),
-        };
+        self.inner.holds.set_slow(pair, delay);
         true
+    }
+
+    /// From now on, posts from clients (domains that listen nowhere) wait until
+    /// `want` of them wait at once, or until `within` has passed ([`Gather`]).
+    pub fn gather_client_posts(&self, want: usize, within: Duration) -> Arc<Gather> {
+        let g = Arc::new(Gather::new(want, within));
+        self.inner.holds.set_gather(g.clone());
+        g
     }
 
     /// Kills a domain: its peers see `PeerGone`, its own operations fail.
@@ -525,16 +531,9 @@ impl MockConn {
             peer.close();
             return Err(Error::Timeout(CUT_TIMEOUT));
         }
-        let slow = self
-            .net
-            .slow
-            .lock()
-            .unwrap()
-            .get(&(self.domain.id, peer.domain.id))
-            .copied();
-        if let Some(d) = slow {
-            std::thread::sleep(d);
-        }
+        let ls = || self.net.listeners.lock().unwrap();
+        let client = || !ls().values().any(|l| l.domain == self.domain.id);
+        self.net.holds.hold(self.domain.id, peer.domain.id, client);
         let flaky = match link {
             Link::Flaky(p) => self.net.roll(p),
             _ => false,

@@ -96,6 +96,97 @@ fn calls_on_other_inodes_do_not_wait_for_a_slow_write() {
     cluster.stop().unwrap();
 }
 
+/// Eight threads write one page each to files of their own whose inode numbers share
+/// a residue modulo the lanes, so all eight have one home lane. Their writes must
+/// still be under way at once: every post a client makes waits until eight wait
+/// together (`MockNet::gather_client_posts`), which only calls on eight lanes at once
+/// can bring about. (With home lanes alone, the writes take turns on one lane, the
+/// gathering times out unmet and this fails; no timing is measured.)
+#[test]
+fn threads_on_files_of_one_home_lane_write_at_once() {
+    const THREADS: usize = 8;
+    let seed = orion_sim::seed_or(61);
+    let mut cluster = Cluster::start(ClusterConfig {
+        seed,
+        ..Default::default()
+    })
+    .unwrap();
+    let c = Arc::new(
+        cluster
+            .client_with(ClientKind::EXTERNAL, |cfg| {
+                cfg.lanes = THREADS;
+                cfg.lanes_at_start = THREADS;
+            })
+            .unwrap(),
+    );
+    // Files until one residue has eight, and one of every residue for the warm-up.
+    let mut by_residue: BTreeMap<u64, Vec<(String, u64)>> = BTreeMap::new();
+    let mut i = 0;
+    while by_residue.len() < THREADS || by_residue.values().all(|v| v.len() < THREADS) {
+        let path = format!("/f{i}");
+        let a = c.mknod(&path, FileType::Regular, 0o644).unwrap();
+        by_residue
+            .entry(a.ino % THREADS as u64)
+            .or_default()
+            .push((path, a.ino));
+        i += 1;
+        assert!(
+            i < 1000,
+            "seed {seed}: 1000 files and no residue has {THREADS}"
+        );
+    }
+    // Every lane opens, connects to the store and takes a chunk before the posts are
+    // gathered: one write on a file of each residue runs on that residue's lane.
+    for files in by_residue.values() {
+        let fd = c
+            .open(&files[0].0, OpenFlags::read_write_create(), 0o644)
+            .unwrap();
+        c.pwrite(fd, 0, &[0u8; 4096]).unwrap();
+        c.close(fd).unwrap();
+    }
+    let same: Vec<(String, u64)> = by_residue
+        .into_values()
+        .find(|v| v.len() >= THREADS)
+        .unwrap()
+        .into_iter()
+        .take(THREADS)
+        .collect();
+    let fds: Vec<_> = same
+        .iter()
+        .map(|(p, _)| c.open(p, OpenFlags::read_write_create(), 0o644).unwrap())
+        .collect();
+    let gather = cluster
+        .net
+        .gather_client_posts(THREADS, Duration::from_secs(10));
+    let start = Arc::new(std::sync::Barrier::new(THREADS));
+    let writers: Vec<_> = fds
+        .iter()
+        .enumerate()
+        .map(|(t, &fd)| {
+            let (c, start) = (c.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                c.pwrite(fd, 0, &[t as u8 + 1; 4096])
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap().unwrap();
+    }
+    assert!(
+        gather.met(),
+        "seed {seed}: at most {} of {THREADS} writes on files {:?} were under way at once",
+        gather.most(),
+        same.iter().map(|(_, ino)| ino).collect::<Vec<_>>()
+    );
+    for (t, (fd, (path, _))) in fds.into_iter().zip(&same).enumerate() {
+        c.close(fd).unwrap();
+        assert_eq!(read_all(&c, path), vec![t as u8 + 1; 4096], "seed {seed}");
+    }
+    drop(c);
+    cluster.stop().unwrap();
+}
+
 /// Four threads share one client, each working in a directory of its own (writes at
 /// random offsets, truncations, renames, unlinks) and all appending fixed-size
 /// records to one shared file; every file must end as the thread's model says, and

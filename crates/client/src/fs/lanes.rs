@@ -11,8 +11,13 @@
 //! costs a thread wake-up, 35-60 µs on this VM).
 //!
 //! Which lane: a call about one inode (a read, write, fsync, getattr, setattr of an
-//! inode) runs on that inode's lane (`ino % inode_lanes`), so the calls on one file
-//! keep their order and find its staged writes and its cached copy there; any other
+//! inode) runs on that inode's home lane (`ino % inode_lanes`), so the calls on one
+//! file find its staged writes and its cached copy there. Under pessimistic
+//! persistence nothing of an inode stays on a lane between calls, so a call whose
+//! home lane is busy with another inode's call, once the lanes can grow no more,
+//! borrows a free lane ([`Running`]): threads on files whose numbers share a residue
+//! would otherwise take turns on one connection. Calls on one inode still run one at
+//! a time, on the lane where the first of them runs, and keep their order; any other
 //! call (path resolution, a directory change) takes the first free lane among the
 //! first `cores` (more would only spread the copies of shared directories thin and
 //! add spinning waiters where the CPUs are already busy). Advisory locks live on lane
@@ -90,6 +95,8 @@ pub(crate) struct Lanes {
     any_lanes: usize,
     /// Held while the lanes grow (one growth at a time).
     growing: Mutex<()>,
+    /// Where each inode with a call under way runs (pessimistic persistence).
+    running: Running,
     /// Lane `i` runs a front-end's call now (not the flusher's commit of what it
     /// staged, nor the keeper's ping): only meeting such a call shows that the
     /// threads need more lanes.
@@ -145,6 +152,7 @@ impl Lanes {
             // Two at least: a slow call must not hold up every path call.
             any_lanes: cores.clamp(2, MAX_LANES).min(lanes),
             growing: Mutex::new(()),
+            running: Running::new(lanes),
             in_call: (0..lanes).map(|_| AtomicBool::new(false)).collect(),
             opened: Arc::default(),
             failures: Failures::default(),
@@ -245,6 +253,7 @@ impl Lanes {
     /// Takes a lane for a call.
     fn take(&self, pick: Pick) -> FsResult<(usize, MutexGuard<'_, Inner>)> {
         let i = match pick {
+            Pick::Inode(ino) if !self.optimistic => return self.take_any_lane_for(ino),
             Pick::Inode(ino) => return self.take_inode_lane(ino),
             Pick::Lane(i) => i,
             Pick::Any => {
@@ -300,6 +309,58 @@ impl Lanes {
             if self.inode_lanes.load(Ordering::Acquire) == n {
                 return Ok((i, g));
             }
+        }
+    }
+
+    /// Takes a lane for a call about inode `ino` under pessimistic persistence: the
+    /// lane of a call on `ino` under way if there is one (calls on one inode run one
+    /// at a time and in order), else its home lane if free, else (the inode lanes
+    /// doubled first while they can) any free lane, one more opened if every open
+    /// one is busy, else the home lane when it frees. The call is counted in
+    /// [`Running`] until [`Self::run`] ends it.
+    fn take_any_lane_for(&self, ino: u64) -> FsResult<(usize, MutexGuard<'_, Inner>)> {
+        loop {
+            let n = self.inode_lanes.load(Ordering::Acquire);
+            let home = (ino % n as u64) as usize;
+            // Opened before the table is held: an opening may wait for the MDS.
+            let home_lane = self.open_lane(home, true)?;
+            let mut table = self.running.shard(ino);
+            if let Some(i) = Running::join(&mut table, ino) {
+                drop(table);
+                let m = self.slots[i].get().expect("a lane in use is open");
+                return Ok((i, lock(m)));
+            }
+            if let Some(g) = try_lock(home_lane) {
+                Running::begin(&mut table, ino, home);
+                return Ok((home, g));
+            }
+            if n < self.slots.len() && self.in_call[home].load(Ordering::Relaxed) {
+                drop(table);
+                self.grow(n);
+                continue;
+            }
+            for (i, m) in self.existing() {
+                if let Some(g) = try_lock(m) {
+                    Running::begin(&mut table, ino, i);
+                    return Ok((i, g));
+                }
+            }
+            if let Some(i) = self.slots.iter().position(|s| s.get().is_none()) {
+                drop(table);
+                match self.open_lane(i, false) {
+                    Ok(_) => continue,
+                    Err(e) => warn!("could not open another connection to the cluster: {e}"),
+                }
+                table = self.running.shard(ino);
+                if let Some(i) = Running::join(&mut table, ino) {
+                    drop(table);
+                    let m = self.slots[i].get().expect("a lane in use is open");
+                    return Ok((i, lock(m)));
+                }
+            }
+            Running::begin(&mut table, ino, home);
+            drop(table);
+            return Ok((home, lock(home_lane)));
         }
     }
 
@@ -364,9 +425,21 @@ impl Lanes {
             }
         }
         let (i, mut g) = self.take(pick)?;
+        let counted = match pick {
+            Pick::Inode(ino) if !self.optimistic => Some(ino),
+            _ => None,
+        };
+        if let Some(ino) = counted {
+            self.running.check_alone(ino, i);
+        }
         self.in_call[i].store(true, Ordering::Relaxed);
         let r = self.run_locked(&mut g, commit_staged, f);
         self.in_call[i].store(false, Ordering::Relaxed);
+        if let Some(ino) = counted {
+            self.running.check_done(i);
+            drop(g);
+            self.running.end(ino);
+        }
         r
     }
 
@@ -462,6 +535,99 @@ impl Lanes {
             s.add(&lock(m).remote.stats);
         }
         s
+    }
+}
+
+/// The lock if it is free (a poisoned one is taken: its holder died in a call, and
+/// the lane's state is checked at its next use as after any failed call).
+fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
+/// The inodes with calls under way and the lane each runs on, so that a call that
+/// borrows a lane other than its inode's home still runs after, never beside, the
+/// inode's other calls. Sharded by inode so that threads on different files seldom
+/// meet on one lock; a shard holds at most one entry per lane in use (a few).
+struct Running {
+    shards: Vec<Mutex<Vec<Call>>>,
+    /// In debug builds, one more than the inode whose call runs on each lane (0:
+    /// none), to check the table's promise against what runs.
+    on_lane: Vec<AtomicU64>,
+}
+
+/// One inode's calls under way: the lane they run on, and how many (the first runs,
+/// the others wait for that lane).
+struct Call {
+    ino: u64,
+    lane: usize,
+    calls: u32,
+}
+
+impl Running {
+    fn new(lanes: usize) -> Running {
+        Running {
+            shards: (0..lanes.next_power_of_two())
+                .map(|_| Mutex::default())
+                .collect(),
+            on_lane: (0..lanes).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn shard(&self, ino: u64) -> MutexGuard<'_, Vec<Call>> {
+        // A multiplicative hash: inode numbers that share a residue (the case the
+        // table is for) must not all meet on one shard.
+        let h = ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+        lock(&self.shards[h as usize % self.shards.len()])
+    }
+
+    /// Counts one more call on `ino` if one runs; the lane it runs on.
+    fn join(table: &mut [Call], ino: u64) -> Option<usize> {
+        let c = table.iter_mut().find(|c| c.ino == ino)?;
+        c.calls += 1;
+        Some(c.lane)
+    }
+
+    fn begin(table: &mut Vec<Call>, ino: u64, lane: usize) {
+        table.push(Call {
+            ino,
+            lane,
+            calls: 1,
+        });
+    }
+
+    /// Ends one call on `ino` (after its lane is given back).
+    fn end(&self, ino: u64) {
+        let mut table = self.shard(ino);
+        let at = table.iter().position(|c| c.ino == ino);
+        let at = at.expect("a call that began is in the table");
+        table[at].calls -= 1;
+        if table[at].calls == 0 {
+            table.swap_remove(at);
+        }
+    }
+
+    /// Debug builds: no other lane runs a call on `ino` (the pair of [`Self::join`]:
+    /// if the table let two lanes take one inode, this fails).
+    fn check_alone(&self, ino: u64, lane: usize) {
+        if cfg!(debug_assertions) {
+            for (i, on) in self.on_lane.iter().enumerate() {
+                assert!(
+                    i == lane || on.load(Ordering::Acquire) != ino + 1,
+                    "inode {ino} has calls on lanes {i} and {lane} at once"
+                );
+            }
+            self.on_lane[lane].store(ino + 1, Ordering::Release);
+        }
+    }
+
+    fn check_done(&self, lane: usize) {
+        if cfg!(debug_assertions) {
+            self.on_lane[lane].store(0, Ordering::Release);
+        }
     }
 }
 
