@@ -116,11 +116,12 @@ pub fn umount(a: UmountArgs) -> Result<()> {
     Ok(())
 }
 
-/// A thread per CPU, so that as many callers as there are CPUs are served at once,
-/// but no more: a request that finds an idle thread wakes it (35-60 µs on this VM),
-/// while one that finds every thread busy is taken by the next to finish. With 16
-/// threads, 4 jobs of create + stat + unlink ran 14.6-17.0 k ops/s here against
-/// 20.8-21.0 k with 4 (design note 79).
+/// A thread per CPU, so that as many callers as there are CPUs are served at once
+/// (at least 4: on a small machine a caller waiting on the network should not hold
+/// up the rest). Not many more: a request that finds an idle thread wakes it (35-60
+/// µs on this VM), while one that finds every thread busy is taken by the next to
+/// finish. With 16 threads, 4 jobs of create + stat + unlink ran 14.6-17.0 k ops/s
+/// here against 20.8-21.0 k with 4 (design note 79).
 fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(4, |n| n.get().max(4))
 }

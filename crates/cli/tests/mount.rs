@@ -577,9 +577,13 @@ fn locks_hold_across_mounts() {
         "past the held range"
     );
     assert_eq!(run(&fb, &["w", "0", "10", "get"]), "w 0 100");
-    // Waiters that are killed stop waiting: more of them than the mount has threads,
-    // and the mount still serves.
-    let waiters: Vec<_> = (0..6)
+    // Waiters that are killed stop waiting: more of them than the mount has threads
+    // (one per CPU, at least 4), and the mount still serves.
+    let more_than_threads = std::thread::available_parallelism()
+        .map_or(4, |n| n.get())
+        .max(4)
+        + 2;
+    let waiters: Vec<_> = (0..more_than_threads)
         .map(|_| hold(Command::new(&lk).arg(&fb).args(["w", "0", "1", "hold"])))
         .collect();
     std::thread::sleep(std::time::Duration::from_millis(200));
@@ -596,7 +600,7 @@ fn locks_hold_across_mounts() {
     // closes its file: the close is served and every waiter gets its turn.
     let (quick, mut qout) = hold(Command::new(&lk).arg(&fa).args(["w", "300", "1", "hold"]));
     assert_eq!(first_line(&mut qout), "held");
-    let queue: Vec<_> = (0..6)
+    let queue: Vec<_> = (0..more_than_threads)
         .map(|_| {
             hold(
                 Command::new("timeout")

@@ -22,7 +22,7 @@
 //! (`expect`) and run again when refused.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use orion_format::{
     Compaction, FileType, InodeSlot, LogPageHeader, Tail, INODE_SLOT_SIZE, LOG_PAGE_HEADER,
@@ -96,9 +96,13 @@ pub struct InodeCache {
     /// Where applying a commit's entries lists the data pages they free (unused
     /// here: the MDS frees them); kept for its capacity, as a write frees a page.
     freed: Vec<orion_format::Gpa>,
+    /// Inodes whose copy here may lag behind commits this client made on another
+    /// lane ([`InodeCache::mark_behind`]): not used unchecked until refreshed.
+    behind: HashSet<u64>,
 }
 
-/// Past this many contended inodes the set starts again (it only saves reloads).
+/// Past this many contended (or behind) inodes the set starts again (it only saves
+/// reloads).
 const MAX_CONTENDED: usize = 4096;
 
 /// Commits in step, in a row, after which an inode is no longer taken as written
@@ -140,7 +144,10 @@ impl InodeCache {
         let mut last = None;
         for _ in 0..WALK_ATTEMPTS {
             match self.try_refresh(remote, ino) {
-                Ok(()) => return Ok(self.map.get_mut(&ino).expect("refreshed")),
+                Ok(()) => {
+                    self.behind.remove(&ino);
+                    return Ok(self.map.get_mut(&ino).expect("refreshed"));
+                }
                 Err(Fail::Fs(FsError::Corrupt(m))) => last = Some(m),
                 Err(e) => return Err(e),
             }
@@ -212,7 +219,25 @@ impl InodeCache {
     /// The cached copy of `ino` as it is, without checking its tail: for updates that
     /// do not depend on the inode's state (the MDS checks the generation they carry).
     pub fn cached(&mut self, ino: u64) -> Option<&mut Cached> {
+        if self.behind.contains(&ino) {
+            return None;
+        }
         self.map.get_mut(&ino)
+    }
+
+    /// This client committed to `ino` on another lane since this copy was current
+    /// (a call borrowed a lane, `fs/lanes.rs`): the copy is refreshed before its
+    /// next use, walking only what was added, instead of being used as it is and
+    /// dropped when the commit lands elsewhere than its tail.
+    pub fn mark_behind(&mut self, ino: u64) {
+        if self.map.contains_key(&ino) {
+            if self.behind.len() >= MAX_CONTENDED {
+                // Only saves reloads: a copy used unchecked is still dropped by the
+                // reply if its commit did not land at its tail.
+                self.behind.clear();
+            }
+            self.behind.insert(ino);
+        }
     }
 
     /// Applies the entries of a log commit for `generation` of `ino` to its copy

@@ -99,9 +99,10 @@ fn calls_on_other_inodes_do_not_wait_for_a_slow_write() {
 /// Eight threads write one page each to files of their own whose inode numbers share
 /// a residue modulo the lanes, so all eight have one home lane. Their writes must
 /// still be under way at once: every post a client makes waits until eight wait
-/// together (`MockNet::gather_client_posts`), which only calls on eight lanes at once
-/// can bring about. (With home lanes alone, the writes take turns on one lane, the
-/// gathering times out unmet and this fails; no timing is measured.)
+/// together (`MockNet::gather_client_posts`), which takes calls on eight lanes at
+/// once (the client's keeper may stand in for one writer with a ping). (With home
+/// lanes alone, the writes take turns on one lane, at most two posts wait at once,
+/// the gathering times out unmet and this fails; no timing is measured.)
 #[test]
 fn threads_on_files_of_one_home_lane_write_at_once() {
     const THREADS: usize = 8;
@@ -182,6 +183,86 @@ fn threads_on_files_of_one_home_lane_write_at_once() {
     for (t, (fd, (path, _))) in fds.into_iter().zip(&same).enumerate() {
         c.close(fd).unwrap();
         assert_eq!(read_all(&c, path), vec![t as u8 + 1; 4096], "seed {seed}");
+    }
+    drop(c);
+    cluster.stop().unwrap();
+}
+
+/// A file whose lane is busy writes on the other lane and keeps to it; when that
+/// lane is busy in turn it writes on its first lane again, whose copy of the file
+/// this client's own commits on the other lane left behind. That copy is refreshed
+/// first (walking on), not used as it was: used as it was, the commit lands past
+/// its tail and the copy is dropped. Each lane is held by a write whose post the
+/// mock keeps waiting (`gather_client_posts`) until the file's write posts too.
+#[test]
+fn a_file_back_on_a_lane_it_left_refreshes_its_copy_there() {
+    let seed = orion_sim::seed_or(62);
+    let mut cluster = Cluster::start(ClusterConfig {
+        seed,
+        ..Default::default()
+    })
+    .unwrap();
+    let c = Arc::new(
+        cluster
+            .client_with(ClientKind::EXTERNAL, |cfg| {
+                cfg.lanes = 2;
+                cfg.lanes_at_start = 2;
+            })
+            .unwrap(),
+    );
+    // x and y share a home lane, z has the other.
+    let mut files: Vec<(String, u64)> = Vec::new();
+    let (x, y, z) = loop {
+        let path = format!("/f{}", files.len());
+        let a = c.mknod(&path, FileType::Regular, 0o644).unwrap();
+        files.push((path, a.ino));
+        let x = &files[0];
+        let y = files[1..].iter().find(|f| f.1 % 2 == x.1 % 2);
+        let z = files[1..].iter().find(|f| f.1 % 2 != x.1 % 2);
+        if let (Some(y), Some(z)) = (y, z) {
+            break (x.clone(), y.clone(), z.clone());
+        }
+    };
+    let open = |f: &(String, u64)| c.open(&f.0, OpenFlags::read_write_create(), 0o644).unwrap();
+    let (fx, fy, fz) = (open(&x), open(&y), open(&z));
+    c.pwrite(fx, 0, &[1u8; 4096]).unwrap();
+    c.pwrite(fz, 0, &[9u8; 4096]).unwrap();
+    // Holds the lane a write on `held` takes while x writes `page` at `at`.
+    let write_beside = |held: orion_client::Fd, page: u8, at: u64| {
+        let gather = cluster.net.gather_client_posts(2, Duration::from_secs(10));
+        let holder = {
+            let c = c.clone();
+            std::thread::spawn(move || c.pwrite(held, 0, &[7u8; 4096]))
+        };
+        while gather.waiting() == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        c.pwrite(fx, at, &[page; 4096]).unwrap();
+        holder.join().unwrap().unwrap();
+        assert!(
+            gather.met(),
+            "seed {seed}: x's write waited for the busy lane"
+        );
+    };
+    write_beside(fy, 2, 4096);
+    let before = c.stats();
+    write_beside(fz, 3, 8192);
+    let after = c.stats();
+    assert_eq!(
+        after.ahead_dropped, before.ahead_dropped,
+        "seed {seed}: a copy left behind by the other lane was used as it was"
+    );
+    assert!(
+        after.refetches > before.refetches,
+        "seed {seed}: x did not go back to the lane it left (nothing walked on)"
+    );
+    c.close(fx).unwrap();
+    let mut want = vec![1u8; 4096];
+    want.extend([2u8; 4096]);
+    want.extend([3u8; 4096]);
+    assert_eq!(read_all(&c, &x.0), want, "seed {seed}");
+    for fd in [fy, fz] {
+        c.close(fd).unwrap();
     }
     drop(c);
     cluster.stop().unwrap();

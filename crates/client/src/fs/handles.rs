@@ -13,8 +13,9 @@ use super::*;
 use crate::remote::{io_err, Fail, Res};
 
 impl Client {
-    /// Finds (or creates) the file on any lane, then opens it on its own lane, where
-    /// its reads and writes will run and find the copy of the inode the open made.
+    /// Finds (or creates) the file on any lane, then opens it on its lane, where its
+    /// reads and writes will run and find the copy of the inode the open made (unless
+    /// that lane is busy when they come: see `fs/lanes.rs`).
     pub fn open(&self, path: &str, flags: OpenFlags, mode: u32) -> FsResult<Fd> {
         self.open_as(path, flags, mode, None)
     }

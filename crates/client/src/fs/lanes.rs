@@ -13,11 +13,12 @@
 //! Which lane: a call about one inode (a read, write, fsync, getattr, setattr of an
 //! inode) runs on that inode's home lane (`ino % inode_lanes`), so the calls on one
 //! file find its staged writes and its cached copy there. Under pessimistic
-//! persistence nothing of an inode stays on a lane between calls, so a call whose
-//! home lane is busy with another inode's call, once the lanes can grow no more,
-//! borrows a free lane ([`Running`]): threads on files whose numbers share a residue
-//! would otherwise take turns on one connection. Calls on one inode still run one at
-//! a time, on the lane where the first of them runs, and keep their order; any other
+//! persistence nothing of an inode stays on a lane between calls but its copy, so a
+//! call whose lane is busy with another inode's call (the lanes first grow while
+//! they can) borrows a free lane ([`Running`]), and the inode's next calls go there
+//! while it is free: threads on files whose numbers share a residue would otherwise
+//! take turns on one connection. Calls on one inode still run one at a time, on the
+//! lane where the first of them runs; any other
 //! call (path resolution, a directory change) takes the first free lane among the
 //! first `cores` (more would only spread the copies of shared directories thin and
 //! add spinning waiters where the CPUs are already busy). Advisory locks live on lane
@@ -37,7 +38,7 @@
 //! is optimistic persistence's "whatever is not a data call commits what is staged
 //! first": such a call first commits the staged writes of every lane that has any.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::thread::Thread;
@@ -312,55 +313,62 @@ impl Lanes {
         }
     }
 
-    /// Takes a lane for a call about inode `ino` under pessimistic persistence: the
-    /// lane of a call on `ino` under way if there is one (calls on one inode run one
-    /// at a time and in order), else its home lane if free, else (the inode lanes
-    /// doubled first while they can) any free lane, one more opened if every open
-    /// one is busy, else the home lane when it frees. The call is counted in
-    /// [`Running`] until [`Self::run`] ends it.
+    /// Takes a lane for a call about inode `ino` under pessimistic persistence:
+    /// the lane of a call on `ino` under way if there is one (calls on one inode run
+    /// one at a time), else the lane its last call ran on (its home lane unless it
+    /// was lent elsewhere) if free, else, the inode lanes first doubled while they can
+    /// and its home lane is in a front-end call, any free lane (from the top: lane 0
+    /// and the first are where path calls and locks go), one more opened if every
+    /// open one is busy, and only then the lane of its last call once it frees. The
+    /// call is counted in [`Running`] until [`Self::run`] ends it. A call that runs
+    /// elsewhere than the last marks its copy there as behind: this client's own
+    /// commits on the other lane moved the log on.
     fn take_any_lane_for(&self, ino: u64) -> FsResult<(usize, MutexGuard<'_, Inner>)> {
         loop {
             let n = self.inode_lanes.load(Ordering::Acquire);
             let home = (ino % n as u64) as usize;
             // Opened before the table is held: an opening may wait for the MDS.
-            let home_lane = self.open_lane(home, true)?;
-            let mut table = self.running.shard(ino);
-            if let Some(i) = Running::join(&mut table, ino) {
-                drop(table);
-                let m = self.slots[i].get().expect("a lane in use is open");
-                return Ok((i, lock(m)));
+            self.open_lane(home, true)?;
+            let mut shard = self.running.shard(ino);
+            if let Some(i) = shard.join(ino) {
+                drop(shard);
+                return Ok((i, lock(self.open_lane(i, true)?)));
             }
-            if let Some(g) = try_lock(home_lane) {
-                Running::begin(&mut table, ino, home);
-                return Ok((home, g));
+            // A lane that was lent, or the home lane: open either way.
+            let last = shard.lent(ino).unwrap_or(home);
+            let last_lane = self.slots[last].get().expect("a lane calls ran on is open");
+            if let Some(g) = try_lock(last_lane) {
+                shard.begin(ino, last, home);
+                return Ok((last, g));
             }
             if n < self.slots.len() && self.in_call[home].load(Ordering::Relaxed) {
-                drop(table);
+                drop(shard);
                 self.grow(n);
                 continue;
             }
-            for (i, m) in self.existing() {
-                if let Some(g) = try_lock(m) {
-                    Running::begin(&mut table, ino, i);
+            let open: Vec<(usize, &Mutex<Inner>)> = self.existing().collect();
+            for &(i, m) in open.iter().rev() {
+                if let Some(mut g) = try_lock(m) {
+                    shard.begin(ino, i, home);
+                    g.cache.mark_behind(ino);
                     return Ok((i, g));
                 }
             }
             if let Some(i) = self.slots.iter().position(|s| s.get().is_none()) {
-                drop(table);
+                drop(shard);
                 match self.open_lane(i, false) {
                     Ok(_) => continue,
                     Err(e) => warn!("could not open another connection to the cluster: {e}"),
                 }
-                table = self.running.shard(ino);
-                if let Some(i) = Running::join(&mut table, ino) {
-                    drop(table);
-                    let m = self.slots[i].get().expect("a lane in use is open");
-                    return Ok((i, lock(m)));
+                shard = self.running.shard(ino);
+                if let Some(i) = shard.join(ino) {
+                    drop(shard);
+                    return Ok((i, lock(self.open_lane(i, true)?)));
                 }
             }
-            Running::begin(&mut table, ino, home);
-            drop(table);
-            return Ok((home, lock(home_lane)));
+            shard.begin(ino, last, home);
+            drop(shard);
+            return Ok((last, lock(last_lane)));
         }
     }
 
@@ -429,17 +437,20 @@ impl Lanes {
             Pick::Inode(ino) if !self.optimistic => Some(ino),
             _ => None,
         };
+        // Ends the call's marks even if it panics (a mark left behind would keep the
+        // inode on this lane, and the lane taken for one in a front-end call).
+        let marks = CallMarks {
+            lanes: self,
+            lane: i,
+            ino: counted,
+        };
         if let Some(ino) = counted {
             self.running.check_alone(ino, i);
         }
         self.in_call[i].store(true, Ordering::Relaxed);
         let r = self.run_locked(&mut g, commit_staged, f);
-        self.in_call[i].store(false, Ordering::Relaxed);
-        if let Some(ino) = counted {
-            self.running.check_done(i);
-            drop(g);
-            self.running.end(ino);
-        }
+        drop(g);
+        drop(marks);
         r
     }
 
@@ -548,23 +559,87 @@ fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
     }
 }
 
+/// What [`Lanes::run`] undoes when a call ends, panics included.
+struct CallMarks<'a> {
+    lanes: &'a Lanes,
+    lane: usize,
+    /// The inode counted in [`Running`] (pessimistic persistence).
+    ino: Option<u64>,
+}
+
+impl Drop for CallMarks<'_> {
+    fn drop(&mut self) {
+        self.lanes.in_call[self.lane].store(false, Ordering::Relaxed);
+        if let Some(ino) = self.ino {
+            self.lanes.running.check_done(self.lane);
+            self.lanes.running.end(ino);
+        }
+    }
+}
+
 /// The inodes with calls under way and the lane each runs on, so that a call that
-/// borrows a lane other than its inode's home still runs after, never beside, the
-/// inode's other calls. Sharded by inode so that threads on different files seldom
-/// meet on one lock; a shard holds at most one entry per lane in use (a few).
+/// borrows a lane other than its inode's home never runs beside the inode's other
+/// calls; and the inodes whose last call ran away from home, so that their next
+/// calls go where their copy is current. Sharded by a hash of the inode, so that
+/// threads on different files seldom meet on one lock.
 struct Running {
-    shards: Vec<Mutex<Vec<Call>>>,
+    shards: Vec<Mutex<Shard>>,
     /// In debug builds, one more than the inode whose call runs on each lane (0:
     /// none), to check the table's promise against what runs.
     on_lane: Vec<AtomicU64>,
 }
 
-/// One inode's calls under way: the lane they run on, and how many (the first runs,
-/// the others wait for that lane).
+/// Inodes remembered away from home per shard; past it the oldest goes home (its
+/// copy there is then used unchecked once, and dropped if it was behind).
+const LENT_PER_SHARD: usize = 64;
+
+#[derive(Default)]
+struct Shard {
+    /// An entry per inode with calls under way (running or waiting for its lane).
+    calls: Vec<Call>,
+    /// Inodes whose last call ran on a lane other than their home, and that lane.
+    lent: VecDeque<(u64, usize)>,
+}
+
+/// One inode's calls under way: the lane they run on, and how many (one runs or
+/// waits for that lane, the others wait behind it).
 struct Call {
     ino: u64,
     lane: usize,
     calls: u32,
+}
+
+impl Shard {
+    /// Counts one more call on `ino` if any is under way; the lane they use.
+    fn join(&mut self, ino: u64) -> Option<usize> {
+        let c = self.calls.iter_mut().find(|c| c.ino == ino)?;
+        c.calls += 1;
+        Some(c.lane)
+    }
+
+    /// The lane the last call on `ino` ran on, if not its home.
+    fn lent(&self, ino: u64) -> Option<usize> {
+        self.lent
+            .iter()
+            .find(|(i, _)| *i == ino)
+            .map(|&(_, lane)| lane)
+    }
+
+    /// A call on `ino` begins on `lane`; `home` is its home lane.
+    fn begin(&mut self, ino: u64, lane: usize, home: usize) {
+        self.calls.push(Call {
+            ino,
+            lane,
+            calls: 1,
+        });
+        self.lent.retain(|(i, _)| *i != ino);
+        if lane != home {
+            if self.lent.len() >= LENT_PER_SHARD {
+                self.lent.pop_front();
+            }
+            self.lent.push_back((ino, lane));
+        }
+    }
 }
 
 impl Running {
@@ -577,31 +652,17 @@ impl Running {
         }
     }
 
-    fn shard(&self, ino: u64) -> MutexGuard<'_, Vec<Call>> {
+    fn shard(&self, ino: u64) -> MutexGuard<'_, Shard> {
         // A multiplicative hash: inode numbers that share a residue (the case the
         // table is for) must not all meet on one shard.
         let h = ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
         lock(&self.shards[h as usize % self.shards.len()])
     }
 
-    /// Counts one more call on `ino` if one runs; the lane it runs on.
-    fn join(table: &mut [Call], ino: u64) -> Option<usize> {
-        let c = table.iter_mut().find(|c| c.ino == ino)?;
-        c.calls += 1;
-        Some(c.lane)
-    }
-
-    fn begin(table: &mut Vec<Call>, ino: u64, lane: usize) {
-        table.push(Call {
-            ino,
-            lane,
-            calls: 1,
-        });
-    }
-
     /// Ends one call on `ino` (after its lane is given back).
     fn end(&self, ino: u64) {
-        let mut table = self.shard(ino);
+        let mut shard = self.shard(ino);
+        let table = &mut shard.calls;
         let at = table.iter().position(|c| c.ino == ino);
         let at = at.expect("a call that began is in the table");
         table[at].calls -= 1;
@@ -610,7 +671,7 @@ impl Running {
         }
     }
 
-    /// Debug builds: no other lane runs a call on `ino` (the pair of [`Self::join`]:
+    /// Debug builds: no other lane runs a call on `ino` (the pair of [`Shard::join`]:
     /// if the table let two lanes take one inode, this fails).
     fn check_alone(&self, ino: u64, lane: usize) {
         if cfg!(debug_assertions) {

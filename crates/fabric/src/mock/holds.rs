@@ -83,6 +83,7 @@ impl Gather {
         if s.waiting >= self.want {
             s.open = true;
             s.met = true;
+            s.waiting -= 1;
             self.cv.notify_all();
             return;
         }
@@ -101,6 +102,11 @@ impl Gather {
     /// Whether `want` posts waited at once.
     pub fn met(&self) -> bool {
         self.state.lock().unwrap().met
+    }
+
+    /// The posts waiting now.
+    pub fn waiting(&self) -> usize {
+        self.state.lock().unwrap().waiting
     }
 
     /// The most posts that waited at once.
