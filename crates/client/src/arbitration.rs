@@ -22,7 +22,7 @@
 //! (`expect`) and run again when refused.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use orion_format::{
     Compaction, FileType, InodeSlot, LogPageHeader, Tail, INODE_SLOT_SIZE, LOG_PAGE_HEADER,
@@ -47,6 +47,9 @@ pub(crate) enum Ahead {
 pub struct Cached {
     pub state: InodeState,
     pub tail: Tail,
+    /// The cache's trust epoch when this copy was last found current; below
+    /// [`InodeCache`]'s, it is not used unchecked ([`InodeCache::mark_behind`]).
+    checked: u64,
 }
 
 impl Cached {
@@ -85,7 +88,6 @@ impl PageSource for RemotePages<'_> {
     }
 }
 
-#[derive(Default)]
 pub struct InodeCache {
     pub map: HashMap<u64, Cached>,
     /// Inodes other clients write too (a commit found their commits before it, or
@@ -96,13 +98,24 @@ pub struct InodeCache {
     /// Where applying a commit's entries lists the data pages they free (unused
     /// here: the MDS frees them); kept for its capacity, as a write frees a page.
     freed: Vec<orion_format::Gpa>,
-    /// Inodes whose copy here may lag behind commits this client made on another
-    /// lane ([`InodeCache::mark_behind`]): not used unchecked until refreshed.
-    behind: HashSet<u64>,
+    /// Copies found current before this epoch may lag behind commits this client
+    /// made on another lane: not used unchecked until refreshed (starts at 1, so
+    /// that a copy marked with 0 is below it).
+    trust: u64,
 }
 
-/// Past this many contended (or behind) inodes the set starts again (it only saves
-/// reloads).
+impl Default for InodeCache {
+    fn default() -> Self {
+        InodeCache {
+            map: HashMap::new(),
+            contended: HashMap::new(),
+            freed: Vec::new(),
+            trust: 1,
+        }
+    }
+}
+
+/// Past this many contended inodes the set starts again (it only saves reloads).
 const MAX_CONTENDED: usize = 4096;
 
 /// Commits in step, in a row, after which an inode is no longer taken as written
@@ -145,8 +158,9 @@ impl InodeCache {
         for _ in 0..WALK_ATTEMPTS {
             match self.try_refresh(remote, ino) {
                 Ok(()) => {
-                    self.behind.remove(&ino);
-                    return Ok(self.map.get_mut(&ino).expect("refreshed"));
+                    let c = self.map.get_mut(&ino).expect("refreshed");
+                    c.checked = self.trust;
+                    return Ok(c);
                 }
                 Err(Fail::Fs(FsError::Corrupt(m))) => last = Some(m),
                 Err(e) => return Err(e),
@@ -211,6 +225,7 @@ impl InodeCache {
             Cached {
                 state,
                 tail: slot.tail,
+                checked: self.trust,
             },
         );
         Ok(())
@@ -219,25 +234,24 @@ impl InodeCache {
     /// The cached copy of `ino` as it is, without checking its tail: for updates that
     /// do not depend on the inode's state (the MDS checks the generation they carry).
     pub fn cached(&mut self, ino: u64) -> Option<&mut Cached> {
-        if self.behind.contains(&ino) {
-            return None;
-        }
-        self.map.get_mut(&ino)
+        let trust = self.trust;
+        self.map.get_mut(&ino).filter(|c| c.checked >= trust)
     }
 
-    /// This client committed to `ino` on another lane since this copy was current
-    /// (a call borrowed a lane, `fs/lanes.rs`): the copy is refreshed before its
-    /// next use, walking only what was added, instead of being used as it is and
-    /// dropped when the commit lands elsewhere than its tail.
+    /// This client may have committed to `ino` on another lane since this copy was
+    /// found current (a call lent a lane, `fs/lanes.rs`): the copy is refreshed
+    /// before its next use, walking on from its tail, instead of being used as it
+    /// is and dropped when the commit lands past its tail.
     pub fn mark_behind(&mut self, ino: u64) {
-        if self.map.contains_key(&ino) {
-            if self.behind.len() >= MAX_CONTENDED {
-                // Only saves reloads: a copy used unchecked is still dropped by the
-                // reply if its commit did not land at its tail.
-                self.behind.clear();
-            }
-            self.behind.insert(ino);
+        if let Some(c) = self.map.get_mut(&ino) {
+            c.checked = 0;
         }
+    }
+
+    /// [`Self::mark_behind`] for every copy (the lanes' mapping changed, so any
+    /// inode may have run elsewhere since).
+    pub fn mark_all_behind(&mut self) {
+        self.trust += 1;
     }
 
     /// Applies the entries of a log commit for `generation` of `ino` to its copy

@@ -86,31 +86,6 @@ impl MockNet {
         true
     }
 
-    /// Makes every operation the node listening at `from` posts to the one at `to`
-    /// take `delay` longer (in the poster's thread, as a congested sender blocks), or
-    /// as long as usual again with `None`; false if either address has no listener.
-    pub fn slow_posts(&self, from: &str, to: &str, delay: Option<Duration>) -> bool {
-        let ids = {
-            let ls = self.inner.listeners.lock().unwrap();
-            ls.get(from)
-                .map(|l| l.domain)
-                .zip(ls.get(to).map(|l| l.domain))
-        };
-        let Some(pair) = ids else {
-            return false;
-        };
-        self.inner.holds.set_slow(pair, delay);
-        true
-    }
-
-    /// From now on, posts from clients (domains that listen nowhere) wait until
-    /// `want` of them wait at once, or until `within` has passed ([`Gather`]).
-    pub fn gather_client_posts(&self, want: usize, within: Duration) -> Arc<Gather> {
-        let g = Arc::new(Gather::new(want, within));
-        self.inner.holds.set_gather(g.clone());
-        g
-    }
-
     /// Kills a domain: its peers see `PeerGone`, its own operations fail.
     pub fn kill(&self, domain: &crate::Domain) {
         self.kill_id(domain.id());

@@ -98,11 +98,11 @@ fn calls_on_other_inodes_do_not_wait_for_a_slow_write() {
 
 /// Eight threads write one page each to files of their own whose inode numbers share
 /// a residue modulo the lanes, so all eight have one home lane. Their writes must
-/// still be under way at once: every post a client makes waits until eight wait
-/// together (`MockNet::gather_client_posts`), which takes calls on eight lanes at
-/// once (the client's keeper may stand in for one writer with a ping). (With home
-/// lanes alone, the writes take turns on one lane, at most two posts wait at once,
-/// the gathering times out unmet and this fails; no timing is measured.)
+/// still be under way at once: every page the client sends the store waits until
+/// eight wait together (`MockNet::gather_client_posts`), which only calls on eight
+/// lanes at once can bring about. (With home lanes alone, the writes take turns on
+/// one lane, one page waits at a time, the gathering times out unmet and this
+/// fails; no timing is measured.)
 #[test]
 fn threads_on_files_of_one_home_lane_write_at_once() {
     const THREADS: usize = 8;
@@ -156,9 +156,11 @@ fn threads_on_files_of_one_home_lane_write_at_once() {
         .iter()
         .map(|(p, _)| c.open(p, OpenFlags::read_write_create(), 0o644).unwrap())
         .collect();
+    let store = store_addr(MemberId { group: 0, index: 0 });
     let gather = cluster
         .net
-        .gather_client_posts(THREADS, Duration::from_secs(10));
+        .gather_client_posts(&store, THREADS, Duration::from_secs(10))
+        .unwrap();
     let start = Arc::new(std::sync::Barrier::new(THREADS));
     let writers: Vec<_> = fds
         .iter()
@@ -192,8 +194,8 @@ fn threads_on_files_of_one_home_lane_write_at_once() {
 /// lane is busy in turn it writes on its first lane again, whose copy of the file
 /// this client's own commits on the other lane left behind. That copy is refreshed
 /// first (walking on), not used as it was: used as it was, the commit lands past
-/// its tail and the copy is dropped. Each lane is held by a write whose post the
-/// mock keeps waiting (`gather_client_posts`) until the file's write posts too.
+/// its tail and the copy is dropped. Each lane is held by a write whose page the
+/// mock keeps from the store (`gather_client_posts`) until the file's page comes.
 #[test]
 fn a_file_back_on_a_lane_it_left_refreshes_its_copy_there() {
     let seed = orion_sim::seed_or(62);
@@ -225,16 +227,21 @@ fn a_file_back_on_a_lane_it_left_refreshes_its_copy_there() {
     };
     let open = |f: &(String, u64)| c.open(&f.0, OpenFlags::read_write_create(), 0o644).unwrap();
     let (fx, fy, fz) = (open(&x), open(&y), open(&z));
+    // Pages go to the one store; the keeper's pings go to the MDS and are not held.
+    let store = store_addr(MemberId { group: 0, index: 0 });
     c.pwrite(fx, 0, &[1u8; 4096]).unwrap();
     c.pwrite(fz, 0, &[9u8; 4096]).unwrap();
     // Holds the lane a write on `held` takes while x writes `page` at `at`.
     let write_beside = |held: orion_client::Fd, page: u8, at: u64| {
-        let gather = cluster.net.gather_client_posts(2, Duration::from_secs(10));
+        let gather = (cluster.net)
+            .gather_client_posts(&store, 2, Duration::from_secs(10))
+            .unwrap();
         let holder = {
             let c = c.clone();
             std::thread::spawn(move || c.pwrite(held, 0, &[7u8; 4096]))
         };
-        while gather.waiting() == 0 {
+        // Until the holder's page waits to go to the store, holding its lane.
+        while gather.waiting() == 0 && !gather.met() {
             std::thread::sleep(Duration::from_millis(1));
         }
         c.pwrite(fx, at, &[page; 4096]).unwrap();

@@ -14,7 +14,7 @@
 //! inode) runs on that inode's home lane (`ino % inode_lanes`), so the calls on one
 //! file find its staged writes and its cached copy there. Under pessimistic
 //! persistence nothing of an inode stays on a lane between calls but its copy, so a
-//! call whose lane is busy with another inode's call (the lanes first grow while
+//! call whose lane is busy (with a front-end call, the lanes first grow while
 //! they can) borrows a free lane ([`Running`]), and the inode's next calls go there
 //! while it is free: threads on files whose numbers share a residue would otherwise
 //! take turns on one connection. Calls on one inode still run one at a time, on the
@@ -34,7 +34,11 @@
 //! of data pages (it has its own lock) and the flusher.
 //!
 //! Lanes stay coherent with each other as separate clients do: every use of a cached
-//! inode checks its log tail one-sided (paper §4.3). The one rule that crosses lanes
+//! inode checks its log tail one-sided (paper §4.3), but for a write of whole pages,
+//! which commits unconditionally and uses the copy as it is unless it is marked as
+//! behind: by a call that runs elsewhere than its inode's last, or on a lane that
+//! missed a growth of the inode lanes (a copy that was behind anyway is dropped by
+//! the commit's reply, at the cost of a whole load). The one rule that crosses lanes
 //! is optimistic persistence's "whatever is not a data call commits what is staged
 //! first": such a call first commits the staged writes of every lane that has any.
 
@@ -98,6 +102,10 @@ pub(crate) struct Lanes {
     growing: Mutex<()>,
     /// Where each inode with a call under way runs (pessimistic persistence).
     running: Running,
+    /// Times the inode lanes grew under pessimistic persistence, and how many of
+    /// them each lane has seen (a lane that missed one trusts no copy unchecked).
+    growths: AtomicUsize,
+    growths_seen: Vec<AtomicUsize>,
     /// Lane `i` runs a front-end's call now (not the flusher's commit of what it
     /// staged, nor the keeper's ping): only meeting such a call shows that the
     /// threads need more lanes.
@@ -154,6 +162,8 @@ impl Lanes {
             any_lanes: cores.clamp(2, MAX_LANES).min(lanes),
             growing: Mutex::new(()),
             running: Running::new(lanes),
+            growths: AtomicUsize::new(0),
+            growths_seen: (0..lanes).map(|_| AtomicUsize::new(0)).collect(),
             in_call: (0..lanes).map(|_| AtomicBool::new(false)).collect(),
             opened: Arc::default(),
             failures: Failures::default(),
@@ -375,9 +385,9 @@ impl Lanes {
     /// Doubles the inode lanes from `from` (unless another thread did).
     ///
     /// With pessimistic persistence nothing about an inode stays on its lane
-    /// between calls (every write is committed before it returns; locks live on
-    /// lane 0; cached copies are checked at each use), so the map just changes and
-    /// no call waits. With optimistic persistence an inode's staged writes must be
+    /// between calls but its copy (every write is committed before it returns;
+    /// locks live on lane 0), so the map just changes and no call waits: a lane
+    /// that missed the growth trusts none of its copies unchecked ([`Self::run`]). With optimistic persistence an inode's staged writes must be
     /// found on its lane: the growth holds the lane openings and then every open
     /// lane, in order, commits what each has staged, and only then changes the map.
     /// A thread holds at most one lane at a time everywhere else, and opens a lane
@@ -390,6 +400,7 @@ impl Lanes {
         let to = (from * 2).min(self.slots.len());
         assert!(to > from, "the inode lanes grow only below the most lanes");
         if !self.optimistic {
+            self.growths.fetch_add(1, Ordering::AcqRel);
             self.inode_lanes.store(to, Ordering::Release);
             return;
         }
@@ -437,21 +448,27 @@ impl Lanes {
             Pick::Inode(ino) if !self.optimistic => Some(ino),
             _ => None,
         };
-        // Ends the call's marks even if it panics (a mark left behind would keep the
-        // inode on this lane, and the lane taken for one in a front-end call).
-        let marks = CallMarks {
+        if let Some(ino) = counted {
+            self.running.check_alone(ino, i);
+            // A growth moved inodes to new home lanes, where their copies may lag
+            // behind what this client committed on their old ones.
+            let growths = self.growths.load(Ordering::Acquire);
+            if self.growths_seen[i].swap(growths, Ordering::AcqRel) != growths {
+                g.cache.mark_all_behind();
+            }
+        }
+        self.in_call[i].store(true, Ordering::Relaxed);
+        // Ends the call's marks, in order, even if it panics (a mark left behind
+        // would keep the inode on this lane, and the lane taken for one in a
+        // front-end call).
+        let mut call = CallOnLane {
             lanes: self,
             lane: i,
             ino: counted,
+            guard: Some(g),
         };
-        if let Some(ino) = counted {
-            self.running.check_alone(ino, i);
-        }
-        self.in_call[i].store(true, Ordering::Relaxed);
-        let r = self.run_locked(&mut g, commit_staged, f);
-        drop(g);
-        drop(marks);
-        r
+        call.lanes
+            .run_locked(call.guard.as_mut().expect("held"), commit_staged, f)
     }
 
     /// [`Self::run`] of a call not about one inode for the client's own upkeep (the
@@ -559,19 +576,25 @@ fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
     }
 }
 
-/// What [`Lanes::run`] undoes when a call ends, panics included.
-struct CallMarks<'a> {
+/// A call's hold of a lane in [`Lanes::run`], given up in order when the call ends,
+/// panics included: its marks on the lane, then the lane, then its count in
+/// [`Running`] (a new call on the lane must not find its marks cleared under it).
+struct CallOnLane<'a> {
     lanes: &'a Lanes,
     lane: usize,
     /// The inode counted in [`Running`] (pessimistic persistence).
     ino: Option<u64>,
+    guard: Option<MutexGuard<'a, Inner>>,
 }
 
-impl Drop for CallMarks<'_> {
+impl Drop for CallOnLane<'_> {
     fn drop(&mut self) {
         self.lanes.in_call[self.lane].store(false, Ordering::Relaxed);
-        if let Some(ino) = self.ino {
+        if self.ino.is_some() {
             self.lanes.running.check_done(self.lane);
+        }
+        drop(self.guard.take());
+        if let Some(ino) = self.ino {
             self.lanes.running.end(ino);
         }
     }

@@ -7,12 +7,49 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use super::MockNet;
+
+impl MockNet {
+    /// Makes every operation the node listening at `from` posts to the one at `to`
+    /// take `delay` longer (in the poster's thread, as a congested sender blocks), or
+    /// as long as usual again with `None`; false if either address has no listener.
+    pub fn slow_posts(&self, from: &str, to: &str, delay: Option<Duration>) -> bool {
+        let id = |a: &str| self.listener_domain(a);
+        let Some(pair) = id(from).zip(id(to)) else {
+            return false;
+        };
+        self.inner.holds.set_slow(pair, delay);
+        true
+    }
+
+    fn listener_domain(&self, addr: &str) -> Option<u64> {
+        self.inner
+            .listeners
+            .lock()
+            .unwrap()
+            .get(addr)
+            .map(|l| l.domain)
+    }
+
+    /// From now on, posts from clients (domains that listen nowhere) to the node
+    /// listening at `to` wait until `n` of them wait at once, or until `within` has
+    /// passed ([`Gather`]); None if nothing listens there.
+    pub fn gather_client_posts(&self, to: &str, n: usize, within: Duration) -> Option<Arc<Gather>> {
+        let g = Arc::new(Gather::new(n, within));
+        self.inner
+            .holds
+            .set_gather(self.listener_domain(to)?, g.clone());
+        Some(g)
+    }
+}
+
 #[derive(Default)]
 pub(super) struct Holds {
     /// Extra time a post takes, by (poster, peer) domain ids.
     slow: Mutex<HashMap<(u64, u64), Duration>>,
-    /// The gathering clients' posts wait at, if one is set.
-    gather: Mutex<Option<Arc<Gather>>>,
+    /// The gathering clients' posts to a domain wait at, if one is set, and that
+    /// domain's id.
+    gather: Mutex<Option<(u64, Arc<Gather>)>>,
 }
 
 impl Holds {
@@ -24,8 +61,8 @@ impl Holds {
         };
     }
 
-    pub(super) fn set_gather(&self, g: Arc<Gather>) {
-        *self.gather.lock().unwrap() = Some(g);
+    pub(super) fn set_gather(&self, to: u64, g: Arc<Gather>) {
+        *self.gather.lock().unwrap() = Some((to, g));
     }
 
     /// Holds a post from domain `from` to domain `to` up as the test asked;
@@ -36,18 +73,19 @@ impl Holds {
             std::thread::sleep(d);
         }
         let gather = self.gather.lock().unwrap().clone();
-        if let Some(g) = gather {
-            if from_client() {
+        if let Some((at, g)) = gather {
+            if at == to && from_client() {
                 g.pass();
             }
         }
     }
 }
 
-/// Clients' posts held until `want` of them wait at once, then let through together
-/// (and every later one at once), or let through when `within` has passed since the
-/// gathering was set, unmet. A test of concurrency that does not depend on timing:
-/// posts that cannot be under way at once never gather, however fast the machine.
+/// Clients' posts to one node held until `want` of them wait at once, then let
+/// through together (and every later one at once), or let through when `within`
+/// has passed since the gathering was set, unmet. A test of concurrency that does
+/// not depend on timing: posts that cannot be under way at once never gather,
+/// however fast the machine.
 pub struct Gather {
     want: usize,
     deadline: Instant,
