@@ -23,6 +23,16 @@ fn read_all(c: &Client, path: &str) -> Vec<u8> {
     b
 }
 
+/// A client with `lanes` lanes, all in use from the start (each opens at its first
+/// call), shared by the test's threads.
+fn client_with_lanes(cluster: &Cluster, lanes: usize) -> Arc<Client> {
+    let c = cluster.client_with(ClientKind::EXTERNAL, |cfg| {
+        cfg.lanes = lanes;
+        cfg.lanes_at_start = lanes;
+    });
+    Arc::new(c.unwrap())
+}
+
 /// A strong write waits at the MDS for the store's persist notice; with the store's
 /// sends to the MDS slowed down, it takes half a second. Meanwhile another thread's
 /// calls on other inodes through the same client finish: they run on other lanes.
@@ -38,14 +48,7 @@ fn calls_on_other_inodes_do_not_wait_for_a_slow_write() {
     // Two lanes, both open before the store slows down (opening one connects to
     // the store, whose thread waits behind its slow sends); a client would open
     // the second only when its threads first meet.
-    let c = Arc::new(
-        cluster
-            .client_with(ClientKind::EXTERNAL, |cfg| {
-                cfg.lanes = 2;
-                cfg.lanes_at_start = 2;
-            })
-            .unwrap(),
-    );
+    let c = client_with_lanes(&cluster, 2);
     let fd = c
         .open("/slow", OpenFlags::read_write_create(), 0o644)
         .unwrap();
@@ -112,14 +115,7 @@ fn threads_on_files_of_one_home_lane_write_at_once() {
         ..Default::default()
     })
     .unwrap();
-    let c = Arc::new(
-        cluster
-            .client_with(ClientKind::EXTERNAL, |cfg| {
-                cfg.lanes = THREADS;
-                cfg.lanes_at_start = THREADS;
-            })
-            .unwrap(),
-    );
+    let c = client_with_lanes(&cluster, THREADS);
     // Files until one residue has eight, and one of every residue for the warm-up.
     let mut by_residue: BTreeMap<u64, Vec<(String, u64)>> = BTreeMap::new();
     let mut i = 0;
@@ -204,14 +200,7 @@ fn a_file_back_on_a_lane_it_left_refreshes_its_copy_there() {
         ..Default::default()
     })
     .unwrap();
-    let c = Arc::new(
-        cluster
-            .client_with(ClientKind::EXTERNAL, |cfg| {
-                cfg.lanes = 2;
-                cfg.lanes_at_start = 2;
-            })
-            .unwrap(),
-    );
+    let c = client_with_lanes(&cluster, 2);
     // x and y share a home lane, z has the other.
     let mut files: Vec<(String, u64)> = Vec::new();
     let (x, y, z) = loop {
