@@ -102,6 +102,9 @@ pub struct InodeCache {
     /// made on another lane: not used unchecked until refreshed (starts at 1, so
     /// that a copy marked with 0 is below it).
     trust: u64,
+    /// Inodes whose commits landed during the lane's current call, for the lanes
+    /// to note where each inode's copy is current (`fs/lanes.rs`).
+    pub(crate) landed: Vec<u64>,
 }
 
 impl Default for InodeCache {
@@ -111,6 +114,7 @@ impl Default for InodeCache {
             contended: HashMap::new(),
             freed: Vec::new(),
             trust: 1,
+            landed: Vec::new(),
         }
     }
 }
@@ -306,6 +310,9 @@ impl InodeCache {
     ) -> Option<bool> {
         let refused = matches!(placed, Err(Fail::Fs(FsError::Errno(libc::ESTALE))));
         let placed = placed.as_ref().ok().copied();
+        if placed.is_some() && self.landed.last() != Some(&ino) {
+            self.landed.push(ino);
+        }
         match ahead {
             Ahead::Applied(before) => match placed {
                 Some((prev, tail)) if prev == before => {

@@ -264,6 +264,47 @@ fn a_file_back_on_a_lane_it_left_refreshes_its_copy_there() {
     cluster.stop().unwrap();
 }
 
+/// A chmod by path runs on the first free lane (lane 0), not on the file's (lane 1),
+/// and commits to the file there. The file's next whole-page write goes where its
+/// copy took that commit, instead of using its own lane's copy as it was, which the
+/// write's commit would land past and drop.
+#[test]
+fn a_file_changed_by_path_on_another_lane_writes_there_next() {
+    let seed = orion_sim::seed_or(63);
+    let mut cluster = Cluster::start(ClusterConfig {
+        seed,
+        ..Default::default()
+    })
+    .unwrap();
+    let c = client_with_lanes(&cluster, 2);
+    let mut i = 0;
+    let x = loop {
+        let path = format!("/f{i}");
+        if c.mknod(&path, FileType::Regular, 0o644).unwrap().ino % 2 == 1 {
+            break path;
+        }
+        i += 1;
+    };
+    let fx = c.open(&x, OpenFlags::read_write_create(), 0o644).unwrap();
+    c.pwrite(fx, 0, &[1u8; 4096]).unwrap();
+    c.pwrite(fx, 0, &[2u8; 4096]).unwrap();
+    let before = c.stats();
+    c.chmod(&x, 0o600).unwrap();
+    c.pwrite(fx, 4096, &[3u8; 4096]).unwrap();
+    let after = c.stats();
+    assert_eq!(
+        after.ahead_dropped, before.ahead_dropped,
+        "seed {seed}: the write used a copy the chmod on the other lane left behind"
+    );
+    c.close(fx).unwrap();
+    assert_eq!(c.stat(&x).unwrap().mode & 0o7777, 0o600, "seed {seed}");
+    let mut want = vec![2u8; 4096];
+    want.extend([3u8; 4096]);
+    assert_eq!(read_all(&c, &x), want, "seed {seed}");
+    drop(c);
+    cluster.stop().unwrap();
+}
+
 /// Four threads share one client, each working in a directory of its own (writes at
 /// random offsets, truncations, renames, unlinks) and all appending fixed-size
 /// records to one shared file; every file must end as the thread's model says, and

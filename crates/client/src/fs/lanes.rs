@@ -36,7 +36,8 @@
 //! Lanes stay coherent with each other as separate clients do: every use of a cached
 //! inode checks its log tail one-sided (paper §4.3), but for a write of whole pages,
 //! which commits unconditionally and uses the copy as it is unless it is marked as
-//! behind: by a call that runs elsewhere than its inode's last, or on a lane that
+//! behind: by a call that runs elsewhere than its inode's last (call or commit to
+//! it: a chmod by path commits on whichever lane it took), or on a lane that
 //! missed a growth of the inode lanes (a copy that was behind anyway is dropped by
 //! the commit's reply, at the cost of a whole load). The one rule that crosses lanes
 //! is optimistic persistence's "whatever is not a data call commits what is staged
@@ -458,6 +459,7 @@ impl Lanes {
             }
         }
         self.in_call[i].store(true, Ordering::Relaxed);
+        g.cache.landed.clear();
         // Ends the call's marks, in order, even if it panics (a mark left behind
         // would keep the inode on this lane, and the lane taken for one in a
         // front-end call).
@@ -467,8 +469,18 @@ impl Lanes {
             ino: counted,
             guard: Some(g),
         };
-        call.lanes
-            .run_locked(call.guard.as_mut().expect("held"), commit_staged, f)
+        let g = call.guard.as_mut().expect("held");
+        let r = self.run_locked(g, commit_staged, f);
+        if !self.optimistic {
+            // A call not about one inode that committed to one (a chmod or a
+            // truncate by path, say) left the inode's copy current on this lane
+            // and behind on its last: its next calls come here.
+            for &ino in g.cache.landed.iter().filter(|&&ino| Some(ino) != counted) {
+                let home = (ino % self.inode_lanes() as u64) as usize;
+                self.running.shard(ino).note_last(ino, i, home);
+            }
+        }
+        r
     }
 
     /// [`Self::run`] of a call not about one inode for the client's own upkeep (the
@@ -655,6 +667,11 @@ impl Shard {
             lane,
             calls: 1,
         });
+        self.note_last(ino, lane, home);
+    }
+
+    /// The last call on `ino` (or commit to it) ran on `lane`.
+    fn note_last(&mut self, ino: u64, lane: usize, home: usize) {
         self.lent.retain(|(i, _)| *i != ino);
         if lane != home {
             if self.lent.len() >= LENT_PER_SHARD {
