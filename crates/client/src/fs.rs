@@ -119,6 +119,8 @@ pub(crate) struct Inner {
     open: Arc<Mutex<OpenFiles>>,
     /// This lane's number.
     lane: usize,
+    /// Growths of the inode lanes this lane has caught up with (`fs/lanes.rs`).
+    growths_seen: usize,
     uid: u32,
     gid: u32,
     /// [`ClientConfig::host_paths`].

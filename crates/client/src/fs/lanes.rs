@@ -103,10 +103,9 @@ pub(crate) struct Lanes {
     growing: Mutex<()>,
     /// Where each inode with a call under way runs (pessimistic persistence).
     running: Running,
-    /// Times the inode lanes grew under pessimistic persistence, and how many of
-    /// them each lane has seen (a lane that missed one trusts no copy unchecked).
+    /// Times the inode lanes grew under pessimistic persistence (a lane that missed
+    /// one trusts no copy unchecked: `Inner::growths_seen`).
     growths: AtomicUsize,
-    growths_seen: Vec<AtomicUsize>,
     /// Lane `i` runs a front-end's call now (not the flusher's commit of what it
     /// staged, nor the keeper's ping): only meeting such a call shows that the
     /// threads need more lanes.
@@ -164,7 +163,6 @@ impl Lanes {
             growing: Mutex::new(()),
             running: Running::new(lanes),
             growths: AtomicUsize::new(0),
-            growths_seen: (0..lanes).map(|_| AtomicUsize::new(0)).collect(),
             in_call: (0..lanes).map(|_| AtomicBool::new(false)).collect(),
             opened: Arc::default(),
             failures: Failures::default(),
@@ -255,6 +253,8 @@ impl Lanes {
             staging,
             open: self.open.clone(),
             lane: i,
+            // A new lane has no copies to distrust.
+            growths_seen: self.growths.load(Ordering::Acquire),
             uid: self.uid,
             gid: self.gid,
             host_paths: self.cfg.host_paths,
@@ -265,17 +265,14 @@ impl Lanes {
     /// Takes a lane for a call.
     fn take(&self, pick: Pick) -> FsResult<(usize, MutexGuard<'_, Inner>)> {
         let i = match pick {
-            Pick::Inode(ino) if !self.optimistic => return self.take_any_lane_for(ino),
             Pick::Inode(ino) => return self.take_inode_lane(ino),
             Pick::Lane(i) => i,
             Pick::Any => {
                 // The lowest free lane: a lone thread keeps to lane 0 and its warm
                 // copies of directories.
                 for (i, m) in self.existing().take_while(|(i, _)| *i < self.any_lanes) {
-                    match m.try_lock() {
-                        Ok(g) => return Ok((i, g)),
-                        Err(TryLockError::Poisoned(e)) => return Ok((i, e.into_inner())),
-                        Err(TryLockError::WouldBlock) => {}
+                    if let Some(g) = try_lock(m) {
+                        return Ok((i, g));
                     }
                 }
                 let unopened = self.slots[..self.any_lanes]
@@ -305,16 +302,13 @@ impl Lanes {
             let n = self.inode_lanes.load(Ordering::Acquire);
             let i = (ino % n as u64) as usize;
             let m = self.open_lane(i, true)?;
-            let g = match m.try_lock() {
-                Ok(g) => g,
-                Err(TryLockError::Poisoned(e)) => e.into_inner(),
-                Err(TryLockError::WouldBlock)
-                    if n < self.slots.len() && self.in_call[i].load(Ordering::Relaxed) =>
-                {
+            let g = match try_lock(m) {
+                Some(g) => g,
+                None if n < self.slots.len() && self.in_call[i].load(Ordering::Relaxed) => {
                     self.grow(n);
                     continue;
                 }
-                Err(TryLockError::WouldBlock) => lock(m),
+                None => lock(m),
             };
             // The mapping changes only while every lane is held, so it holds as long
             // as this lane is; a call that waited through a growth looks again.
@@ -357,8 +351,8 @@ impl Lanes {
                 self.grow(n);
                 continue;
             }
-            let open: Vec<(usize, &Mutex<Inner>)> = self.existing().collect();
-            for &(i, m) in open.iter().rev() {
+            let open = self.slots.iter().enumerate().rev();
+            for (i, m) in open.filter_map(|(i, s)| s.get().map(|m| (i, m))) {
                 if let Some(mut g) = try_lock(m) {
                     shard.begin(ino, i, home);
                     g.cache.mark_behind(ino);
@@ -444,17 +438,23 @@ impl Lanes {
                 self.run_locked(&mut g, true, |_| Ok(()))?;
             }
         }
-        let (i, mut g) = self.take(pick)?;
+        // Under pessimistic persistence a call about one inode may run on any lane,
+        // counted in `Running`; under optimistic persistence it keeps to its home.
         let counted = match pick {
             Pick::Inode(ino) if !self.optimistic => Some(ino),
             _ => None,
+        };
+        let (i, mut g) = match counted {
+            Some(ino) => self.take_any_lane_for(ino)?,
+            None => self.take(pick)?,
         };
         if let Some(ino) = counted {
             self.running.check_alone(ino, i);
             // A growth moved inodes to new home lanes, where their copies may lag
             // behind what this client committed on their old ones.
             let growths = self.growths.load(Ordering::Acquire);
-            if self.growths_seen[i].swap(growths, Ordering::AcqRel) != growths {
+            if g.growths_seen != growths {
+                g.growths_seen = growths;
                 g.cache.mark_all_behind();
             }
         }
