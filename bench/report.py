@@ -38,6 +38,27 @@ SCALING = [
     ("4 KiB rand read", "scale_4k_randread"),
     ("create+stat+unlink", "scale_create_stat_unlink"),
 ]
+# CPU time per operation (summed over every process of the machine: the workload,
+# the mount, the daemons, the kernel's threads): (label, workload, path to the
+# row's "cpu" object).
+CPU_ROWS = [
+    ("4 KiB rand write", "4k_randwrite", ["cpu"]),
+    ("4 KiB rand write+fsync", "4k_randwrite_fsync", ["cpu"]),
+    ("4 KiB rand read", "4k_randread", ["cpu"]),
+    ("create", "metadata", ["create", "cpu"]),
+    ("mkdir", "metadata", ["mkdir", "cpu"]),
+    ("stat", "metadata", ["stat", "cpu"]),
+    ("unlink", "metadata", ["unlink", "cpu"]),
+    ("rmdir", "metadata", ["rmdir", "cpu"]),
+    ("1 MiB seq write, 1 job", "1m_seqwrite_1job", ["cpu"]),
+    ("1 MiB seq read, 1 job", "1m_seqread_1job", ["cpu"]),
+    ("varmail", "varmail", ["cpu"]),
+    ("fileserver", "fileserver", ["cpu"]),
+    ("webserver", "webserver", ["cpu"]),
+    ("SQLite transaction", "sqlite", ["cpu"]),
+]
+# The rows whose split by process is shown (table and plot).
+CPU_SPLIT_ROWS = ["4 KiB rand write", "create", "stat", "varmail"]
 ORDER = ["tmpfs", "null-fuse", "orion-mount", "orion-mount-r2", "orion-preload", "orion-api",
          "orion-api-opt", "glusterfs", "cephfs", "moosefs"]
 PEERS = ["glusterfs", "cephfs", "moosefs"]
@@ -180,8 +201,106 @@ def build_scaling(runs, systems):
             continue
         cells = {s: {j: median(values(runs[s], w, ["jobs", str(j), "ops_s"])) for j in counts}
                  for s in systems}
-        out.append({"row": label, "workload": w, "jobs": counts, "cells": cells})
+        cpu = {s: {j: median(values(runs[s], w, ["jobs", str(j), "cpu", "us_per_op"]))
+                   for j in counts} for s in systems}
+        out.append({"row": label, "workload": w, "jobs": counts, "cells": cells, "cpu": cpu})
     return out
+
+
+def cpu_of(results, workload, path):
+    """The row's CPU object of one round, or None."""
+    v = results.get(workload)
+    for k in path:
+        if not isinstance(v, dict) or k not in v:
+            return None
+        v = v[k]
+    return v if isinstance(v, dict) and "us_per_op" in v else None
+
+
+def build_cpu(runs, systems):
+    """Per CPU row and system: the median µs of CPU per operation over the rounds,
+    and the median of each process's share."""
+    out = []
+    for label, w, path in CPU_ROWS:
+        cells, split = {}, {}
+        for s in systems:
+            rounds = [c for c in (cpu_of(r, w, path) for r in runs[s]) if c]
+            cells[s] = median([c["us_per_op"] for c in rounds])
+            names = sorted({n for c in rounds for n in (c.get("by") or {})})
+            split[s] = {n: median([(c.get("by") or {}).get(n, 0.0) for c in rounds])
+                        for n in names}
+        if any(v is not None for v in cells.values()):
+            out.append({"row": label, "workload": w, "cells": cells, "split": split})
+    return out
+
+
+def cpu_markdown(cpu, systems):
+    if not cpu:
+        return ""
+    lines = [
+        "",
+        "## CPU time per operation",
+        "",
+        "Microseconds of CPU per operation, summed over every process of the machine "
+        "while the row ran (its threads' run time from /proc, the benchmark's own from "
+        "getrusage, so the workload, the mount or client library, every daemon and "
+        "the kernel's threads). This is what an operation costs where the application "
+        "shares its cores with the file system, whatever the core count: lower is "
+        "better. Last column: the Orion mount against the null FUSE (the floor of any "
+        "FUSE file system; above 1: Orion costs more).",
+        "",
+        "| operation | " + " | ".join(systems) + " | mount vs null FUSE |",
+        "| --- | " + " | ".join("---" for _ in systems) + " | --- |",
+    ]
+    for r in cpu:
+        c = r["cells"]
+        m, n = c.get("orion-mount"), c.get("null-fuse")
+        vs = f"{m / n:.2f}×" if m and n else "—"
+        lines.append(f"| {r['row']} | " + " | ".join(fmt(c[s], "µs") for s in systems)
+                     + f" | {vs} |")
+    lines += ["", "Where it goes (µs per operation by process; shares under 2% of a "
+              "row's total are summed as `other`; `workload` is the benchmark's "
+              "process, with the client library under `orion run` and the API):", ""]
+    for r in cpu:
+        if r["row"] not in CPU_SPLIT_ROWS:
+            continue
+        for s in systems:
+            sp = r["split"].get(s) or {}
+            if not sp:
+                continue
+            parts = ", ".join(f"{n} {v:.1f}" for n, v in
+                              sorted(sp.items(), key=lambda kv: -kv[1]) if v >= 0.05)
+            lines.append(f"- {r['row']}, {s}: {parts}")
+    return "\n".join(lines) + "\n"
+
+
+def cpu_plot(cpu, systems, out):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    rows = [r for r in cpu if r["row"] in CPU_SPLIT_ROWS]
+    if not rows:
+        return
+    fig, axes = plt.subplots(1, len(rows), figsize=(4.4 * len(rows), 4.2))
+    if len(rows) == 1:
+        axes = [axes]
+    for ax, r in zip(axes, rows):
+        names = sorted({n for s in systems for n in (r["split"].get(s) or {})})
+        bottom = [0.0] * len(systems)
+        for n in names:
+            ys = [(r["split"].get(s) or {}).get(n, 0.0) or 0.0 for s in systems]
+            ax.bar(range(len(systems)), ys, bottom=bottom, label=n)
+            bottom = [b + y for b, y in zip(bottom, ys)]
+        ax.set_xticks(range(len(systems)))
+        ax.set_xticklabels(systems, rotation=35, ha="right", fontsize=7)
+        ax.set_title(f"{r['row']}: µs CPU per op")
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(f"{out}-cpu.png", dpi=110)
+    plt.close(fig)
 
 
 def scaling_markdown(scaling, systems):
@@ -196,7 +315,8 @@ def scaling_markdown(scaling, systems):
         "Each job is a thread of the benchmark on files of its own (a 16 MiB file, or a "
         "directory), all through the same mount (for the client library: the same "
         "`Client`); operations per second over all jobs, and × against one job of the "
-        "same system. This VM has the CPUs above: past them, jobs only share cores.",
+        "same system, then the µs of CPU per operation over every process. This VM has "
+        "the CPUs above: past them, jobs only share cores.",
         "",
         "| workload | jobs | " + " | ".join(systems) + " |",
         "| --- | --- | " + " | ".join("---" for _ in systems) + " |",
@@ -207,7 +327,9 @@ def scaling_markdown(scaling, systems):
             for s in systems:
                 x, one = r["cells"][s].get(j), r["cells"][s].get(1)
                 times = f" ({x / one:.2f}×)" if x and one and j != 1 else ""
-                cells.append(k(x) + times)
+                c = (r.get("cpu") or {}).get(s, {}).get(j)
+                cost = f", {c:.1f} µs CPU" if c else ""
+                cells.append(k(x) + times + cost)
             lines.append(f"| {r['row']} | {j} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -288,16 +410,19 @@ def main():
         "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
     }
     scaling = build_scaling(runs, systems)
+    cpu = build_cpu(runs, systems)
     with open(a.out + ".json", "w") as f:
         json.dump({"machine": machine, "runs": meta, "results": runs, "table": table,
-                   "scaling": scaling}, f, indent=1)
+                   "scaling": scaling, "cpu": cpu}, f, indent=1)
     rounds = max(len(v) for v in runs.values())
-    md = markdown(table, systems, machine, meta, rounds) + scaling_markdown(scaling, systems)
+    md = (markdown(table, systems, machine, meta, rounds) + cpu_markdown(cpu, systems)
+          + scaling_markdown(scaling, systems))
     with open(a.out + ".md", "w") as f:
         f.write(md)
     print(md)
     plots(table, systems, a.out)
     scaling_plot(scaling, systems, a.out)
+    cpu_plot(cpu, systems, a.out)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Result};
 use serde_json::{json, Value};
 
+use crate::bench_cpu::CpuMeter;
 use crate::bench_workloads::{How, Rng, Target};
 
 #[derive(Clone, Copy, PartialEq)]
@@ -44,8 +45,8 @@ pub fn scaling<T: Target>(t: &T, d: &str, kind: Scaled, secs: Duration) -> Resul
     }
     let mut out = serde_json::Map::new();
     for jobs in counts {
-        let ops_s = run_jobs(t, d, kind, jobs, secs)?;
-        out.insert(jobs.to_string(), json!({ "ops_s": ops_s }));
+        let (ops_s, cpu) = run_jobs(t, d, kind, jobs, secs)?;
+        out.insert(jobs.to_string(), json!({ "ops_s": ops_s, "cpu": cpu }));
     }
     Ok(json!({ "jobs": out }))
 }
@@ -64,9 +65,17 @@ fn lay_out<T: Target>(t: &T, d: &str, jobs: usize) -> Result<()> {
     Ok(())
 }
 
-/// `jobs` threads that start together and stop at one deadline; ops/s over all.
-fn run_jobs<T: Target>(t: &T, d: &str, kind: Scaled, jobs: usize, secs: Duration) -> Result<f64> {
+/// `jobs` threads that start together and stop at one deadline; ops/s over all, and
+/// the CPU per operation over every process.
+fn run_jobs<T: Target>(
+    t: &T,
+    d: &str,
+    kind: Scaled,
+    jobs: usize,
+    secs: Duration,
+) -> Result<(f64, Value)> {
     let start = Barrier::new(jobs + 1);
+    let meter = CpuMeter::start();
     let (total, elapsed) = std::thread::scope(|s| -> Result<(u64, f64)> {
         let start = &start;
         let hs: Vec<_> = (0..jobs)
@@ -80,7 +89,7 @@ fn run_jobs<T: Target>(t: &T, d: &str, kind: Scaled, jobs: usize, secs: Duration
         }
         Ok((total, t0.elapsed().as_secs_f64()))
     })?;
-    Ok(total as f64 / elapsed)
+    Ok((total as f64 / elapsed, meter.finish(total)))
 }
 
 /// Waits at the start barrier once: when told to, or when dropped (a job that failed

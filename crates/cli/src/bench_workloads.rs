@@ -33,6 +33,7 @@ use orion_meta::FsError;
 use orion_progress::{Progress, Unit};
 use serde_json::{json, Value};
 
+use crate::bench_cpu::CpuMeter;
 use crate::bench_fabric::{lat, Lat};
 use crate::bench_mount::timed;
 use crate::bench_scaling::{scaling, Scaled};
@@ -395,6 +396,7 @@ fn lat4k<T: Target>(t: &T, d: &str, kind: Io4k, secs: Duration) -> Result<Value>
     let mut order: Vec<u32> = (0..FILE_PAGES as u32).collect();
     let mut next = order.len();
     let mut ns = Vec::new();
+    let meter = CpuMeter::start();
     let deadline = Instant::now() + secs;
     while Instant::now() < deadline {
         if next == order.len() {
@@ -421,10 +423,11 @@ fn lat4k<T: Target>(t: &T, d: &str, kind: Io4k, secs: Duration) -> Result<Value>
         }
         ns.push(at.elapsed().as_nanos() as u64);
     }
+    let cpu = meter.finish(ns.len() as u64);
     t.close(f)?;
     let ops = ns.len();
     let l = lat(ns);
-    Ok(json!({"p50_us": l.p50, "p99_us": l.p99, "ops": ops}))
+    Ok(json!({"p50_us": l.p50, "p99_us": l.p99, "ops": ops, "cpu": cpu}))
 }
 
 /// 1 MiB sequential writes (or reads of files laid out first, untimed) of 256 MiB per
@@ -457,6 +460,7 @@ fn seq<T: Target>(t: &T, d: &str, write: bool, jobs: usize) -> Result<Value> {
             lay_out(j)?;
         }
     }
+    let meter = CpuMeter::start();
     let started = Instant::now();
     std::thread::scope(|s| -> Result<()> {
         let hs: Vec<_> = (0..jobs)
@@ -468,24 +472,28 @@ fn seq<T: Target>(t: &T, d: &str, write: bool, jobs: usize) -> Result<Value> {
         Ok(())
     })?;
     let secs = started.elapsed().as_secs_f64();
-    Ok(json!({"mib_s": (jobs as u64 * PER_JOB) as f64 / secs, "jobs": jobs}))
+    let cpu = meter.finish(jobs as u64 * PER_JOB);
+    Ok(json!({"mib_s": (jobs as u64 * PER_JOB) as f64 / secs, "jobs": jobs, "cpu": cpu}))
 }
 
 fn metadata<T: Target>(t: &T, d: &str, n: usize) -> Result<Value> {
     let f = |i: usize| format!("{d}/f{i}");
     let m = |i: usize| format!("{d}/d{i}");
     let mut out = serde_json::Map::new();
-    let mut put = |k: &str, l: Lat| {
-        out.insert(k.into(), lat_json(l));
+    // Each operation's latencies, and the CPU its n calls cost.
+    let mut put = |k: &str, op: &mut dyn FnMut(usize) -> io::Result<()>| -> Result<()> {
+        let meter = CpuMeter::start();
+        let l = timed(n, op)?;
+        let mut v = lat_json(l);
+        v["cpu"] = meter.finish(n as u64);
+        out.insert(k.into(), v);
+        Ok(())
     };
-    put(
-        "create",
-        timed(n, |i| t.create(&f(i)).and_then(|h| t.close(h)))?,
-    );
-    put("stat", timed(n, |i| t.stat(&f(i)))?);
-    put("unlink", timed(n, |i| t.unlink(&f(i)))?);
-    put("mkdir", timed(n, |i| t.mkdir(&m(i)))?);
-    put("rmdir", timed(n, |i| t.rmdir(&m(i)))?);
+    put("create", &mut |i| t.create(&f(i)).and_then(|h| t.close(h)))?;
+    put("stat", &mut |i| t.stat(&f(i)))?;
+    put("unlink", &mut |i| t.unlink(&f(i)))?;
+    put("mkdir", &mut |i| t.mkdir(&m(i)))?;
+    put("rmdir", &mut |i| t.rmdir(&m(i)))?;
     Ok(Value::Object(out))
 }
 
@@ -623,6 +631,7 @@ fn table2<T: Target>(
     let log = format!("{root}/log");
     t.close(t.create(&log)?)?;
     let ops = AtomicU64::new(0);
+    let meter = CpuMeter::start();
     let deadline = Instant::now() + dur;
     let started = Instant::now();
     let thread = |th: usize| -> io::Result<()> {
@@ -702,7 +711,9 @@ fn table2<T: Target>(
         Ok(())
     })?;
     let secs = started.elapsed().as_secs_f64();
+    let cpu = meter.finish(ops.load(Ordering::Relaxed));
     Ok(json!({
+        "cpu": cpu,
         "ops_s": ops.load(Ordering::Relaxed) as f64 / secs,
         "threads": p.threads,
         "files": files,
@@ -723,6 +734,7 @@ fn sqlite<T: Target>(t: &T, d: &str, txs: usize) -> Result<Value> {
     for _ in 0..txs {
         script.push_str("BEGIN; INSERT INTO t(v) VALUES (randomblob(1024)); COMMIT;\n");
     }
+    let meter = CpuMeter::start();
     let t = Instant::now();
     let mut child = std::process::Command::new("sqlite3")
         .arg(&db)
@@ -741,5 +753,6 @@ fn sqlite<T: Target>(t: &T, d: &str, txs: usize) -> Result<Value> {
     if !out.status.success() {
         bail!("sqlite3: {}", String::from_utf8_lossy(&out.stderr));
     }
-    Ok(json!({"tx_s": txs as f64 / secs, "transactions": txs}))
+    let cpu = meter.finish(txs as u64);
+    Ok(json!({"tx_s": txs as f64 / secs, "transactions": txs, "cpu": cpu}))
 }

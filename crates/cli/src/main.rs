@@ -12,6 +12,7 @@ use orion_progress::{Progress, Unit};
 
 mod bench_client;
 mod bench_cluster;
+mod bench_cpu;
 mod bench_fabric;
 mod bench_failover;
 mod bench_local;

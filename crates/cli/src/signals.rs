@@ -1,16 +1,27 @@
 //! SIGTERM and SIGINT ask a daemon to stop cleanly. The handler is installed with
 //! sigaction directly, replacing whatever was there: a library the fabric loads
 //! installs handlers that exit the process, which a chaining handler would still call.
+//!
+//! The handler also writes a byte to a pipe that the thread raising the stop flag
+//! sleeps on (the self-pipe way), so an idle daemon has no thread waking to look.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 static STOP: AtomicBool = AtomicBool::new(false);
+/// The pipe's write end, once [`stop_flag`] made it (-1 before).
+static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
 
 extern "C" fn on_signal(_: libc::c_int) {
-    // Only an atomic store: async-signal-safe.
+    // An atomic store and write(2): both async-signal-safe.
     STOP.store(true, Ordering::SeqCst);
+    let fd = WAKE_FD.load(Ordering::SeqCst);
+    if fd >= 0 {
+        let b = 1u8;
+        // SAFETY: writes one byte from this frame to a descriptor this process made
+        // for it and never closes; a full pipe (a reader already woken) is ignored.
+        unsafe { libc::write(fd, (&b as *const u8).cast(), 1) };
+    }
 }
 
 /// Whether a SIGTERM or SIGINT came since [`stop_flag`] installed the handler.
@@ -18,11 +29,23 @@ pub fn stop_requested() -> bool {
     STOP.load(Ordering::SeqCst)
 }
 
-/// A flag that becomes true at the first SIGTERM or SIGINT.
+/// A flag that becomes true at the first SIGTERM or SIGINT (one flag per process:
+/// every call returns it).
 pub fn stop_flag() -> std::io::Result<Arc<AtomicBool>> {
+    static FLAG: std::sync::Mutex<Option<Arc<AtomicBool>>> = std::sync::Mutex::new(None);
+    let mut made = FLAG.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(f) = made.as_ref() {
+        return Ok(f.clone());
+    }
+    let mut fds = [-1; 2];
+    // SAFETY: pipe2 fills the two-element array on this frame.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    WAKE_FD.store(fds[1], Ordering::SeqCst);
     for sig in [libc::SIGTERM, libc::SIGINT] {
         // SAFETY: a zeroed sigaction is a valid empty one; we set a handler that only
-        // performs an atomic store, and pass valid pointers to sigaction(2).
+        // performs an atomic store and a write, and pass valid pointers to sigaction(2).
         let r = unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
@@ -36,14 +59,23 @@ pub fn stop_flag() -> std::io::Result<Arc<AtomicBool>> {
     }
     let flag = Arc::new(AtomicBool::new(false));
     let f = flag.clone();
+    let read_fd = fds[0];
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
             while !STOP.load(Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(10));
+                let mut p = libc::pollfd {
+                    fd: read_fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one pollfd on this frame; the pipe's read end stays open for
+                // the life of the process. The timeout only bounds a lost wake-up.
+                unsafe { libc::poll(&mut p, 1, 1000) };
             }
             f.store(true, Ordering::SeqCst);
         })?;
+    *made = Some(flag.clone());
     Ok(flag)
 }
 

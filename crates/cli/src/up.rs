@@ -434,7 +434,10 @@ pub fn up(a: UpArgs) -> Result<()> {
                 }
             }
         }
-        std::thread::sleep(Duration::from_millis(50));
+        // Ten looks a second: a daemon that died is started again within 100 ms (its
+        // mirror or peers cover it meanwhile), and an idle cluster's supervisor
+        // barely wakes.
+        std::thread::sleep(Duration::from_millis(100));
     }
     event("stopping".into());
     stop_all(children);

@@ -12,6 +12,13 @@
 //! callback connection breaks, the lease and every watch are void: the kernel's
 //! copies run out with the lease, and the next connection starts afresh.
 //!
+//! A file's watch also ends with the first callback about it (a `Recall`: the MDS
+//! recalls a grant once, and calls this client back about the file again only once
+//! it watches it anew). The thread forgets the watch before the kernel's copy is
+//! dropped, so the next call that hands the kernel anything of the file asks for a
+//! new watch first; and a watch asked before the recall came is not noted after it
+//! (the MDS may have ended it when the answer reached it): [`KernelCache::recalled`].
+//!
 //! Watches end when the kernel forgets an inode (FUSE's `forget`, once as many
 //! lookups were forgotten as the mount answered), in batches (`Unwatch`). Two
 //! locks keep that from dropping a watch the kernel relies on: a call that hands the
@@ -53,14 +60,47 @@ const UNWATCH_BATCH: usize = 256;
 /// back about an inode number it still watches, even one whose file was deleted
 /// and whose number another file took since.
 const UNWATCH_AGE: Duration = Duration::from_millis(100);
-/// How often the callback thread looks at its stop flag.
-const STOP_POLL: Duration = Duration::from_millis(20);
+/// The pause before a callback connection is tried again after a failure.
+const RETRY_PAUSE: Duration = Duration::from_millis(20);
+/// The longest the callback thread sleeps without a look at its lease and stop flag
+/// (a stop wakes it at once: [`KernelCache::stop`]).
+const LONGEST_WAIT: Duration = Duration::from_secs(1);
+
+/// Recalls remembered to tell whether a watch asked for was recalled before it is
+/// noted (older ones: any watch asked before them is refused, as if recalled).
+const RECALLS_KEPT: usize = 4096;
 
 /// A promise that the inodes asked about were watched in callback session
 /// `session` before the caller read them.
 #[derive(Clone, Copy, Debug)]
 pub struct Watched {
     session: u64,
+    /// The count of recalls when the watch was asked for.
+    recalls: u64,
+}
+
+/// The recent recalls of files' watches (see the module's text).
+#[derive(Default)]
+struct Recalls {
+    /// Recalls so far.
+    count: u64,
+    /// The last [`RECALLS_KEPT`]: (the count after it, the inode).
+    recent: std::collections::VecDeque<(u64, u64)>,
+    /// The count after the newest recall no longer in `recent`.
+    forgotten_upto: u64,
+}
+
+impl Recalls {
+    /// Whether `ino` may have been recalled after `since` (the count then).
+    fn since(&self, since: u64, ino: u64) -> bool {
+        since < self.forgotten_upto
+            || self
+                .recent
+                .iter()
+                .rev()
+                .take_while(|(n, _)| *n > since)
+                .any(|(_, i)| *i == ino)
+    }
 }
 
 pub struct KernelCache {
@@ -75,10 +115,14 @@ pub struct KernelCache {
     /// Inodes the kernel forgot, to unwatch in the next batch, and since when the
     /// first of them waits.
     forgotten: Mutex<(Vec<u64>, Option<Instant>)>,
+    /// Locked after `watched` when both are.
+    recalls: Mutex<Recalls>,
     gate: RwLock<()>,
     requests: Mutex<()>,
     invalidate: Invalidate,
     stop: AtomicBool,
+    /// The completion queue the callback thread sleeps on, for a stop to wake it.
+    sleeping_on: Mutex<Option<Arc<CompletionQueue>>>,
 }
 
 impl KernelCache {
@@ -90,10 +134,12 @@ impl KernelCache {
             watched: Mutex::new(HashSet::new()),
             held: Mutex::new(HashMap::new()),
             forgotten: Mutex::new((Vec::new(), None)),
+            recalls: Mutex::new(Recalls::default()),
             gate: RwLock::new(()),
             requests: Mutex::new(()),
             invalidate,
             stop: AtomicBool::new(false),
+            sleeping_on: Mutex::new(None),
         }
     }
 
@@ -179,24 +225,57 @@ impl KernelCache {
         if self.left() < MIN_TTL {
             return None;
         }
+        let w = lock(&self.watched);
+        let recalls = lock(&self.recalls).count;
+        let watched = Watched { session, recalls };
         if inos.is_empty() {
             // Only the session is asked for (a change's own inodes are noted after).
-            return Some((Vec::new(), Watched { session }));
+            return Some((Vec::new(), watched));
         }
-        let w = lock(&self.watched);
         let missing = inos.iter().copied().filter(|i| !w.contains(i)).collect();
-        Some((missing, Watched { session }))
+        Some((missing, watched))
     }
 
     /// Records `inos` as watched (the MDS said so, or this client changed them, which
-    /// watches them there) unless the session changed since `w`.
+    /// watches them there) unless the session changed since `w`; one recalled since
+    /// `w` is not recorded (the MDS may have ended its watch after it was asked for),
+    /// and then the answer is false.
     pub(crate) fn note(&self, w: Watched, inos: &[u64]) -> bool {
         let mut set = lock(&self.watched);
         if self.session.load(Ordering::Acquire) != w.session {
             return false;
         }
-        set.extend(inos.iter().copied());
-        true
+        let recalls = lock(&self.recalls);
+        let mut all = true;
+        for &ino in inos {
+            if recalls.since(w.recalls, ino) {
+                all = false;
+            } else {
+                set.insert(ino);
+            }
+        }
+        all
+    }
+
+    /// The MDS recalled the watches of `inos` (files another client changed): they
+    /// are no longer watched, and a watch asked for before now is not noted. Called
+    /// before the kernel's copies are dropped.
+    fn recalled(&self, inos: &[u64]) {
+        if inos.is_empty() {
+            return;
+        }
+        let mut set = lock(&self.watched);
+        let mut r = lock(&self.recalls);
+        for &ino in inos {
+            set.remove(&ino);
+            r.count += 1;
+            let n = r.count;
+            r.recent.push_back((n, ino));
+            if r.recent.len() > RECALLS_KEPT {
+                let (old, _) = r.recent.pop_front().expect("longer than kept");
+                r.forgotten_upto = old;
+            }
+        }
     }
 
     pub(crate) fn is_watched(&self, w: Watched, ino: u64) -> bool {
@@ -252,6 +331,9 @@ impl KernelCache {
 
     pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::Release);
+        if let Some(cq) = lock(&self.sleeping_on).as_ref() {
+            cq.wake();
+        }
     }
 }
 
@@ -276,7 +358,7 @@ pub(crate) fn callback_loop(
             Ok(()) => {}
             Err(e) => {
                 debug!("callback connection to {addr}: {e}");
-                std::thread::sleep(STOP_POLL);
+                std::thread::sleep(RETRY_PAUSE);
             }
         }
     }
@@ -293,7 +375,8 @@ fn session(
     instance: u64,
     kc: &KernelCache,
 ) -> Result<(), String> {
-    let cq = domain.completion_queue().map_err(|e| e.to_string())?;
+    let cq = Arc::new(domain.completion_queue().map_err(|e| e.to_string())?);
+    *lock(&kc.sleeping_on) = Some(cq.clone());
     let mut ch =
         (patience.attempt(k, |p| open_mds(domain, &cq, addr, p))).map_err(|e| e.to_string())?;
     let timeout = Duration::from_millis(cfg.op_timeout_ms);
@@ -344,7 +427,15 @@ fn session(
             // the wait's break).
             renew_at = now + lease;
         }
-        let wait = renew_at.saturating_duration_since(now).min(STOP_POLL);
+        // Asleep until the renewal is due (with one unanswered: until it is given up
+        // on), a message comes, or a stop wakes the queue.
+        let until = match renewal {
+            Some((_, sent)) => sent + lease * UNANSWERED_LEASES,
+            None => renew_at,
+        };
+        let wait = until
+            .saturating_duration_since(now)
+            .clamp(Duration::from_millis(1), LONGEST_WAIT);
         batch.clear();
         match wait_batch(&cq, &mut batch, wait) {
             Ok(()) => {}
@@ -382,6 +473,16 @@ fn session(
                     }
                     match MdsToClient::decode(&msg) {
                         Ok((id, MdsToClient::Invalidate { items })) => {
+                            // Recalled watches end first: a call that starts now
+                            // watches the file anew, one under way is waited for.
+                            let recalled: Vec<u64> = items
+                                .iter()
+                                .filter_map(|it| match it {
+                                    Invalidation::Recall(ino) => Some(*ino),
+                                    _ => None,
+                                })
+                                .collect();
+                            kc.recalled(&recalled);
                             kc.settle();
                             (kc.invalidate)(&items);
                             if let Err(e) = ch.send_reply(id, &Reply::Ok(ReplyBody::Empty)) {

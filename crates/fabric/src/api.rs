@@ -123,6 +123,8 @@ pub(crate) trait CqImpl: Send + Sync {
 pub(crate) trait ListenerImpl: Send + Sync {
     fn accept(&self, cq: &CompletionQueue, timeout: Duration) -> Result<Connection>;
     fn local_addr(&self) -> String;
+    /// Ends every wait in `accept`, now and later.
+    fn wake(&self);
 }
 
 pub(crate) enum RegionSource<'a> {
@@ -262,6 +264,13 @@ impl Listener {
     /// The address peers connect to.
     pub fn local_addr(&self) -> String {
         self.imp.local_addr()
+    }
+
+    /// Makes every [`Listener::accept`] waiting now return at once, and every later one
+    /// too (with a timeout or an error): for a server that stops, whose acceptors may
+    /// then sleep long in `accept` while it is idle.
+    pub fn wake(&self) {
+        self.imp.wake()
     }
 }
 

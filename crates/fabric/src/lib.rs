@@ -26,6 +26,7 @@ mod futex;
 pub mod local;
 pub mod mock;
 pub mod ofi;
+mod readable;
 mod region;
 mod tcp;
 mod wait;

@@ -243,6 +243,7 @@ impl DomainImpl for MockDomain {
             domain: self.state.id,
             pending: Mutex::new(Some(VecDeque::new())),
             cv: Condvar::new(),
+            woken: AtomicBool::new(false),
         });
         let mut ls = self.net.listeners.lock().unwrap();
         if ls.contains_key(&name) {
@@ -348,6 +349,8 @@ struct ListenQueue {
     /// is then refused at once, as TCP's is (seed 166 waited out 5 s handshakes).
     pending: Mutex<Option<VecDeque<Pending>>>,
     cv: Condvar,
+    /// Set by `wake`: accepts return at once.
+    woken: AtomicBool,
 }
 
 struct MockListener {
@@ -365,7 +368,7 @@ impl ListenerImpl for MockListener {
                 break p;
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            if left.is_zero() || self.queue.woken.load(Ordering::SeqCst) {
                 return Err(Error::Timeout(timeout));
             }
             pending = self.queue.cv.wait_timeout(pending, left).unwrap().0;
@@ -392,6 +395,12 @@ impl ListenerImpl for MockListener {
 
     fn local_addr(&self) -> String {
         self.name.clone()
+    }
+
+    fn wake(&self) {
+        let _held = self.queue.pending.lock().unwrap();
+        self.queue.woken.store(true, Ordering::SeqCst);
+        self.queue.cv.notify_all();
     }
 }
 

@@ -34,12 +34,13 @@ pub(crate) fn accept(
                 return Ok((s, a));
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
                     return Err(Error::Timeout(timeout));
                 }
-                // Connection setup is not on any latency path; a short sleep keeps it
-                // cheap (a server polls with several threads: see the acceptor's).
-                std::thread::sleep(Duration::from_millis(4));
+                // Asleep until a peer connects. Several threads may wait on one
+                // listener: all wake, one accepts, the others find nothing and sleep again.
+                crate::readable::wait(l, left);
             }
             Err(e) => return Err(Error::io("accept", e)),
         }

@@ -22,7 +22,9 @@ pub fn invalidator(notifier: Notifier) -> Invalidate {
     Box::new(move |items: &[Invalidation]| {
         for it in items {
             let r = match it {
-                Invalidation::Inode(ino) => notifier.inval_inode(INodeNo(*ino), 0, 0),
+                Invalidation::Inode(ino) | Invalidation::Recall(ino) => {
+                    notifier.inval_inode(INodeNo(*ino), 0, 0)
+                }
                 Invalidation::Entry { parent, name } => {
                     notifier.inval_entry(INodeNo(*parent), OsStr::from_bytes(name))
                 }

@@ -130,7 +130,9 @@ pub fn mount(
                         }
                         return;
                     }
-                    std::thread::sleep(Duration::from_millis(20));
+                    // Ten looks a second: a stop waits at most that long to unmount,
+                    // and an idle mount barely wakes.
+                    std::thread::sleep(Duration::from_millis(100));
                 }
             })?
     };

@@ -287,7 +287,6 @@ impl EmbeddedServer {
         };
         let listener =
             TcpListener::bind(listen).with_context(|| format!("listening on {listen}"))?;
-        listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?.to_string();
         let state = Arc::new(Mutex::new(State {
             epoch,
@@ -306,8 +305,11 @@ impl EmbeddedServer {
         let acceptor = std::thread::Builder::new()
             .name("manager".into())
             .spawn(move || {
+                // Blocked in accept while idle; a drop wakes it with a connection of
+                // its own.
                 while !s.load(Ordering::Relaxed) {
                     match listener.accept() {
+                        Ok(_) if s.load(Ordering::Relaxed) => break,
                         Ok((conn, from)) => {
                             let (state, s) = (state.clone(), s.clone());
                             let _ = std::thread::Builder::new()
@@ -317,9 +319,6 @@ impl EmbeddedServer {
                                         warn!("cluster manager connection from {from}: {e:#}");
                                     }
                                 });
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                            std::thread::sleep(Duration::from_millis(20));
                         }
                         Err(e) => {
                             warn!("cluster manager: accepting: {e}");
@@ -355,7 +354,16 @@ impl Drop for EmbeddedServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.acceptor.take() {
-            let _ = t.join();
+            // The acceptor sleeps in accept: a connection wakes it to see the flag. If
+            // none can be made, it is left to end with the process.
+            if std::net::TcpStream::connect_timeout(
+                &self.addr.parse().expect("a socket address"),
+                Duration::from_secs(1),
+            )
+            .is_ok()
+            {
+                let _ = t.join();
+            }
         }
     }
 }

@@ -27,6 +27,18 @@
 //! - Two clients that change the same directory at once may each hold a kernel lock
 //!   the other's invalidation needs. An instance that itself waits for answers is
 //!   waited for [`BUSY_PATIENCE`] only: a cycle costs that long, not a lease.
+//!
+//! A watch of a file (anything but a directory) is a grant recalled once, as NFSv4
+//! recalls a delegation: the first change by another client sends it a
+//! [`Invalidation::Recall`], and the watch ends when the client answers. Until then,
+//! further changes to the file wait for that same answer (none is acknowledged while
+//! the client may still show what came before); after it, they call nobody back. The
+//! client forgets the watch before it drops the kernel's copy, so whatever it hands
+//! its kernel of the file later is read after a new `Watch`, which cancels a recall
+//! still under way. So one client that writes a file another client looked at once
+//! pays for one callback, not one per write. A directory's watch stays: the names
+//! under it the kernel holds are called back one by one (`Invalidation::Entry`), and
+//! nothing tells the MDS which of them the kernel still holds.
 
 use orion_meta::FastMap;
 use std::collections::{BTreeMap, HashSet};
@@ -57,6 +69,10 @@ struct Holder {
     queued: Vec<(u64, Vec<Invalidation>, usize)>,
     /// Sent and not answered: id → when sent.
     in_flight: BTreeMap<u64, Instant>,
+    /// Files whose watch a callback recalls: ino → that callback's id. The watch ends
+    /// when it is answered, unless a `Watch` (or a change of the instance's own)
+    /// renewed it meanwhile.
+    recalls: FastMap<u64, u64>,
 }
 
 /// A reply that waits for answers to callbacks (and for the quiet time).
@@ -117,6 +133,7 @@ impl Callbacks {
             watches: HashSet::new(),
             queued: Vec::new(),
             in_flight: BTreeMap::new(),
+            recalls: FastMap::default(),
         });
         self.by_conn.insert(conn, instance);
         // Granted even with invalidations unanswered (see the module's rules); the
@@ -157,6 +174,8 @@ impl Callbacks {
             return;
         };
         for &ino in inos {
+            // Watched anew: a recall under way no longer ends the watch.
+            h.recalls.remove(&ino);
             if h.watches.insert(ino) {
                 self.watchers.entry(ino).or_default().push(instance);
             }
@@ -168,6 +187,9 @@ impl Callbacks {
         let Some(h) = self.holders.get_mut(&instance) else {
             return;
         };
+        for i in inos {
+            h.recalls.remove(i);
+        }
         let gone = inos.iter().copied().filter(|i| h.watches.remove(i));
         drop_watchers(&mut self.watchers, instance, gone);
     }
@@ -184,6 +206,25 @@ impl Callbacks {
             for &w in ws.iter().filter(|w| Some(**w) != changer) {
                 let h = self.holders.get_mut(&w).expect("watchers hold callbacks");
                 debug_assert!(h.watches.contains(&c.ino), "a watcher watches the inode");
+                if !c.dir {
+                    // A file: recalled once; later changes wait for that answer.
+                    let id = match h.recalls.get(&c.ino) {
+                        Some(&id) => id,
+                        None => {
+                            let id = queue(h, Invalidation::Recall(c.ino), &mut self.next_id);
+                            h.recalls.insert(c.ino, id);
+                            id
+                        }
+                    };
+                    debug_assert!(
+                        h.in_flight.contains_key(&id) || h.queued.iter().any(|(q, ..)| *q == id),
+                        "a recall under way is queued or in flight"
+                    );
+                    if !waits.contains(&(w, id)) {
+                        waits.push((w, id));
+                    }
+                    continue;
+                }
                 let items =
                     std::iter::once(Invalidation::Inode(c.ino)).chain(c.removed.iter().map(|n| {
                         Invalidation::Entry {
@@ -253,6 +294,11 @@ impl Callbacks {
                 cut.push(h.conn);
                 continue;
             }
+            // Every recall under way is queued or in flight (it waits for that answer).
+            debug_assert!(h
+                .recalls
+                .values()
+                .all(|id| h.in_flight.contains_key(id) || h.queued.iter().any(|(q, ..)| q == id)));
             while h.in_flight.len() < MAX_IN_FLIGHT && !h.queued.is_empty() {
                 let (id, items, _) = h.queued.remove(0);
                 h.in_flight.insert(id, now);
@@ -265,14 +311,24 @@ impl Callbacks {
     /// The answer to callback `id` on `conn`; false if `conn` is no callback
     /// connection.
     pub fn answered(&mut self, conn: ConnId, id: u64) -> bool {
-        let Some(h) = self
-            .by_conn
-            .get(&conn)
-            .and_then(|i| self.holders.get_mut(i))
-        else {
+        let Some(&instance) = self.by_conn.get(&conn) else {
+            return false;
+        };
+        let Some(h) = self.holders.get_mut(&instance) else {
             return false;
         };
         h.in_flight.remove(&id);
+        // The files this callback recalled are no longer watched.
+        let mut ended = Vec::new();
+        h.recalls.retain(|&ino, &mut rid| {
+            let done = rid == id;
+            if done {
+                ended.push(ino);
+            }
+            !done
+        });
+        let gone = ended.into_iter().filter(|i| h.watches.remove(i));
+        drop_watchers(&mut self.watchers, instance, gone);
         true
     }
 
@@ -346,7 +402,7 @@ fn queue(h: &mut Holder, it: Invalidation, next_id: &mut u64) -> u64 {
     let bytes = 16
         + match &it {
             Invalidation::Entry { name, .. } => name.len(),
-            Invalidation::Inode(_) => 0,
+            Invalidation::Inode(_) | Invalidation::Recall(_) => 0,
         };
     if let Some((id, items, size)) = h.queued.last_mut() {
         if items.contains(&it) {
@@ -378,6 +434,7 @@ impl Mds {
             let Some(peer) = self.peers.get_mut(&conn) else {
                 continue;
             };
+            self.cfg.counters.callbacks_sent(1);
             if let Err(e) = peer.ch.send_request(id, &m) {
                 warn!("callback to {}: {e}", peer.name);
                 self.drop_peer(conn, &format!("cannot send a callback: {e}"));
@@ -443,10 +500,12 @@ mod tests {
         n
     }
 
+    /// A change of directory `ino` (removing `removed`), or with no names, of a file.
     fn changed(ino: u64, removed: &[&str]) -> Changed {
         Changed {
             ino,
             removed: removed.iter().map(|n| n.as_bytes().to_vec()).collect(),
+            dir: !removed.is_empty(),
         }
     }
 
@@ -524,6 +583,52 @@ mod tests {
         let waits = cb.on_changes(Some(2), &[changed(7, &[])]);
         assert_eq!(waits.len(), 1);
         assert_eq!(waits[0].0, 1);
+    }
+
+    /// One recall per grant: changes to a watched file wait for the one recall's
+    /// answer, then call nobody back until the file is watched again; a watch asked
+    /// while the recall is under way keeps the file watched.
+    #[test]
+    fn a_file_is_recalled_once_and_called_back_again_only_once_watched_again() {
+        let (mut cb, t) = started(&[1, 2]);
+        cb.watch(2, &[7]).unwrap();
+        let first = cb.on_changes(Some(1), &[changed(7, &[])]);
+        assert_eq!(first.len(), 1);
+        // A second change before the answer waits for the same callback.
+        assert_eq!(cb.on_changes(Some(1), &[changed(7, &[])]), first);
+        let (msgs, _) = cb.take_outgoing(t);
+        assert_eq!(msgs.len(), 1, "one message for both changes");
+        let (_, id, MdsToClient::Invalidate { items }) = &msgs[0];
+        assert_eq!(items, &vec![Invalidation::Recall(7)]);
+        assert!(cb.answered(conn(20), *id));
+        // The grant is gone: later changes wait for nobody, and send nothing.
+        for _ in 0..100 {
+            assert!(cb.on_changes(Some(1), &[changed(7, &[])]).is_empty());
+        }
+        assert!(cb.take_outgoing(t).0.is_empty());
+        // Watched again (the client looked at it): one more recall.
+        cb.watch(2, &[7]).unwrap();
+        let again = cb.on_changes(Some(1), &[changed(7, &[])]);
+        assert_eq!(again.len(), 1);
+        let (msgs, _) = cb.take_outgoing(t);
+        let (_, id, _) = &msgs[0];
+        // A watch that came while the recall was under way outlives its answer.
+        cb.watch(2, &[7]).unwrap();
+        assert!(cb.answered(conn(20), *id));
+        assert_eq!(cb.on_changes(Some(1), &[changed(7, &[])]).len(), 1);
+    }
+
+    #[test]
+    fn a_directory_is_called_back_at_every_change() {
+        let (mut cb, t) = started(&[1, 2]);
+        cb.watch(2, &[5]).unwrap();
+        for name in ["a", "b", "c"] {
+            let waits = cb.on_changes(Some(1), &[changed(5, &[name])]);
+            assert_eq!(waits.len(), 1);
+            let (msgs, _) = cb.take_outgoing(t);
+            let (_, id, _) = &msgs[0];
+            assert!(cb.answered(conn(20), *id));
+        }
     }
 
     #[test]

@@ -275,7 +275,13 @@ impl Follower<'_> {
                 return Ok(Ended::Other("stopping".into()));
             }
             batch.clear();
-            match cq.wait(&mut batch, 16, Duration::from_millis(20)) {
+            // The primary's immediates wake the loop for work; otherwise it sleeps
+            // until its next look at the manager (a fixed 20 ms woke it fifty times a
+            // second while idle).
+            let wait = next_check
+                .saturating_duration_since(Instant::now())
+                .clamp(Duration::from_millis(1), Duration::from_millis(100));
+            match cq.wait(&mut batch, 16, wait) {
                 Ok(_) | Err(FabricError::Timeout(_)) => {}
                 Err(e) => return Err(e.into()),
             }

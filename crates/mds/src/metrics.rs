@@ -53,6 +53,7 @@ struct Inner {
     room_refusals: Counter,
     epoch: Gauge,
     callbacks_waiting: Gauge,
+    callbacks_sent: Counter,
     lease_left: Gauge<f64, std::sync::atomic::AtomicU64>,
     gc_runs: Counter,
     gc_pages_freed: Counter,
@@ -136,6 +137,12 @@ impl Default for MdsMetrics {
             "replies_waiting_for_callbacks",
             "Replies held until clients answer cache callbacks",
         );
+        let callbacks_sent = Counter::default();
+        r.register(
+            "cache_callbacks",
+            "Invalidation messages sent to clients' callback connections",
+            callbacks_sent.clone(),
+        );
         let lease_left = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
         r.register(
             "lease_seconds_left",
@@ -205,6 +212,7 @@ impl Default for MdsMetrics {
             room_refusals,
             epoch,
             callbacks_waiting,
+            callbacks_sent,
             lease_left,
             gc_runs,
             gc_pages_freed,
@@ -325,6 +333,11 @@ impl MdsMetrics {
         m.strong_waiting.set(0);
         m.unlinked_open.set(0);
         m.lease_left.set(0.0);
+    }
+
+    /// `n` invalidation messages went to clients.
+    pub(crate) fn callbacks_sent(&self, n: usize) {
+        self.0.callbacks_sent.inc_by(n as u64);
     }
 
     pub(crate) fn malformed(&self) {

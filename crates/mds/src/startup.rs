@@ -218,7 +218,7 @@ pub(crate) struct Listening {
     pub domain: Domain,
     pub addr: String,
     pub cq: Arc<CompletionQueue>,
-    pub acceptor: std::thread::JoinHandle<()>,
+    pub acceptor: orion_proto::channel::AcceptorThreads,
     pub incoming: mpsc::Receiver<Channel>,
 }
 

@@ -245,10 +245,30 @@ impl Channel {
 /// client and store trying to reach the server in a fail-over waited behind it.
 pub const ACCEPT_THREADS: usize = 4;
 
+/// How long an acceptor thread sleeps in `accept` before it looks at its stop flag:
+/// long, since [`AcceptorThreads::join`] wakes it (an idle server's threads then
+/// barely wake; each wake-up costs tens of microseconds of CPU on a VM).
+const ACCEPT_WAIT: Duration = Duration::from_secs(1);
+
+/// A server's acceptor threads, as [`spawn_acceptor`] started them.
+pub struct AcceptorThreads {
+    thread: std::thread::JoinHandle<()>,
+    listener: std::sync::Arc<orion_fabric::Listener>,
+}
+
+impl AcceptorThreads {
+    /// Waits for the threads to end, once the server set their stop flag: their
+    /// sleeps in `accept` are cut short, and the listener accepts no one after.
+    pub fn join(self) -> std::thread::Result<()> {
+        self.listener.wake();
+        self.thread.join()
+    }
+}
+
 /// A server's acceptor: runs handshakes on [`ACCEPT_THREADS`] threads until `stop`
 /// and hands each new connection, its receives not yet posted, to the event loop
 /// through the returned receiver (see [`Channel::unposted`]). `on_error` hears of
-/// refused peers. The returned thread ends when all of them have.
+/// refused peers. The returned threads end when `stop` is set and they are joined.
 pub fn spawn_acceptor(
     name: &str,
     domain: &Domain,
@@ -256,14 +276,12 @@ pub fn spawn_acceptor(
     cq: std::sync::Arc<CompletionQueue>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     on_error: impl Fn(String) + Send + Sync + 'static,
-) -> std::io::Result<(
-    std::thread::JoinHandle<()>,
-    std::sync::mpsc::Receiver<Channel>,
-)> {
+) -> std::io::Result<(AcceptorThreads, std::sync::mpsc::Receiver<Channel>)> {
     let (tx, rx) = std::sync::mpsc::channel();
+    let listener = std::sync::Arc::new(listener);
     let accepting = Acceptor {
         domain: domain.clone(),
-        listener: std::sync::Arc::new(listener),
+        listener: listener.clone(),
         cq,
         stop,
         on_error: std::sync::Arc::new(on_error),
@@ -290,7 +308,13 @@ pub fn spawn_acceptor(
                 let _ = t.join();
             }
         })?;
-    Ok((t, rx))
+    Ok((
+        AcceptorThreads {
+            thread: t,
+            listener,
+        },
+        rx,
+    ))
 }
 
 /// What each acceptor thread shares.
@@ -307,7 +331,7 @@ struct Acceptor {
 impl Acceptor {
     fn run(&self) {
         while !self.stop.load(std::sync::atomic::Ordering::Relaxed) {
-            match self.listener.accept(&self.cq, Duration::from_millis(100)) {
+            match self.listener.accept(&self.cq, ACCEPT_WAIT) {
                 Ok(conn) => {
                     let peer = conn.peer().to_string();
                     match Channel::unposted(&self.domain, conn) {
@@ -323,6 +347,8 @@ impl Acceptor {
                     }
                 }
                 Err(Error::Timeout(_)) => {}
+                // A listener woken to stop fails its accepts: nothing to report.
+                Err(_) if self.stop.load(std::sync::atomic::Ordering::Relaxed) => {}
                 Err(e) => (self.on_error)(format!("refused a connection: {e}")),
             }
         }

@@ -21,13 +21,14 @@ pub use msg::*;
 
 /// Magic of every message ("OR") and the protocol version both ends must speak.
 pub const MAGIC: u16 = 0x524F;
-/// Version 14: an inode's attributes carry its slot generation (version 13: a
+/// Version 15: a callback may recall a file's watch (`Invalidation::Recall`; version
+/// 14: an inode's attributes carry its slot generation; 13: a
 /// client says when it wrote its whole open table (`MdsRequest::OpenTableWritten`),
 /// which a new MDS waits for; 12: open tables (`open_table`) keep every client's
 /// open files through another's unlink; 11: a rename by a client that holds its
 /// target open keeps the target; 10: callbacks that keep clients' kernel caches
 /// true).
-pub const VERSION: u8 = 14;
+pub const VERSION: u8 = 15;
 /// Bytes of the header: magic, version, kind, pad, request id.
 pub const HEADER: usize = 16;
 

@@ -79,7 +79,9 @@ fn a_change_is_acknowledged_after_the_watchers_heard_of_it_and_a_forgotten_inode
     // Acknowledged to A only once B heard of it.
     chmod(&a, inos[0], 0o600);
     assert!(
-        seen.lock().unwrap().contains(&Invalidation::Inode(inos[0])),
+        seen.lock()
+            .unwrap()
+            .contains(&Invalidation::Recall(inos[0])),
         "A's chmod returned before B was told: {:?}",
         seen.lock().unwrap()
     );
@@ -94,7 +96,10 @@ fn a_change_is_acknowledged_after_the_watchers_heard_of_it_and_a_forgotten_inode
     // B's own change: B is not told (its kernel knows), A does not watch.
     seen.lock().unwrap().clear();
     chmod(&b, inos[2], 0o640);
-    assert!(!seen.lock().unwrap().contains(&Invalidation::Inode(inos[2])));
+    assert!(!seen
+        .lock()
+        .unwrap()
+        .contains(&Invalidation::Recall(inos[2])));
     // B's kernel forgets every file (a batch goes at the 256th forget, or at one
     // 100 ms after the batch's first); then no
     // change to them is B's business. The root stays watched.
@@ -104,7 +109,10 @@ fn a_change_is_acknowledged_after_the_watchers_heard_of_it_and_a_forgotten_inode
     seen.lock().unwrap().clear();
     chmod(&a, inos[3], 0o600);
     assert!(
-        !seen.lock().unwrap().contains(&Invalidation::Inode(inos[3])),
+        !seen
+            .lock()
+            .unwrap()
+            .contains(&Invalidation::Recall(inos[3])),
         "a forgotten inode is still watched"
     );
     a.mknod("/g", FileType::Regular, 0o644).unwrap();
@@ -152,4 +160,73 @@ fn a_client_that_does_not_answer_holds_a_change_up_only_for_its_lease() {
     );
     assert!(r.unwrap(), "A's chmod returned before B was told");
     assert_eq!(a.getattr(ino).unwrap().mode & 0o7777, 0o600);
+}
+
+/// The MDS's count of callback messages sent so far.
+fn callbacks_sent(cluster: &Cluster) -> u64 {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &cluster.mds_metrics.registry()).unwrap();
+    text.lines()
+        .find(|l| l.split(' ').next() == Some("orion_mds_cache_callbacks_total"))
+        .and_then(|l| l.split(' ').nth(1))
+        .expect("the callback counter")
+        .parse()
+        .unwrap()
+}
+
+/// A client that looked at a file once (its kernel holds the file's attributes) costs
+/// another client's writes to it one callback, however many writes; once it looks
+/// again, the next write calls it back once more, and what it reads after any write
+/// shows that write.
+#[test]
+fn a_look_at_a_file_costs_its_writers_one_callback_until_the_next_look() {
+    let cluster = Cluster::start(ClusterConfig {
+        seed: 13,
+        cache_lease_ms: 4000,
+        ..Default::default()
+    })
+    .unwrap();
+    let a = cluster.client(ClientKind::EXTERNAL).unwrap();
+    let b = cluster.client(ClientKind::EXTERNAL).unwrap();
+    let seen = recording(&b);
+    let ino = a.mknod("/f", FileType::Regular, 0o644).unwrap().ino;
+    let fd = a
+        .open("/f", orion_client::OpenFlags::read_write_create(), 0o644)
+        .unwrap();
+    // B's kernel looks the file up (as `ls -la` through a mount does).
+    let w = b.watch_for_kernel(&[ino]).expect("watched");
+    assert!(b.watched_for_kernel(Some(w), ino));
+    b.kernel_looked_up(ino);
+    seen.lock().unwrap().clear();
+    let before = callbacks_sent(&cluster);
+    let page = [7u8; 4096];
+    for i in 0..1000u64 {
+        a.pwrite(fd, i * 4096, &page).unwrap();
+    }
+    assert_eq!(
+        callbacks_sent(&cluster) - before,
+        1,
+        "1000 writes to a file B looked at once"
+    );
+    assert_eq!(*seen.lock().unwrap(), vec![Invalidation::Recall(ino)]);
+    // B's next look watches the file again first, and reads the last write.
+    assert!(b
+        .watch_for_kernel(&[ino])
+        .is_some_and(|w| b.watched_for_kernel(Some(w), ino)));
+    assert_eq!(b.getattr(ino).unwrap().size, 1000 * 4096);
+    a.pwrite(fd, 1000 * 4096, &page).unwrap();
+    assert_eq!(
+        callbacks_sent(&cluster) - before,
+        2,
+        "one more after B looked again"
+    );
+    assert_eq!(b.getattr(ino).unwrap().size, 1001 * 4096);
+    // A directory's watch is not recalled: each change in it calls B back.
+    let w = b.watch_for_kernel(&[1]).expect("watched");
+    assert!(b.watched_for_kernel(Some(w), 1));
+    let at = callbacks_sent(&cluster);
+    a.mknod("/g", FileType::Regular, 0o644).unwrap();
+    a.mknod("/h", FileType::Regular, 0o644).unwrap();
+    assert_eq!(callbacks_sent(&cluster) - at, 2);
+    a.close(fd).unwrap();
 }

@@ -474,6 +474,10 @@ impl ListenerImpl for LocalListener {
         ))
     }
 
+    fn wake(&self) {
+        crate::readable::shut(&self.l);
+    }
+
     fn local_addr(&self) -> String {
         self.l
             .local_addr()

@@ -471,6 +471,10 @@ impl ListenerImpl for OfiListener {
         d.establish(s, cq, &p, session, false)
     }
 
+    fn wake(&self) {
+        crate::readable::shut(&self.l);
+    }
+
     fn local_addr(&self) -> String {
         self.l
             .local_addr()

@@ -93,9 +93,14 @@ impl MetaEngine {
                     Entry::DirRemove(d) => Some(d.name.clone()),
                     _ => None,
                 });
+                let dir = self
+                    .inodes
+                    .get(&ino)
+                    .is_some_and(|i| i.state.dir().is_some());
                 changes.push(super::Changed {
                     ino,
                     removed: removed.collect(),
+                    dir,
                 });
             }
             let inode = self.inodes.get_mut(&ino).expect("updated inode exists");

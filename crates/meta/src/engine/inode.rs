@@ -121,6 +121,7 @@ impl MetaEngine {
             changes.push(super::Changed {
                 ino,
                 removed: Vec::new(),
+                dir: inode.state.dir().is_some(),
             });
         }
         debug_assert!(!self.free_inos.contains(&ino), "inode {ino} freed twice");

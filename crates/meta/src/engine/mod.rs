@@ -173,6 +173,9 @@ pub struct MetaEngine {
 pub struct Changed {
     pub ino: u64,
     pub removed: Vec<Vec<u8>>,
+    /// A directory: whoever caches it holds names under it too (callbacks about a
+    /// directory never end its watch; see `orion_mds::callbacks`).
+    pub dir: bool,
 }
 
 impl MetaEngine {

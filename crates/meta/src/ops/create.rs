@@ -100,6 +100,7 @@ impl MetaEngine {
             c.push(crate::engine::Changed {
                 ino,
                 removed: Vec::new(),
+                dir: is_dir,
             });
         }
         self.getattr(ino)

@@ -17,6 +17,10 @@ pub const MAX_INVALIDATIONS: usize = 1024;
 pub enum Invalidation {
     /// The inode's attributes and data (its log grew).
     Inode(u64),
+    /// The inode's attributes and data, and the client's watch of it ends with this
+    /// callback (a file's grant is recalled once: later changes are not called back
+    /// until the client watches it again, before it hands its kernel anything of it).
+    Recall(u64),
     /// The name `name` in directory `parent` is gone or names another inode.
     Entry { parent: u64, name: Vec<u8> },
 }
@@ -47,6 +51,7 @@ impl Message for MdsToClient {
             match it {
                 Invalidation::Inode(ino) => w.u8(0).u64(*ino),
                 Invalidation::Entry { parent, name } => w.u8(1).u64(*parent).bytes(name),
+                Invalidation::Recall(ino) => w.u8(2).u64(*ino),
             };
         }
         *out = w.buf;
@@ -68,6 +73,7 @@ impl Message for MdsToClient {
                     parent: r.u64("parent")?,
                     name: name(&mut r)?,
                 },
+                2 => Invalidation::Recall(r.u64("ino")?),
                 _ => return Err(ProtoError::Invalid("invalidation kind")),
             });
         }

@@ -335,6 +335,7 @@ fn invalidations_round_trip_and_bad_ones_are_refused() {
                 parent: 1,
                 name: b"gone".to_vec(),
             },
+            Invalidation::Recall(12),
         ],
     };
     round_trip(&m, 77);
