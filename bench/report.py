@@ -207,6 +207,17 @@ def build_scaling(runs, systems):
     return out
 
 
+def pyplot():
+    """matplotlib's pyplot drawing to files, or None where it is not installed."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
 def cpu_of(results, workload, path):
     """The row's CPU object of one round, or None."""
     v = results.get(workload)
@@ -275,11 +286,8 @@ def cpu_markdown(cpu, systems):
 
 
 def cpu_plot(cpu, systems, out):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     rows = [r for r in cpu if r["row"] in CPU_SPLIT_ROWS]
     if not rows:
@@ -287,12 +295,15 @@ def cpu_plot(cpu, systems, out):
     fig, axes = plt.subplots(1, len(rows), figsize=(4.4 * len(rows), 4.2))
     if len(rows) == 1:
         axes = [axes]
+    # One colour per process across the plots.
+    every = sorted({n for r in rows for s in systems for n in (r["split"].get(s) or {})})
+    colour = {n: plt.get_cmap("tab20")(i % 20) for i, n in enumerate(every)}
     for ax, r in zip(axes, rows):
         names = sorted({n for s in systems for n in (r["split"].get(s) or {})})
         bottom = [0.0] * len(systems)
         for n in names:
             ys = [(r["split"].get(s) or {}).get(n, 0.0) or 0.0 for s in systems]
-            ax.bar(range(len(systems)), ys, bottom=bottom, label=n)
+            ax.bar(range(len(systems)), ys, bottom=bottom, label=n, color=colour[n])
             bottom = [b + y for b, y in zip(bottom, ys)]
         ax.set_xticks(range(len(systems)))
         ax.set_xticklabels(systems, rotation=35, ha="right", fontsize=7)
@@ -335,13 +346,8 @@ def scaling_markdown(scaling, systems):
 
 
 def scaling_plot(scaling, systems, out):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
-    if not scaling:
+    plt = pyplot()
+    if plt is None or not scaling:
         return
     fig, axes = plt.subplots(1, len(scaling), figsize=(4.2 * len(scaling), 3.8))
     if len(scaling) == 1:
@@ -362,11 +368,8 @@ def scaling_plot(scaling, systems, out):
 
 
 def plots(table, systems, out):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         print("no matplotlib: plots skipped")
         return
     groups = [("latency", ["µs"]), ("bandwidth", ["MiB/s"]), ("applications", ["ops/s", "tx/s"])]

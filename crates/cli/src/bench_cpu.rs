@@ -176,8 +176,13 @@ fn label_of(pid: u32) -> Option<String> {
                 .position(|a| *a == b"--pool")
                 .and_then(|i| args.get(i + 1))
                 .map(|p| base(p).trim_end_matches(".pool").to_string());
+            // A benchmark's server by what it is (`orion bench null-fuse`).
+            let what = args.get(2).map(|a| String::from_utf8_lossy(a).into_owned());
             return Some(match (sub, pool) {
                 (_, Some(p)) => format!("orion {p}"),
+                (Some(s), None) if s == "bench" && what.is_some() => {
+                    format!("orion bench {}", what.unwrap_or_default())
+                }
                 (Some(s), None) => format!("orion {s}"),
                 _ => "orion".into(),
             });

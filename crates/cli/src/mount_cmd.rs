@@ -74,6 +74,7 @@ pub fn mount(a: MountArgs) -> Result<()> {
     let shown = a.mountpoint.display().to_string();
     let client = Arc::new(client);
     let kernel_cache = !a.no_kernel_cache;
+    let cache_data = a.cache_data;
     let metrics = match &a.metrics {
         Some(listen) => {
             let addr =
@@ -86,7 +87,7 @@ pub fn mount(a: MountArgs) -> Result<()> {
     orion_fuse::mount(fs, &opts, stop, |notifier| {
         if kernel_cache {
             let invalidate = orion_fuse::cache::invalidator(notifier);
-            if let Err(e) = client.cache_in_kernel(invalidate) {
+            if let Err(e) = client.cache_in_kernel(invalidate, cache_data) {
                 tracing::warn!("the kernel caches nothing: {e}");
             }
         }

@@ -439,7 +439,14 @@ fn bad_input_is_refused_with_an_error_and_the_mds_keeps_serving() {
     let (e, _) = errno_of(call(&cq, &mut ch, 44, &watch(MAX_WATCHED + 1)));
     assert_eq!(e, libc::EPROTO);
     // This connection becomes the client's callback connection: then it may watch.
-    let Reply::Ok(ReplyBody::Lease { ms }) = call(&cq, &mut ch, 45, &MdsRequest::CacheLease) else {
+    let Reply::Ok(ReplyBody::Lease { ms }) = call(
+        &cq,
+        &mut ch,
+        45,
+        &MdsRequest::CacheLease {
+            keep_watches: false,
+        },
+    ) else {
         panic!("no lease")
     };
     assert!(ms > 0);

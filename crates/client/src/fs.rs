@@ -208,9 +208,11 @@ impl Client {
 
     /// Lets a front-end's kernel cache names and attributes, kept true by the MDS's
     /// callbacks (see [`crate::kernel_cache`]): `invalidate` runs on a thread of the
-    /// client for each batch the MDS sends, and must not call the client.
-    pub fn cache_in_kernel(&self, invalidate: Invalidate) -> FsResult<()> {
-        let kc = Arc::new(KernelCache::new(invalidate));
+    /// client for each batch the MDS sends, and must not call the client. With
+    /// `data`, the kernel keeps files' data pages too (they may be read in again
+    /// without a look at the attributes), and the MDS keeps watching the files.
+    pub fn cache_in_kernel(&self, invalidate: Invalidate, data: bool) -> FsResult<()> {
+        let kc = Arc::new(KernelCache::new(invalidate, data));
         if self.kernel.set((kc.clone(), Mutex::new(None))).is_err() {
             return Err(io_err("the kernel cache is on already"));
         }
@@ -240,7 +242,7 @@ impl Client {
                 .ok()?;
             kc.note(w, &missing).then_some(())?;
         }
-        Some(w)
+        Some(kc.restamp(w))
     }
 
     /// Held by a front-end call that hands its kernel names or attributes, from before

@@ -27,7 +27,7 @@
 //! the inodes still forgotten; and `Watch` and `Unwatch` requests are made one at a
 //! time (`requests`), so the MDS sees them in the client's order.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
@@ -71,12 +71,24 @@ const LONGEST_WAIT: Duration = Duration::from_secs(1);
 const RECALLS_KEPT: usize = 4096;
 
 /// A promise that the inodes asked about were watched in callback session
-/// `session` before the caller read them.
+/// `session` before the caller read them (for a file, until a recall of it: what was
+/// read then is dropped from the kernel after the read is handed over).
 #[derive(Clone, Copy, Debug)]
 pub struct Watched {
     session: u64,
     /// The count of recalls when the watch was asked for.
     recalls: u64,
+    /// The stamp of the last note when it was asked for.
+    notes: u64,
+}
+
+/// The inodes watched for this client in the current session, each with the stamp of
+/// the note that recorded it: an inode noted after a caller took its [`Watched`] (by
+/// another thread, after a recall) was not watched when that caller read it.
+#[derive(Default)]
+struct WatchSet {
+    inos: HashMap<u64, u64>,
+    stamp: u64,
 }
 
 /// The recent recalls of files' watches (see the module's text).
@@ -109,7 +121,7 @@ pub struct KernelCache {
     lease_until: AtomicU64,
     /// Counts callback connections; watches of an earlier one are void.
     session: AtomicU64,
-    watched: Mutex<HashSet<u64>>,
+    watched: Mutex<WatchSet>,
     /// Entries the kernel holds per inode (lookups answered, less those forgotten).
     held: Mutex<HashMap<u64, u64>>,
     /// Inodes the kernel forgot, to unwatch in the next batch, and since when the
@@ -120,24 +132,28 @@ pub struct KernelCache {
     gate: RwLock<()>,
     requests: Mutex<()>,
     invalidate: Invalidate,
+    /// The kernel keeps files' data pages too: the MDS is asked not to recall file
+    /// watches (see `CacheLease`).
+    keep_watches: bool,
     stop: AtomicBool,
     /// The completion queue the callback thread sleeps on, for a stop to wake it.
     sleeping_on: Mutex<Option<Arc<CompletionQueue>>>,
 }
 
 impl KernelCache {
-    pub(crate) fn new(invalidate: Invalidate) -> KernelCache {
+    pub(crate) fn new(invalidate: Invalidate, keep_watches: bool) -> KernelCache {
         KernelCache {
             base: Instant::now(),
             lease_until: AtomicU64::new(0),
             session: AtomicU64::new(0),
-            watched: Mutex::new(HashSet::new()),
+            watched: Mutex::new(WatchSet::default()),
             held: Mutex::new(HashMap::new()),
             forgotten: Mutex::new((Vec::new(), None)),
             recalls: Mutex::new(Recalls::default()),
             gate: RwLock::new(()),
             requests: Mutex::new(()),
             invalidate,
+            keep_watches,
             stop: AtomicBool::new(false),
             sleeping_on: Mutex::new(None),
         }
@@ -210,7 +226,7 @@ impl KernelCache {
         // change it made watches an inode there too).
         let mut w = lock(&self.watched);
         for i in &inos {
-            w.remove(i);
+            w.inos.remove(i);
         }
         (requests, inos)
     }
@@ -227,12 +243,20 @@ impl KernelCache {
         }
         let w = lock(&self.watched);
         let recalls = lock(&self.recalls).count;
-        let watched = Watched { session, recalls };
+        let watched = Watched {
+            session,
+            recalls,
+            notes: w.stamp,
+        };
         if inos.is_empty() {
             // Only the session is asked for (a change's own inodes are noted after).
             return Some((Vec::new(), watched));
         }
-        let missing = inos.iter().copied().filter(|i| !w.contains(i)).collect();
+        let missing = inos
+            .iter()
+            .copied()
+            .filter(|i| !w.inos.contains_key(i))
+            .collect();
         Some((missing, watched))
     }
 
@@ -250,8 +274,11 @@ impl KernelCache {
         for &ino in inos {
             if recalls.since(w.recalls, ino) {
                 all = false;
-            } else {
-                set.insert(ino);
+            } else if !set.inos.contains_key(&ino) {
+                // Watched since its first note (a recall or an unwatch removes it).
+                set.stamp += 1;
+                let stamp = set.stamp;
+                set.inos.insert(ino, stamp);
             }
         }
         all
@@ -267,7 +294,7 @@ impl KernelCache {
         let mut set = lock(&self.watched);
         let mut r = lock(&self.recalls);
         for &ino in inos {
-            set.remove(&ino);
+            set.inos.remove(&ino);
             r.count += 1;
             let n = r.count;
             r.recent.push_back((n, ino));
@@ -278,13 +305,24 @@ impl KernelCache {
         }
     }
 
+    /// `w` as of now: what was noted until now counts as watched before the caller's
+    /// reads, which come after (the recalls it guards against stay counted from when
+    /// it was taken).
+    pub(crate) fn restamp(&self, w: Watched) -> Watched {
+        Watched {
+            notes: lock(&self.watched).stamp,
+            ..w
+        }
+    }
+
+    /// Whether `ino` was watched when `w` was taken, and still is: noted before then,
+    /// in the same session, and not recalled or unwatched since.
     pub(crate) fn is_watched(&self, w: Watched, ino: u64) -> bool {
         self.session.load(Ordering::Acquire) == w.session
-            && self
-                .watched
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(&ino)
+            && lock(&self.watched)
+                .inos
+                .get(&ino)
+                .is_some_and(|&stamp| stamp <= w.notes)
     }
 
     /// How long the kernel may keep what was read after `w`: the lease left, or zero
@@ -317,7 +355,7 @@ impl KernelCache {
         {
             let mut w = lock(&self.watched);
             self.session.fetch_add(1, Ordering::AcqRel);
-            w.clear();
+            w.inos.clear();
             *lock(&self.forgotten) = (Vec::new(), None);
         }
         let held: Vec<Invalidation> = lock(&self.held)
@@ -419,7 +457,10 @@ fn session(
         }
         if renewal.is_none() && now >= renew_at {
             next_id += 1;
-            if let Err(e) = ch.send_request(next_id, &MdsRequest::CacheLease) {
+            let ask = MdsRequest::CacheLease {
+                keep_watches: kc.keep_watches,
+            };
+            if let Err(e) = ch.send_request(next_id, &ask) {
                 break Err(e.to_string());
             }
             renewal = Some((next_id, now));
@@ -499,6 +540,8 @@ fn session(
         }
     };
     ch.conn.close();
+    // The next session sleeps on a queue of its own.
+    *lock(&kc.sleeping_on) = None;
     r
 }
 

@@ -61,6 +61,20 @@ impl OrionFs {
         Ok((a, self.client.kernel_ttl(w)))
     }
 
+    /// Runs `setattr` of `ino` and says how long the kernel may keep the attributes it
+    /// returns. Watched first, as for a getattr: a setattr that changes nothing sends
+    /// nothing, so the MDS would not watch the inode for the change's sake (and a
+    /// file's watch may have been recalled).
+    pub(crate) fn setattr_for_kernel(
+        &self,
+        ino: u64,
+        setattr: impl FnOnce() -> FsResult<Attr>,
+    ) -> FsResult<(Attr, Duration)> {
+        let w = self.client.watch_for_kernel(&[ino]);
+        let a = setattr()?;
+        Ok((a, self.client.kernel_ttl(w)))
+    }
+
     /// Runs `change`, which changes the inodes `touched` and the one whose attributes
     /// it returns, and says how long the kernel may keep those attributes: the MDS
     /// watches what a client changes for that client.

@@ -69,6 +69,10 @@ struct Holder {
     queued: Vec<(u64, Vec<Invalidation>, usize)>,
     /// Sent and not answered: id → when sent.
     in_flight: BTreeMap<u64, Instant>,
+    /// Whether its kernel keeps files' data too: then its watches of files are never
+    /// recalled (it may read pages in again without a getattr, so nothing would
+    /// watch them).
+    keep_watches: bool,
     /// Files whose watch a callback recalls: ino → that callback's id. The watch ends
     /// when it is answered, unless a `Watch` (or a change of the instance's own)
     /// renewed it meanwhile.
@@ -114,9 +118,10 @@ impl Callbacks {
     }
 
     /// `CacheLease` from `instance` on `conn`: makes `conn` its callback connection
-    /// (a new one replaces the old, whose watches go) and grants or renews the lease.
-    /// Returns the lease in milliseconds.
-    pub fn lease(&mut self, instance: u64, conn: ConnId, now: Instant) -> u32 {
+    /// (a new one replaces the old, whose watches go) and grants or renews the lease;
+    /// with `keep_watches`, its files' watches are not recalled. Returns the lease in
+    /// milliseconds.
+    pub fn lease(&mut self, instance: u64, conn: ConnId, keep_watches: bool, now: Instant) -> u32 {
         if self.holders.get(&instance).is_some_and(|h| h.conn != conn) {
             let old = self.holders[&instance].conn;
             self.departed(old);
@@ -133,8 +138,10 @@ impl Callbacks {
             watches: HashSet::new(),
             queued: Vec::new(),
             in_flight: BTreeMap::new(),
+            keep_watches,
             recalls: FastMap::default(),
         });
+        h.keep_watches = keep_watches;
         self.by_conn.insert(conn, instance);
         // Granted even with invalidations unanswered (see the module's rules); the
         // lease only grows.
@@ -206,7 +213,7 @@ impl Callbacks {
             for &w in ws.iter().filter(|w| Some(**w) != changer) {
                 let h = self.holders.get_mut(&w).expect("watchers hold callbacks");
                 debug_assert!(h.watches.contains(&c.ino), "a watcher watches the inode");
-                if !c.dir {
+                if !c.dir && !h.keep_watches {
                     // A file: recalled once; later changes wait for that answer.
                     let id = match h.recalls.get(&c.ino) {
                         Some(&id) => id,
@@ -434,10 +441,12 @@ impl Mds {
             let Some(peer) = self.peers.get_mut(&conn) else {
                 continue;
             };
-            self.cfg.counters.callbacks_sent(1);
-            if let Err(e) = peer.ch.send_request(id, &m) {
-                warn!("callback to {}: {e}", peer.name);
-                self.drop_peer(conn, &format!("cannot send a callback: {e}"));
+            match peer.ch.send_request(id, &m) {
+                Ok(()) => self.cfg.counters.callbacks_sent(1),
+                Err(e) => {
+                    warn!("callback to {}: {e}", peer.name);
+                    self.drop_peer(conn, &format!("cannot send a callback: {e}"));
+                }
             }
         }
         for h in self.callbacks.release(now) {
@@ -522,15 +531,16 @@ mod tests {
         let mut cb = Callbacks::new(LEASE, t0);
         let t = t0 + LEASE;
         for &i in instances {
-            assert_eq!(cb.lease(i, conn(10 * i as u32), t), 200);
+            assert_eq!(cb.lease(i, conn(10 * i as u32), false, t), 200);
         }
         (cb, t)
     }
 
     /// A number freed by a destroyed inode and taken by a new one stays watched by
     /// whoever watched it, until that client unwatches it (its kernel forgot the
-    /// old inode): the client counts its watches by number, and one that still
-    /// counts this number caches the new inode on the strength of that watch.
+    /// old inode) or answers the recall the destruction sent (nothing answers here):
+    /// the client counts its watches by number, and one that still counts this
+    /// number caches the new inode on the strength of that watch.
     #[test]
     fn the_number_of_a_destroyed_inode_stays_watched_until_unwatched() {
         let (mut cb, _) = started(&[1, 2]);
@@ -575,7 +585,7 @@ mod tests {
         assert!(cb.release(t).is_empty(), "not answered yet");
         assert!(cb.answered(conn(20), *id));
         assert_eq!(cb.release(t).len(), 1);
-        assert_eq!(cb.lease(2, conn(20), t), 200);
+        assert_eq!(cb.lease(2, conn(20), false, t), 200);
         // Once instance 2 unwatches 9, a change of 9 waits for nobody.
         cb.unwatch(2, &[9]);
         assert!(cb.on_changes(Some(1), &[changed(9, &[])]).is_empty());
@@ -618,6 +628,22 @@ mod tests {
         assert_eq!(cb.on_changes(Some(1), &[changed(7, &[])]).len(), 1);
     }
 
+    /// A client whose kernel keeps files' data keeps its watches: every change calls
+    /// it back.
+    #[test]
+    fn a_data_caching_client_is_called_back_at_every_change_of_a_file() {
+        let (mut cb, t) = started(&[1]);
+        cb.lease(2, conn(20), true, t);
+        cb.watch(2, &[7]).unwrap();
+        for _ in 0..3 {
+            assert_eq!(cb.on_changes(Some(1), &[changed(7, &[])]).len(), 1);
+            let (msgs, _) = cb.take_outgoing(t);
+            let (_, id, MdsToClient::Invalidate { items }) = &msgs[0];
+            assert_eq!(items, &vec![Invalidation::Inode(7)]);
+            assert!(cb.answered(conn(20), *id));
+        }
+    }
+
     #[test]
     fn a_directory_is_called_back_at_every_change() {
         let (mut cb, t) = started(&[1, 2]);
@@ -656,7 +682,7 @@ mod tests {
         assert!(cb.release(t0 + lease / 2).is_empty());
         assert_eq!(cb.release(t0 + lease).len(), 1);
         let t = t0 + lease;
-        cb.lease(2, conn(20), t);
+        cb.lease(2, conn(20), false, t);
         cb.watch(2, &[5]).unwrap();
         cb.departed(conn(20));
         assert!(cb.watch(2, &[6]).is_err(), "no callback connection");

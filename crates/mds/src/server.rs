@@ -645,8 +645,10 @@ impl Mds {
                 self.callbacks.end_lease(conn);
                 Ok(ReplyBody::Empty)
             }
-            MdsRequest::CacheLease => Ok(ReplyBody::Lease {
-                ms: self.callbacks.lease(instance, conn, Instant::now()),
+            MdsRequest::CacheLease { keep_watches } => Ok(ReplyBody::Lease {
+                ms: self
+                    .callbacks
+                    .lease(instance, conn, keep_watches, Instant::now()),
             }),
             MdsRequest::Outcome { id: asked } => match self.replies.recall(nonce, asked) {
                 Some(reply) => return self.outcome_reply(conn, id, nonce, asked, reply),

@@ -19,9 +19,10 @@ type Seen = Arc<Mutex<Vec<Invalidation>>>;
 fn recording(c: &Client) -> Seen {
     let seen: Seen = Arc::default();
     let s = seen.clone();
-    c.cache_in_kernel(Box::new(move |items| {
-        s.lock().unwrap().extend_from_slice(items)
-    }))
+    c.cache_in_kernel(
+        Box::new(move |items| s.lock().unwrap().extend_from_slice(items)),
+        false,
+    )
     .unwrap();
     wait_for_lease(c, 1);
     seen
@@ -39,6 +40,23 @@ fn wait_for_lease(c: &Client, ino: u64) -> Watched {
     }
 }
 
+/// A cluster of `seed` with a cache lease far longer than a test (B's never runs out,
+/// which would let a change go without B's answer, at the price of a first change
+/// held that long), a client A, and a client B whose kernel cache records what it is
+/// told.
+fn watched_by_b(seed: u64) -> (Cluster, Client, Client, Seen) {
+    let cluster = Cluster::start(ClusterConfig {
+        seed,
+        cache_lease_ms: 4000,
+        ..Default::default()
+    })
+    .unwrap();
+    let a = cluster.client(ClientKind::EXTERNAL).unwrap();
+    let b = cluster.client(ClientKind::EXTERNAL).unwrap();
+    let seen = recording(&b);
+    (cluster, a, b, seen)
+}
+
 fn chmod(c: &Client, ino: u64, mode: u32) {
     let req = SetAttrReq {
         mode: Some(mode),
@@ -49,17 +67,7 @@ fn chmod(c: &Client, ino: u64, mode: u32) {
 
 #[test]
 fn a_change_is_acknowledged_after_the_watchers_heard_of_it_and_a_forgotten_inode_is_unwatched() {
-    // A lease far longer than the test: B's never runs out (which would let a change
-    // go without B's answer), at the price of a first change held that long.
-    let cluster = Cluster::start(ClusterConfig {
-        seed: 11,
-        cache_lease_ms: 4000,
-        ..Default::default()
-    })
-    .unwrap();
-    let a = cluster.client(ClientKind::EXTERNAL).unwrap();
-    let b = cluster.client(ClientKind::EXTERNAL).unwrap();
-    let seen = recording(&b);
+    let (_cluster, a, b, seen) = watched_by_b(11);
     // 256 files (one batch of forgotten inodes); B's kernel looks each up.
     let inos: Vec<u64> = (0..256)
         .map(|i| {
@@ -136,13 +144,16 @@ fn a_client_that_does_not_answer_holds_a_change_up_only_for_its_lease() {
     let release_rx = Mutex::new(release_rx);
     let told = Arc::new(AtomicBool::new(false));
     let t = told.clone();
-    b.cache_in_kernel(Box::new(move |_| {
-        t.store(true, Ordering::SeqCst);
-        let _ = release_rx
-            .lock()
-            .unwrap()
-            .recv_timeout(Duration::from_secs(30));
-    }))
+    b.cache_in_kernel(
+        Box::new(move |_| {
+            t.store(true, Ordering::SeqCst);
+            let _ = release_rx
+                .lock()
+                .unwrap()
+                .recv_timeout(Duration::from_secs(30));
+        }),
+        false,
+    )
     .unwrap();
     wait_for_lease(&b, ino);
     let (done_tx, done_rx) = mpsc::channel();
@@ -180,15 +191,7 @@ fn callbacks_sent(cluster: &Cluster) -> u64 {
 /// shows that write.
 #[test]
 fn a_look_at_a_file_costs_its_writers_one_callback_until_the_next_look() {
-    let cluster = Cluster::start(ClusterConfig {
-        seed: 13,
-        cache_lease_ms: 4000,
-        ..Default::default()
-    })
-    .unwrap();
-    let a = cluster.client(ClientKind::EXTERNAL).unwrap();
-    let b = cluster.client(ClientKind::EXTERNAL).unwrap();
-    let seen = recording(&b);
+    let (cluster, a, b, seen) = watched_by_b(13);
     let ino = a.mknod("/f", FileType::Regular, 0o644).unwrap().ino;
     let fd = a
         .open("/f", orion_client::OpenFlags::read_write_create(), 0o644)
@@ -229,4 +232,12 @@ fn a_look_at_a_file_costs_its_writers_one_callback_until_the_next_look() {
     a.mknod("/h", FileType::Regular, 0o644).unwrap();
     assert_eq!(callbacks_sent(&cluster) - at, 2);
     a.close(fd).unwrap();
+    // A watch noted after a caller took its promise does not count for that caller
+    // (what it read before was not watched then): a lookup that read a file's
+    // attributes, and then saw another thread's watch of it, reads them again.
+    let k = a.mknod("/k", FileType::Regular, 0o644).unwrap().ino;
+    let before = b.watch_for_kernel(&[1]).expect("watched");
+    assert!(b.watch_for_kernel(&[k]).is_some());
+    assert!(!b.watched_for_kernel(Some(before), k));
+    assert!(b.watched_for_kernel(b.watch_for_kernel(&[1]), k));
 }

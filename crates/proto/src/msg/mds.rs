@@ -96,8 +96,14 @@ pub enum MdsRequest {
         inos: Vec<u64>,
     },
     /// Makes this connection the client's callback connection ([`super::MdsToClient`])
-    /// and asks for a cache lease; sent again on it to renew the lease.
-    CacheLease,
+    /// and asks for a cache lease; sent again on it to renew the lease. With
+    /// `keep_watches` (a kernel that also keeps files' data pages, which it may read
+    /// in again without asking for attributes first), a change to a file it watches
+    /// calls it back every time; otherwise the watch is recalled at the first change
+    /// ([`super::Invalidation::Recall`]).
+    CacheLease {
+        keep_watches: bool,
+    },
     /// On the callback connection: the client's kernel cache is gone (unmounted);
     /// nothing need wait for its lease.
     EndCacheLease,
@@ -208,7 +214,7 @@ impl MdsRequest {
             MdsRequest::Outcome { .. } => MdsKind::Outcome,
             MdsRequest::Watch { .. } => MdsKind::Watch,
             MdsRequest::Unwatch { .. } => MdsKind::Unwatch,
-            MdsRequest::CacheLease => MdsKind::CacheLease,
+            MdsRequest::CacheLease { .. } => MdsKind::CacheLease,
             MdsRequest::EndCacheLease => MdsKind::EndCacheLease,
             MdsRequest::OpenTableWritten => MdsKind::OpenTableWritten,
         }
@@ -237,9 +243,11 @@ impl MdsRequest {
                     .u64(h.nonce)
                     .u64(h.instance);
             }
+            MdsRequest::CacheLease { keep_watches } => {
+                w.bool(*keep_watches);
+            }
             MdsRequest::Ping
             | MdsRequest::Statfs
-            | MdsRequest::CacheLease
             | MdsRequest::EndCacheLease
             | MdsRequest::OpenTableWritten => {}
             MdsRequest::Watch { inos } | MdsRequest::Unwatch { inos } => {
@@ -326,7 +334,9 @@ impl MdsRequest {
                 nonce: r.u64("client nonce")?,
                 instance: r.u64("client instance")?,
             }),
-            MdsKind::CacheLease => MdsRequest::CacheLease,
+            MdsKind::CacheLease => MdsRequest::CacheLease {
+                keep_watches: r.bool("keep watches")?,
+            },
             MdsKind::EndCacheLease => MdsRequest::EndCacheLease,
             MdsKind::OpenTableWritten => MdsRequest::OpenTableWritten,
             MdsKind::Watch => MdsRequest::Watch { inos: inos(r)? },

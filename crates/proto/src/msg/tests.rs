@@ -19,7 +19,7 @@ fn sample_requests() -> Vec<MdsRequest> {
         MdsRequest::Watch {
             inos: vec![1, 7, u64::MAX],
         },
-        MdsRequest::CacheLease,
+        MdsRequest::CacheLease { keep_watches: true },
         MdsRequest::EndCacheLease,
         MdsRequest::OpenTableWritten,
         MdsRequest::Unwatch { inos: vec![9] },
