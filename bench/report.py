@@ -399,6 +399,7 @@ def plots(table, systems, out):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True, help="path prefix of the outputs")
+    ap.add_argument("--command", help="the command that made the figures (said first)")
     ap.add_argument("files", nargs="+")
     a = ap.parse_args()
     runs, meta = load(a.files)
@@ -420,6 +421,8 @@ def main():
     rounds = max(len(v) for v in runs.values())
     md = (markdown(table, systems, machine, meta, rounds) + cpu_markdown(cpu, systems)
           + scaling_markdown(scaling, systems))
+    if a.command:
+        md = f"Command: `{a.command}`\n\n" + md
     with open(a.out + ".md", "w") as f:
         f.write(md)
     print(md)
