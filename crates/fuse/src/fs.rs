@@ -59,7 +59,9 @@ impl OrionFs {
     }
 
     /// Lets the kernel keep file data across opens, kept true by the callbacks of the
-    /// client's kernel cache ([`Client::cache_in_kernel`], which the mount turns on).
+    /// client's kernel cache ([`Client::cache_in_kernel`], which the mount turns on,
+    /// and which must be told the same: its `data` keeps the MDS from recalling the
+    /// watches of files whose pages the kernel keeps).
     pub fn with_data_cache(mut self, on: bool) -> OrionFs {
         self.data_cache = on;
         self
@@ -372,6 +374,13 @@ impl Filesystem for OrionFs {
         let _timed = self.client.timed(Call::Open);
         let r = (self.may_current(req, ino.0, open_mask(flags.0)))
             .and_then(|_| self.client.open_ino(ino.0, open_flags(flags.0)));
+        // The kernel may map the file and read pages in without a getattr: watched
+        // from now until the last close (asked after the open table holds the file,
+        // which keeps the MDS from ending the watch at a recall meanwhile; see
+        // `orion_mds::callbacks`).
+        if r.is_ok() {
+            let _ = self.client.watch_for_kernel(&[ino.0]);
+        }
         match r {
             Ok(fd) => reply.opened(FileHandle(fd.0), fopen(self.data_cache)),
             Err(e) => reply.error(errno(e)),

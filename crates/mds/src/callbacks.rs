@@ -316,8 +316,17 @@ impl Callbacks {
     }
 
     /// The answer to callback `id` on `conn`; false if `conn` is no callback
-    /// connection.
-    pub fn answered(&mut self, conn: ConnId, id: u64) -> bool {
+    /// connection. The files it recalled are no longer watched, except those
+    /// `held_open(instance, ino)` says the instance holds open: an open file may be
+    /// mapped, and the kernel reads mapped pages in without a getattr that would
+    /// watch the file again (the mount asks for the watch at open, after its open
+    /// table says it holds the file).
+    pub fn answered(
+        &mut self,
+        conn: ConnId,
+        id: u64,
+        held_open: impl Fn(u64, u64) -> bool,
+    ) -> bool {
         let Some(&instance) = self.by_conn.get(&conn) else {
             return false;
         };
@@ -329,7 +338,7 @@ impl Callbacks {
         let mut ended = Vec::new();
         h.recalls.retain(|&ino, &mut rid| {
             let done = rid == id;
-            if done {
+            if done && !held_open(instance, ino) {
                 ended.push(ino);
             }
             !done
@@ -583,7 +592,7 @@ mod tests {
             ]
         );
         assert!(cb.release(t).is_empty(), "not answered yet");
-        assert!(cb.answered(conn(20), *id));
+        assert!(cb.answered(conn(20), *id, |_, _| false));
         assert_eq!(cb.release(t).len(), 1);
         assert_eq!(cb.lease(2, conn(20), false, t), 200);
         // Once instance 2 unwatches 9, a change of 9 waits for nobody.
@@ -610,7 +619,7 @@ mod tests {
         assert_eq!(msgs.len(), 1, "one message for both changes");
         let (_, id, MdsToClient::Invalidate { items }) = &msgs[0];
         assert_eq!(items, &vec![Invalidation::Recall(7)]);
-        assert!(cb.answered(conn(20), *id));
+        assert!(cb.answered(conn(20), *id, |_, _| false));
         // The grant is gone: later changes wait for nobody, and send nothing.
         for _ in 0..100 {
             assert!(cb.on_changes(Some(1), &[changed(7, &[])]).is_empty());
@@ -624,7 +633,7 @@ mod tests {
         let (_, id, _) = &msgs[0];
         // A watch that came while the recall was under way outlives its answer.
         cb.watch(2, &[7]).unwrap();
-        assert!(cb.answered(conn(20), *id));
+        assert!(cb.answered(conn(20), *id, |_, _| false));
         assert_eq!(cb.on_changes(Some(1), &[changed(7, &[])]).len(), 1);
     }
 
@@ -640,8 +649,33 @@ mod tests {
             let (msgs, _) = cb.take_outgoing(t);
             let (_, id, MdsToClient::Invalidate { items }) = &msgs[0];
             assert_eq!(items, &vec![Invalidation::Inode(7)]);
-            assert!(cb.answered(conn(20), *id));
+            assert!(cb.answered(conn(20), *id, |_, _| false));
         }
+    }
+
+    /// A recalled file the client holds open stays watched once the recall is
+    /// answered (it may be mapped): the next change calls it back again.
+    #[test]
+    fn a_recalled_file_held_open_stays_watched() {
+        let (mut cb, t) = started(&[1, 2]);
+        cb.watch(2, &[7, 8]).unwrap();
+        assert_eq!(
+            cb.on_changes(Some(1), &[changed(7, &[]), changed(8, &[])])
+                .len(),
+            1
+        );
+        let (msgs, _) = cb.take_outgoing(t);
+        let (_, id, _) = &msgs[0];
+        assert!(cb.answered(conn(20), *id, |i, ino| i == 2 && ino == 7));
+        assert_eq!(
+            cb.on_changes(Some(1), &[changed(7, &[])]).len(),
+            1,
+            "7 is open"
+        );
+        assert!(
+            cb.on_changes(Some(1), &[changed(8, &[])]).is_empty(),
+            "8 is not"
+        );
     }
 
     #[test]
@@ -653,7 +687,7 @@ mod tests {
             assert_eq!(waits.len(), 1);
             let (msgs, _) = cb.take_outgoing(t);
             let (_, id, _) = &msgs[0];
-            assert!(cb.answered(conn(20), *id));
+            assert!(cb.answered(conn(20), *id, |_, _| false));
         }
     }
 

@@ -256,6 +256,15 @@ impl OpenTables {
         self.orphans.len()
     }
 
+    /// Whether the table of `instance` holds `ino` open (its word is written before
+    /// the client's open returns, so before anything of the open file is mapped).
+    pub(crate) fn holds(&self, instance: u64, ino: u64) -> bool {
+        self.tables.get(&instance).is_some_and(|t| {
+            t.overflow.contains(&ino)
+                || (0..WAYS).any(|w| t.region.load_u64(offset(bucket(ino), w)).ok() == Some(ino))
+        })
+    }
+
     /// Whether any table holds `ino`. Called only after the link count 0 was stored,
     /// and a fence (see [`OpenTables::sweep`]).
     fn held(&self, ino: u64) -> bool {

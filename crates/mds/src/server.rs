@@ -435,7 +435,9 @@ impl Mds {
             // An answer to a callback, or a late one of the mirror (the only other
             // peer this MDS asks).
             if let Some(id) = peek_id(msg) {
-                self.callbacks.answered(conn, id);
+                let tables = &self.open_tables;
+                self.callbacks
+                    .answered(conn, id, |instance, ino| tables.holds(instance, ino));
             }
             return;
         }

@@ -224,6 +224,16 @@ fn a_look_at_a_file_costs_its_writers_one_callback_until_the_next_look() {
         "one more after B looked again"
     );
     assert_eq!(b.getattr(ino).unwrap().size, 1001 * 4096);
+    // A file B holds open stays watched through a recall (its kernel may have it
+    // mapped, and reads mapped pages in without a getattr): each write calls B back.
+    let held = b.open("/f", orion_client::OpenFlags::read(), 0).unwrap();
+    assert!(b.watch_for_kernel(&[ino]).is_some());
+    let at = callbacks_sent(&cluster);
+    for i in 0..3u64 {
+        a.pwrite(fd, i * 4096, &page).unwrap();
+    }
+    assert_eq!(callbacks_sent(&cluster) - at, 3, "a file B holds open");
+    b.close(held).unwrap();
     // A directory's watch is not recalled: each change in it calls B back.
     let w = b.watch_for_kernel(&[1]).expect("watched");
     assert!(b.watched_for_kernel(Some(w), 1));
