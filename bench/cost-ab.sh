@@ -63,6 +63,8 @@ summary() {
 import json, sys
 r = json.load(sys.stdin)["results"]
 def cpu(c):
+    if not c:
+        return "no CPU figure"
     by = ", ".join("%s %.1f" % kv for kv in sorted(c["by"].items(), key=lambda kv: -kv[1]))
     return "%.1f us CPU (%s)" % (c["us_per_op"], by)
 w = r.get("4k_randwrite")
@@ -72,7 +74,7 @@ for k, name in (("scale_4k_randwrite", "write"), ("scale_create_stat_unlink", "c
     j = r.get(k, {}).get("jobs")
     if j:
         print("scale %s: " % name + "; ".join("%s jobs %.1f k/s %.1f us CPU" % (
-            n, j[n]["ops_s"] / 1e3, j[n]["cpu"]["us_per_op"]) for n in sorted(j, key=int)))
+            n, j[n]["ops_s"] / 1e3, (j[n]["cpu"] or {}).get("us_per_op", 0)) for n in sorted(j, key=int)))
 '
 }
 looked() {

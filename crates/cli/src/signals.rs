@@ -17,10 +17,15 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
     let fd = WAKE_FD.load(Ordering::SeqCst);
     if fd >= 0 {
+        // SAFETY: __errno_location is this thread's errno, live as long as the
+        // thread; the handler gives back the errno it interrupted (write may set it).
+        let errno = unsafe { *libc::__errno_location() };
         let b = 1u8;
         // SAFETY: writes one byte from this frame to a descriptor this process made
         // for it and never closes; a full pipe (a reader already woken) is ignored.
         unsafe { libc::write(fd, (&b as *const u8).cast(), 1) };
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = errno };
     }
 }
 

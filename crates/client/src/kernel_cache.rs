@@ -62,8 +62,9 @@ const UNWATCH_BATCH: usize = 256;
 const UNWATCH_AGE: Duration = Duration::from_millis(100);
 /// The pause before a callback connection is tried again after a failure.
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
-/// The longest the callback thread sleeps without a look at its lease and stop flag
-/// (a stop wakes it at once: [`KernelCache::stop`]).
+/// The longest the callback thread waits without a look at its lease and stop flag
+/// (a stop wakes it at once: [`KernelCache::stop`]; the queue's own wait looks at its
+/// peers every 50 ms meanwhile).
 const LONGEST_WAIT: Duration = Duration::from_secs(1);
 
 /// Recalls remembered to tell whether a watch asked for was recalled before it is

@@ -456,12 +456,11 @@ impl Store {
         }
     }
 
-    /// Tells the MDS this store is alive, every 100 ms (it takes a store that stays
-    /// silent for its heartbeat timeout for dead).
     /// How long the loop may wait for completions: until the next heartbeat once the
     /// store serves an MDS and has no resync to follow (requests wake it); short
-    /// while it tries to join an MDS or resyncs. An idle store then wakes ten times a
-    /// second, where a fixed 20 ms bound woke it fifty.
+    /// while it tries to join an MDS or resyncs. An idle store's loop then wakes at
+    /// most twenty times a second (the queue's wait looks at its peers every 50 ms),
+    /// where a fixed 20 ms bound woke it fifty.
     fn idle_wait(&self) -> Duration {
         const SHORT: Duration = Duration::from_millis(20);
         if self.mds.is_none() || self.resync.is_some() || self.resync_again.is_some() {
@@ -472,6 +471,8 @@ impl Store {
             .max(Duration::from_millis(1))
     }
 
+    /// Tells the MDS this store is alive, every 100 ms (it takes a store that stays
+    /// silent for its heartbeat timeout for dead).
     fn heartbeat(&mut self) {
         if self.beat.elapsed() < HEARTBEAT {
             return;

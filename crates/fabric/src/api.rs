@@ -217,6 +217,7 @@ impl Domain {
     pub fn listen(&self, addr: &str) -> Result<Listener> {
         Ok(Listener {
             imp: self.imp.listen(addr)?,
+            woken: AtomicBool::new(false),
         })
     }
 
@@ -252,6 +253,8 @@ impl Domain {
 
 pub struct Listener {
     imp: Box<dyn ListenerImpl>,
+    /// Set by [`Listener::wake`].
+    woken: AtomicBool,
 }
 
 impl Listener {
@@ -270,7 +273,13 @@ impl Listener {
     /// too (with a timeout or an error): for a server that stops, whose acceptors may
     /// then sleep long in `accept` while it is idle.
     pub fn wake(&self) {
+        self.woken.store(true, Ordering::SeqCst);
         self.imp.wake()
+    }
+
+    /// Whether [`Listener::wake`] was called: it accepts no one any more.
+    pub fn is_woken(&self) -> bool {
+        self.woken.load(Ordering::SeqCst)
     }
 }
 

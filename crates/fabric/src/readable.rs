@@ -17,7 +17,7 @@ pub(crate) fn wait(fd: &impl AsRawFd, timeout: Duration) -> bool {
     };
     // Rounded up: a sleep rounded down to 0 ms would return at once, and the caller
     // would spin through the last millisecond of its deadline.
-    let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
+    let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int;
     // SAFETY: `p` is one pollfd on this frame, valid for the call, and the count says one;
     // the descriptor is borrowed from a live owner for the duration of the call.
     let n = unsafe { libc::poll(&mut p, 1, ms) };

@@ -1,7 +1,8 @@
 //! Registered memory: mappings, regions and their remote descriptors.
 //!
 //! This is one of the few modules of the crate with `unsafe` code (the others, `futex`,
-//! `readable` and `local::liveness`, wrap single kernel or C-library calls): a
+//! `readable` and `local::liveness`, wrap single kernel or C-library calls, and `ofi`
+//! calls libfabric): a
 //! [`Mapping`] owns an `mmap`ed range and every byte access to it, by this process or on behalf
 //! of a peer, goes through its bounds-checked copy functions. Peers may read and write a
 //! registered region at any time, so accesses are copies, never references into the memory.

@@ -17,7 +17,7 @@ pub(crate) fn listen(addr: &str) -> Result<TcpListener> {
 
 /// Waits up to `timeout` for one incoming connection. Reads and writes on the accepted
 /// stream are bounded by `io_timeout` (the connect timeout), not by `timeout`: an acceptor
-/// that polls with a short `timeout` must still give a peer that is slow to set up its
+/// that waits a short `timeout` for a peer must still give a peer that is slow to set up its
 /// endpoint (a loaded machine) the whole handshake deadline.
 pub(crate) fn accept(
     l: &TcpListener,
@@ -121,7 +121,7 @@ pub fn service_port() -> std::io::Result<u16> {
 mod tests {
     use super::*;
 
-    /// An acceptor polls with a short timeout, but the stream it accepts must wait for a
+    /// An acceptor may wait a short time for a peer, but the stream it accepts must wait for a
     /// slow peer as long as the handshake may take (a loaded machine starting many
     /// clients at once once failed here).
     #[test]

@@ -56,22 +56,20 @@ impl OrionFs {
 
     /// An inode's attributes, and how long the kernel may keep them.
     pub(crate) fn getattr_for_kernel(&self, ino: u64) -> FsResult<(Attr, Duration)> {
-        let w = self.client.watch_for_kernel(&[ino]);
-        let a = self.client.getattr(ino)?;
-        Ok((a, self.client.kernel_ttl(w)))
+        self.read_for_kernel(ino, || self.client.getattr(ino))
     }
 
-    /// Runs `setattr` of `ino` and says how long the kernel may keep the attributes it
-    /// returns. Watched first, as for a getattr: a setattr that changes nothing sends
-    /// nothing, so the MDS would not watch the inode for the change's sake (and a
-    /// file's watch may have been recalled).
-    pub(crate) fn setattr_for_kernel(
+    /// Runs `read`, which returns `ino`'s attributes (a getattr, or a setattr: one
+    /// that changes nothing sends nothing, so the MDS would not watch the inode for
+    /// the change's sake), with `ino` watched first; and says how long the kernel may
+    /// keep what it returns.
+    pub(crate) fn read_for_kernel(
         &self,
         ino: u64,
-        setattr: impl FnOnce() -> FsResult<Attr>,
+        read: impl FnOnce() -> FsResult<Attr>,
     ) -> FsResult<(Attr, Duration)> {
         let w = self.client.watch_for_kernel(&[ino]);
-        let a = setattr()?;
+        let a = read()?;
         Ok((a, self.client.kernel_ttl(w)))
     }
 

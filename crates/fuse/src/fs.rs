@@ -213,7 +213,7 @@ impl Filesystem for OrionFs {
         };
         let checked = self.may_setattr_current(req_of, ino.0, &req, fh.is_some());
         let r = checked
-            .and_then(|req| self.setattr_for_kernel(ino.0, || self.client.setattr(ino.0, &req)));
+            .and_then(|req| self.read_for_kernel(ino.0, || self.client.setattr(ino.0, &req)));
         match r {
             Ok((a, ttl)) => {
                 self.nodes.saw(&a);

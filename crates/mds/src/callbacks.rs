@@ -79,6 +79,13 @@ struct Holder {
     recalls: FastMap<u64, u64>,
 }
 
+impl Holder {
+    /// Whether callback `id` is queued or in flight (not answered yet).
+    fn pending(&self, id: u64) -> bool {
+        self.in_flight.contains_key(&id) || self.queued.iter().any(|(q, ..)| *q == id)
+    }
+}
+
 /// A reply that waits for answers to callbacks (and for the quiet time).
 pub(crate) struct Held {
     pub conn: ConnId,
@@ -223,10 +230,7 @@ impl Callbacks {
                             id
                         }
                     };
-                    debug_assert!(
-                        h.in_flight.contains_key(&id) || h.queued.iter().any(|(q, ..)| *q == id),
-                        "a recall under way is queued or in flight"
-                    );
+                    debug_assert!(h.pending(id), "a recall under way is queued or in flight");
                     if !waits.contains(&(w, id)) {
                         waits.push((w, id));
                     }
@@ -302,10 +306,7 @@ impl Callbacks {
                 continue;
             }
             // Every recall under way is queued or in flight (it waits for that answer).
-            debug_assert!(h
-                .recalls
-                .values()
-                .all(|id| h.in_flight.contains_key(id) || h.queued.iter().any(|(q, ..)| q == id)));
+            debug_assert!(h.recalls.values().all(|&id| h.pending(id)));
             while h.in_flight.len() < MAX_IN_FLIGHT && !h.queued.is_empty() {
                 let (id, items, _) = h.queued.remove(0);
                 h.in_flight.insert(id, now);

@@ -255,7 +255,7 @@ impl Follower<'_> {
     }
 
     /// Applies what the primary writes into the ring, entry by entry, as its
-    /// immediates wake this MDS (and every 20 ms regardless), until the connection
+    /// immediates wake this MDS (and at its looks at the manager), until the connection
     /// ends or the primary's lease is gone. A mirror whose memory needs a flush says
     /// how far it applied after each round.
     fn follow_ring(

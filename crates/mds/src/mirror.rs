@@ -94,6 +94,12 @@ impl Mirroring {
         self.synced || self.must_unlist
     }
 
+    /// Whether replies wait until a mirror that may still be listed is taken off the
+    /// list (the manager was not reachable): tried again at every turn.
+    pub(crate) fn unlisting(&self) -> bool {
+        self.must_unlist && !self.synced
+    }
+
     pub(crate) fn hold(&mut self, conn: ConnId, id: u64, reply: Reply) {
         self.outbox.push((conn, id, reply));
     }

@@ -90,6 +90,12 @@ fn holder_tag(instance: u64) -> u64 {
 }
 
 impl Table {
+    /// Whether a word of `ino`'s bucket, or the overflow, names it.
+    fn holds(&self, ino: u64) -> bool {
+        self.overflow.contains(&ino)
+            || (0..WAYS).any(|w| self.region.load_u64(offset(bucket(ino), w)).ok() == Some(ino))
+    }
+
     fn holds_nothing(&self) -> bool {
         let word = |i: u64| self.region.load_u64(8 * i).unwrap_or(1);
         self.overflow.is_empty() && (0..BYTES / 8).all(|i| word(i) == 0)
@@ -259,20 +265,13 @@ impl OpenTables {
     /// Whether the table of `instance` holds `ino` open (its word is written before
     /// the client's open returns, so before anything of the open file is mapped).
     pub(crate) fn holds(&self, instance: u64, ino: u64) -> bool {
-        self.tables.get(&instance).is_some_and(|t| {
-            t.overflow.contains(&ino)
-                || (0..WAYS).any(|w| t.region.load_u64(offset(bucket(ino), w)).ok() == Some(ino))
-        })
+        self.tables.get(&instance).is_some_and(|t| t.holds(ino))
     }
 
     /// Whether any table holds `ino`. Called only after the link count 0 was stored,
     /// and a fence (see [`OpenTables::sweep`]).
     fn held(&self, ino: u64) -> bool {
-        let b = bucket(ino);
-        self.tables.values().any(|t| {
-            t.overflow.contains(&ino)
-                || (0..WAYS).any(|w| t.region.load_u64(offset(b, w)).ok() == Some(ino))
-        })
+        self.tables.values().any(|t| t.holds(ino))
     }
 
     /// The orphans no table holds any more (taken out of the set), if a sweep is due.

@@ -300,12 +300,14 @@ pub(crate) fn errno_reply(e: FsError) -> Reply {
 
 impl Mds {
     /// How long the loop may wait for completions when nothing is queued: short while
-    /// updates are parked for stores' notices (their timeouts run) or a replica
-    /// resyncs; otherwise the 100 ms at which heartbeats are looked at
-    /// (`check_heartbeats`), since requests wake the loop. An idle MDS then wakes ten
-    /// times a second for its timers, where a fixed 20 ms bound woke it fifty.
+    /// updates are parked for stores' notices (their timeouts run), a replica
+    /// resyncs, or replies wait for the mirror's removal from the map; otherwise the
+    /// 100 ms at which heartbeats are looked at (`check_heartbeats`), since requests
+    /// wake the loop. An idle MDS's loop then wakes at most twenty times a second (the
+    /// queue's wait looks at its peers every 50 ms), where a fixed 20 ms bound woke
+    /// it fifty.
     fn idle_wait(&self) -> Duration {
-        if self.strong.waiting().0 > 0 || !self.resyncs.is_empty() {
+        if self.strong.waiting().0 > 0 || !self.resyncs.is_empty() || self.mirror.unlisting() {
             Duration::from_millis(20)
         } else {
             Duration::from_millis(100)

@@ -250,18 +250,26 @@ pub const ACCEPT_THREADS: usize = 4;
 /// barely wake; each wake-up costs tens of microseconds of CPU on a VM).
 const ACCEPT_WAIT: Duration = Duration::from_secs(1);
 
-/// A server's acceptor threads, as [`spawn_acceptor`] started them.
+/// A server's acceptor threads, as [`spawn_acceptor`] started them. Dropped, they
+/// end soon (the listener is woken and accepts no one after); joined, they are
+/// waited for.
 pub struct AcceptorThreads {
-    thread: std::thread::JoinHandle<()>,
+    thread: Option<std::thread::JoinHandle<()>>,
     listener: std::sync::Arc<orion_fabric::Listener>,
 }
 
 impl AcceptorThreads {
-    /// Waits for the threads to end, once the server set their stop flag: their
-    /// sleeps in `accept` are cut short, and the listener accepts no one after.
-    pub fn join(self) -> std::thread::Result<()> {
+    /// Waits for the threads to end: their sleeps in `accept` are cut short, and the
+    /// listener accepts no one after.
+    pub fn join(mut self) -> std::thread::Result<()> {
         self.listener.wake();
-        self.thread.join()
+        self.thread.take().map_or(Ok(()), |t| t.join())
+    }
+}
+
+impl Drop for AcceptorThreads {
+    fn drop(&mut self) {
+        self.listener.wake();
     }
 }
 
@@ -310,7 +318,7 @@ pub fn spawn_acceptor(
         })?;
     Ok((
         AcceptorThreads {
-            thread: t,
+            thread: Some(t),
             listener,
         },
         rx,
@@ -330,7 +338,9 @@ struct Acceptor {
 
 impl Acceptor {
     fn run(&self) {
-        while !self.stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let over =
+            || self.stop.load(std::sync::atomic::Ordering::Relaxed) || self.listener.is_woken();
+        while !over() {
             match self.listener.accept(&self.cq, ACCEPT_WAIT) {
                 Ok(conn) => {
                     let peer = conn.peer().to_string();
@@ -348,7 +358,7 @@ impl Acceptor {
                 }
                 Err(Error::Timeout(_)) => {}
                 // A listener woken to stop fails its accepts: nothing to report.
-                Err(_) if self.stop.load(std::sync::atomic::Ordering::Relaxed) => {}
+                Err(_) if over() => {}
                 Err(e) => (self.on_error)(format!("refused a connection: {e}")),
             }
         }
