@@ -14,9 +14,10 @@
 //! - the machine's busy time from `/proc/stat` (clock ticks), as a cross-check that
 //!   catches whatever the per-process sum missed (processes that came and went).
 //!
-//! Processes are grouped by what they are: `orion` processes by their subcommand
-//! (`orion mds`, `orion ds`, `orion mount`, ...), this process as `workload`, kernel
-//! threads by their name without the per-CPU suffix (`kworker`), others by their
+//! Processes are grouped by what they are: `orion` daemons by their pool where they
+//! have one (`orion mds`, `orion mds-mirror`, `orion ds0`), else by their subcommand
+//! (`orion mount`, `orion bench null-fuse`); this process as `workload`; kernel
+//! threads by their name without the per-CPU suffix (`kworker`); others by their
 //! command name.
 
 use std::collections::HashMap;
@@ -189,13 +190,11 @@ fn label_of(pid: u32) -> Option<String> {
                 .map(|p| base(p).trim_end_matches(".pool").to_string());
             // A benchmark's server by what it is (`orion bench null-fuse`).
             let what = args.get(2).map(|a| String::from_utf8_lossy(a).into_owned());
-            return Some(match (sub, pool) {
-                (_, Some(p)) => format!("orion {p}"),
-                (Some(s), None) if s == "bench" && what.is_some() => {
-                    format!("orion bench {}", what.unwrap_or_default())
-                }
-                (Some(s), None) => format!("orion {s}"),
-                _ => "orion".into(),
+            return Some(match (pool, sub.as_deref(), what) {
+                (Some(p), ..) => format!("orion {p}"),
+                (None, Some("bench"), Some(w)) => format!("orion bench {w}"),
+                (None, Some(s), _) => format!("orion {s}"),
+                (None, None, _) => "orion".into(),
             });
         }
     }

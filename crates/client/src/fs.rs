@@ -241,8 +241,10 @@ impl Client {
                 .run(Pick::Any, false, |g| g.rpc(req.clone()))
                 .ok()?;
             kc.note(w, &missing).then_some(())?;
+            // Its own notes (and any since) count for the caller, who reads after.
+            return Some(kc.restamp(w));
         }
-        Some(kc.restamp(w))
+        Some(w)
     }
 
     /// Held by a front-end call that hands its kernel names or attributes, from before

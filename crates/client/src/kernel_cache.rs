@@ -85,11 +85,13 @@ pub struct Watched {
 
 /// The inodes watched for this client in the current session, each with the stamp of
 /// the note that recorded it: an inode noted after a caller took its [`Watched`] (by
-/// another thread, after a recall) was not watched when that caller read it.
+/// another thread, after a recall) was not watched when that caller read it. And the
+/// recent recalls, under the same lock.
 #[derive(Default)]
 struct WatchSet {
     inos: HashMap<u64, u64>,
     stamp: u64,
+    recalls: Recalls,
 }
 
 /// The recent recalls of files' watches (see the module's text).
@@ -128,8 +130,6 @@ pub struct KernelCache {
     /// Inodes the kernel forgot, to unwatch in the next batch, and since when the
     /// first of them waits.
     forgotten: Mutex<(Vec<u64>, Option<Instant>)>,
-    /// Locked after `watched` when both are.
-    recalls: Mutex<Recalls>,
     gate: RwLock<()>,
     requests: Mutex<()>,
     invalidate: Invalidate,
@@ -150,7 +150,6 @@ impl KernelCache {
             watched: Mutex::new(WatchSet::default()),
             held: Mutex::new(HashMap::new()),
             forgotten: Mutex::new((Vec::new(), None)),
-            recalls: Mutex::new(Recalls::default()),
             gate: RwLock::new(()),
             requests: Mutex::new(()),
             invalidate,
@@ -243,10 +242,9 @@ impl KernelCache {
             return None;
         }
         let w = lock(&self.watched);
-        let recalls = lock(&self.recalls).count;
         let watched = Watched {
             session,
-            recalls,
+            recalls: w.recalls.count,
             notes: w.stamp,
         };
         if inos.is_empty() {
@@ -270,10 +268,9 @@ impl KernelCache {
         if self.session.load(Ordering::Acquire) != w.session {
             return false;
         }
-        let recalls = lock(&self.recalls);
         let mut all = true;
         for &ino in inos {
-            if recalls.since(w.recalls, ino) {
+            if set.recalls.since(w.recalls, ino) {
                 all = false;
             } else if !set.inos.contains_key(&ino) {
                 // Watched since its first note (a recall or an unwatch removes it).
@@ -293,7 +290,8 @@ impl KernelCache {
             return;
         }
         let mut set = lock(&self.watched);
-        let mut r = lock(&self.recalls);
+        let set = &mut *set;
+        let r = &mut set.recalls;
         for &ino in inos {
             set.inos.remove(&ino);
             r.count += 1;

@@ -148,6 +148,7 @@ impl Callbacks {
             keep_watches,
             recalls: FastMap::default(),
         });
+        // Said again at each renewal (it does not change for an instance).
         h.keep_watches = keep_watches;
         self.by_conn.insert(conn, instance);
         // Granted even with invalidations unanswered (see the module's rules); the
@@ -335,6 +336,9 @@ impl Callbacks {
             return false;
         };
         h.in_flight.remove(&id);
+        if h.recalls.is_empty() {
+            return true;
+        }
         // The files this callback recalled are no longer watched.
         let mut ended = Vec::new();
         h.recalls.retain(|&ino, &mut rid| {
