@@ -116,6 +116,18 @@ struct Report {
     manager: Option<ManagerRow>,
     mds: Vec<MdsRow>,
     stores: Vec<StoreRow>,
+    /// What the file system holds and has free, if the MDS answered (an ENOSPC
+    /// names the one that ran out; the log pages are in the MDS's metrics).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    space: Option<Space>,
+}
+
+#[derive(Debug, Serialize)]
+struct Space {
+    inode_slots: u64,
+    inode_slots_free: u64,
+    data_pages: u64,
+    data_pages_free: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -237,7 +249,18 @@ pub fn status(a: StatusArgs) -> Result<()> {
     };
     let mut fabric = fabric.fabric_config()?;
     fabric.connect_timeout = Duration::from_secs(3);
-    let map = Client::connect(cfg, fabric).and_then(|c| c.cluster_map());
+    let client = Client::connect(cfg, fabric);
+    let space = client
+        .as_ref()
+        .ok()
+        .and_then(|c| c.statfs().ok())
+        .map(|s| Space {
+            inode_slots: s.files,
+            inode_slots_free: s.ffree,
+            data_pages: s.blocks,
+            data_pages_free: s.bfree,
+        });
+    let map = client.and_then(|c| c.cluster_map());
     let started = |g: u16, i: u16| {
         up.as_ref()
             .and_then(|u| u.stores.iter().find(|s| s.group == g && s.index == i))
@@ -296,6 +319,7 @@ pub fn status(a: StatusArgs) -> Result<()> {
             mount_metrics: None,
             manager: None,
             mds: mds_rows(true),
+            space: None,
             stores: stores
                 .iter()
                 .map(|s| StoreRow {
@@ -318,6 +342,7 @@ pub fn status(a: StatusArgs) -> Result<()> {
             mount_metrics: None,
             manager: None,
             mds: mds_rows(false),
+            space: None,
             // What `orion up` started, in a state nobody can tell without the MDS.
             stores: up
                 .iter()
@@ -341,6 +366,7 @@ pub fn status(a: StatusArgs) -> Result<()> {
     let report = Report {
         manager,
         mount_metrics,
+        space,
         ..report
     };
     if a.json {
@@ -400,6 +426,12 @@ fn print_table(r: &Report) {
             s.addr,
             pid(s.pid),
             s.state
+        );
+    }
+    if let Some(s) = &r.space {
+        println!(
+            "space inode slots {} of {} free, data pages {} of {} free",
+            s.inode_slots_free, s.inode_slots, s.data_pages_free, s.data_pages
         );
     }
 }

@@ -42,8 +42,9 @@ pub struct UpArgs {
     /// directory: volatile, emulated persistent memory).
     #[arg(long)]
     pub pools: Option<PathBuf>,
-    /// Size of the MDS pool (inodes and logs).
-    #[arg(long, default_value = "256M")]
+    /// Size of the MDS pool (inodes and logs): one inode per KiB, so the default
+    /// holds a million files.
+    #[arg(long, default_value = "1G")]
     pub mds_size: String,
     /// Size of each data store's pool.
     #[arg(long, default_value = "1G")]

@@ -42,13 +42,14 @@ fn mkfs_then_fsck_is_clean_and_damage_exits_1() {
         "one-line summary: {text}{progress}"
     );
     assert!(text.contains("clean: 1 inodes"), "{text}");
-    // Damage the root's log page header.
+    // Damage the header of the root's first log segment (inode 1's, 256 bytes into
+    // the area the superblock names at byte 120).
     let mut bytes = std::fs::read(&pool).unwrap();
-    let sb_page_area = {
-        let b = &bytes[104..112];
+    let segment_area = {
+        let b = &bytes[120..128];
         u64::from_le_bytes(b.try_into().unwrap()) as usize
     };
-    bytes[sb_page_area + 8] ^= 0xff;
+    bytes[segment_area + 256 + 8] ^= 0xff;
     std::fs::write(&pool, &bytes).unwrap();
     let (code, text) = orion(&["fsck", "--pool", p]);
     assert_eq!(code, 1, "{text}");

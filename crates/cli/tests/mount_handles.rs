@@ -26,7 +26,8 @@ use orion_client::{Client, OpenFlags};
 /// the clients its pool names as holders come back; a new pool names none), since
 /// the tests cycle through every free inode number.
 fn mounted() -> (Cluster, cluster::Mount, Client) {
-    let cluster = Cluster::start("local", 1);
+    // An 8 MiB MDS pool: 8,190 inode numbers to go round.
+    let cluster = Cluster::start_with_mds("local", 1, &["--pool-size", "8M"]);
     let m = cluster.mount("a", &[]);
     let client = cluster.client(true, false);
     let free = || client.statfs().unwrap().ffree;
@@ -55,7 +56,7 @@ fn reference(path: &Path) -> File {
 }
 
 /// Free inode numbers are taken first in, first out: new files from `make` go
-/// through them (the cluster's 64 MiB MDS pool has 8192) until one gets `ino`,
+/// through them (the cluster's 8 MiB MDS pool has 8,190) until one gets `ino`,
 /// and stays; the others are removed by `remove`.
 fn take_number(ino: u64, make: impl Fn() -> u64, remove: impl Fn()) {
     for _ in 0..3 * 8192 {

@@ -138,6 +138,16 @@ fn a_replicated_cluster_loses_a_store_and_the_application_sees_nothing() {
     );
     assert_eq!(j["mds"][0]["state"], "up", "{j}");
     assert_eq!(j["mds"][0]["role"], "primary", "{j}");
+    // The 64 MiB MDS pool holds one inode per KiB (the root's is taken), and the
+    // files written above took some.
+    let space = &j["space"];
+    assert_eq!(space["inode_slots"], 65_535, "{j}");
+    let free = space["inode_slots_free"].as_u64().unwrap();
+    assert!(free < 65_534 && free > 60_000, "{j}");
+    assert!(
+        space["data_pages_free"].as_u64() < space["data_pages"].as_u64(),
+        "{j}"
+    );
     let stores = j["stores"].as_array().unwrap();
     assert_eq!(stores.len(), 4, "two groups of two: {j}");
     for s in stores {

@@ -453,7 +453,7 @@ fn walk(
     state: &mut InodeState,
     whole: bool,
 ) -> Res<()> {
-    let max_pages = remote.sb.page_count;
+    let sb = remote.sb.clone();
     let src = RemotePages {
         remote: RefCell::new(remote),
         reconnected: RefCell::new(false),
@@ -464,9 +464,9 @@ fn walk(
         state.apply(e, &mut freed)
     };
     let r = if whole {
-        walk_log(&src, ino, from, tail, max_pages, &mut apply)
+        walk_log(&src, &sb, ino, from, tail, &mut apply)
     } else {
-        walk_log_from(&src, ino, from, tail, max_pages, &mut apply)
+        walk_log_from(&src, &sb, ino, from, tail, &mut apply)
     };
     if *src.reconnected.borrow() {
         return Err(Fail::Reconnected);

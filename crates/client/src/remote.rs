@@ -360,6 +360,7 @@ impl Remote {
             Reply::Ok(b) => Ok(b),
             Reply::Err { errno, message } => Err(match errno {
                 libc::EIO => FsError::Io(message),
+                libc::ENOSPC => no_space(&message),
                 e => FsError::Errno(e),
             }),
         }
@@ -762,4 +763,20 @@ pub(crate) fn open_mds(
         .connect_within(addr, cq, patience)
         .map_err(|e| io_err(format!("connecting to the MDS at {addr}: {e}")))?;
     Channel::new(domain, conn).map_err(io_err)
+}
+
+/// The MDS's ENOSPC, with the resource its message names (the mount logs it).
+fn no_space(message: &str) -> FsError {
+    use orion_meta::error::Resource;
+    let Some(r) = Resource::named_in(message) else {
+        return FsError::Errno(libc::ENOSPC);
+    };
+    // Once in a while, not at every refused write of a full file system.
+    static LAST: std::sync::Mutex<Option<Instant>> = std::sync::Mutex::new(None);
+    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+    if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+        *last = Some(Instant::now());
+        warn!("the file system is full: the MDS has no free {}", r.name());
+    }
+    FsError::NoSpace(r)
 }

@@ -1,8 +1,9 @@
 //! `orion-format`: the bytes on the media, and nothing else.
 //!
-//! An MDS pool holds a superblock, a redo journal, a table of fixed-size inode slots
-//! and 4 KiB pages that form the inode logs (NOVA-style: a linked list of log pages
-//! per inode, entries in 64-byte multiples). A data pool holds a superblock and 4 KiB
+//! An MDS pool holds a superblock, a redo journal, a table of fixed-size inode slots,
+//! a fixed 256-byte first log segment per slot, and 4 KiB pages that form the rest of
+//! the inode logs (NOVA-style: a linked list of log segments per inode, entries in
+//! 64-byte multiples). A data pool holds a superblock and 4 KiB
 //! data pages named by global page addresses. All pointers are pool offsets. Page 0
 //! of the MDS pool also holds, past the superblock, the record of which clients
 //! held open tables (`holders`).
@@ -36,10 +37,14 @@ pub use log::{
     Compaction, LogPageHeader, Tail, COMPACTION_LEN, COMPACTION_OFFSET, LOG_PAGE_HEADER,
     PAGE_NEXT_OFFSET,
 };
-pub use superblock::{PoolKind, Superblock, SUPERBLOCK_SIZE};
+pub use superblock::{PoolKind, Superblock, POOL_BYTES_PER_INODE, SUPERBLOCK_SIZE};
 
 /// Every page, log or data, is 4 KiB.
 pub const PAGE_SIZE: u64 = 4096;
+/// Bytes of an inode's first log segment: a header and three entries, which is what
+/// a new file's log holds (its attributes, its link count and one write), so that an
+/// empty or small file costs no log page.
+pub const FIRST_SEGMENT_SIZE: u64 = 256;
 /// Entries, journal records and persistence work in 64-byte lines.
 pub const LINE: u64 = 64;
 /// Longest name in a directory (as Linux's NAME_MAX).

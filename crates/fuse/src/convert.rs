@@ -14,6 +14,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub(crate) fn errno(e: FsError) -> Errno {
     match e {
         FsError::Errno(n) => Errno::from_i32(n),
+        // The client logged which resource ran out.
+        FsError::NoSpace(_) => Errno::ENOSPC,
         other => {
             tracing::warn!("{other}");
             Errno::EIO

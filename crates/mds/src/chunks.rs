@@ -47,7 +47,9 @@ impl Group {
     fn empty(page_count: u64, grace: Duration) -> Group {
         let reserve = (page_count / 100).max(8);
         Group {
-            alloc: PageAllocator::new(page_count, reserve, grace).never_waits(),
+            alloc: PageAllocator::new(page_count, reserve, grace)
+                .never_waits()
+                .of_data_pages(),
             page_count,
             held: None,
         }
@@ -262,7 +264,7 @@ pub fn grant(
     if groups.iter().any(|(_, x)| x.alloc.available() > 0) {
         return Err(FsError::Errno(libc::EAGAIN));
     }
-    Err(orion_meta::error::ENOSPC)
+    Err(orion_meta::error::NO_DATA_PAGES)
 }
 
 impl crate::server::Mds {
@@ -360,7 +362,7 @@ mod tests {
         let mut groups: BTreeMap<u16, Group> = [(0, group(8)), (1, group(8))].into();
         assert_eq!(
             grant(&mut groups, only_0, Some(0), 16),
-            Err(orion_meta::error::ENOSPC)
+            Err(orion_meta::error::NO_DATA_PAGES)
         );
     }
 
@@ -401,7 +403,7 @@ mod tests {
         let mut groups: BTreeMap<u16, Group> = [(0, full())].into();
         assert_eq!(
             grant(&mut groups, |_| true, None, 16),
-            Err(orion_meta::error::ENOSPC),
+            Err(orion_meta::error::NO_DATA_PAGES),
             "nothing in its grace period: full"
         );
     }

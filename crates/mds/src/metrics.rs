@@ -51,6 +51,7 @@ struct Inner {
     log_pages: Gauge,
     log_pages_free: Gauge,
     room_refusals: Counter,
+    no_space: Family<Labels, Counter>,
     epoch: Gauge,
     callbacks_waiting: Gauge,
     callbacks_sent: Counter,
@@ -112,6 +113,16 @@ impl Default for MdsMetrics {
         );
         let connections = Family::<Labels, Gauge>::default();
         r.register("connections", "Connections, by role", connections.clone());
+        let no_space = Family::<Labels, Counter>::default();
+        r.register(
+            "no_space_replies",
+            "Requests answered ENOSPC, by the resource that ran out (inode slots, \
+             log pages, data pages)",
+            no_space.clone(),
+        );
+        for res in orion_meta::error::Resource::ALL {
+            let _ = no_space.get_or_create(&vec![("resource".to_string(), res.label().into())]);
+        }
         let gauge = |r: &mut Registry, name: &str, help: &str| {
             let g = Gauge::default();
             r.register(name, help, g.clone());
@@ -203,6 +214,7 @@ impl Default for MdsMetrics {
             by_kind,
             malformed,
             connections,
+            no_space,
             data_pages,
             data_pages_free,
             inodes,
@@ -342,6 +354,12 @@ impl MdsMetrics {
 
     pub(crate) fn malformed(&self) {
         self.0.malformed.inc();
+    }
+
+    /// A request was answered ENOSPC for want of `resource`.
+    pub(crate) fn no_space(&self, resource: orion_meta::error::Resource) {
+        let l = vec![("resource".to_string(), resource.label().to_string())];
+        self.0.no_space.get_or_create(&l).inc();
     }
 
     /// An update was refused for room (design note 74).

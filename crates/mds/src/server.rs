@@ -291,6 +291,8 @@ pub(crate) fn serve_loop(
     Ok(Ended::Stopped)
 }
 
+/// The reply of a failed request. (An ENOSPC's message names the resource that ran
+/// out: the client reads it back, and the MDS counts it, at [`Mds::reply`].)
 pub(crate) fn errno_reply(e: FsError) -> Reply {
     Reply::Err {
         errno: e.errno(),
@@ -400,6 +402,12 @@ impl Mds {
         let refused = nonce.is_some() && refused_for_room(&reply);
         if refused {
             self.cfg.counters.refused_for_room();
+        }
+        if let Reply::Err { errno, message } = &reply {
+            let named = orion_meta::error::Resource::named_in(message);
+            if let Some(r) = named.filter(|_| *errno == libc::ENOSPC) {
+                self.cfg.counters.no_space(r);
+            }
         }
         if let Some(nonce) = nonce.filter(|_| !refused) {
             self.replies.remember(nonce, id, &reply);

@@ -16,7 +16,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::error::{FsError, ENOSPC};
+use crate::error::{FsError, Resource};
 
 pub struct PageAllocator {
     bits: Vec<u64>,
@@ -32,6 +32,8 @@ pub struct PageAllocator {
     recent: Vec<u64>,
     /// Whether an allocation that finds only pages in their grace period waits.
     waits: bool,
+    /// What its ENOSPC names.
+    resource: Resource,
 }
 
 const RECENT_MAX: usize = 4096;
@@ -50,7 +52,15 @@ impl PageAllocator {
             deferred_pages: 0,
             recent: Vec::new(),
             waits: true,
+            resource: Resource::LogPages,
         }
+    }
+
+    /// An allocator of data pages (one of log pages by default): what its ENOSPC
+    /// names.
+    pub fn of_data_pages(mut self) -> PageAllocator {
+        self.resource = Resource::DataPages;
+        self
     }
 
     /// An allocator whose allocations fail at once, rather than wait, when the
@@ -78,7 +88,7 @@ impl PageAllocator {
         let floor = self.floor(use_reserve);
         match !self.waits && self.in_grace() > 0 && self.free() >= floor + n {
             true => FsError::Errno(libc::EAGAIN),
-            false => ENOSPC,
+            false => FsError::NoSpace(self.resource),
         }
     }
 
@@ -247,6 +257,7 @@ impl PageAllocator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::NO_LOG_PAGES;
 
     #[test]
     fn runs_reserve_and_grace() {
@@ -309,15 +320,15 @@ mod tests {
         let q = g.alloc(false).unwrap();
         let _r = g.alloc(false).unwrap();
         assert_eq!(g.alloc(false), None);
-        assert_eq!(g.out_of_room(1, false), ENOSPC, "nothing is coming");
-        assert_eq!(g.room_for(1, false), Err(ENOSPC));
+        assert_eq!(g.out_of_room(1, false), NO_LOG_PAGES, "nothing is coming");
+        assert_eq!(g.room_for(1, false), Err(NO_LOG_PAGES));
         g.free_later(p, 1);
         assert_eq!(g.alloc(false), None, "in its grace period for an hour");
         assert_eq!(g.out_of_room(1, false), eagain);
         assert_eq!(g.room_for(1, false), Err(eagain.clone()));
         assert_eq!(
             g.room_for(2, false),
-            Err(ENOSPC),
+            Err(NO_LOG_PAGES),
             "one page is coming, not two"
         );
         g.free_later(q, 1);
@@ -326,13 +337,13 @@ mod tests {
         // one of it, leave 9 free.
         let mut r = PageAllocator::new(40, 10, hour).never_waits();
         let taken: Vec<u64> = (0..30).map(|_| r.alloc(false).unwrap()).collect();
-        assert_eq!(r.room_for(1, false), Err(ENOSPC));
+        assert_eq!(r.room_for(1, false), Err(NO_LOG_PAGES));
         assert_eq!(r.room_for(10, true), Ok(()), "the reserve is there to take");
         r.alloc(true).unwrap();
-        assert_eq!(r.room_for(10, true), Err(ENOSPC));
+        assert_eq!(r.room_for(10, true), Err(NO_LOG_PAGES));
         r.free_later(taken[0], 1);
         let nine_and_one = "9 free and 1 coming are not above the reserve";
-        assert_eq!(r.out_of_room(1, false), ENOSPC, "{nine_and_one}");
+        assert_eq!(r.out_of_room(1, false), NO_LOG_PAGES, "{nine_and_one}");
         assert_eq!(r.out_of_room(1, true), eagain);
         r.free_later(taken[1], 1);
         assert_eq!(r.out_of_room(1, false), eagain, "9 free and 2 coming are");
@@ -342,11 +353,19 @@ mod tests {
         let p = w.alloc(false).unwrap();
         let _q = w.alloc(false).unwrap();
         let waiting = "a waiting allocator's failure is final";
-        assert_eq!(w.out_of_room(1, false), ENOSPC, "{waiting}");
-        assert_eq!(w.room_for(1, false), Err(ENOSPC), "nothing to wait for");
+        assert_eq!(w.out_of_room(1, false), NO_LOG_PAGES, "{waiting}");
+        assert_eq!(
+            w.room_for(1, false),
+            Err(NO_LOG_PAGES),
+            "nothing to wait for"
+        );
         let before = Instant::now();
         w.free_later(p, 1);
-        assert_eq!(w.room_for(2, false), Err(ENOSPC), "waiting makes one page");
+        assert_eq!(
+            w.room_for(2, false),
+            Err(NO_LOG_PAGES),
+            "waiting makes one page"
+        );
         assert_eq!(w.room_for(1, false), Ok(()));
         assert!(before.elapsed() >= grace, "it slept the grace period out");
         assert_eq!(w.in_grace(), 0);

@@ -13,7 +13,60 @@ pub enum FsError {
     Corrupt(String),
     #[error("{0}")]
     Io(String),
+    /// ENOSPC, naming what ran out: the client, the operator and the metrics say
+    /// which (a full inode table with gigabytes of data space free looks like a bug
+    /// otherwise).
+    #[error("ENOSPC: no free {}", .0.name())]
+    NoSpace(Resource),
 }
+
+/// What a pool ran out of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Resource {
+    /// Inode slots of the MDS pool (`df -i`).
+    InodeSlots,
+    /// Log pages of the MDS pool (names, and entries past an inode's first segment).
+    LogPages,
+    /// Data pages of the data pools (or of a local file system's data pool).
+    DataPages,
+}
+
+impl Resource {
+    pub const ALL: [Resource; 3] = [
+        Resource::InodeSlots,
+        Resource::LogPages,
+        Resource::DataPages,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Resource::InodeSlots => "inode slots",
+            Resource::LogPages => "log pages",
+            Resource::DataPages => "data pages",
+        }
+    }
+
+    /// The resource an ENOSPC's message (`FsError::NoSpace`'s, as a reply carries
+    /// it) names.
+    pub fn named_in(message: &str) -> Option<Resource> {
+        Resource::ALL
+            .into_iter()
+            .find(|r| message.ends_with(r.name()))
+    }
+
+    /// The label value in metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            Resource::InodeSlots => "inode_slots",
+            Resource::LogPages => "log_pages",
+            Resource::DataPages => "data_pages",
+        }
+    }
+}
+
+pub const NO_INODE_SLOTS: FsError = FsError::NoSpace(Resource::InodeSlots);
+pub const NO_LOG_PAGES: FsError = FsError::NoSpace(Resource::LogPages);
+pub const NO_DATA_PAGES: FsError = FsError::NoSpace(Resource::DataPages);
 
 pub type FsResult<T> = Result<T, FsError>;
 
@@ -21,6 +74,7 @@ impl FsError {
     pub fn errno(&self) -> i32 {
         match self {
             FsError::Errno(e) => *e,
+            FsError::NoSpace(_) => libc::ENOSPC,
             FsError::Corrupt(_) | FsError::Io(_) => libc::EIO,
         }
     }

@@ -9,7 +9,7 @@
 
 use orion_format::{attr_mask, Entry, FileType, SetAttrRec, PAGE_SIZE};
 
-use crate::error::{FsResult, EFBIG, EINVAL, EISDIR, ENOSPC, EOPNOTSUPP};
+use crate::error::{FsResult, EFBIG, EINVAL, EISDIR, EOPNOTSUPP, NO_DATA_PAGES};
 use crate::index::InodeState;
 use crate::MAX_FILE_SIZE;
 
@@ -125,7 +125,7 @@ impl FallocPlan {
     /// ENOSPC when fewer than the pages it needs are free.
     pub fn check_room(&self, free_pages: u64) -> FsResult<()> {
         if self.reserve_pages > free_pages {
-            return Err(ENOSPC);
+            return Err(NO_DATA_PAGES);
         }
         Ok(())
     }
@@ -207,7 +207,7 @@ mod tests {
         assert_eq!((p.reserve_pages, p.new_size), (2, Some(4 * PS)));
         let p = FallocPlan::new(&f, PS, 3 * PS, libc::FALLOC_FL_KEEP_SIZE).unwrap();
         assert_eq!((p.reserve_pages, p.new_size), (2, None));
-        assert_eq!(p.check_room(1), Err(ENOSPC));
+        assert_eq!(p.check_room(1), Err(NO_DATA_PAGES));
     }
 
     #[test]

@@ -154,10 +154,14 @@ pub fn check_reporting(meta: &Pool, data: Option<&Pool>, report: Reporter) -> Fs
         let li = &tree.inodes[&ino];
         let a = &li.state.attr;
         r.inodes += 1;
-        for &p in &li.log.pages {
-            if sb.page_index(p).is_none() || !log_pages.insert(p) {
+        for (k, &p) in li.log.pages.iter().enumerate() {
+            // A log starts in its inode's own first segment or on a page, and goes
+            // on in pages; no page is in two logs.
+            let first = k == 0 && p == sb.first_segment_off(ino);
+            if !first && (sb.page_index(p).is_none() || !log_pages.insert(p)) {
                 r.problems.push(format!(
-                    "inode {ino}: log page {p} outside the page area or shared"
+                    "inode {ino}: log segment {p} is not its first segment, or a page \
+                     of the page area no other log has"
                 ));
             }
         }

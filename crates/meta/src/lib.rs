@@ -14,6 +14,7 @@ pub mod clock;
 pub mod engine;
 pub mod error;
 pub mod falloc;
+pub mod free_inodes;
 pub mod fsck;
 pub mod index;
 pub mod journal;

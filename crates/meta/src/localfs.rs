@@ -148,7 +148,8 @@ impl LocalFs {
             )));
         }
         let mut data_alloc =
-            PageAllocator::new(dsb.page_count, (dsb.page_count / 100).max(8), grace);
+            PageAllocator::new(dsb.page_count, (dsb.page_count / 100).max(8), grace)
+                .of_data_pages();
         for inode in meta.inodes.values() {
             for g in inode.state.data_pages() {
                 if g.group() != dsb.group || !data_alloc.mark_used(g.page()) {
@@ -366,7 +367,7 @@ impl LocalFs {
                 if let (true, Some(old)) = (size < a.size && size % PAGE_SIZE != 0, old) {
                     let mut buf = i.data.read_vec(i.data_off(old)?, PAGE_SIZE as usize)?;
                     buf[(size % PAGE_SIZE) as usize..].fill(0);
-                    let (page, _) = i.data_alloc.alloc_run(1, true).ok_or(ENOSPC)?;
+                    let (page, _) = i.data_alloc.alloc_run(1, true).ok_or(NO_DATA_PAGES)?;
                     let off = i.dsb.page_off(page);
                     i.data.write_data(off, &buf)?;
                     i.data.persist(off, buf.len())?;
@@ -436,7 +437,7 @@ impl Inner {
         bytes: &[u8],
         f: impl FnOnce(&mut Inner, Gpa) -> FsResult<T>,
     ) -> FsResult<T> {
-        let (page, _) = self.data_alloc.alloc_run(1, false).ok_or(ENOSPC)?;
+        let (page, _) = self.data_alloc.alloc_run(1, false).ok_or(NO_DATA_PAGES)?;
         let mut buf = vec![0u8; PAGE_SIZE as usize];
         buf[..bytes.len()].copy_from_slice(bytes);
         let off = self.dsb.page_off(page);
@@ -520,7 +521,7 @@ impl Inner {
                     for &(_, p, n) in &runs {
                         self.data_alloc.free_now(p, n);
                     }
-                    return Err(ENOSPC);
+                    return Err(NO_DATA_PAGES);
                 }
             }
         }
@@ -610,7 +611,8 @@ mod tests {
         )
         .unwrap();
         let long = |i: usize| format!("{i:05}{}", "n".repeat(250)).into_bytes();
-        // Fill the root's last log page until a 5-line entry no longer fits.
+        // Fill the root's last log page (the first name goes past its first
+        // segment) until a 5-line entry no longer fits.
         let room = |fs: &LocalFs| {
             fs.with_engine(|e| {
                 let log = &e.inode(ROOT_INO).unwrap().log;
@@ -622,14 +624,11 @@ mod tests {
             fs.create(ROOT_INO, &long(i), 0o644, 0, 0).unwrap();
             i += 1;
         }
-        // Leave exactly one log page above the reserve: the new inode's.
+        // Leave no log page above the reserve: the new inode's log fits its first
+        // segment, and the name needs a page.
         {
             let mut g = fs.lock();
-            let mut last = None;
-            while let Some(p) = g.meta.log_alloc.alloc(false) {
-                last = Some(p);
-            }
-            g.meta.log_alloc.free_now(last.unwrap(), 1);
+            while g.meta.log_alloc.alloc(false).is_some() {}
         }
         let data_free = fs.statfs().bfree;
         let err = fs

@@ -1,11 +1,16 @@
 //! Inode logs: walking them from head to tail, and appending in the order that keeps
 //! them crash-consistent (paper §4.2, DESIGN §2): write the entries (and any new page,
-//! linked from the old last page), persist them, and only then store and persist the
-//! tail. The tail store is the commit point; everything past it is invisible.
+//! linked from the old last segment), persist them, and only then store and persist
+//! the tail. The tail store is the commit point; everything past it is invisible.
+//!
+//! A log is a chain of segments: an inode's log starts in its fixed 256-byte first
+//! segment (a log GC writes starts on a page instead) and goes on in 4 KiB pages of
+//! the page area. Where a segment starts and how long it is follow from its address
+//! ([`Superblock::log_segment_len`]), so a position alone names its segment.
 
 use orion_format::{
-    Entry, LogPageHeader, Tail, LINE, LOG_PAGE_HEADER, MAX_ENTRY_LINES, PAGE_NEXT_OFFSET,
-    PAGE_SIZE, SLOT_TAIL_OFFSET,
+    Entry, LogPageHeader, Superblock, Tail, FIRST_SEGMENT_SIZE, LINE, LOG_PAGE_HEADER,
+    MAX_ENTRY_LINES, PAGE_NEXT_OFFSET, PAGE_SIZE, SLOT_TAIL_OFFSET,
 };
 use orion_pmem::Pool;
 
@@ -23,12 +28,13 @@ impl PageSource for Pool {
     }
 }
 
-/// Where an inode's log lives: its pages in order, and the committed tail.
+/// Where an inode's log lives: its segments in order, and the committed tail.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct InodeLog {
     pub head: u64,
     pub tail: Tail,
-    /// Pool offsets of the log's pages, head first; the last one holds the tail.
+    /// Pool offsets of the log's segments, head first; the last one holds the tail.
+    /// All but a first segment are pages of the page area.
     pub pages: Vec<u64>,
     /// Entries in the log, padding excluded.
     pub entries: u64,
@@ -43,75 +49,92 @@ pub struct PendingTail {
 }
 
 /// Walks `ino`'s log from `head` to `tail`, calling `f` with each entry and its pool
-/// offset. Fails on a damaged or foreign page, a log that ends before its tail, or
-/// one longer than `max_pages` (a cycle).
+/// offset. Fails on a damaged or foreign segment, a log that ends before its tail, or
+/// one longer than the pool has segments (a cycle).
 pub fn walk_log(
     src: &dyn PageSource,
+    sb: &Superblock,
     ino: u64,
     head: u64,
     tail: Tail,
-    max_pages: u64,
     f: &mut dyn FnMut(&Entry, u64) -> FsResult<()>,
 ) -> FsResult<InodeLog> {
-    if !head.is_multiple_of(PAGE_SIZE) {
+    if sb.log_segment_len(ino, head).is_none() {
         return Err(FsError::Corrupt(format!(
-            "inode {ino}: log page pointer {head} is not page aligned"
+            "inode {ino}: log head {head} is neither its first segment nor a page"
         )));
     }
-    walk_log_from(src, ino, head + LOG_PAGE_HEADER, tail, max_pages, f)
+    walk_segments(src, sb, ino, head, LOG_PAGE_HEADER, tail, f)
 }
 
 /// Walks `ino`'s log from the entry at pool offset `from` (a position an earlier walk
-/// ended at, or a page's first entry) to `tail`: how a client's cached copy of a log
-/// catches up. The returned log's pages start with the page holding `from`.
+/// ended at, or a segment's first entry) to `tail`: how a client's cached copy of a
+/// log catches up. The returned log's segments start with the one holding `from`.
 pub fn walk_log_from(
     src: &dyn PageSource,
+    sb: &Superblock,
     ino: u64,
     from: u64,
     tail: Tail,
-    max_pages: u64,
+    f: &mut dyn FnMut(&Entry, u64) -> FsResult<()>,
+) -> FsResult<InodeLog> {
+    let start = sb
+        .log_segment_holding(from)
+        .filter(|&s| sb.log_segment_len(ino, s).is_some())
+        .filter(|&s| from - s >= LOG_PAGE_HEADER && from.is_multiple_of(LINE));
+    let Some(start) = start else {
+        return Err(FsError::Corrupt(format!(
+            "inode {ino}: log position {from} is not an entry"
+        )));
+    };
+    walk_segments(src, sb, ino, start, from - start, tail, f)
+}
+
+/// Walks the log from byte `first_at` of segment `start` to `tail`.
+fn walk_segments(
+    src: &dyn PageSource,
+    sb: &Superblock,
+    ino: u64,
+    start: u64,
+    mut first_at: u64,
+    tail: Tail,
     f: &mut dyn FnMut(&Entry, u64) -> FsResult<()>,
 ) -> FsResult<InodeLog> {
     let corrupt = |what: String| FsError::Corrupt(format!("inode {ino}: {what}"));
-    let mut page = vec![0u8; PAGE_SIZE as usize];
-    // A position at a page's very end continues on the next page, found in this one.
-    let (start_page, mut first_at) = match from % PAGE_SIZE {
-        0 if from >= PAGE_SIZE => (from - PAGE_SIZE, PAGE_SIZE),
-        r => (from - r, r),
-    };
+    let mut seg = vec![0u8; PAGE_SIZE as usize];
     let mut log = InodeLog {
-        head: start_page,
+        head: start,
         tail,
         pages: Vec::new(),
         entries: 0,
     };
-    if first_at < LOG_PAGE_HEADER || !from.is_multiple_of(LINE) {
-        return Err(corrupt(format!("log position {from} is not an entry")));
-    }
-    let mut cur = start_page;
+    let mut cur = start;
     loop {
-        if log.pages.len() as u64 >= max_pages {
+        // Every segment but the first is a page: a log has at most one per page and
+        // its own first segment.
+        if log.pages.len() as u64 > sb.page_count {
             return Err(corrupt("log has a cycle or runs past the pool".into()));
         }
-        if !cur.is_multiple_of(PAGE_SIZE) {
+        let Some(len) = sb.log_segment_len(ino, cur) else {
             return Err(corrupt(format!(
-                "log page pointer {cur} is not page aligned"
+                "log segment pointer {cur} is neither its first segment nor a page"
             )));
-        }
-        src.read_at(cur, &mut page)?;
+        };
+        let seg = &mut seg[..len as usize];
+        src.read_at(cur, seg)?;
         let hdr =
-            LogPageHeader::decode(&page).map_err(|e| corrupt(format!("log page {cur}: {e}")))?;
+            LogPageHeader::decode(seg).map_err(|e| corrupt(format!("log segment {cur}: {e}")))?;
         if hdr.ino != ino {
             return Err(corrupt(format!(
-                "log page {cur} belongs to inode {}",
+                "log segment {cur} belongs to inode {}",
                 hdr.ino
             )));
         }
-        // Every page of a log carries its version: a page of another version is a
-        // page freed and reused meanwhile (a reader slower than the grace period).
+        // Every segment of a log carries its version: one of another version was
+        // freed and reused meanwhile (a reader slower than the grace period).
         if hdr.version != tail.version {
             return Err(corrupt(format!(
-                "log page {cur} is of version {}, not {}",
+                "log segment {cur} is of version {}, not {}",
                 hdr.version, tail.version
             )));
         }
@@ -121,10 +144,10 @@ pub fn walk_log_from(
             if cur + at == tail.offset {
                 return Ok(log);
             }
-            if at >= PAGE_SIZE {
+            if at >= len {
                 break;
             }
-            let (entry, lines) = Entry::decode(&page[at as usize..])
+            let (entry, lines) = Entry::decode(&seg[at as usize..])
                 .map_err(|e| corrupt(format!("entry at {}: {e}", cur + at)))?;
             if !matches!(entry, Entry::Pad { .. }) {
                 f(&entry, cur + at)?;
@@ -134,7 +157,7 @@ pub fn walk_log_from(
         }
         if hdr.next == 0 {
             return Err(corrupt(format!(
-                "log ends at page {cur} before its tail {}",
+                "log ends at segment {cur} before its tail {}",
                 tail.offset
             )));
         }
@@ -142,10 +165,19 @@ pub fn walk_log_from(
     }
 }
 
-/// Bytes left in the page that holds `tail`.
-fn room(log: &InodeLog) -> u64 {
-    let last = *log.pages.last().expect("a log has at least one page");
-    last + PAGE_SIZE - log.tail.offset
+/// The end of the log segment that starts at `start` (a log's first segment or a
+/// page; segments the engine wrote, so their geometry holds).
+fn segment_end(sb: &Superblock, start: u64) -> u64 {
+    match sb.page_index(start) {
+        Some(_) => start + PAGE_SIZE,
+        None => start + FIRST_SEGMENT_SIZE,
+    }
+}
+
+/// Bytes left in the segment that holds `tail`.
+fn room(sb: &Superblock, log: &InodeLog) -> u64 {
+    let last = *log.pages.last().expect("a log has at least one segment");
+    segment_end(sb, last) - log.tail.offset
 }
 
 /// Writes a fresh log page (header only) and persists it.
@@ -161,8 +193,8 @@ pub fn init_log_page(pool: &Pool, page: u64, ino: u64, version: u32) -> FsResult
 }
 
 /// How many new log pages appending `entries` to `log` takes.
-pub fn pages_needed(log: &InodeLog, entries: &[Entry]) -> u64 {
-    let mut space = room(log);
+pub fn pages_needed(sb: &Superblock, log: &InodeLog, entries: &[Entry]) -> u64 {
+    let mut space = room(sb, log);
     let mut need = 0u64;
     for e in entries {
         assert!(
@@ -185,21 +217,22 @@ pub fn pages_needed(log: &InodeLog, entries: &[Entry]) -> u64 {
 pub fn append(
     pool: &Pool,
     alloc: &mut PageAllocator,
-    page_area_off: u64,
+    sb: &Superblock,
     ino: u64,
     log: &InodeLog,
     entries: &[Entry],
     use_reserve: bool,
     buf: &mut Vec<u8>,
 ) -> FsResult<PendingTail> {
-    let need = pages_needed(log, entries);
+    let need = pages_needed(sb, log, entries);
     let mut fresh = Vec::with_capacity(need as usize);
+    let index = |p: u64| sb.page_index(p).expect("a fresh page is a page");
     for _ in 0..need {
         match alloc.alloc(use_reserve) {
-            Some(p) => fresh.push(page_area_off + p * PAGE_SIZE),
+            Some(p) => fresh.push(sb.page_off(p)),
             None => {
                 for p in fresh {
-                    alloc.free_now((p - page_area_off) / PAGE_SIZE, 1);
+                    alloc.free_now(index(p), 1);
                 }
                 // Pages this update took for inodes appended before this one are
                 // still taken here (`MetaEngine::commit` frees them after this): a
@@ -209,14 +242,14 @@ pub fn append(
             }
         }
     }
-    let written = write_entries(pool, ino, log, entries, &fresh, buf);
+    let written = write_entries(pool, sb, ino, log, entries, &fresh, buf);
     let pos = match written {
         Ok(pos) => pos,
         Err(e) => {
             // Nothing reaches the fresh pages (the tail has not moved): they go back,
             // as on a failed allocation.
             for p in fresh {
-                alloc.free_now((p - page_area_off) / PAGE_SIZE, 1);
+                alloc.free_now(index(p), 1);
             }
             return Err(e);
         }
@@ -242,6 +275,7 @@ pub fn append(
 /// they fill; returns where the entries end (the tail to commit).
 fn write_entries(
     pool: &Pool,
+    sb: &Superblock,
     ino: u64,
     log: &InodeLog,
     entries: &[Entry],
@@ -249,7 +283,8 @@ fn write_entries(
     buf: &mut Vec<u8>,
 ) -> FsResult<u64> {
     let version = log.tail.version;
-    let mut page = *log.pages.last().expect("log has a page");
+    let mut page = *log.pages.last().expect("log has a segment");
+    let mut end = segment_end(sb, page);
     let mut pos = log.tail.offset;
     let mut dirty_from = pos;
     let mut next_fresh = fresh.iter();
@@ -265,21 +300,22 @@ fn write_entries(
             Entry::decode(buf).is_ok_and(|(back, _)| back == *e),
             "an entry decodes back to itself (checksum and fields)"
         );
-        if len > page + PAGE_SIZE - pos {
-            let left = page + PAGE_SIZE - pos;
+        if len > end - pos {
+            let left = end - pos;
             if left > 0 {
                 let pad = Entry::Pad {
                     lines: (left / LINE) as u8,
                 };
                 pool.write(pos, &pad.encode())?;
             }
-            pool.persist(dirty_from, (page + PAGE_SIZE - dirty_from) as usize)?;
+            pool.persist(dirty_from, (end - dirty_from) as usize)?;
             let new_page = *next_fresh.next().expect("planned pages");
             init_log_page(pool, new_page, ino, version)?;
             // Link it: an 8-byte store past the tail, so still invisible to readers.
             pool.store_u64(page + PAGE_NEXT_OFFSET, new_page)?;
             pool.persist(page + PAGE_NEXT_OFFSET, 8)?;
             page = new_page;
+            end = new_page + PAGE_SIZE;
             pos = new_page + LOG_PAGE_HEADER;
             dirty_from = pos;
         }
@@ -293,7 +329,7 @@ fn write_entries(
         next_fresh.next().is_none(),
         "every planned log page is used"
     );
-    assert!(pos >= page + LOG_PAGE_HEADER && pos <= page + PAGE_SIZE);
+    assert!(pos >= page + LOG_PAGE_HEADER && pos <= end);
     Ok(pos)
 }
 

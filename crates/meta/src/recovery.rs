@@ -53,7 +53,7 @@ pub fn load_inode(
     let head = slot.heads[(tail.version & 1) as usize];
     let mut state = InodeState::new(ino, slot.ftype, slot.generation);
     let mut freed = Vec::new();
-    let log = walk_log(pool, ino, head, tail, sb.page_count, &mut |e, _| {
+    let log = walk_log(pool, sb, ino, head, tail, &mut |e, _| {
         freed.clear();
         state.apply(e, &mut freed)
     })?;

@@ -39,6 +39,7 @@ fn full_pools_give_enospc_and_stay_consistent() {
         }
     };
     assert_eq!(err.errno(), libc::ENOSPC, "{err}");
+    assert!(err.to_string().contains("no free data pages"), "{err}");
     assert!(files.len() > 5);
     for &f in &files {
         assert_eq!(
@@ -153,26 +154,39 @@ fn an_engine_that_does_not_wait_for_room_answers_eagain_and_changes_nothing() {
         libc::EAGAIN,
         "GC freed pages into their grace period"
     );
+    let (_, path2, fs2) = fresh(8 << 20);
+    let none_coming = fill_log_pages(&fs2, "z");
+    assert_eq!(none_coming.errno(), libc::ENOSPC, "{none_coming}");
+    let named = none_coming.to_string();
+    assert!(named.contains("no free log pages"), "{named}");
+    drop((fs2, path2));
     fs.unlink(ROOT_INO, b"abig").unwrap();
     let names = fs.readdir(ROOT_INO, 0).unwrap().len();
     let room = fs.statfs();
-    // A new inode made and dropped would have put its first log page in a grace
-    // period.
+    // Names that need a new page of the root's log (a new inode's log fits its
+    // first segment). A new inode made and dropped would have put its number in a
+    // grace period and its log pages too.
+    let after = format!("after{}", "x".repeat(200));
+    let after_dir = format!("after-dir{}", "x".repeat(200));
     let in_grace = || fs.with_engine(|e| e.log_pages_in_grace());
     let grace_before = in_grace();
+    let inos_in_grace = || fs.with_engine(|e| e.inodes_in_grace());
+    let inos_before = inos_in_grace();
     for attempt in 0..3 {
-        let r = fs.create(ROOT_INO, b"after", 0o644, 0, 0);
+        let r = fs.create(ROOT_INO, after.as_bytes(), 0o644, 0, 0);
         let coming = "abig's log pages are coming";
         assert_eq!(e(r), libc::EAGAIN, "attempt {attempt}: {coming}");
-        let r = fs.mkdir(ROOT_INO, b"after-dir", 0o755, 0, 0);
+        let r = fs.mkdir(ROOT_INO, after_dir.as_bytes(), 0o755, 0, 0);
         assert_eq!(e(r), libc::EAGAIN, "attempt {attempt}");
     }
-    assert_eq!(e(fs.lookup(ROOT_INO, b"after")), libc::ENOENT);
+    assert_eq!(e(fs.lookup(ROOT_INO, after.as_bytes())), libc::ENOENT);
     let listed = fs.readdir(ROOT_INO, 0).unwrap().len();
     assert_eq!(listed, names, "nothing changed");
     let now = fs.statfs();
     let free = |s: &orion_meta::StatFs| (s.ffree, s.bfree);
     assert_eq!(free(&now), free(&room), "nothing taken");
+    let numbers = "no inode number put in a grace period";
+    assert_eq!(inos_in_grace(), inos_before, "{numbers}");
     assert_eq!(in_grace(), grace_before, "no page put in a grace period");
     assert!(fs.check().is_clean(), "{:?}", fs.check().problems);
     drop(fs);
@@ -185,10 +199,17 @@ fn an_engine_that_does_not_wait_for_room_answers_eagain_and_changes_nothing() {
     assert_eq!(full.errno(), libc::ENOSPC, "{waits}");
     let before = Instant::now();
     fs.unlink(ROOT_INO, b"bbig").unwrap();
-    fs.create(ROOT_INO, b"after", 0o644, 0, 0)
-        .expect("a waiting engine sleeps the grace period out");
-    let slept = "bbig's pages were in their grace period";
-    assert!(before.elapsed() >= grace, "{slept}");
+    // The unlink's entry took a page of the reserve: names fill it, then the next
+    // one needs one of bbig's pages, still in their grace period.
+    for n in 0.. {
+        let name = format!("after{n:0>200}");
+        fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0)
+            .expect("a waiting engine sleeps the grace period out");
+        if before.elapsed() >= grace {
+            break;
+        }
+        assert!(n < 100, "bbig's pages were in their grace period");
+    }
     assert!(fs.check().is_clean(), "{:?}", fs.check().problems);
 }
 

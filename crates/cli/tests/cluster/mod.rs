@@ -222,8 +222,8 @@ impl Cluster {
         let dir = tempfile::tempdir_in("/dev/shm").unwrap();
         let secret = dir.path().join("secret");
         std::fs::write(&secret, Secret::generate().expose()).unwrap();
-        let mut args = Self::mds_args(dir.path(), backend, &secret, "127.0.0.1:0", true);
-        args.extend(s(mds_flags));
+        let args = Self::mds_args(dir.path(), backend, &secret, "127.0.0.1:0", true);
+        let args = with_flags(args, &s(mds_flags));
         let mds = spawn(&args, &dir.path().join("mds.log")).unwrap_or_else(|e| panic!("{e}"));
         let mut c = Cluster {
             dir,
@@ -295,14 +295,14 @@ impl Cluster {
     /// Kills the MDS (SIGKILL) and starts it again on the same port and pool.
     pub fn restart_mds(&mut self) {
         self.mds.kill();
-        let mut args = Self::mds_args(
+        let args = Self::mds_args(
             self.dir.path(),
             self.backend,
             &self.secret,
             &self.mds.addr,
             false,
         );
-        args.extend(self.mds_flags.iter().cloned());
+        let args = with_flags(args, &self.mds_flags);
         let log = self.dir.path().join("mds-restarted.log");
         let mut last = String::new();
         for _ in 0..50 {
@@ -642,4 +642,16 @@ pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     panic!("{what}: not within 10 s");
+}
+
+/// The MDS's arguments with `flags` added; a `--pool-size` among them replaces the
+/// default one.
+fn with_flags(mut args: Vec<String>, flags: &[String]) -> Vec<String> {
+    if flags.iter().any(|f| f == "--pool-size") {
+        if let Some(at) = args.iter().position(|a| a == "--pool-size") {
+            args.drain(at..at + 2);
+        }
+    }
+    args.extend(flags.iter().cloned());
+    args
 }

@@ -50,7 +50,6 @@ use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use orion_fabric::Domain;
-use orion_meta::error::ENOSPC;
 use orion_meta::FsResult;
 use tracing::warn;
 
@@ -511,7 +510,7 @@ impl Lanes {
                     Ok(v) => return Ok(v),
                     // Out of space while other lanes may sit on unused chunk pages:
                     // they give them back, and the call runs once more.
-                    Err(Fail::Fs(e)) if e == ENOSPC && !reclaimed => {
+                    Err(Fail::Fs(e)) if e.errno() == libc::ENOSPC && !reclaimed => {
                         reclaimed = true;
                         if !self.reclaim(g.lane) {
                             return Err(e);

@@ -4,7 +4,7 @@
 //! then are they applied to DRAM. A failure after the commit point stops the engine
 //! (DRAM may no longer match the media) until it is mounted again.
 
-use orion_format::{Entry, Tail, PAGE_SIZE, SLOT_TAIL_OFFSET};
+use orion_format::{Entry, Tail, SLOT_TAIL_OFFSET};
 
 use super::MetaEngine;
 use crate::error::*;
@@ -46,7 +46,7 @@ impl MetaEngine {
             match log::append(
                 &self.pool,
                 &mut self.log_alloc,
-                self.sb.page_area_off,
+                &self.sb,
                 *ino,
                 &inode.log,
                 entries,
@@ -148,8 +148,21 @@ impl MetaEngine {
         }
     }
 
+    /// The page index of log page `off` (a page an append or a GC took).
     pub(crate) fn page_idx(&self, off: u64) -> u64 {
-        (off - self.sb.page_area_off) / PAGE_SIZE
+        (self.sb.page_index(off)).expect("a log page is in the page area")
+    }
+
+    /// Frees the pages of a log nothing reaches any more, after the grace period.
+    /// Its first segment, if it starts in one, is its inode number's and waits out
+    /// that number's grace ([`crate::free_inodes`]).
+    pub(crate) fn free_log_later(&mut self, segments: &[u64]) -> u64 {
+        let mut pages = 0;
+        for idx in segments.iter().filter_map(|&s| self.sb.page_index(s)) {
+            self.log_alloc.free_later(idx, 1);
+            pages += 1;
+        }
+        pages
     }
 
     /// A log commit (paper §4.3): appends entries a client built for one inode, in the

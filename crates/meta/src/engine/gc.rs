@@ -1,7 +1,7 @@
 //! Log garbage collection (paper §4.2).
 
 use orion_format::{attr_mask, Compaction, Entry, InodeSlot, Tail};
-use orion_format::{COMPACTION_LEN, COMPACTION_OFFSET, PAGE_SIZE};
+use orion_format::{COMPACTION_LEN, COMPACTION_OFFSET};
 
 use super::MetaEngine;
 use crate::error::*;
@@ -130,11 +130,7 @@ impl MetaEngine {
             "inode {ino}: the compacted log holds only live entries"
         );
         let old = std::mem::replace(&mut inode.log, new_log);
-        self.stats.gc_pages_freed += old.pages.len() as u64;
-        for page in old.pages {
-            let idx = (page - self.sb.page_area_off) / PAGE_SIZE;
-            self.log_alloc.free_later(idx, 1);
-        }
+        self.stats.gc_pages_freed += self.free_log_later(&old.pages);
         self.stats.gc_runs += 1;
         Ok(())
     }
@@ -145,7 +141,7 @@ impl MetaEngine {
         let p = log::append(
             &self.pool,
             &mut self.log_alloc,
-            self.sb.page_area_off,
+            &self.sb,
             ino,
             log,
             entries,

@@ -1,6 +1,6 @@
-//! Inode life cycle on the MDS pool: a new inode (slot, first log page, initial
-//! entries) and the end of one (log pages after the grace period, data pages to the
-//! data allocator, slot cleared).
+//! Inode life cycle on the MDS pool: a new inode (slot, first log segment, initial
+//! entries) and the end of one (log pages and then its number after the grace
+//! period, data pages to the data allocator, slot cleared).
 
 use orion_format::{
     Entry, FileType, InodeSlot, SetAttrRec, INODE_SLOT_SIZE, SLOT_GENERATION_OFFSET,
@@ -12,8 +12,8 @@ use crate::index::InodeState;
 use crate::log::{self, InodeLog};
 
 impl MetaEngine {
-    /// Writes a new inode (slot, first log page, initial entries) that is invisible
-    /// until a directory entry naming it commits.
+    /// Writes a new inode (slot, first log segment, initial entries) that is
+    /// invisible until a directory entry naming it commits.
     pub(crate) fn new_inode(
         &mut self,
         ftype: FileType,
@@ -22,17 +22,13 @@ impl MetaEngine {
         extra: Vec<Entry>,
     ) -> FsResult<u64> {
         self.check_not_failed()?;
-        let ino = self.free_inos.pop_front().ok_or(ENOSPC)?;
+        let ino = self.free_inos.take()?;
         assert!(
             !self.inodes.contains_key(&ino),
             "inode {ino} is on the free list and in use"
         );
-        let Some(pidx) = self.log_alloc.alloc(false) else {
-            self.free_inos.push_front(ino);
-            return Err(self.log_alloc.out_of_room(1, false));
-        };
         let result = (|| {
-            let page = self.sb.page_off(pidx);
+            let page = self.sb.first_segment_off(ino);
             let slot_off = self.sb.slot_off(ino);
             // A freed slot keeps its generation word (only its magic is cleared).
             let generation = self
@@ -40,25 +36,12 @@ impl MetaEngine {
                 .load_u64(slot_off + SLOT_GENERATION_OFFSET)?
                 .wrapping_add(1);
             log::init_log_page(&self.pool, page, ino, 0)?;
-            let mut entries = vec![
-                Entry::SetAttr(attr),
-                Entry::LinkChange {
-                    nlink,
-                    ctime: attr.ctime,
-                },
-            ];
-            entries.extend(extra);
+            let entries = first_entries(attr, nlink, extra);
             let mut ilog = InodeLog::empty(page, 0);
-            // A create asks for room counting this page alone (`create_node`).
-            debug_assert_eq!(
-                log::pages_needed(&ilog, &entries),
-                0,
-                "a new inode's first entries fit its first page"
-            );
             let p = log::append(
                 &self.pool,
                 &mut self.log_alloc,
-                self.sb.page_area_off,
+                &self.sb,
                 ino,
                 &ilog,
                 &entries,
@@ -72,8 +55,15 @@ impl MetaEngine {
                 heads: [page, 0],
                 tail: p.tail,
             };
-            self.pool.write(slot_off, &slot.encode())?;
-            self.pool.persist(slot_off, INODE_SLOT_SIZE)?;
+            let written = (self.pool.write(slot_off, &slot.encode()))
+                .and_then(|_| self.pool.persist(slot_off, INODE_SLOT_SIZE));
+            if let Err(e) = written {
+                // Nothing reaches the pages the entries spilled into: back at once.
+                for &pg in &p.new_pages {
+                    self.log_alloc.free_now(self.page_idx(pg), 1);
+                }
+                return Err(e.into());
+            }
             ilog.advance(p);
             let mut state = InodeState::new(ino, ftype, generation);
             for e in &entries {
@@ -94,11 +84,21 @@ impl MetaEngine {
                 Ok(ino)
             }
             Err(e) => {
-                self.log_alloc.free_now(pidx, 1);
-                self.free_inos.push_front(ino);
+                // `append` gave back any page it took; the slot was not written.
+                self.free_inos.untake(ino);
                 Err(e)
             }
         }
+    }
+
+    /// The log pages a new inode takes past its first segment (a symlink's target
+    /// entry, or a name in a new directory's extended attributes): what a create
+    /// asks room for.
+    pub(crate) fn new_inode_pages(&self, extra: &[Entry]) -> u64 {
+        let attr = SetAttrRec::default();
+        let entries = first_entries(attr, 1, extra.to_vec());
+        let first = InodeLog::empty(self.sb.first_segment_off(ROOT_INO), 0);
+        log::pages_needed(&self.sb, &first, &entries)
     }
 
     /// Forgets an inode nothing links to any more: frees its log pages (after the
@@ -124,18 +124,29 @@ impl MetaEngine {
                 dir: inode.state.dir().is_some(),
             });
         }
-        debug_assert!(!self.free_inos.contains(&ino), "inode {ino} freed twice");
-        for page in inode.log.pages {
-            let idx = self.page_idx(page);
-            self.log_alloc.free_later(idx, 1);
-        }
+        debug_assert!(!self.free_inos.contains(ino), "inode {ino} freed twice");
+        self.free_log_later(&inode.log.pages);
         if release_data {
             self.freed.extend(inode.state.data_pages());
         }
         let off = self.sb.slot_off(ino);
         self.pool.store_u64(off, 0)?;
         self.pool.persist(off, 8)?;
-        self.free_inos.push_back(ino);
+        self.free_inos.free_later(ino);
         Ok(())
     }
+}
+
+/// The entries a new inode's log starts with: its attributes, its link count and
+/// what its kind adds.
+fn first_entries(attr: SetAttrRec, nlink: u32, extra: Vec<Entry>) -> Vec<Entry> {
+    let mut entries = vec![
+        Entry::SetAttr(attr),
+        Entry::LinkChange {
+            nlink,
+            ctime: attr.ctime,
+        },
+    ];
+    entries.extend(extra);
+    entries
 }

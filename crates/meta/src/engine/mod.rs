@@ -149,8 +149,10 @@ pub struct MetaEngine {
     /// client's kernel may still hold the old inode under that number (FUSE knows
     /// inodes by number), and the MDS calls back whoever watched it at every change of
     /// the next file to take it, until that client unwatches it. (A restart or a
-    /// fail-over starts again from the lowest: the order is not on the media.)
-    pub(crate) free_inos: std::collections::VecDeque<u64>,
+    /// fail-over starts again from the lowest: the order is not on the media.) A
+    /// freed number waits out the grace period first: its first log segment is
+    /// where the next inode of that number writes.
+    pub(crate) free_inos: crate::free_inodes::FreeInodes,
     pub(crate) log_alloc: PageAllocator,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) cfg: EngineConfig,
@@ -289,6 +291,11 @@ impl MetaEngine {
             self.log_alloc.count(),
             self.log_alloc.free(),
         )
+    }
+
+    /// Inode numbers freed and still in their grace period.
+    pub fn inodes_in_grace(&self) -> u64 {
+        self.free_inos.in_grace() as u64
     }
 
     /// Log pages freed and still in their grace period.

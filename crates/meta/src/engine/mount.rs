@@ -26,7 +26,7 @@ impl MetaEngine {
         }
         pool.zero(0, (sb.page_area_off) as usize)?;
         pool.write(0, &sb.encode())?;
-        let page = sb.page_off(0);
+        let page = sb.first_segment_off(ROOT_INO);
         log::init_log_page(pool, page, ROOT_INO, 0)?;
         let attr = SetAttrRec {
             mask: m::ALL,
@@ -37,7 +37,6 @@ impl MetaEngine {
             ..Default::default()
         };
         let mut alloc = PageAllocator::new(sb.page_count, 0, Duration::ZERO);
-        alloc.mark_used(0);
         let tmp = InodeLog::empty(page, 0);
         let entries = [
             Entry::SetAttr(attr),
@@ -49,7 +48,7 @@ impl MetaEngine {
         let p = log::append(
             pool,
             &mut alloc,
-            sb.page_area_off,
+            sb,
             ROOT_INO,
             &tmp,
             &entries,
@@ -102,10 +101,10 @@ impl MetaEngine {
         let mut inodes =
             crate::FastMap::with_capacity_and_hasher(tree.inodes.len(), Default::default());
         for (ino, li) in tree.inodes {
-            for &p in &li.log.pages {
-                let idx = sb.page_index(p).ok_or_else(|| {
-                    FsError::Corrupt(format!("inode {ino}: log page {p} outside the page area"))
-                })?;
+            // The walk took only this inode's first segment and pages (a first
+            // segment is nobody else's).
+            for idx in li.log.pages.iter().filter_map(|&p| sb.page_index(p)) {
+                let p = sb.page_off(idx);
                 if !log_alloc.mark_used(idx) {
                     return Err(FsError::Corrupt(format!("log page {p} is used twice")));
                 }
@@ -153,6 +152,8 @@ impl MetaEngine {
             orphans_kept: kept,
             log_pages: log_alloc.count() - log_alloc.free(),
         };
+        let free_inos =
+            crate::free_inodes::FreeInodes::new(free_inos, cfg.grace, cfg.wait_for_room);
         Ok((
             MetaEngine {
                 pool,
@@ -193,8 +194,7 @@ fn unlinked_inode(
     {
         return None;
     }
-    let pages: Option<Vec<u64>> = log.pages.iter().map(|&p| sb.page_index(p)).collect();
-    let pages = pages?;
+    let pages: Vec<u64> = log.pages.iter().filter_map(|&p| sb.page_index(p)).collect();
     let mut log_pages = HashSet::new();
     if pages
         .iter()

@@ -70,16 +70,15 @@ impl MetaEngine {
                 ctime: now,
             });
         }
-        // The new inode's first log page and what the entries linking it take: an
-        // inode made and dropped for want of the second would have changed the
-        // pool (its page in a grace period, its slot's generation), which a refusal
-        // for room must not (design note 74). A failed engine or a full inode table
-        // answers first: waiting for room would not help them.
+        // The log pages the new inode and the entries linking it take: an inode
+        // made and dropped for want of the second would have changed the pool (its
+        // number in a grace period, its slot's generation), which a refusal for room
+        // must not (design note 74). A failed engine or a full inode table answers
+        // first: waiting for room would not help them.
         self.check_not_failed()?;
-        if self.free_inos.is_empty() {
-            return Err(ENOSPC);
-        }
-        let need = 1 + log::pages_needed(&pdir.log, &entries);
+        let need = log::pages_needed(&self.sb, &pdir.log, &entries);
+        let need = need + self.new_inode_pages(&extra);
+        self.free_inos.room()?;
         self.log_alloc.room_for(need, false)?;
         let ino = self.new_inode(ftype, attr, if is_dir { 2 } else { 1 }, extra)?;
         if let Some(Entry::DirAdd(d)) = entries.first_mut() {
