@@ -169,7 +169,7 @@ pub fn up_client(dir: &Path, optimistic: bool) -> Result<Client> {
 
 fn os_err(e: FsError) -> io::Error {
     match e {
-        FsError::Errno(n) => io::Error::from_raw_os_error(n),
+        e if e.is_refusal() => io::Error::from_raw_os_error(e.errno()),
         other => io::Error::other(other.to_string()),
     }
 }

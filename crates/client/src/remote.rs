@@ -51,6 +51,19 @@ pub enum Fail {
     MapChanged,
 }
 
+impl Fail {
+    /// Whether the operation was refused before anything was committed (an errno
+    /// answer, or a cluster map that changed under it): what it took is still the
+    /// client's to reuse.
+    pub(crate) fn changed_nothing(&self) -> bool {
+        match self {
+            Fail::Fs(e) => e.is_refusal(),
+            Fail::MapChanged => true,
+            Fail::Reconnected => false,
+        }
+    }
+}
+
 impl From<FsError> for Fail {
     fn from(e: FsError) -> Fail {
         Fail::Fs(e)

@@ -254,6 +254,7 @@ impl Superblock {
         put_u64(&mut b, 104, self.page_area_off);
         put_u64(&mut b, 112, self.page_count);
         put_u64(&mut b, 120, self.segment_area_off);
+        put_u32(&mut b, 128, FIRST_SEGMENT_SIZE as u32);
         let crc = crc_skipping(&b, CRC_AT);
         put_u32(&mut b, CRC_AT, crc);
         b
@@ -286,8 +287,13 @@ impl Superblock {
                 })
             }
         };
-        if u16_at(b, 58)? != 4096 || u32_at(b, 60)? != INODE_SLOT_SIZE as u32 {
-            return Err(FormatError::Invalid("geometry: page or inode slot size"));
+        if u16_at(b, 58)? != 4096
+            || u32_at(b, 60)? != INODE_SLOT_SIZE as u32
+            || u32_at(b, 128)? != FIRST_SEGMENT_SIZE as u32
+        {
+            return Err(FormatError::Invalid(
+                "geometry: page, inode slot or first log segment size",
+            ));
         }
         let mut pool_uuid = [0u8; 16];
         pool_uuid.copy_from_slice(&b[24..40]);

@@ -13,9 +13,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub(crate) fn errno(e: FsError) -> Errno {
     match e {
-        FsError::Errno(n) => Errno::from_i32(n),
-        // The client logged which resource ran out.
-        FsError::NoSpace(_) => Errno::ENOSPC,
+        // An ENOSPC's resource the client logged.
+        e if e.is_refusal() => Errno::from_i32(e.errno()),
         other => {
             tracing::warn!("{other}");
             Errno::EIO

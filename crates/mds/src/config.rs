@@ -82,7 +82,7 @@ impl Default for MdsConfig {
     fn default() -> Self {
         MdsConfig {
             pool: PathBuf::from("/dev/shm/orion/mds.pool"),
-            pool_size: "256MiB".into(),
+            pool_size: "1GiB".into(),
             pool_mode: "auto".into(),
             listen: "127.0.0.1:7410".into(),
             max_chunk_pages: 4096,

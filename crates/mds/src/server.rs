@@ -404,8 +404,10 @@ impl Mds {
             self.cfg.counters.refused_for_room();
         }
         if let Reply::Err { errno, message } = &reply {
-            let named = orion_meta::error::Resource::named_in(message);
-            if let Some(r) = named.filter(|_| *errno == libc::ENOSPC) {
+            let named = (*errno == libc::ENOSPC)
+                .then(|| orion_meta::error::Resource::named_in(message))
+                .flatten();
+            if let Some(r) = named {
                 self.cfg.counters.no_space(r);
             }
         }

@@ -71,6 +71,13 @@ pub const NO_DATA_PAGES: FsError = FsError::NoSpace(Resource::DataPages);
 pub type FsResult<T> = Result<T, FsError>;
 
 impl FsError {
+    /// Whether the error is a refusal (an errno answer, ENOSPC naming its resource
+    /// among them): the operation changed nothing. An I/O error or a damaged pool
+    /// says nothing of what happened.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, FsError::Errno(_) | FsError::NoSpace(_))
+    }
+
     pub fn errno(&self) -> i32 {
         match self {
             FsError::Errno(e) => *e,

@@ -32,17 +32,13 @@ impl FreeInodes {
     }
 
     /// Free numbers, those in their grace period included.
-    pub fn len(&self) -> usize {
+    pub fn count(&self) -> usize {
         self.ready.len() + self.in_grace.len()
     }
 
     /// Free numbers still in their grace period.
     pub fn in_grace(&self) -> usize {
         self.in_grace.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Whether `ino` is free (a check of invariants: costs a scan).
@@ -86,16 +82,15 @@ impl FreeInodes {
         }
     }
 
-    /// Moves numbers whose grace period ended to the ready ones (all, sleeping out
-    /// the rest of the grace, if `all`).
-    fn reclaim(&mut self, all: bool) {
+    /// Moves numbers whose grace period ended to the ready ones; with `wait`, first
+    /// sleeps out the rest of the oldest one's grace, so that at least one is ready.
+    fn reclaim(&mut self, wait: bool) {
+        if let Some(&(t, _)) = self.in_grace.front().filter(|_| wait) {
+            std::thread::sleep(self.grace.saturating_sub(t.elapsed()));
+        }
         while let Some(&(t, ino)) = self.in_grace.front() {
-            let age = t.elapsed();
-            if age < self.grace {
-                if !all {
-                    break;
-                }
-                std::thread::sleep(self.grace - age);
+            if t.elapsed() < self.grace {
+                break;
             }
             self.in_grace.pop_front();
             self.ready.push_back(ino);
@@ -116,7 +111,7 @@ mod tests {
         assert_eq!(f.take().unwrap(), 6);
         // Only 5 is free, and it is in its grace period: try again, not ENOSPC.
         assert_eq!(f.take(), Err(FsError::Errno(libc::EAGAIN)));
-        assert_eq!(f.len(), 1);
+        assert_eq!(f.count(), 1);
         std::thread::sleep(grace);
         assert_eq!(f.take().unwrap(), 5);
         assert_eq!(f.take(), Err(NO_INODE_SLOTS));

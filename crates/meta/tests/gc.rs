@@ -49,7 +49,7 @@ fn one_block_overwritten_a_million_times_keeps_a_bounded_log() {
     for i in 0..writes {
         fs.write(f, 4096, &block(i)).unwrap();
         if i % 1024 == 0 {
-            max_pages = max_pages.max(fs.with_engine(|e| e.log_pages(f).unwrap()));
+            max_pages = max_pages.max(fs.with_engine(|e| e.log_segments(f).unwrap()));
         }
         if i % 100_000 == 0 {
             assert_eq!(
@@ -105,7 +105,7 @@ fn directory_churn_keeps_a_bounded_log_and_stable_cookies() {
             .unwrap();
         fs.unlink(d, b"moved").unwrap();
     }
-    let pages = fs.with_engine(|e| e.log_pages(d).unwrap());
+    let pages = fs.with_engine(|e| e.log_segments(d).unwrap());
     assert!(pages <= 3, "directory log has {pages} pages");
     assert_eq!(cookie(&fs), c0, "readdir offsets survive compaction");
     drop(fs);

@@ -49,7 +49,7 @@ impl DataPath<'_> {
                     Err(e) => return self.lost(ino, f.generation, e),
                 },
                 Err(Fail::Fs(e)) => {
-                    if matches!(e, FsError::Errno(_)) {
+                    if e.is_refusal() {
                         self.chunks
                             .give_back(f.runs.iter().map(|r| (r.gpa, r.pages)).collect());
                     }

@@ -7,7 +7,7 @@
 
 use orion_format::{Entry, Gpa, WriteRec};
 use orion_meta::error::EFBIG;
-use orion_meta::{Clock, FsError, SystemClock, MAX_FILE_SIZE};
+use orion_meta::{Clock, SystemClock, MAX_FILE_SIZE};
 use orion_proto::Commit;
 
 use super::pieces::{PageSources, PartialEnds};
@@ -288,13 +288,13 @@ impl DataPath<'_> {
             // Refused, so never committed: the pages are still ours to reuse. After
             // any other failure the commit may have landed; the pages are not reused
             // (the MDS takes back what was not committed when this client leaves).
-            Err(Fail::Fs(FsError::Errno(_)) | Fail::MapChanged) => {
+            Err(f) if f.changed_nothing() => {
                 if let Some(p) = taken.take() {
                     self.chunks.give_back(p);
                 }
             }
             Err(Fail::Reconnected) => self.reconnected(),
-            Err(Fail::Fs(_)) => {}
+            Err(_) => {}
         }
         r
     }

@@ -4,9 +4,7 @@
 
 use orion_format::{Entry, Gpa, WriteRec, PAGE_SIZE};
 use orion_meta::perm::Cred;
-use orion_meta::{
-    setattr_entry, Attr, Clock, FsError, FsResult, SetAttrReq, StatFs, SystemClock, TimeSet,
-};
+use orion_meta::{setattr_entry, Attr, Clock, FsResult, SetAttrReq, StatFs, SystemClock, TimeSet};
 use orion_proto::{Commit, MdsRequest, ReplyBody};
 
 use super::*;
@@ -236,11 +234,11 @@ impl Inner {
             Ok(Some(unchanged)) => return Ok(unchanged),
             Ok(None) => {}
             // Refused, so never committed: the page is still this client's to reuse.
-            Err(Fail::Fs(FsError::Errno(e))) => {
+            Err(Fail::Fs(e)) if e.is_refusal() => {
                 if let Some(p) = page {
                     self.chunks.give_back(p);
                 }
-                return Err(FsError::Errno(e).into());
+                return Err(e.into());
             }
             Err(e) => return Err(e),
         }

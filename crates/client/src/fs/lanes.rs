@@ -508,9 +508,10 @@ impl Lanes {
                 };
                 match staged.and_then(|_| f(g)) {
                     Ok(v) => return Ok(v),
-                    // Out of space while other lanes may sit on unused chunk pages:
-                    // they give them back, and the call runs once more.
-                    Err(Fail::Fs(e)) if e.errno() == libc::ENOSPC && !reclaimed => {
+                    // Out of data space while other lanes may sit on unused chunk
+                    // pages: they give them back, and the call runs once more. (A
+                    // full inode table or full log pages they cannot help.)
+                    Err(Fail::Fs(e)) if short_of_data_pages(&e) && !reclaimed => {
                         reclaimed = true;
                         if !self.reclaim(g.lane) {
                             return Err(e);
@@ -733,4 +734,14 @@ impl Running {
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether `e` is an ENOSPC that more data pages could cure (one that names no
+/// resource may be that too).
+fn short_of_data_pages(e: &orion_meta::FsError) -> bool {
+    use orion_meta::error::Resource;
+    match e {
+        orion_meta::FsError::NoSpace(r) => *r == Resource::DataPages,
+        e => e.errno() == libc::ENOSPC,
+    }
 }

@@ -11,7 +11,7 @@ use orion_proto::{Create, MdsRequest, ReplyBody};
 use super::paths::{dot_last, is_root};
 use super::*;
 use crate::access::{checked, checked_for_name, Want};
-use crate::remote::{io_err, Fail, Res};
+use crate::remote::{io_err, Res};
 use orion_meta::perm::Cred;
 
 /// Calls by path. Each `_as` form checks for the caller `cred`, if given, as Linux
@@ -341,8 +341,7 @@ impl Inner {
             Ok(ReplyBody::Attr(a)) => Ok(a),
             Ok(other) => Err(io_err(format!("unexpected reply {other:?}")).into()),
             Err(e) => {
-                if let (Fail::Fs(FsError::Errno(_)) | Fail::MapChanged, Some((g, ..))) = (&e, page)
-                {
+                if let (true, Some((g, ..))) = (e.changed_nothing(), page) {
                     self.chunks.give_back(vec![(g, 1)]);
                 }
                 Err(e)

@@ -107,7 +107,7 @@ impl Inner {
             xattr::check_set(state, name, value.len(), mode)?;
             Ok(vec![xattr::set_entry(name, g, value.len(), now)])
         });
-        if let Err(Fail::Fs(FsError::Errno(_)) | Fail::MapChanged) = r {
+        if r.as_ref().is_err_and(Fail::changed_nothing) {
             self.chunks.give_back(vec![(g, 1)]);
         }
         r

@@ -14,13 +14,8 @@ use crate::log::{self, InodeLog};
 impl MetaEngine {
     /// Writes a new inode (slot, first log segment, initial entries) that is
     /// invisible until a directory entry naming it commits.
-    pub(crate) fn new_inode(
-        &mut self,
-        ftype: FileType,
-        attr: SetAttrRec,
-        nlink: u32,
-        extra: Vec<Entry>,
-    ) -> FsResult<u64> {
+    /// `entries`: what its log starts with ([`first_entries`]).
+    pub(crate) fn new_inode(&mut self, ftype: FileType, entries: Vec<Entry>) -> FsResult<u64> {
         self.check_not_failed()?;
         let ino = self.free_inos.take()?;
         assert!(
@@ -36,7 +31,6 @@ impl MetaEngine {
                 .load_u64(slot_off + SLOT_GENERATION_OFFSET)?
                 .wrapping_add(1);
             log::init_log_page(&self.pool, page, ino, 0)?;
-            let entries = first_entries(attr, nlink, extra);
             let mut ilog = InodeLog::empty(page, 0);
             let p = log::append(
                 &self.pool,
@@ -91,14 +85,12 @@ impl MetaEngine {
         }
     }
 
-    /// The log pages a new inode takes past its first segment (a symlink's target
-    /// entry, or a name in a new directory's extended attributes): what a create
-    /// asks room for.
-    pub(crate) fn new_inode_pages(&self, extra: &[Entry]) -> u64 {
-        let attr = SetAttrRec::default();
-        let entries = first_entries(attr, 1, extra.to_vec());
+    /// The log pages a new inode whose log starts with `entries` takes past its
+    /// first segment: what a create asks room for. (Every first segment is as
+    /// long: the root's stands for the new one's.)
+    pub(crate) fn new_inode_pages(&self, entries: &[Entry]) -> u64 {
         let first = InodeLog::empty(self.sb.first_segment_off(ROOT_INO), 0);
-        log::pages_needed(&self.sb, &first, &entries)
+        log::pages_needed(&self.sb, &first, entries)
     }
 
     /// Forgets an inode nothing links to any more: frees its log pages (after the
@@ -124,7 +116,6 @@ impl MetaEngine {
                 dir: inode.state.dir().is_some(),
             });
         }
-        debug_assert!(!self.free_inos.contains(ino), "inode {ino} freed twice");
         self.free_log_later(&inode.log.pages);
         if release_data {
             self.freed.extend(inode.state.data_pages());
@@ -139,7 +130,7 @@ impl MetaEngine {
 
 /// The entries a new inode's log starts with: its attributes, its link count and
 /// what its kind adds.
-fn first_entries(attr: SetAttrRec, nlink: u32, extra: Vec<Entry>) -> Vec<Entry> {
+pub(crate) fn first_entries(attr: SetAttrRec, nlink: u32, extra: Vec<Entry>) -> Vec<Entry> {
     let mut entries = vec![
         Entry::SetAttr(attr),
         Entry::LinkChange {

@@ -8,7 +8,7 @@
 
 mod commit;
 mod gc;
-mod inode;
+pub(crate) mod inode;
 mod mount;
 
 use std::sync::Arc;
@@ -287,7 +287,7 @@ impl MetaEngine {
     pub fn usage(&self) -> (u64, u64, u64, u64) {
         (
             self.sb.inode_count - 1,
-            self.free_inos.len() as u64,
+            self.free_inos.count() as u64,
             self.log_alloc.count(),
             self.log_alloc.free(),
         )
@@ -303,8 +303,9 @@ impl MetaEngine {
         self.log_alloc.in_grace()
     }
 
-    /// Pages in an inode's log.
-    pub fn log_pages(&self, ino: u64) -> FsResult<usize> {
+    /// Segments in an inode's log (its first segment, if it still starts there, and
+    /// its pages).
+    pub fn log_segments(&self, ino: u64) -> FsResult<usize> {
         Ok(self.inode(ino)?.log.pages.len())
     }
 }

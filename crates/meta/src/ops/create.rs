@@ -77,10 +77,12 @@ impl MetaEngine {
         // first: waiting for room would not help them.
         self.check_not_failed()?;
         let need = log::pages_needed(&self.sb, &pdir.log, &entries);
-        let need = need + self.new_inode_pages(&extra);
+        let nlink = if is_dir { 2 } else { 1 };
+        let first = crate::engine::inode::first_entries(attr, nlink, extra);
+        let need = need + self.new_inode_pages(&first);
         self.free_inos.room()?;
         self.log_alloc.room_for(need, false)?;
-        let ino = self.new_inode(ftype, attr, if is_dir { 2 } else { 1 }, extra)?;
+        let ino = self.new_inode(ftype, first)?;
         if let Some(Entry::DirAdd(d)) = entries.first_mut() {
             d.ino = ino;
         }
