@@ -62,7 +62,15 @@ impl Access {
 pub(crate) struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
+    /// The file a peer's region maps and where the mapping starts in it, kept by a
+    /// reader of that region so that large reads skip its holes ([`Mapping::read_into`]).
+    file: Option<(File, u64)>,
 }
+
+/// Reads at least this long skip the holes of a file-backed region: a hole of a
+/// shared tmpfs mapping gets a page when read, so a mirror's copy of a sparse MDS
+/// pool would otherwise fill the primary's (real persistent memory has no holes).
+const SPARSE_READ_MIN: usize = 256 << 10;
 
 // SAFETY: the mapping is plain shared memory; all accesses are copies or atomics through the
 // methods below, which are safe to call from any thread.
@@ -111,7 +119,67 @@ impl Mapping {
         Ok(Mapping {
             ptr: NonNull::new(p.cast()).expect("mmap returned null"),
             len,
+            file: None,
         })
+    }
+
+    /// This mapping of `file` from `offset`, keeping the file to find its holes.
+    pub(crate) fn keeping_file(mut self, file: File, offset: u64) -> Mapping {
+        self.file = Some((file, offset));
+        self
+    }
+
+    /// Copies `len` bytes from this mapping at `src_off` to `dst` at `dst_off`, as
+    /// [`Mapping::copy`]; a long copy from a mapped file reads only its data and
+    /// writes zeros for its holes, which it leaves holes.
+    pub(crate) fn read_into(
+        &self,
+        src_off: u64,
+        dst: &Mapping,
+        dst_off: u64,
+        len: usize,
+    ) -> Result<()> {
+        let Some((file, base)) = self.file.as_ref().filter(|_| len >= SPARSE_READ_MIN) else {
+            return Mapping::copy(self, src_off, dst, dst_off, len);
+        };
+        let s = self.check(src_off, len)?;
+        let d = dst.check(dst_off, len)?;
+        let seek = |from: usize, whence: i32| {
+            // SAFETY: lseek on a descriptor this mapping holds open; no memory passed.
+            let r = unsafe { libc::lseek(file.as_raw_fd(), (base + from as u64) as i64, whence) };
+            let no_more_data =
+                || std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO);
+            match r {
+                r if r >= 0 => (r as u64 - base).min((s + len) as u64) as usize,
+                // No data past `from`: a hole to the end.
+                _ if whence == libc::SEEK_DATA && no_more_data() => s + len,
+                // A file system that cannot tell: all of it is data.
+                _ if whence == libc::SEEK_DATA => from,
+                _ => s + len,
+            }
+        };
+        let mut at = s;
+        while at < s + len {
+            let data = seek(at, libc::SEEK_DATA).max(at);
+            // SAFETY: [at, data) of the source maps to [d + at - s, ..) of the
+            // destination, both inside their mappings (checked above).
+            unsafe { std::ptr::write_bytes(dst.ptr.as_ptr().add(d + at - s), 0, data - at) };
+            if data >= s + len {
+                break;
+            }
+            let hole = seek(data, libc::SEEK_HOLE).max(data + 1).min(s + len);
+            // SAFETY: as above, for [data, hole); distinct mappings or a tolerated
+            // overlap as in `copy`.
+            unsafe {
+                std::ptr::copy(
+                    self.ptr.as_ptr().add(data),
+                    dst.ptr.as_ptr().add(d + data - s),
+                    hole - data,
+                )
+            };
+            at = hole;
+        }
+        Ok(())
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -415,5 +483,53 @@ pub(crate) fn random_u64() -> u64 {
         if v != 0 {
             return v;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_read_of_a_sparse_file_copies_its_data_and_leaves_its_holes() {
+        use std::os::unix::fs::{FileExt, MetadataExt};
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let path = dir.path().join("sparse");
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        file.set_len(8 << 20).unwrap();
+        file.write_all_at(&[7u8; 5000], 1 << 20).unwrap();
+        file.write_all_at(b"end", (7 << 20) + 5).unwrap();
+        let taken = file.metadata().unwrap().blocks();
+        // Mapped from 1 MiB on, as a region may start inside its file.
+        let src = Mapping::file(&file, 1 << 20, 7 << 20)
+            .unwrap()
+            .keeping_file(file.try_clone().unwrap(), 1 << 20);
+        let dst = Mapping::anonymous(8 << 20).unwrap();
+        dst.write(0, &[1u8; 8 << 20]).unwrap();
+        src.read_into(0, &dst, 4096, 7 << 20).unwrap();
+        let mut back = vec![0u8; 7 << 20];
+        dst.read(4096, &mut back).unwrap();
+        let mut want = vec![0u8; 7 << 20];
+        want[..5000].fill(7);
+        want[(6 << 20) + 5..(6 << 20) + 8].copy_from_slice(b"end");
+        assert!(back == want, "the data, and zeros for the holes");
+        let mut before = [0u8; 4096];
+        dst.read(0, &mut before).unwrap();
+        assert_eq!(
+            before, [1u8; 4096],
+            "nothing written before the destination"
+        );
+        assert_eq!(file.metadata().unwrap().blocks(), taken, "no hole filled");
+        // A short read copies as it is.
+        let mut small = [0u8; 8];
+        src.read_into(4998, &dst, 0, 8).unwrap();
+        dst.read(0, &mut small).unwrap();
+        assert_eq!(small, [7, 7, 0, 0, 0, 0, 0, 0]);
     }
 }

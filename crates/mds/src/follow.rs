@@ -242,7 +242,8 @@ impl Follower<'_> {
             c.status.clone()?;
             other.clear(); // nothing else is under way on this connection
             buf.read(0, &mut bytes[..n])?;
-            pool.write(off, &bytes[..n])?;
+            // Pages the primary never wrote stay holes here too.
+            pool.write_sparse(off, &bytes[..n])?;
             pool.persist(off, n)?;
             off += n as u64;
             let secs = t0.elapsed().as_secs_f64().max(1e-6);
@@ -340,6 +341,7 @@ impl Follower<'_> {
                 return Ok(0); // the copy it continued never completed: nothing to apply
             }
             let pool = Pool::open(&self.cfg.pool, mode)
+                .map(Pool::growing)
                 .with_context(|| format!("opening MDS pool {}", self.cfg.pool.display()))?;
             Applier::new(ring, &pool, replies, self.marker()).apply_whole()
         });
@@ -475,16 +477,10 @@ fn open_sized(path: &Path, len: u64, mode: ModeChoice) -> Result<Pool> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let same = std::fs::metadata(path).is_ok_and(|m| m.len() == len);
-    let pool = if same {
-        Pool::open(path, mode)
-    } else {
-        let what = format!("making the mirror's pool {}", path.display());
-        let mut progress = Progress::new(what, len, Unit::Bytes);
-        let pool = Pool::create_reporting(path, len, mode, &mut |n| progress.set(n));
-        if pool.is_ok() {
-            progress.finish();
-        }
-        pool
+    // Growing, as the primary's: the copy gives back the pages it finds empty.
+    let pool = match same {
+        true => Pool::open(path, mode).map(Pool::growing),
+        false => Pool::create_growing(path, len, mode),
     };
     pool.with_context(|| format!("the mirror's pool {}", path.display()))
 }

@@ -12,7 +12,6 @@ use orion_fabric::{CompletionQueue, Domain, FabricConfig};
 use orion_format::{PoolKind, Superblock, SUPERBLOCK_SIZE};
 use orion_meta::{MetaEngine, SystemClock};
 use orion_pmem::{ModeChoice, Pool};
-use orion_progress::{Progress, Unit};
 use orion_proto::Channel;
 use tracing::{info, warn};
 
@@ -35,10 +34,10 @@ pub fn format_pool(path: &Path, size: u64, mode: ModeChoice) -> Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let mut progress = Progress::new(format!("formatting {}", path.display()), size, Unit::Bytes);
-    let pool = Pool::create_reporting(path, size, mode, &mut |n| progress.set(n))
-        .with_context(|| format!("{}", path.display()))?;
-    progress.finish();
+    // A growing pool: its file space (memory, on tmpfs) is taken as inodes and log
+    // pages are, not all at once.
+    let pool =
+        Pool::create_growing(path, size, mode).with_context(|| format!("{}", path.display()))?;
     let now = orion_meta::Clock::now(&SystemClock);
     let sb = Superblock::new_metadata(
         size,
@@ -71,6 +70,7 @@ pub fn run(
             );
         }
         let pool = Pool::open(&cfg.pool, mode)
+            .map(Pool::growing)
             .with_context(|| format!("opening MDS pool {}", cfg.pool.display()))?;
         return serve(cfg, pool, fabric, stop, ready);
     }
@@ -109,6 +109,7 @@ pub fn run(
             return Ok(()); // stopped while mirroring
         };
         let pool = Pool::open(&cfg.pool, mode)
+            .map(Pool::growing)
             .with_context(|| format!("opening MDS pool {}", cfg.pool.display()))?;
         // Only the first term says "ready" (what starters wait for); later ones log.
         let said = ready.take();

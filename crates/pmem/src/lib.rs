@@ -14,6 +14,7 @@ pub mod copy;
 mod crash;
 mod file;
 mod flush;
+mod grow;
 mod pool;
 pub mod populate;
 pub mod tap;

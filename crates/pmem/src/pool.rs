@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::crash::{CrashDomain, TrackedFile};
 use crate::flush::{self, FlushInsn};
+use crate::grow::Growth;
 use crate::tap::PersistTap;
 
 /// How stores to a pool become durable.
@@ -107,6 +108,8 @@ pub struct Pool {
     on_tmpfs: bool,
     /// What was persisted, for a mirror ([`crate::tap`]).
     pub(crate) tap: PersistTap,
+    /// A pool whose file space is taken as stores reach it ([`crate::grow`]).
+    growth: Option<Growth>,
 }
 
 // SAFETY: the mapping lives as long as the Pool; accessors copy through raw pointers
@@ -138,15 +141,7 @@ impl Pool {
             what,
             source,
         };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)
-            .map_err(|e| io("cannot create pool file", e))?;
-        file.set_len(size)
-            .map_err(|e| io("cannot size pool file", e))?;
+        let file = new_file(path, size)?;
         // Two passes of equal weight for `done`: allocating, then (tmpfs) zeroing.
         allocate(&file, size, &mut |at| done(at / 2))
             .map_err(|e| io("cannot allocate the pool's space", e))?;
@@ -260,7 +255,48 @@ impl Pool {
             backing: Backing::Mapped { _file: file },
             on_tmpfs,
             tap: PersistTap::default(),
+            growth: None,
         })
+    }
+
+    /// Creates (or truncates) the file at `path` with `size` bytes, sparse, and maps
+    /// it as a pool whose file space is taken as it is used ([`Pool::growing`]).
+    pub fn create_growing(path: &Path, size: u64, choice: ModeChoice) -> Result<Pool, PoolError> {
+        Ok(Self::map(new_file(path, size)?, path, choice)?.growing())
+    }
+
+    /// This pool, taking its file space as stores reach it instead of all at once
+    /// (an MDS pool, which is mostly empty for most file systems), and giving back
+    /// the whole pages [`Pool::zero`] clears. A crash-simulator pool has no file
+    /// space to take: it is returned as it is.
+    pub fn growing(mut self) -> Pool {
+        if self.fd().is_some() {
+            self.growth = Some(Growth::new(self.len as u64));
+        }
+        self
+    }
+
+    fn fd(&self) -> Option<std::os::fd::RawFd> {
+        match &self.backing {
+            Backing::Mapped { _file } => Some(_file.as_raw_fd()),
+            Backing::Tracked(t) => Some(t._file.as_raw_fd()),
+            Backing::Sim { .. } => None,
+        }
+    }
+
+    /// Takes the file space under `[off, off + len)` (checked) if this pool grows.
+    #[inline]
+    fn grow(&self, off: u64, len: usize) -> Result<(), PoolError> {
+        match (&self.growth, self.fd()) {
+            (Some(g), Some(fd)) => g
+                .ensure(fd, off, len as u64)
+                .map_err(|source| PoolError::Io {
+                    path: self.path.clone(),
+                    what: "no room to grow the pool",
+                    source,
+                }),
+            _ => Ok(()),
+        }
     }
 
     pub(crate) fn new_sim(base: *mut u8, len: usize, domain: Arc<CrashDomain>, id: usize) -> Pool {
@@ -273,6 +309,7 @@ impl Pool {
             backing: Backing::Sim { domain, id },
             on_tmpfs: false,
             tap: PersistTap::default(),
+            growth: None,
         }
     }
 
@@ -374,6 +411,7 @@ impl Pool {
     #[inline]
     pub fn write(&self, off: u64, data: &[u8]) -> Result<(), PoolError> {
         let o = self.check(off, data.len())?;
+        self.grow(off, data.len())?;
         // SAFETY: bounds checked; `data` cannot alias the mapping mutably.
         unsafe { crate::copy::copy_nonoverlapping(data.as_ptr(), self.base.add(o), data.len()) };
         self.record_store(off, data.len());
@@ -384,6 +422,7 @@ impl Pool {
     /// memcpy_nt + sfence). Still followed by [`Pool::persist`] to mark the commit point.
     pub fn write_data(&self, off: u64, data: &[u8]) -> Result<(), PoolError> {
         let o = self.check(off, data.len())?;
+        self.grow(off, data.len())?;
         if self.mode == Mode::Dax {
             // SAFETY: bounds checked above.
             unsafe { flush::copy_nontemporal(self.base.add(o), data) };
@@ -413,13 +452,79 @@ impl Pool {
         Ok(())
     }
 
-    /// Fills `len` bytes at `off` with zeros.
+    /// Fills `len` bytes at `off` with zeros (a growing pool gives back the whole
+    /// pages among them).
     pub fn zero(&self, off: u64, len: usize) -> Result<(), PoolError> {
-        let o = self.check(off, len)?;
-        // SAFETY: bounds checked above.
-        unsafe { std::ptr::write_bytes(self.base.add(o), 0, len) };
+        self.check(off, len)?;
+        let by_hand = match (&self.growth, self.fd()) {
+            (Some(g), Some(fd)) => {
+                (g.punch(fd, off, len as u64)).map_err(|source| PoolError::Io {
+                    path: self.path.clone(),
+                    what: "no room to grow the pool",
+                    source,
+                })?
+            }
+            _ => [(off, len as u64), (0, 0)],
+        };
+        for (at, n) in by_hand.into_iter().filter(|&(_, n)| n > 0) {
+            // SAFETY: inside `[off, off + len)`, bounds checked above.
+            unsafe { std::ptr::write_bytes(self.base.add(at as usize), 0, n as usize) };
+        }
         self.record_store(off, len);
         Ok(())
+    }
+
+    /// Stores `data` at `off` as [`Pool::write`] does, except that the whole pages of
+    /// it that are all zeros are [`Pool::zero`]ed: a growing pool gives them back
+    /// (how a copy of a pool keeps only what its source holds).
+    pub fn write_sparse(&self, off: u64, data: &[u8]) -> Result<(), PoolError> {
+        const PAGE: usize = 4096;
+        let mut at = 0;
+        while at < data.len() {
+            // A run of pages of one kind (zero or not), page-aligned in the pool.
+            let run_end =
+                |from: usize| (off as usize + from + 1).next_multiple_of(PAGE) - off as usize;
+            let zero = |from: usize| {
+                let end = run_end(from).min(data.len());
+                end - from == PAGE && data[from..end].iter().all(|&b| b == 0)
+            };
+            let kind = zero(at);
+            let mut end = run_end(at).min(data.len());
+            while end < data.len() && zero(end) == kind {
+                end = run_end(end).min(data.len());
+            }
+            match kind {
+                true => self.zero(off + at as u64, end - at)?,
+                false => self.write(off + at as u64, &data[at..end])?,
+            }
+            at = end;
+        }
+        Ok(())
+    }
+
+    /// The first run of `[off, len)` that may hold data: `(start, end)`, both `len`
+    /// if the rest is known to be a hole. Reading a hole of a growing pool on tmpfs
+    /// would take its pages; a scan asks this first. A pool that cannot tell says
+    /// it is all data.
+    pub fn data_run(&self, off: u64) -> (u64, u64) {
+        let len = self.len as u64;
+        let Some(fd) = self.fd().filter(|_| self.growth.is_some() && off < len) else {
+            return (off.min(len), len);
+        };
+        // SAFETY: lseek on the descriptor this pool holds open; no memory passed.
+        let seek = |from: u64, whence| unsafe { libc::lseek(fd, from as libc::off_t, whence) };
+        let start = match seek(off, libc::SEEK_DATA) {
+            r if r >= 0 => r as u64,
+            _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO) => {
+                return (len, len)
+            }
+            _ => return (off, len),
+        };
+        let end = match seek(start, libc::SEEK_HOLE) {
+            r if r >= 0 => r as u64,
+            _ => len,
+        };
+        (start.min(len), end.min(len).max(start.min(len)))
     }
 
     fn atomic(&self, off: u64) -> Result<&AtomicU64, PoolError> {
@@ -441,7 +546,9 @@ impl Pool {
     #[inline]
     pub fn store_u64(&self, off: u64, value: u64) -> Result<(), PoolError> {
         debug_assert!(off.is_multiple_of(8), "an atomic store is 8-byte aligned");
-        self.atomic(off)?.store(value, Ordering::Release);
+        let word = self.atomic(off)?;
+        self.grow(off, 8)?;
+        word.store(value, Ordering::Release);
         self.record_store(off, 8);
         Ok(())
     }
@@ -526,6 +633,25 @@ impl std::fmt::Debug for Pool {
             .field("mode", &self.mode)
             .finish()
     }
+}
+
+/// Creates (or truncates) the file at `path`, `size` bytes long and sparse.
+fn new_file(path: &Path, size: u64) -> Result<File, PoolError> {
+    let io = |what, source| PoolError::Io {
+        path: path.to_owned(),
+        what,
+        source,
+    };
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .map_err(|e| io("cannot create pool file", e))?;
+    file.set_len(size)
+        .map_err(|e| io("cannot size pool file", e))?;
+    Ok(file)
 }
 
 /// Allocates the whole pool file up front, as a memory device has all its capacity:

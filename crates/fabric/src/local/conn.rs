@@ -42,8 +42,9 @@ impl PeerDomain {
                         e.path.display()
                     )));
                 }
-                let (_f, map) = Region::open_file(&e.path, e.file_off, e.len as usize, true)
+                let (file, map) = Region::open_file(&e.path, e.file_off, e.len as usize, true)
                     .map_err(|_| Error::UnknownKey { key })?;
+                let map = map.keeping_file(file, e.file_off);
                 let c = (slot, Arc::new(map), e.access);
                 self.cache.lock().unwrap().insert(key, c.clone());
                 c
@@ -409,7 +410,7 @@ impl ConnImpl for LocalConn {
                         if write {
                             Mapping::copy(&op.local.inner.map, op.off, &target, roff, op.len)
                         } else {
-                            Mapping::copy(&target, roff, &op.local.inner.map, op.off, op.len)
+                            target.read_into(roff, &op.local.inner.map, op.off, op.len)
                         }
                     })
                     .and_then(|()| {

@@ -125,13 +125,19 @@ impl MetaEngine {
         let mut orphans = 0;
         let mut kept = Vec::new();
         let mut data_used = None;
-        for ino in (ROOT_INO + 1..sb.inode_count).rev() {
+        // The table of a growing pool is a hole where no inode was ever made: free
+        // slots read there would take its pages.
+        let mut run = (0, 0);
+        for ino in ROOT_INO + 1..sb.inode_count {
             if inodes.contains_key(&ino) {
                 continue;
             }
             let off = sb.slot_off(ino);
-            if pool.load_u64(off)? == 0 {
-                free_inos.push_front(ino);
+            if off >= run.1 {
+                run = pool.data_run(off);
+            }
+            if off < run.0 || pool.load_u64(off)? == 0 {
+                free_inos.push_back(ino);
                 continue;
             }
             let used = &mut data_used;
@@ -143,7 +149,7 @@ impl MetaEngine {
             pool.store_u64(off, 0)?;
             pool.persist(off, 8)?;
             orphans += 1;
-            free_inos.push_front(ino);
+            free_inos.push_back(ino);
         }
         let report = MountReport {
             journal_replayed,
