@@ -29,6 +29,39 @@ fn orion_up_serves_the_same_file_system_again() {
     let mnt = up.mnt.clone();
     std::fs::write(mnt.join("hello"), b"hello, orion").unwrap();
     std::fs::create_dir(mnt.join("dir")).unwrap();
+    // Once the mirror is in sync (it may take over), both MDS pools hold about
+    // what the file system does: they grow as used, and the mirror's copy of the
+    // primary's pool filled neither with the pages nobody wrote.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let o = Command::new(ORION)
+            .args(["status", "--json", "--dir"])
+            .arg(state.path())
+            .output()
+            .unwrap();
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        if j["manager"]["eligible"]
+            .as_array()
+            .is_some_and(|e| !e.is_empty())
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the mirror never got in sync: {j}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for pool in ["mds.pool", "mds-mirror.pool"] {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(pools.path().join(pool)).unwrap();
+        let taken = m.blocks() * 512;
+        assert!(
+            taken > 0 && taken <= 16 << 20,
+            "{pool}: {taken} of {} bytes allocated",
+            m.len()
+        );
+    }
     let err = up.stop();
     assert!(err.contains("formatting"), "the first run formats: {err}");
     assert!(!is_mounted(&mnt), "Ctrl-C unmounts");

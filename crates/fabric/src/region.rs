@@ -67,7 +67,7 @@ pub(crate) struct Mapping {
     file: Option<(File, u64)>,
 }
 
-/// Reads at least this long skip the holes of a file-backed region: a hole of a
+/// Reads at least this long skip the holes of a sparse file-backed region: a hole of a
 /// shared tmpfs mapping gets a page when read, so a mirror's copy of a sparse MDS
 /// pool would otherwise fill the primary's (real persistent memory has no holes).
 const SPARSE_READ_MIN: usize = 256 << 10;
@@ -123,15 +123,22 @@ impl Mapping {
         })
     }
 
-    /// This mapping of `file` from `offset`, keeping the file to find its holes.
+    /// This mapping of `file` from `offset`, keeping the file to find its holes if
+    /// it has any (a data store's pool, allocated whole, has none).
     pub(crate) fn keeping_file(mut self, file: File, offset: u64) -> Mapping {
-        self.file = Some((file, offset));
+        use std::os::unix::fs::MetadataExt;
+        let sparse = file.metadata().is_ok_and(|m| m.blocks() * 512 < m.len());
+        if sparse {
+            self.file = Some((file, offset));
+        }
         self
     }
 
     /// Copies `len` bytes from this mapping at `src_off` to `dst` at `dst_off`, as
-    /// [`Mapping::copy`]; a long copy from a mapped file reads only its data and
-    /// writes zeros for its holes, which it leaves holes.
+    /// [`Mapping::copy`]; a long copy from a sparse mapped file copies only what may
+    /// hold data, a piece at a time, and writes zeros for the pieces in its holes,
+    /// which stay holes. (Only `SEEK_DATA`: on tmpfs `SEEK_HOLE` walks every page
+    /// up to the hole, all the rest of a dense file.)
     pub(crate) fn read_into(
         &self,
         src_off: u64,
@@ -139,45 +146,34 @@ impl Mapping {
         dst_off: u64,
         len: usize,
     ) -> Result<()> {
+        const PIECE: usize = 64 << 10;
         let Some((file, base)) = self.file.as_ref().filter(|_| len >= SPARSE_READ_MIN) else {
             return Mapping::copy(self, src_off, dst, dst_off, len);
         };
         let s = self.check(src_off, len)?;
         let d = dst.check(dst_off, len)?;
-        let seek = |from: usize, whence: i32| {
-            // SAFETY: lseek on a descriptor this mapping holds open; no memory passed.
-            let r = unsafe { libc::lseek(file.as_raw_fd(), (base + from as u64) as i64, whence) };
-            let no_more_data =
-                || std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO);
-            match r {
-                r if r >= 0 => (r as u64 - base).min((s + len) as u64) as usize,
-                // No data past `from`: a hole to the end.
-                _ if whence == libc::SEEK_DATA && no_more_data() => s + len,
-                // A file system that cannot tell: all of it is data.
-                _ if whence == libc::SEEK_DATA => from,
-                _ => s + len,
-            }
-        };
-        let mut at = s;
-        while at < s + len {
-            let data = seek(at, libc::SEEK_DATA).max(at);
-            // SAFETY: [at, data) of the source maps to [d + at - s, ..) of the
-            // destination, both inside their mappings (checked above).
-            unsafe { std::ptr::write_bytes(dst.ptr.as_ptr().add(d + at - s), 0, data - at) };
-            if data >= s + len {
-                break;
-            }
-            let hole = seek(data, libc::SEEK_HOLE).max(data + 1).min(s + len);
-            // SAFETY: as above, for [data, hole); distinct mappings or a tolerated
-            // overlap as in `copy`.
+        let mut at = 0;
+        while at < len {
+            // Pieces aligned in the file: in a growing pool one with data lies in a
+            // chunk allocated whole, whose holes take no more memory when read.
+            let file_at = base + (s + at) as u64;
+            let end = (at + (file_at + 1).next_multiple_of(PIECE as u64) as usize
+                - file_at as usize)
+                .min(len);
+            let data = orion_pmem::holes::next_data(file.as_raw_fd(), file_at)
+                .map_or(end, |x| ((x - file_at) as usize + at).min(end));
+            // SAFETY: [at, end) of the copy lies inside both mappings (checked
+            // above): zeros for the hole before `data`, then the bytes from there
+            // (`copy` tolerates overlap when a region is read into itself).
             unsafe {
+                std::ptr::write_bytes(dst.ptr.as_ptr().add(d + at), 0, data - at);
                 std::ptr::copy(
-                    self.ptr.as_ptr().add(data),
-                    dst.ptr.as_ptr().add(d + data - s),
-                    hole - data,
-                )
-            };
-            at = hole;
+                    self.ptr.as_ptr().add(s + data),
+                    dst.ptr.as_ptr().add(d + data),
+                    end - data,
+                );
+            }
+            at = end;
         }
         Ok(())
     }
@@ -525,7 +521,15 @@ mod tests {
             before, [1u8; 4096],
             "nothing written before the destination"
         );
-        assert_eq!(file.metadata().unwrap().blocks(), taken, "no hole filled");
+        // Only the 64 KiB pieces with data were read whole: the holes between
+        // stay holes.
+        let grown = (file.metadata().unwrap().blocks() - taken) * 512;
+        assert!(grown <= 2 * (64 << 10), "{grown} bytes of holes filled");
+        let fd = file.as_raw_fd();
+        assert_eq!(
+            orion_pmem::holes::next_data(fd, 2 << 20),
+            Some((7 << 20) & !0xffff)
+        );
         // A short read copies as it is.
         let mut small = [0u8; 8];
         src.read_into(4998, &dst, 0, 8).unwrap();

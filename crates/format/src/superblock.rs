@@ -5,9 +5,10 @@ use crate::{FIRST_SEGMENT_SIZE, INODE_SLOT_SIZE, PAGE_SIZE};
 
 pub const SUPERBLOCK_SIZE: usize = 256;
 const MAGIC: &[u8; 8] = b"ORIONFS\x01";
-/// Version 2: every inode has a fixed 256-byte first log segment (version 1 gave each
-/// a 4 KiB log page, so a pool held one inode per 8 KiB).
-pub const FORMAT_VERSION: u32 = 2;
+/// Version 3: every inode has a fixed 256-byte first log segment, its size recorded
+/// at byte 128 (version 1 gave each a 4 KiB log page, so a pool held one inode per
+/// 8 KiB; version 2 did not record the size).
+pub const FORMAT_VERSION: u32 = 3;
 /// Bytes of MDS pool per inode slot: 384 fixed (slot and first segment), the rest
 /// log pages (names in directories, entries past the first segment).
 pub const POOL_BYTES_PER_INODE: u64 = 1024;

@@ -29,13 +29,16 @@ pub enum Resource {
     LogPages,
     /// Data pages of the data pools (or of a local file system's data pool).
     DataPages,
+    /// Room in the file system under a pool that grows as it is used (tmpfs full).
+    PoolSpace,
 }
 
 impl Resource {
-    pub const ALL: [Resource; 3] = [
+    pub const ALL: [Resource; 4] = [
         Resource::InodeSlots,
         Resource::LogPages,
         Resource::DataPages,
+        Resource::PoolSpace,
     ];
 
     pub fn name(self) -> &'static str {
@@ -43,6 +46,7 @@ impl Resource {
             Resource::InodeSlots => "inode slots",
             Resource::LogPages => "log pages",
             Resource::DataPages => "data pages",
+            Resource::PoolSpace => "space in the file system under the MDS pool",
         }
     }
 
@@ -60,6 +64,7 @@ impl Resource {
             Resource::InodeSlots => "inode_slots",
             Resource::LogPages => "log_pages",
             Resource::DataPages => "data_pages",
+            Resource::PoolSpace => "pool_space",
         }
     }
 }
@@ -152,6 +157,7 @@ impl From<PoolError> for FsError {
             PoolError::OutOfBounds { .. } | PoolError::Misaligned(_) => {
                 FsError::Corrupt(e.to_string())
             }
+            PoolError::NoRoom { .. } => FsError::NoSpace(Resource::PoolSpace),
             other => FsError::Io(other.to_string()),
         }
     }

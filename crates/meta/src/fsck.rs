@@ -132,9 +132,8 @@ pub fn check_reporting(meta: &Pool, data: Option<&Pool>, report: Reporter) -> Fs
         Err(e) => r.problems.push(format!("journal: {e}")),
     }
     // The slots in use bound the inodes the walk can reach: its total.
-    let slots_used = (ROOT_INO..sb.inode_count)
-        .filter(|&ino| meta.load_u64(sb.slot_off(ino)).unwrap_or(0) != 0)
-        .count() as u64;
+    let in_use = slots_in_use(meta, &sb);
+    let slots_used = in_use.len() as u64;
     report(Part::LoadingInodes, 0, slots_used);
     let loaded = &mut |n: u64| report(Part::LoadingInodes, n, slots_used);
     let tree = match recovery::load_tree_reporting(meta, &sb, Some(&tails), loaded) {
@@ -242,12 +241,28 @@ pub fn check_reporting(meta: &Pool, data: Option<&Pool>, report: Reporter) -> Fs
     r.data_pages = data_pages.len() as u64;
     r.named = data_pages.into_iter().collect();
     r.named.sort_unstable();
-    for ino in ROOT_INO + 1..sb.inode_count {
-        if !tree.inodes.contains_key(&ino) && meta.load_u64(sb.slot_off(ino)).unwrap_or(0) != 0 {
-            r.orphans += 1;
+    r.orphans = in_use
+        .iter()
+        .filter(|i| !tree.inodes.contains_key(i))
+        .count() as u64;
+    r
+}
+
+/// The inodes whose slot is in use, reading only where the pool may hold data
+/// (reading a hole of a sparse pool on tmpfs would take its page).
+fn slots_in_use(meta: &Pool, sb: &Superblock) -> Vec<u64> {
+    let mut run = (0, 0);
+    let mut out = Vec::new();
+    for ino in ROOT_INO..sb.inode_count {
+        let off = sb.slot_off(ino);
+        if off >= run.1 {
+            run = meta.data_run(off);
+        }
+        if off >= run.0 && meta.load_u64(off).unwrap_or(0) != 0 {
+            out.push(ino);
         }
     }
-    r
+    out
 }
 /// What comparing the replicas of replication groups found.
 #[derive(Clone, Debug, Default)]
@@ -354,8 +369,21 @@ pub fn differing_pages_reporting(
     let (mut x, mut y) = (vec![0u8; PAGE_SIZE as usize], vec![0u8; PAGE_SIZE as usize]);
     let mut differ = Vec::new();
     let pages = primary.len() / PAGE_SIZE;
+    // A page that is a hole in both pools is equal and is not read (reading it
+    // would take its page in each).
+    let mut runs = [(0, 0), (0, 0)];
+    let mut hole = |i: usize, p: &Pool, off: u64| {
+        if off >= runs[i].1 {
+            runs[i] = p.data_run(off);
+        }
+        off < runs[i].0
+    };
     for page in 0..pages {
         report(Part::ComparingPools, page, pages);
+        let off = page * PAGE_SIZE;
+        if hole(0, primary, off) & hole(1, mirror, off) {
+            continue;
+        }
         let read = |p: &Pool, b: &mut [u8]| p.read(page * PAGE_SIZE, b).map_err(|e| e.to_string());
         read(primary, &mut x)?;
         read(mirror, &mut y)?;

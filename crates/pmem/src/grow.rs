@@ -4,7 +4,8 @@
 //! allocates its file space a chunk ahead of each store that reaches a chunk for the
 //! first time, so that a full file system underneath fails that store with ENOSPC, as
 //! allocating the whole pool up front did, rather than a later page fault with
-//! SIGBUS. Zeroing a whole page of it gives the page back (a hole reads as zeros).
+//! SIGBUS. Zeroing leaves the pages of chunks it has not allocated holes (what a copy
+//! of a sparse pool meets); in a chunk it allocated, it writes the zeros.
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,11 +15,30 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub(crate) const CHUNK: u64 = 2 << 20;
 const PAGE: u64 = 4096;
 
-/// Which chunks of a growing pool's file are allocated (since it was mapped: after a
-/// restart each chunk is allocated again once, which costs nothing where it is).
+/// Which chunks of a growing pool's file this mapping allocated. After a restart
+/// none is marked: each is allocated again at its first store, which takes no more
+/// memory where it already is, and which fills the holes a zeroing left in it.
 pub(crate) struct Growth {
     allocated: Vec<AtomicU64>,
     len: u64,
+}
+
+fn fallocate(fd: RawFd, mode: i32, at: u64, len: u64) -> std::io::Result<()> {
+    // SAFETY: fallocate on a descriptor the pool holds open; no memory is passed.
+    let r = unsafe { libc::fallocate(fd, mode, at as libc::off_t, len as libc::off_t) };
+    match r {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// Allocates `[at, at + len)`; a file system without fallocate leaves its pool as
+/// sparse as it is (and fails its store at the page fault, as before).
+fn allocate(fd: RawFd, at: u64, len: u64) -> std::io::Result<()> {
+    match fallocate(fd, libc::FALLOC_FL_KEEP_SIZE, at, len) {
+        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Ok(()),
+        r => r,
+    }
 }
 
 impl Growth {
@@ -36,6 +56,11 @@ impl Growth {
         (&self.allocated[(chunk / 64) as usize], 1 << (chunk % 64))
     }
 
+    fn is_allocated(&self, chunk: u64) -> bool {
+        let (word, mask) = self.bit(chunk);
+        word.load(Ordering::Acquire) & mask != 0
+    }
+
     /// Allocates the file space under `[off, off + len)` (in bounds) where it is not
     /// yet: ENOSPC from the file system if it has no room.
     pub(crate) fn ensure(&self, fd: RawFd, off: u64, len: u64) -> std::io::Result<()> {
@@ -43,70 +68,69 @@ impl Growth {
             return Ok(());
         }
         for chunk in off / CHUNK..=(off + len - 1) / CHUNK {
-            let (word, mask) = self.bit(chunk);
-            if word.load(Ordering::Acquire) & mask != 0 {
+            if self.is_allocated(chunk) {
                 continue;
             }
             let at = chunk * CHUNK;
-            let n = CHUNK.min(self.len - at);
-            // SAFETY: fallocate on a descriptor the pool holds open; no memory passed.
-            let r = unsafe { libc::fallocate(fd, 0, at as libc::off_t, n as libc::off_t) };
-            if r != 0 {
-                let e = std::io::Error::last_os_error();
-                if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
-                    return Err(e);
-                }
-            }
+            allocate(fd, at, CHUNK.min(self.len - at))?;
+            let (word, mask) = self.bit(chunk);
             word.fetch_or(mask, Ordering::AcqRel);
         }
         Ok(())
     }
 
-    /// Gives back the whole pages of `[off, off + len)` (in bounds): they read as
-    /// zeros after. Returns the part to zero by hand: the partial pages at its ends
-    /// (their own pages allocated, not their chunks: those stay given back), or all
-    /// of it where the file system cannot punch holes.
-    pub(crate) fn punch(&self, fd: RawFd, off: u64, len: u64) -> std::io::Result<[(u64, u64); 2]> {
-        let (first, end) = (off.next_multiple_of(PAGE), (off + len) / PAGE * PAGE);
-        if end <= first {
-            self.ensure(fd, off, len)?;
-            return Ok([(off, len), (0, 0)]);
-        }
-        let flags = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
-        // SAFETY: as in `ensure`.
-        let r = unsafe {
-            libc::fallocate(
-                fd,
-                flags,
-                first as libc::off_t,
-                (end - first) as libc::off_t,
-            )
-        };
-        if r != 0 {
-            self.ensure(fd, off, len)?;
-            return Ok([(off, len), (0, 0)]);
-        }
-        // The chunks it reached are no longer allocated whole: the next store to them
-        // allocates again.
-        for chunk in first / CHUNK..=(end - 1) / CHUNK {
-            let (word, mask) = self.bit(chunk);
-            word.fetch_and(!mask, Ordering::AcqRel);
-        }
-        let head = (first > off).then(|| first - PAGE);
-        let tail = (off + len > end).then_some(end);
-        for at in [head, tail].into_iter().flatten() {
-            // SAFETY: as in `ensure`; the partial page is inside the pool.
-            let r = unsafe { libc::fallocate(fd, 0, at as libc::off_t, PAGE as libc::off_t) };
-            if r != 0 {
-                return Err(std::io::Error::last_os_error());
+    /// Zeroes `[off, off + len)` (in bounds) where it lies in chunks not allocated:
+    /// their whole pages are punched (a hole reads as zeros; a page there goes
+    /// back), the partial pages at the ends allocated alone. Returns the ranges left
+    /// to zero by hand: those partial pages, and what lies in allocated chunks.
+    pub(crate) fn zero_sparse(
+        &self,
+        fd: RawFd,
+        off: u64,
+        len: u64,
+    ) -> std::io::Result<Vec<(u64, u64)>> {
+        let mut by_hand = Vec::new();
+        let mut at = off;
+        while at < off + len {
+            let end = (at / CHUNK + 1).saturating_mul(CHUNK).min(off + len);
+            if self.is_allocated(at / CHUNK) {
+                by_hand.push((at, end - at));
+                at = end;
+                continue;
             }
+            let (first, last) = (at.next_multiple_of(PAGE), end / PAGE * PAGE);
+            if last <= first {
+                // Within one page: that page alone.
+                allocate(fd, at / PAGE * PAGE, PAGE)?;
+                by_hand.push((at, end - at));
+                at = end;
+                continue;
+            }
+            let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+            if fallocate(fd, punch, first, last - first).is_err() {
+                // Cannot punch: allocate and write the zeros.
+                self.ensure(fd, at, end - at)?;
+                by_hand.push((at, end - at));
+                at = end;
+                continue;
+            }
+            if first > at {
+                allocate(fd, first - PAGE, PAGE)?;
+                by_hand.push((at, first - at));
+            }
+            if end > last {
+                allocate(fd, last, PAGE)?;
+                by_hand.push((last, end - last));
+            }
+            at = end;
         }
-        Ok([(off, first - off), (end, off + len - end)])
+        Ok(by_hand)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::CHUNK;
     use crate::{ModeChoice, Pool};
 
     fn allocated(path: &std::path::Path) -> u64 {
@@ -115,7 +139,7 @@ mod tests {
     }
 
     #[test]
-    fn a_growing_pool_takes_space_as_stores_reach_it_and_zeroing_gives_it_back() {
+    fn a_growing_pool_takes_chunks_under_its_stores_and_zeroing_leaves_holes() {
         let dir = tempfile::tempdir_in("/dev/shm").unwrap();
         let path = dir.path().join("pool");
         let pool = Pool::create_growing(&path, 64 << 20, ModeChoice::Auto).unwrap();
@@ -123,6 +147,7 @@ mod tests {
         assert_eq!(pool.data_run(0), (64 << 20, 64 << 20), "all a hole");
         pool.write((10 << 20) + 5, b"hello").unwrap();
         pool.store_u64(40 << 20, 7).unwrap();
+        assert_eq!(allocated(&path), 2 * CHUNK, "a chunk under each store");
         // Where data may be: at most the chunks the stores took (tmpfs says just
         // the pages written), found without reading.
         let (start, end) = pool.data_run(0);
@@ -135,14 +160,18 @@ mod tests {
             start == 40 << 20 && end > start && end <= 42 << 20,
             "{start} {end}"
         );
-        let taken = allocated(&path);
-        assert_eq!(taken, 2 * super::CHUNK, "a chunk under each store");
-        assert_eq!(pool.read_vec((10 << 20) + 5, 5).unwrap(), b"hello");
-        assert_eq!(pool.load_u64(40 << 20).unwrap(), 7);
-        // Zeroing gives the whole pages back and clears the partial ones by hand.
+        // Zeroing: in the allocated chunk the zeros are written; past it the chunk
+        // stays a hole but for the partial page the range ends in.
         pool.zero((10 << 20) + 3, 3 << 20).unwrap();
         assert_eq!(pool.read_vec((10 << 20) + 5, 5).unwrap(), vec![0; 5]);
-        assert!(allocated(&path) < taken, "the zeroed pages went back");
+        assert_eq!(allocated(&path), 2 * CHUNK + 4096);
+        pool.zero(20 << 20, 4 << 20).unwrap();
+        assert_eq!(
+            allocated(&path),
+            2 * CHUNK + 4096,
+            "a hole zeroed stays one"
+        );
+        assert!(pool.data_run(20 << 20).0 >= 24 << 20);
         pool.write(10 << 20, b"again").unwrap();
         assert_eq!(pool.read_vec(10 << 20, 5).unwrap(), b"again");
         assert_eq!(
@@ -155,15 +184,17 @@ mod tests {
         let pool = Pool::open(&path, ModeChoice::Auto).unwrap().growing();
         pool.write(60 << 20, b"x").unwrap();
         assert_eq!(pool.read_vec(60 << 20, 1).unwrap(), b"x");
-        assert!(allocated(&path) < 16 << 20);
-        // Zeroing from the pool's first byte (a format does).
-        pool.write(1 << 20, b"gone").unwrap();
+        assert_eq!(allocated(&path), 3 * CHUNK + 4096);
+        // Zeroing from the pool's first byte (a format does) of a fresh chunk.
         pool.zero(0, 3 << 20).unwrap();
-        assert_eq!(pool.data_run(0).0, 10 << 20, "the first chunks are holes");
+        assert_eq!(allocated(&path), 3 * CHUNK + 4096, "nothing taken");
+        // Reserving ahead of a read takes the chunk, as a store would.
+        pool.reserve(30 << 20, 8).unwrap();
+        assert_eq!(allocated(&path), 4 * CHUNK + 4096);
     }
 
     #[test]
-    fn a_sparse_write_takes_only_the_pages_that_hold_something() {
+    fn a_sparse_write_takes_only_the_chunks_that_hold_something() {
         let dir = tempfile::tempdir_in("/dev/shm").unwrap();
         let path = dir.path().join("pool");
         let pool = Pool::create_growing(&path, 16 << 20, ModeChoice::Auto).unwrap();
@@ -172,11 +203,10 @@ mod tests {
         data[..5000].fill(1);
         data[(6 << 20) + 7] = 2;
         pool.write_sparse(100, &data).unwrap();
-        // The pages with data in its first and fourth chunk (the rest of them given
-        // back), and the chunk its last 100 bytes fall in. (Checked before reading:
-        // reading a hole of a shared mapping of tmpfs takes a page too.)
-        let taken = allocated(&path);
-        assert!(taken <= super::CHUNK + (16 << 10), "{taken} bytes taken");
+        // Those two chunks, and the page its last 100 bytes (zeros) fall in.
+        // (Checked before reading: reading a hole of a shared mapping of tmpfs takes
+        // a page too.)
+        assert_eq!(allocated(&path), 2 * CHUNK + 4096);
         assert_eq!(pool.read_vec(100, 8 << 20).unwrap(), data);
     }
 }

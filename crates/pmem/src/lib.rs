@@ -15,6 +15,7 @@ mod crash;
 mod file;
 mod flush;
 mod grow;
+pub mod holes;
 mod pool;
 pub mod populate;
 pub mod tap;

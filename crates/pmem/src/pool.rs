@@ -82,6 +82,12 @@ pub enum PoolError {
     },
     #[error("{path}: {0}", path = .1.display())]
     Unsupported(String, PathBuf),
+    /// A growing pool found no room in the file system under it.
+    #[error("{}: no room to grow the pool: {source}", path.display())]
+    NoRoom {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 enum Backing {
@@ -276,6 +282,13 @@ impl Pool {
         self
     }
 
+    fn no_room(&self, source: std::io::Error) -> PoolError {
+        PoolError::NoRoom {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
     fn fd(&self) -> Option<std::os::fd::RawFd> {
         match &self.backing {
             Backing::Mapped { _file } => Some(_file.as_raw_fd()),
@@ -290,11 +303,7 @@ impl Pool {
         match (&self.growth, self.fd()) {
             (Some(g), Some(fd)) => g
                 .ensure(fd, off, len as u64)
-                .map_err(|source| PoolError::Io {
-                    path: self.path.clone(),
-                    what: "no room to grow the pool",
-                    source,
-                }),
+                .map_err(|source| self.no_room(source)),
             _ => Ok(()),
         }
     }
@@ -457,16 +466,12 @@ impl Pool {
     pub fn zero(&self, off: u64, len: usize) -> Result<(), PoolError> {
         self.check(off, len)?;
         let by_hand = match (&self.growth, self.fd()) {
-            (Some(g), Some(fd)) => {
-                (g.punch(fd, off, len as u64)).map_err(|source| PoolError::Io {
-                    path: self.path.clone(),
-                    what: "no room to grow the pool",
-                    source,
-                })?
-            }
-            _ => [(off, len as u64), (0, 0)],
+            (Some(g), Some(fd)) => g
+                .zero_sparse(fd, off, len as u64)
+                .map_err(|source| self.no_room(source))?,
+            _ => vec![(off, len as u64)],
         };
-        for (at, n) in by_hand.into_iter().filter(|&(_, n)| n > 0) {
+        for (at, n) in by_hand {
             // SAFETY: inside `[off, off + len)`, bounds checked above.
             unsafe { std::ptr::write_bytes(self.base.add(at as usize), 0, n as usize) };
         }
@@ -474,9 +479,10 @@ impl Pool {
         Ok(())
     }
 
-    /// Stores `data` at `off` as [`Pool::write`] does, except that the whole pages of
-    /// it that are all zeros are [`Pool::zero`]ed: a growing pool gives them back
-    /// (how a copy of a pool keeps only what its source holds).
+    /// Stores `data` at `off` as [`Pool::write`] does, except that its pages (or ends
+    /// of pages) that are all zeros are [`Pool::zero`]ed: a growing pool keeps them
+    /// holes where it has not allocated (how a copy of a pool keeps only what its
+    /// source holds).
     pub fn write_sparse(&self, off: u64, data: &[u8]) -> Result<(), PoolError> {
         const PAGE: usize = 4096;
         let mut at = 0;
@@ -485,8 +491,9 @@ impl Pool {
             let run_end =
                 |from: usize| (off as usize + from + 1).next_multiple_of(PAGE) - off as usize;
             let zero = |from: usize| {
-                let end = run_end(from).min(data.len());
-                end - from == PAGE && data[from..end].iter().all(|&b| b == 0)
+                data[from..run_end(from).min(data.len())]
+                    .iter()
+                    .all(|&b| b == 0)
             };
             let kind = zero(at);
             let mut end = run_end(at).min(data.len());
@@ -503,28 +510,27 @@ impl Pool {
     }
 
     /// The first run of `[off, len)` that may hold data: `(start, end)`, both `len`
-    /// if the rest is known to be a hole. Reading a hole of a growing pool on tmpfs
-    /// would take its pages; a scan asks this first. A pool that cannot tell says
-    /// it is all data.
+    /// if the rest is a hole ([`crate::holes`]). Reading a hole of a sparse pool on
+    /// tmpfs would take its pages; a scan asks this first. A pool that cannot tell
+    /// (a crash-simulator pool) says it is all data.
     pub fn data_run(&self, off: u64) -> (u64, u64) {
         let len = self.len as u64;
-        let Some(fd) = self.fd().filter(|_| self.growth.is_some() && off < len) else {
+        let Some(fd) = self.fd().filter(|_| off < len) else {
             return (off.min(len), len);
         };
-        // SAFETY: lseek on the descriptor this pool holds open; no memory passed.
-        let seek = |from: u64, whence| unsafe { libc::lseek(fd, from as libc::off_t, whence) };
-        let start = match seek(off, libc::SEEK_DATA) {
-            r if r >= 0 => r as u64,
-            _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO) => {
-                return (len, len)
-            }
-            _ => return (off, len),
+        let Some(start) = crate::holes::next_data(fd, off).map(|s| s.min(len)) else {
+            return (len, len);
         };
-        let end = match seek(start, libc::SEEK_HOLE) {
-            r if r >= 0 => r as u64,
-            _ => len,
-        };
-        (start.min(len), end.min(len).max(start.min(len)))
+        let end = crate::holes::next_hole(fd, start).clamp(start, len);
+        (start, end)
+    }
+
+    /// Takes the file space under `[off, off + len)` now, if this pool grows: where
+    /// a caller reads before its first store there, or wants the refusal before it
+    /// changes anything.
+    pub fn reserve(&self, off: u64, len: usize) -> Result<(), PoolError> {
+        self.check(off, len)?;
+        self.grow(off, len)
     }
 
     fn atomic(&self, off: u64) -> Result<&AtomicU64, PoolError> {

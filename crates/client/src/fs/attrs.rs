@@ -9,7 +9,7 @@ use orion_proto::{Commit, MdsRequest, ReplyBody};
 
 use super::*;
 use crate::commit::{commit_loop, Step};
-use crate::remote::{io_err, Fail, Res};
+use crate::remote::{io_err, Res};
 
 impl Client {
     pub fn stat(&self, path: &str) -> FsResult<Attr> {
@@ -234,11 +234,11 @@ impl Inner {
             Ok(Some(unchanged)) => return Ok(unchanged),
             Ok(None) => {}
             // Refused, so never committed: the page is still this client's to reuse.
-            Err(Fail::Fs(e)) if e.is_refusal() => {
+            Err(f) if f.changed_nothing() => {
                 if let Some(p) = page {
                     self.chunks.give_back(p);
                 }
-                return Err(e.into());
+                return Err(f);
             }
             Err(e) => return Err(e),
         }

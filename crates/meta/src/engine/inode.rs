@@ -3,7 +3,8 @@
 //! period, data pages to the data allocator, slot cleared).
 
 use orion_format::{
-    Entry, FileType, InodeSlot, SetAttrRec, INODE_SLOT_SIZE, SLOT_GENERATION_OFFSET,
+    Entry, FileType, InodeSlot, SetAttrRec, FIRST_SEGMENT_SIZE, INODE_SLOT_SIZE,
+    SLOT_GENERATION_OFFSET,
 };
 
 use super::{Inode, MetaEngine, ROOT_INO};
@@ -25,6 +26,10 @@ impl MetaEngine {
         let result = (|| {
             let page = self.sb.first_segment_off(ino);
             let slot_off = self.sb.slot_off(ino);
+            // Room for them under a growing pool before anything is read or written
+            // there (reading a hole of a tmpfs file takes its page too).
+            self.pool.reserve(slot_off, INODE_SLOT_SIZE)?;
+            self.pool.reserve(page, FIRST_SEGMENT_SIZE as usize)?;
             // A freed slot keeps its generation word (only its magic is cleared).
             let generation = self
                 .pool
