@@ -160,8 +160,22 @@ impl Mapping {
             let end = (at + (file_at + 1).next_multiple_of(PIECE as u64) as usize
                 - file_at as usize)
                 .min(len);
-            let data = orion_pmem::holes::next_data(file.as_raw_fd(), file_at)
-                .map_or(end, |x| ((x - file_at) as usize + at).min(end));
+            // Where the data resumes, relative to the copy: past this piece, the
+            // hole runs on to the start of the piece that holds it (all of the
+            // rest if none does).
+            let next = orion_pmem::holes::next_data(file.as_raw_fd(), file_at)
+                .map(|x| (x - file_at) as usize + at);
+            let (data, end) = match next {
+                Some(x) if x < end => (x, end),
+                Some(x) => {
+                    // In the file, the piece holding `x` starts at or past `end`.
+                    let origin = *base as usize + s;
+                    let resume = ((x + origin) / PIECE * PIECE).saturating_sub(origin);
+                    let resume = resume.clamp(end, len);
+                    (resume, resume)
+                }
+                None => (len, len),
+            };
             // SAFETY: [at, end) of the copy lies inside both mappings (checked
             // above): zeros for the hole before `data`, then the bytes from there
             // (`copy` tolerates overlap when a region is read into itself).
@@ -530,6 +544,13 @@ mod tests {
             orion_pmem::holes::next_data(fd, 2 << 20),
             Some((7 << 20) & !0xffff)
         );
+        // From an unaligned start, into the middle of a piece with data and across
+        // the holes after it: the same bytes.
+        let from = (1 << 20) - 3000;
+        src.read_into(from as u64, &dst, 0, 5 << 20).unwrap();
+        let mut back = vec![0u8; 5 << 20];
+        dst.read(0, &mut back).unwrap();
+        assert!(back == want[from..from + (5 << 20)], "an unaligned read");
         // A short read copies as it is.
         let mut small = [0u8; 8];
         src.read_into(4998, &dst, 0, 8).unwrap();

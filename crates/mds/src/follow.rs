@@ -477,7 +477,8 @@ fn open_sized(path: &Path, len: u64, mode: ModeChoice) -> Result<Pool> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let same = std::fs::metadata(path).is_ok_and(|m| m.len() == len);
-    // Growing, as the primary's: the copy gives back the pages it finds empty.
+    // Growing, as the primary's: the copy leaves holes where it finds pages empty
+    // in chunks it has not allocated.
     let pool = match same {
         true => Pool::open(path, mode).map(Pool::growing),
         false => Pool::create_growing(path, len, mode),

@@ -117,7 +117,7 @@ impl Default for MdsMetrics {
         r.register(
             "no_space_replies",
             "Requests answered ENOSPC, by the resource that ran out (inode slots, \
-             log pages, data pages)",
+             log pages, data pages, space for the MDS's pool file)",
             no_space.clone(),
         );
         for res in orion_meta::error::Resource::ALL {

@@ -46,7 +46,7 @@ impl Resource {
             Resource::InodeSlots => "inode slots",
             Resource::LogPages => "log pages",
             Resource::DataPages => "data pages",
-            Resource::PoolSpace => "space in the file system under the MDS pool",
+            Resource::PoolSpace => "space for its pool file",
         }
     }
 
@@ -166,5 +166,27 @@ impl From<PoolError> for FsError {
 impl From<FormatError> for FsError {
     fn from(e: FormatError) -> FsError {
         FsError::Corrupt(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_room_under_a_pool_is_an_enospc_naming_it() {
+        let e: FsError = PoolError::NoRoom {
+            path: "/dev/shm/p".into(),
+            source: std::io::Error::from_raw_os_error(libc::ENOSPC),
+        }
+        .into();
+        assert_eq!(e, FsError::NoSpace(Resource::PoolSpace));
+        assert!(e.is_refusal() && e.errno() == libc::ENOSPC);
+        // Each resource is found again in its message, and in no other's.
+        for r in Resource::ALL {
+            let m = FsError::NoSpace(r).to_string();
+            assert_eq!(Resource::named_in(&m), Some(r), "{m}");
+        }
+        assert_eq!(Resource::named_in("EIO"), None);
     }
 }

@@ -243,7 +243,7 @@ pub fn check_reporting(meta: &Pool, data: Option<&Pool>, report: Reporter) -> Fs
     r.named.sort_unstable();
     r.orphans = in_use
         .iter()
-        .filter(|i| !tree.inodes.contains_key(i))
+        .filter(|&&i| i != ROOT_INO && !tree.inodes.contains_key(&i))
         .count() as u64;
     r
 }

@@ -21,6 +21,9 @@ const PAGE: u64 = 4096;
 pub(crate) struct Growth {
     allocated: Vec<AtomicU64>,
     len: u64,
+    /// Held while chunks are allocated and marked, and while a zeroing looks at
+    /// marks and punches: a punch must not land in a chunk marked meanwhile.
+    slow: std::sync::Mutex<()>,
 }
 
 fn fallocate(fd: RawFd, mode: i32, at: u64, len: u64) -> std::io::Result<()> {
@@ -49,6 +52,7 @@ impl Growth {
                 .map(|_| AtomicU64::new(0))
                 .collect(),
             len,
+            slow: std::sync::Mutex::new(()),
         }
     }
 
@@ -64,15 +68,32 @@ impl Growth {
     /// Allocates the file space under `[off, off + len)` (in bounds) where it is not
     /// yet: ENOSPC from the file system if it has no room.
     pub(crate) fn ensure(&self, fd: RawFd, off: u64, len: u64) -> std::io::Result<()> {
-        if len == 0 {
+        let chunks = || off / CHUNK..=(off + len.max(1) - 1) / CHUNK;
+        if len == 0 || chunks().all(|c| self.is_allocated(c)) {
             return Ok(());
         }
+        let _slow = self.slow.lock().unwrap_or_else(|p| p.into_inner());
+        self.allocate_chunks(fd, off, len)
+    }
+
+    /// [`Growth::ensure`]'s work, under `slow`.
+    fn allocate_chunks(&self, fd: RawFd, off: u64, len: u64) -> std::io::Result<()> {
         for chunk in off / CHUNK..=(off + len - 1) / CHUNK {
             if self.is_allocated(chunk) {
                 continue;
             }
             let at = chunk * CHUNK;
-            allocate(fd, at, CHUNK.min(self.len - at))?;
+            if let Err(e) = allocate(fd, at, CHUNK.min(self.len - at)) {
+                // A store into pages the file holds already needs no new room (a
+                // slot cleared after a restart, when no chunk is marked yet).
+                let (from, to) = (off.max(at), (off + len).min(at + CHUNK));
+                let held = crate::holes::next_data(fd, from) == Some(from)
+                    && crate::holes::next_hole(fd, from) >= to;
+                if !held {
+                    return Err(e);
+                }
+                continue;
+            }
             let (word, mask) = self.bit(chunk);
             word.fetch_or(mask, Ordering::AcqRel);
         }
@@ -89,6 +110,7 @@ impl Growth {
         off: u64,
         len: u64,
     ) -> std::io::Result<Vec<(u64, u64)>> {
+        let _slow = self.slow.lock().unwrap_or_else(|p| p.into_inner());
         let mut by_hand = Vec::new();
         let mut at = off;
         while at < off + len {
@@ -100,8 +122,9 @@ impl Growth {
             }
             let (first, last) = (at.next_multiple_of(PAGE), end / PAGE * PAGE);
             if last <= first {
-                // Within one page: that page alone.
-                allocate(fd, at / PAGE * PAGE, PAGE)?;
+                // No whole page: the one or two pages it touches, alone.
+                let p = at / PAGE * PAGE;
+                allocate(fd, p, end.next_multiple_of(PAGE).min(self.len) - p)?;
                 by_hand.push((at, end - at));
                 at = end;
                 continue;
@@ -109,7 +132,7 @@ impl Growth {
             let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
             if fallocate(fd, punch, first, last - first).is_err() {
                 // Cannot punch: allocate and write the zeros.
-                self.ensure(fd, at, end - at)?;
+                self.allocate_chunks(fd, at, end - at)?;
                 by_hand.push((at, end - at));
                 at = end;
                 continue;
@@ -191,6 +214,18 @@ mod tests {
         // Reserving ahead of a read takes the chunk, as a store would.
         pool.reserve(30 << 20, 8).unwrap();
         assert_eq!(allocated(&path), 4 * CHUNK + 4096);
+        // Opened again, nothing is marked: zeroing data there punches it out.
+        drop(pool);
+        let pool = Pool::open(&path, ModeChoice::Auto).unwrap().growing();
+        let before = allocated(&path);
+        pool.zero(40 << 20, 2 << 20).unwrap();
+        assert_eq!(pool.load_u64(40 << 20).unwrap(), 0);
+        assert!(allocated(&path) < before, "the zeroed pages went back");
+        // A few bytes across a page boundary, in a chunk not allocated: both pages.
+        let before = allocated(&path);
+        pool.zero((50 << 20) + 4090, 100).unwrap();
+        assert_eq!(allocated(&path), before + 8192);
+        assert_eq!(pool.read_vec((50 << 20) + 4090, 100).unwrap(), vec![0; 100]);
     }
 
     #[test]

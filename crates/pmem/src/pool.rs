@@ -272,9 +272,9 @@ impl Pool {
     }
 
     /// This pool, taking its file space as stores reach it instead of all at once
-    /// (an MDS pool, which is mostly empty for most file systems), and giving back
-    /// the whole pages [`Pool::zero`] clears. A crash-simulator pool has no file
-    /// space to take: it is returned as it is.
+    /// (an MDS pool, which is mostly empty for most file systems), and leaving holes
+    /// where [`Pool::zero`] clears chunks it has not allocated. A crash-simulator
+    /// pool has no file space to take: it is returned as it is.
     pub fn growing(mut self) -> Pool {
         if self.fd().is_some() {
             self.growth = Some(Growth::new(self.len as u64));
@@ -461,8 +461,8 @@ impl Pool {
         Ok(())
     }
 
-    /// Fills `len` bytes at `off` with zeros (a growing pool gives back the whole
-    /// pages among them).
+    /// Fills `len` bytes at `off` with zeros (a growing pool leaves its chunks not
+    /// allocated holes: [`Growth::zero_sparse`]).
     pub fn zero(&self, off: u64, len: usize) -> Result<(), PoolError> {
         self.check(off, len)?;
         let by_hand = match (&self.growth, self.fd()) {
