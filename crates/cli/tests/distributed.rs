@@ -50,6 +50,38 @@ fn tree_lines(model: &BTreeMap<String, Option<Vec<u8>>>) -> String {
     out
 }
 
+/// A client connects to a data store only when a transfer first needs it (a
+/// connection is a handshake of round trips, which every short process of the
+/// preload library would pay): looking at metadata takes none, an internal client
+/// maps its own store's pool from the map and never connects to it, and an external
+/// reader connects to the one store its pages are on.
+#[test]
+fn clients_connect_to_a_store_only_when_a_transfer_needs_it() {
+    for backend in BACKENDS {
+        let c = Cluster::start(backend, 2);
+        let a = c.client(true, true);
+        assert_eq!(a.internal_group(), Some(0), "{backend}");
+        a.mkdir("/d", 0o755).unwrap();
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        put(&a, "/d/f", &data);
+        assert_eq!(get(&a, "/d/f"), data, "{backend}");
+        assert_eq!(a.stats().store_connections, 0, "{backend}: the own store");
+        let b = c.client(true, false);
+        assert_eq!(b.stat("/d/f").unwrap().size, data.len() as u64, "{backend}");
+        let names: Vec<Vec<u8>> = b
+            .readdir("/d")
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert!(names.contains(&b"f".to_vec()), "{backend}: {names:?}");
+        assert_eq!(b.stats().store_connections, 0, "{backend}: metadata only");
+        assert_eq!(get(&b, "/d/f"), data, "{backend}");
+        assert_eq!(b.stats().store_connections, 1, "{backend}: one group read");
+        assert!(b.stats().remote_reads > 0, "{backend}");
+    }
+}
+
 #[test]
 fn a_tree_written_by_one_client_process_is_seen_whole_by_another() {
     let seed = seed();

@@ -3,24 +3,22 @@
 //! stores when the pool is on this host). A broken MDS connection is re-established
 //! here; callers see [`Fail::Reconnected`] and re-run their operation.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use orion_fabric::{
-    Access, Completion, CompletionQueue, Connection, Domain, OpKind, Region, RemoteRegion,
-};
+use orion_fabric::{Access, Completion, CompletionQueue, Domain, Region, RemoteRegion};
 use orion_format::{PoolKind, Superblock, PAGE_SIZE};
 use orion_meta::{FsError, FsResult};
 
 use orion_proto::channel::Patience;
-use orion_proto::channel::USER_WR_BASE;
 use orion_proto::{
     Channel, Epoch, Hello, MdsRequest, MemberId, Message, Reply, ReplyBody, StoreInfo,
 };
 use tracing::{info, warn};
 
+mod one_sided;
 mod open_table;
 pub(crate) use open_table::OpenTable;
 
@@ -93,12 +91,16 @@ pub struct Remote {
     /// When the map was asked for, and how long reads may go by it.
     pub map_at: Instant,
     pub map_lease: Duration,
-    /// Connections to the data stores that take writes, by member.
+    /// The data stores that take writes this client has reached, by member.
     pub stores: HashMap<MemberId, Store>,
+    /// Members a connection failed to since the map was last asked for.
+    pub(crate) unreachable: HashSet<MemberId>,
     /// Members written with plain one-sided writes since their last flush (weak mode).
     pub unflushed: BTreeSet<MemberId>,
     /// The member whose pool this client maps, if any.
     pub internal: Option<MemberId>,
+    /// What the MDS was last told of it (see [`Remote::tell_internal`]).
+    internal_told: Option<MemberId>,
     pub io: Region,
     next_id: u64,
     pub stats: Stats,
@@ -222,8 +224,10 @@ impl Remote {
             map_at: Instant::now(),
             map_lease: Duration::ZERO,
             stores: HashMap::new(),
+            unreachable: HashSet::new(),
             unflushed: BTreeSet::new(),
             internal: None,
+            internal_told: None,
             io,
             next_id: 1,
             stats: Stats::default(),
@@ -255,14 +259,16 @@ impl Remote {
         Ok(remote)
     }
 
-    /// Introduces this client, learns the MDS pool and the data stores, connects to
-    /// the stores, and tells the MDS which group it is internal to.
+    /// Introduces this client, learns the MDS pool and the data stores (and maps
+    /// this host's own), and tells the MDS which store it is internal to as far as it
+    /// knows it then: a client that finds its store in this hello's map tells the
+    /// MDS before it next asks for pages or commits ([`Remote::tell_internal`]).
     fn hello(&mut self) -> FsResult<()> {
         let mut name = self.cfg.shown_name();
         if self.lane > 0 {
             name += &format!(" lane {}", self.lane);
         }
-        let mut hello = Hello {
+        let hello = Hello {
             internal: self.internal,
             strong: self.strong,
             name,
@@ -287,15 +293,33 @@ impl Remote {
         self.mds_pool = h.pool;
         self.open_table = h.open_table;
         self.grace = Duration::from_millis(h.grace_ms);
-        let internal_changed = self.adopt_map(h.epoch, h.stores);
+        self.internal_told = hello.internal;
+        self.adopt_map(h.epoch, h.stores);
         self.map_at = asked;
         self.map_lease = Duration::from_millis(h.map_lease_ms);
         self.chunk_trust = Duration::from_millis(h.grant_quiet_ms / 2);
-        if internal_changed {
-            hello.internal = self.internal;
-            self.call_once(&MdsRequest::Hello(hello))?;
-        }
         self.write_table_after_hello();
+        Ok(())
+    }
+
+    /// Says hello again when the store this client is internal to changed since the
+    /// MDS was told, before a request whose handling depends on it: where a chunk's
+    /// pages are granted (the client's own group), and whose persists stand for its
+    /// store's notices in a commit. A process that only reads never pays this round
+    /// trip; before, every client paid it at connection, in a second hello.
+    fn tell_internal(&mut self, req: &MdsRequest) -> FsResult<()> {
+        let depends = matches!(
+            req,
+            MdsRequest::AllocChunk { .. } | MdsRequest::Commit(_) | MdsRequest::Create(_)
+        );
+        // A hello's map may change the store again (it died meanwhile): a few
+        // rounds settle it.
+        for _ in 0..3 {
+            if !depends || self.internal == self.internal_told {
+                break;
+            }
+            self.hello()?;
+        }
         Ok(())
     }
 
@@ -322,8 +346,13 @@ impl Remote {
         for c in other {
             let ch = if c.conn == self.mds.conn.id() {
                 &mut self.mds
-            } else if let Some(s) = self.stores.values_mut().find(|s| s.ch.conn.id() == c.conn) {
-                &mut s.ch
+            } else if let Some(ch) = self
+                .stores
+                .values_mut()
+                .filter_map(|s| s.ch.as_mut())
+                .find(|ch| ch.conn.id() == c.conn)
+            {
+                ch
             } else {
                 continue;
             };
@@ -348,6 +377,7 @@ impl Remote {
         req: &MdsRequest,
         meanwhile: &mut Option<&mut dyn FnMut()>,
     ) -> FsResult<ReplyBody> {
+        self.tell_internal(req)?;
         let mut other = Vec::new();
         let sent = Instant::now();
         // The first request on a connection whose handshake the MDS process just ran
@@ -649,118 +679,6 @@ impl Remote {
     /// serves may end before what this client read of its predecessor's.
     pub fn take_term_changed(&mut self) -> bool {
         std::mem::take(&mut self.term_changed)
-    }
-
-    /// How long a data store may leave this client without an answer before it gives
-    /// up on the connection (see [`Remote::one_sided`]): two map leases, by when the
-    /// MDS has taken a silent store out of the map, and at least a second.
-    pub(crate) fn store_patience(&self) -> Duration {
-        (self.map_lease * 2)
-            .max(Duration::from_secs(1))
-            .min(self.timeout)
-    }
-
-    /// Reads `buf.len()` bytes of the MDS pool at `off`, one-sided.
-    pub fn read_mds(&mut self, off: u64, buf: &mut [u8]) -> Res<()> {
-        if !self.mds_seems_alive() {
-            warn!("lost the MDS at {}; reconnecting", self.mds_addr());
-            self.reconnect()?;
-            return Err(Fail::Reconnected);
-        }
-        let (pool, len) = (self.mds_pool, buf.len());
-        self.mds_one_sided(true, |c, io, wr| c.post_read(wr, io, 0, &pool, off, len))?;
-        self.io.read(0, buf).map_err(io_err)?;
-        Ok(())
-    }
-
-    /// One one-sided operation on the MDS connection, posted by `post` (given the
-    /// connection, the I/O region and a wr_id). A connection found broken is
-    /// re-established if `reconnect` (a hello does not recurse), and the caller's
-    /// operation runs again ([`Fail::Reconnected`]).
-    pub(crate) fn mds_one_sided(
-        &mut self,
-        reconnect: bool,
-        mut post: impl FnMut(&Connection, &Region, u64) -> orion_fabric::Result<()>,
-    ) -> Res<()> {
-        let conn = self.mds.conn.clone();
-        match self.one_sided(&conn, |io, wr| post(&conn, io, wr), 1) {
-            Ok(()) => Ok(()),
-            Err(e) if !reconnect || self.mds.conn.is_alive() => Err(Fail::Fs(e)),
-            Err(e) => {
-                warn!("lost the MDS at {} ({e}); reconnecting", self.mds_addr());
-                self.reconnect()?;
-                Err(Fail::Reconnected)
-            }
-        }
-    }
-
-    /// Posts `count` operations through `post` (given the I/O region and a wr_id whose
-    /// low bits are the operation's index) and waits for all of them.
-    pub(crate) fn one_sided(
-        &mut self,
-        conn: &orion_fabric::Connection,
-        mut post: impl FnMut(&Region, u64) -> orion_fabric::Result<()>,
-        count: usize,
-    ) -> FsResult<()> {
-        let mut posted = 0;
-        let mut done = 0;
-        let mut first_err = None;
-        let mut batch = Vec::new();
-        let mut other = Vec::new();
-        // A data store cut off from the network answers nothing, and the MDS takes it
-        // out of the map after `heartbeat_timeout_ms`: a transfer that makes no
-        // progress for two map leases gives up on the connection, and the caller asks
-        // for the map again and writes to the stores that remain, rather than stall
-        // for the whole operation timeout. An MDS silent for two `SILENCE`s is gone
-        // or stopped, as for a call (see `await_reply`): the caller reconnects.
-        let stall = if conn.id() == self.mds.conn.id() {
-            (SILENCE * 2).min(self.timeout)
-        } else {
-            self.store_patience()
-        };
-        let mut deadline = Instant::now() + stall;
-        while done < count {
-            while posted < count && posted - done < WINDOW && first_err.is_none() {
-                match post(&self.io, USER_WR_BASE + posted as u64) {
-                    Ok(()) => posted += 1,
-                    Err(e) => first_err = Some(e),
-                }
-            }
-            if done == posted {
-                break;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            batch.clear();
-            if let Err(e) = self.cq.wait(&mut batch, 64, left) {
-                // Operations still in flight would complete into a later batch's
-                // accounting and buffer: the connection cannot be used any more.
-                conn.close();
-                first_err.get_or_insert(e);
-                break;
-            }
-            for c in batch.drain(..) {
-                let mine = c.conn == conn.id()
-                    && c.wr_id >= USER_WR_BASE
-                    && matches!(c.kind, OpKind::Read | OpKind::Write | OpKind::WriteImm);
-                if mine {
-                    done += 1;
-                    deadline = Instant::now() + stall;
-                    if let Err(e) = c.status {
-                        first_err.get_or_insert(e);
-                    }
-                } else {
-                    other.push(c);
-                }
-            }
-        }
-        self.absorb(other);
-        match first_err {
-            None => Ok(()),
-            Some(e) => Err(io_err(format!(
-                "one-sided operation to {}: {e}",
-                conn.peer()
-            ))),
-        }
     }
 }
 

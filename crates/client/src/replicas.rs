@@ -7,7 +7,6 @@
 //! member that failed or it is back, for up to `reconnect_ms`: the application sees no
 //! error while one replica of the group lives.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use orion_fabric::RemoteRegion;
@@ -16,7 +15,7 @@ use orion_meta::FsError;
 use orion_pmem::{ModeChoice, Pool};
 use orion_proto::channel::USER_WR_BASE;
 use orion_proto::{
-    Channel, DsInfoReply, Epoch, MemberId, MemberState, Reply, ReplyBody, StoreInfo, StoreRequest,
+    Channel, Epoch, MemberId, MemberState, Reply, ReplyBody, StoreInfo, StoreRequest,
 };
 use tracing::warn;
 
@@ -56,9 +55,11 @@ impl Delivered {
     }
 }
 
-/// A data store as this client reaches it.
+/// A data store as this client reaches it: through the fabric, or, for the one
+/// store of this host it is internal to, by mapping the store's pool.
 pub struct Store {
-    pub ch: Channel,
+    /// The connection (none for this host's own store: its pool is mapped).
+    pub ch: Option<Channel>,
     pub region: RemoteRegion,
     pub page_count: u64,
     /// The store's pool, mapped, when it is on this host (internal client).
@@ -66,47 +67,88 @@ pub struct Store {
 }
 
 impl Remote {
-    /// Takes the cluster map of a hello: keeps the connections to members that take
-    /// writes, opens the missing ones, and closes the rest. True when the member this
-    /// client is internal to changed (the MDS is told).
-    pub(crate) fn adopt_map(&mut self, epoch: Epoch, map: Vec<StoreInfo>) -> bool {
+    /// Takes the cluster map of a hello: keeps the stores of members that still take
+    /// writes (this host's own with the same pool), drops the rest, and finds this
+    /// host's own store by the pool the map names. Other stores are connected to
+    /// when a transfer first needs them ([`Remote::reach`]): a process that only
+    /// looks at metadata, or reads through its own store, never connects to one (a
+    /// connection is a handshake of several round trips).
+    pub(crate) fn adopt_map(&mut self, epoch: Epoch, map: Vec<StoreInfo>) {
         self.epoch = epoch;
         let mut map = map;
         // Sorted already by the MDS; sorting keeps `info`'s lookup right whatever comes.
         map.sort_unstable_by_key(|s| s.member);
-        let wanted: HashMap<MemberId, String> = map
+        self.map = map;
+        let map = &self.map;
+        let named = |m: &MemberId| map.binary_search_by_key(m, |s| s.member).ok();
+        self.stores.retain(|m, s| {
+            named(m).is_some_and(|i| {
+                let info = &map[i];
+                let same_pool = s.local.is_none() || info.pool_uuid == local_uuid(s);
+                info.state.takes_writes()
+                    && same_pool
+                    && s.ch.as_ref().is_none_or(|c| c.conn.is_alive())
+            })
+        });
+        self.unreachable.clear();
+        self.internal = self.internal.filter(|m| self.stores.contains_key(m));
+        if self.internal.is_some() || !self.cfg.internal {
+            return;
+        }
+        // A client is internal to one store (the MDS counts on it): other stores
+        // whose pools this host could map go through the fabric, so that they see,
+        // and report, every write.
+        let own = self
+            .map
             .iter()
             .filter(|s| s.state.takes_writes())
-            .map(|s| (s.member, s.addr.clone()))
-            .collect();
-        self.map = map;
-        self.stores
-            .retain(|m, s| s.ch.conn.is_alive() && wanted.contains_key(m));
-        let had = self.internal;
-        self.internal = self.internal.filter(|m| self.stores.contains_key(m));
-        let mut missing: Vec<(MemberId, String)> = wanted
-            .into_iter()
-            .filter(|(m, _)| !self.stores.contains_key(m))
-            .collect();
-        missing.sort();
-        for (m, addr) in missing {
+            .find_map(|s| {
+                let (pool, base, sb) = map_local_pool(&s.pool_path, s.pool_uuid, s.member.group)?;
+                Some((s.member, pool, base, sb.page_count))
+            });
+        if let Some((m, pool, base, page_count)) = own {
+            self.internal = Some(m);
+            let region = RemoteRegion {
+                key: 0,
+                addr: 0,
+                len: 0,
+            };
+            self.stores.insert(
+                m,
+                Store {
+                    ch: None,
+                    region,
+                    page_count,
+                    local: Some((pool, base)),
+                },
+            );
+        }
+    }
+
+    /// The store of member `m`, connected to first if need be. A store that could
+    /// not be reached is not tried again until the next map (a transfer's retry asks
+    /// for one), so a dead member costs one connect timeout, not one per page.
+    pub(crate) fn reach(&mut self, m: MemberId) -> Res<&Store> {
+        if !self.stores.contains_key(&m) {
+            if self.unreachable.contains(&m) {
+                return Err(Fail::Fs(io_err("not reachable")));
+            }
+            let Some(addr) = self.info(m).map(|s| s.addr.clone()) else {
+                return Err(Fail::Fs(io_err("not in the cluster map")));
+            };
             match self.open_store(m, &addr) {
-                Ok(mut store) => {
-                    if store.local.is_some() && self.internal.is_none() {
-                        self.internal = Some(m);
-                    }
-                    // A client is internal to one store (the MDS counts on it): other
-                    // stores whose pools this host could map go through the fabric, so
-                    // that they see, and report, every write.
-                    if self.internal != Some(m) {
-                        store.local = None;
-                    }
+                Ok(store) => {
+                    self.stats.store_connections += 1;
                     self.stores.insert(m, store);
                 }
-                Err(e) => warn!("data store {m} at {addr}: {e}"),
+                Err(e) => {
+                    warn!("data store {m} at {addr}: {e}");
+                    self.unreachable.insert(m);
+                    return Err(Fail::Fs(e));
+                }
             }
         }
-        had != self.internal
+        Ok(&self.stores[&m])
     }
 
     fn open_store(&mut self, member: MemberId, addr: &str) -> Result<Store, FsError> {
@@ -133,16 +175,11 @@ impl Remote {
                 info.group
             )));
         }
-        let local = if self.cfg.internal {
-            map_local_pool(&info)
-        } else {
-            None
-        };
         Ok(Store {
-            ch,
+            ch: Some(ch),
             region: info.region,
             page_count: info.page_count,
-            local,
+            local: None,
         })
     }
 
@@ -293,9 +330,7 @@ impl Remote {
     }
 
     fn read_from(&mut self, m: MemberId, gpa: Gpa, n: usize, out: &mut [u8]) -> Res<()> {
-        let Some(store) = self.stores.get(&m) else {
-            return Err(Fail::Fs(io_err("no connection")));
-        };
+        let store = self.reach(m)?;
         if gpa.page() + n as u64 > store.page_count {
             return Err(Fail::Fs(FsError::Corrupt(format!(
                 "page {gpa:?} is outside its store"
@@ -306,7 +341,7 @@ impl Remote {
                 .map_err(FsError::from)?;
             return Ok(());
         }
-        let (conn, region) = (store.ch.conn.clone(), store.region);
+        let (conn, region) = (remote_conn(store)?, store.region);
         let mut at = 0;
         while at < n {
             let k = (n - at).min(IO_PAGES);
@@ -335,15 +370,16 @@ impl Remote {
         let mut k = 0;
         while let Some(m) = self.member(gpa.group(), k, |s| s.state.takes_writes()) {
             k += 1;
-            let Some(store) = self.stores.get(&m) else {
+            let Ok(store) = self.reach(m) else {
                 continue;
             };
             if gpa.page() + pages > store.page_count {
                 continue;
             }
-            match &store.local {
-                Some((pool, base)) => drop(pool.prefault(base + off, len)),
-                None => drop(store.ch.conn.prefault_remote(&store.region, off, len)),
+            match (&store.local, &store.ch) {
+                (Some((pool, base)), _) => drop(pool.prefault(base + off, len)),
+                (None, Some(ch)) => drop(ch.conn.prefault_remote(&store.region, off, len)),
+                (None, None) => {}
             }
         }
     }
@@ -399,9 +435,7 @@ impl Remote {
         // needs no flush (weak): one plain write, complete when delivered, is enough.
         let durable = self.info(m).is_some_and(|s| s.durable_on_delivery);
         let notify = self.strong && !durable;
-        let Some(store) = self.stores.get(&m) else {
-            return Err(Fail::Fs(io_err("no connection")));
-        };
+        let store = self.reach(m)?;
         if gpa.page() + n as u64 > store.page_count {
             return Err(Fail::Fs(io_err(format!(
                 "page {gpa:?} is outside its store"
@@ -413,7 +447,7 @@ impl Remote {
             pool.persist(off, data.len()).map_err(FsError::from)?;
             return Ok(true);
         }
-        let (conn, region) = (store.ch.conn.clone(), store.region);
+        let (conn, region) = (remote_conn(store)?, store.region);
         if !self.strong && !durable {
             self.unflushed.insert(m);
         }
@@ -471,12 +505,10 @@ impl Remote {
     fn flush_once(&mut self, m: MemberId) -> Res<()> {
         let id = self.fresh_id();
         let mut other = Vec::new();
-        let Some(store) = self.stores.get_mut(&m) else {
+        let Some(ch) = self.stores.get_mut(&m).and_then(|s| s.ch.as_mut()) else {
             return Err(Fail::Fs(io_err(format!("no connection to {m}"))));
         };
-        let r = store
-            .ch
-            .call(&self.cq, id, &StoreRequest::Flush, self.timeout, &mut other);
+        let r = ch.call(&self.cq, id, &StoreRequest::Flush, self.timeout, &mut other);
         self.absorb(other);
         match r.map_err(io_err)? {
             Reply::Ok(_) => Ok(()),
@@ -485,11 +517,40 @@ impl Remote {
     }
 }
 
-/// Maps a store's pool when it is a file on this host with the store's identity.
-fn map_local_pool(info: &DsInfoReply) -> Option<(Pool, u64)> {
-    let path = std::path::Path::new(&info.pool_path);
-    let pool = Pool::open(path, ModeChoice::Auto).ok()?;
+/// Maps a store's pool when it is a file on this host with the store's identity:
+/// the pool, where its pages start, and its superblock.
+fn map_local_pool(path: &str, uuid: [u8; 16], group: u16) -> Option<(Pool, u64, Superblock)> {
+    if path.is_empty() {
+        return None;
+    }
+    let pool = Pool::open(std::path::Path::new(path), ModeChoice::Auto).ok()?;
     let sb = Superblock::decode(&pool.read_vec(0, SUPERBLOCK_SIZE).ok()?).ok()?;
-    (sb.kind == PoolKind::Data && sb.pool_uuid == info.pool_uuid && sb.group == info.group)
-        .then_some((pool, sb.page_area_off))
+    // The pair of the store's own check at start: its page area fits its pool.
+    let fits = sb
+        .page_count
+        .checked_mul(PAGE_SIZE)
+        .and_then(|n| n.checked_add(sb.page_area_off))
+        .is_some_and(|end| end <= pool.len());
+    (sb.kind == PoolKind::Data && sb.pool_uuid == uuid && sb.group == group && fits).then_some((
+        pool,
+        sb.page_area_off,
+        sb,
+    ))
+}
+
+/// The connection of a store reached through the fabric.
+fn remote_conn(s: &Store) -> Res<orion_fabric::Connection> {
+    match &s.ch {
+        Some(ch) => Ok(ch.conn.clone()),
+        None => Err(Fail::Fs(io_err("this host's store has no connection"))),
+    }
+}
+
+/// The identity of the pool a store of this host is mapped from.
+fn local_uuid(s: &Store) -> [u8; 16] {
+    s.local
+        .as_ref()
+        .and_then(|(pool, _)| pool.read_vec(0, SUPERBLOCK_SIZE).ok())
+        .and_then(|b| Superblock::decode(&b).ok())
+        .map_or([0; 16], |sb| sb.pool_uuid)
 }

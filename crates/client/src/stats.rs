@@ -41,6 +41,8 @@ pub struct Stats {
     /// One-sided reads of data pages from remote stores.
     pub remote_reads: u64,
     pub cache_hits: u64,
+    /// Connections opened to data stores (each when a transfer first needed it).
+    pub store_connections: u64,
 }
 
 impl Stats {
@@ -64,5 +66,6 @@ impl Stats {
         self.room_waits += o.room_waits;
         self.remote_reads += o.remote_reads;
         self.cache_hits += o.cache_hits;
+        self.store_connections += o.store_connections;
     }
 }

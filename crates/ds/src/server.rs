@@ -330,6 +330,14 @@ impl Store {
             .unwrap_or_else(|| self.cfg.mds.clone())
     }
 
+    /// The pool file's absolute path, as clients on this host open it.
+    fn pool_path(&self) -> String {
+        std::fs::canonicalize(&self.cfg.pool)
+            .unwrap_or_else(|_| self.cfg.pool.clone())
+            .display()
+            .to_string()
+    }
+
     fn join_at(&mut self, mds: &str, patience: Duration) -> Result<()> {
         let conn = (self.domain).connect_within(mds, &self.cq, patience)?;
         let mut ch = Channel::new(&self.domain, conn)?;
@@ -343,6 +351,7 @@ impl Store {
             incarnation: self.incarnation,
             durable_on_delivery: self.pool.durable_on_delivery(),
             restarted_host: self.restarted_host,
+            pool_path: self.pool_path(),
         });
         let mut other = Vec::new();
         let reply = ch.call(&self.cq, 1, &hello, Duration::from_secs(10), &mut other);
@@ -699,7 +708,7 @@ impl Store {
             Ok((_, StoreRequest::Info)) => Reply::Ok(ReplyBody::DsInfo(DsInfoReply {
                 group: self.cfg.group,
                 region: self.region.remote(),
-                pool_path: self.cfg.pool.display().to_string(),
+                pool_path: self.pool_path(),
                 pool_uuid: self.sb.pool_uuid,
                 page_area_off: self.sb.page_area_off,
                 page_count: self.sb.page_count,

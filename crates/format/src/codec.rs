@@ -53,7 +53,7 @@ pub(crate) fn put_i64(b: &mut [u8], at: usize, v: i64) {
 
 /// CRC-32C of `b` with the 4 bytes at `crc_at` taken as zero.
 pub(crate) fn crc_skipping(b: &[u8], crc_at: usize) -> u32 {
-    let c = crc32c::crc32c(&b[..crc_at]);
-    let c = crc32c::crc32c_append(c, &[0; 4]);
-    crc32c::crc32c_append(c, &b[crc_at + 4..])
+    let c = crate::crc32c(&b[..crc_at]);
+    let c = crate::crc32c_append(c, &[0; 4]);
+    crate::crc32c_append(c, &b[crc_at + 4..])
 }

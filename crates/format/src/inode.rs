@@ -92,7 +92,7 @@ impl InodeSlot {
         put_u64(&mut b, SLOT_HEADS_OFFSET as usize, self.heads[0]);
         put_u64(&mut b, SLOT_HEADS_OFFSET as usize + 8, self.heads[1]);
         put_u64(&mut b, SLOT_TAIL_OFFSET as usize, self.tail.pack());
-        let crc = crc32c::crc32c(&b[..24]);
+        let crc = crate::crc32c(&b[..24]);
         put_u32(&mut b, CRC_AT, crc);
         b
     }
@@ -105,7 +105,7 @@ impl InodeSlot {
         if u32_at(b, 0)? != MAGIC {
             return Ok(None);
         }
-        if crc32c::crc32c(&b[..24]) != u32_at(b, CRC_AT)? {
+        if crate::crc32c(&b[..24]) != u32_at(b, CRC_AT)? {
             return Err(FormatError::BadChecksum("inode slot"));
         }
         Ok(Some(InodeSlot {

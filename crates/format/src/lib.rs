@@ -12,6 +12,7 @@
 //! `fuzz/` drives them with arbitrary input.
 
 mod codec;
+mod crc;
 mod entry;
 mod holders;
 mod inode;
@@ -20,6 +21,7 @@ mod log;
 mod superblock;
 
 pub use codec::FormatError;
+pub use crc::{crc32c, crc32c_append};
 pub use entry::{
     attr_mask, valid_name, valid_xattr_name, DirEntryRec, Entry, EntryKind, SetAttrRec, WriteRec,
     XattrRec, ENTRY_HEADER, MAX_ENTRY_LINES, XATTR_NAME_MAX, XATTR_VALUE_MAX,

@@ -52,6 +52,8 @@ pub struct Member {
     /// A write delivered into its pool is durable there (`DsHello::durable_on_delivery`):
     /// strong commits do not wait for its notices.
     pub durable_on_delivery: bool,
+    /// Where its pool is on its host ([`DsHello::pool_path`]; empty until it joins).
+    pub pool_path: String,
 }
 
 /// Missed pages recorded per member before its resync copies every page instead
@@ -171,6 +173,7 @@ impl ClusterMap {
                             // Clients of the last run may still hold maps naming it.
                             left_at: Some(Instant::now()),
                             durable_on_delivery: false,
+                            pool_path: String::new(),
                         },
                     );
                 }
@@ -283,6 +286,8 @@ impl ClusterMap {
                 since: m.writes_since,
                 pool_since: m.pool_since,
                 durable_on_delivery: m.durable_on_delivery,
+                pool_path: m.pool_path.clone(),
+                pool_uuid: m.pool_uuid,
             })
             .collect()
     }
@@ -388,6 +393,7 @@ impl ClusterMap {
                 },
                 left_at: self.members.get(&id).and_then(|m| m.left_at),
                 durable_on_delivery: d.durable_on_delivery,
+                pool_path: d.pool_path.clone(),
             },
         );
         self.bump()?;
@@ -486,6 +492,7 @@ mod tests {
             incarnation: pool as u64,
             durable_on_delivery: false,
             restarted_host: false,
+            pool_path: format!("/pools/ds{group}.{index}"),
         }
     }
 

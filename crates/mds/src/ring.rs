@@ -53,9 +53,9 @@ fn framed_len(payload: usize) -> u64 {
 }
 
 fn checksum(pos: u64, len: u32, payload: &[u8]) -> u32 {
-    let c = crc32c::crc32c(&pos.to_le_bytes());
-    let c = crc32c::crc32c_append(c, &len.to_le_bytes());
-    crc32c::crc32c_append(c, payload)
+    let c = orion_format::crc32c(&pos.to_le_bytes());
+    let c = orion_format::crc32c_append(c, &len.to_le_bytes());
+    orion_format::crc32c_append(c, payload)
 }
 
 fn header(pos: u64, len: u32, payload: &[u8]) -> [u8; ENTRY_HEADER] {

@@ -16,7 +16,14 @@ pub(crate) enum FlushInsn {
 impl FlushInsn {
     /// Picks the best instruction this CPU has (CPUID leaf 7: EBX bit 24 = CLWB,
     /// bit 23 = CLFLUSHOPT; CLFLUSH is baseline on x86-64).
+    /// Asked of the CPU once per process: under a hypervisor each `cpuid` traps to
+    /// it (7 µs on the development VM), and every pool a process maps asked again.
     pub(crate) fn detect() -> FlushInsn {
+        static FOUND: std::sync::OnceLock<FlushInsn> = std::sync::OnceLock::new();
+        *FOUND.get_or_init(Self::ask_cpu)
+    }
+
+    fn ask_cpu() -> FlushInsn {
         #[cfg(target_arch = "x86_64")]
         {
             // Leaf 7 sub-leaf 0 is defined when the max leaf is >= 7.

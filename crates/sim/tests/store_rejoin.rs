@@ -26,6 +26,7 @@ fn hello(pool_uuid: [u8; 16]) -> DsHello {
         incarnation: 1,
         durable_on_delivery: false,
         restarted_host: false,
+        pool_path: String::new(),
     }
 }
 

@@ -154,7 +154,7 @@ impl Lanes {
         let optimistic = cfg.optimistic().map_err(io_err)?;
         // SAFETY: geteuid and getegid only read the process's credentials.
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cores = cpus_to_run_on();
         let l = Lanes {
             inode_lanes: AtomicUsize::new(at_start),
             // Two at least: a slow call must not hold up every path call.
@@ -743,5 +743,21 @@ fn short_of_data_pages(e: &orion_meta::FsError) -> bool {
     match e {
         orion_meta::FsError::NoSpace(r) => *r == Resource::DataPages,
         e => e.errno() == libc::ENOSPC,
+    }
+}
+
+/// How many CPUs this process may run on: its affinity mask, in one system call.
+/// (`std::thread::available_parallelism` also reads the cgroup's CPU quota, a dozen
+/// system calls, which each short process of the preload library paid at its first
+/// call; a quota does not change how many threads can run at once.)
+fn cpus_to_run_on() -> usize {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes into
+    // it, within the size given.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return 1;
+        }
+        (libc::CPU_COUNT(&set) as usize).max(1)
     }
 }

@@ -496,6 +496,7 @@ impl StoreToMds {
                 incarnation: r.u64("incarnation")?,
                 durable_on_delivery: r.bool("durable on delivery")?,
                 restarted_host: r.bool("restarted host")?,
+                pool_path: text(r, "pool path")?,
             }),
             StoreToMdsKind::Persisted => StoreToMds::Persisted { pages: pages(r)? },
             StoreToMdsKind::Resynced => StoreToMds::Resynced,
@@ -523,7 +524,8 @@ impl Message for StoreToMds {
                 w.bytes(d.addr.as_bytes());
                 w.u64(d.incarnation)
                     .bool(d.durable_on_delivery)
-                    .bool(d.restarted_host);
+                    .bool(d.restarted_host)
+                    .bytes(d.pool_path.as_bytes());
             }
             StoreToMds::Persisted { pages } => put_pages(&mut w, pages),
             StoreToMds::Resynced | StoreToMds::Heartbeat => {}

@@ -116,6 +116,9 @@ pub struct DsHello {
     /// taken for one that holds what it was given (it copies every page from an
     /// in-sync peer, and staged pages are not read back from it).
     pub restarted_host: bool,
+    /// Where its pool file is on its host (absolute), for the map: a client on the
+    /// same host maps the pool from it without connecting to the store.
+    pub pool_path: String,
 }
 
 /// What an advisory lock does.
@@ -228,6 +231,10 @@ pub struct StoreInfo {
     pub pool_since: Epoch,
     /// See [`DsHello::durable_on_delivery`].
     pub durable_on_delivery: bool,
+    /// See [`DsHello::pool_path`]: with the pool's identity, what lets a client on
+    /// the store's host find its own store in the map (`crates/client/src/replicas.rs`).
+    pub pool_path: String,
+    pub pool_uuid: [u8; 16],
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -427,7 +434,9 @@ pub fn encode_reply(out: &mut Vec<u8>, id: u64, reply: &Reply) {
                         .u8(s.resync_pct)
                         .u32(s.since)
                         .u32(s.pool_since)
-                        .bool(s.durable_on_delivery);
+                        .bool(s.durable_on_delivery)
+                        .bytes(s.pool_path.as_bytes());
+                    w.buf.extend_from_slice(&s.pool_uuid);
                 }
                 w.u64(h.grace_ms)
                     .u64(h.map_lease_ms)
@@ -545,6 +554,8 @@ pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
                     since: r.u32("writes since")?,
                     pool_since: r.u32("pool since")?,
                     durable_on_delivery: r.bool("durable on delivery")?,
+                    pool_path: text(&mut r, "pool path")?,
+                    pool_uuid: uuid(&mut r)?,
                 });
             }
             Reply::Ok(ReplyBody::Hello(HelloReply {

@@ -109,6 +109,7 @@ fn sample_store_messages() -> Vec<StoreToMds> {
             incarnation: 0x1234_5678_9abc,
             durable_on_delivery: true,
             restarted_host: true,
+            pool_path: "/dev/shm/pools/ds-1-2.pool".into(),
         }),
         StoreToMds::Persisted {
             pages: vec![Gpa::new(0, 1), Gpa::new(0, 2)],
@@ -209,6 +210,8 @@ fn requests_and_replies_round_trip() {
                 since: 9,
                 pool_since: 3,
                 durable_on_delivery: true,
+                pool_path: "/pools/ds2".into(),
+                pool_uuid: [7; 16],
             }],
             grace_ms: 5,
             map_lease_ms: 250,
