@@ -75,8 +75,9 @@ pub fn stop_flag() -> std::io::Result<Arc<AtomicBool>> {
                     revents: 0,
                 };
                 // SAFETY: one pollfd on this frame; the pipe's read end stays open for
-                // the life of the process. The timeout only bounds a lost wake-up.
-                unsafe { libc::poll(&mut p, 1, 1000) };
+                // the life of the process. The timeout only bounds a lost wake-up
+                // (the handler writes the pipe after it sets STOP).
+                unsafe { libc::poll(&mut p, 1, 10_000) };
             }
             f.store(true, Ordering::SeqCst);
         })?;

@@ -435,10 +435,10 @@ pub fn up(a: UpArgs) -> Result<()> {
                 }
             }
         }
-        // Ten looks a second: a daemon that died is started again within 100 ms (its
-        // mirror or peers cover it meanwhile), and an idle cluster's supervisor
-        // barely wakes.
-        std::thread::sleep(Duration::from_millis(100));
+        // Four looks a second: a daemon that died is started again within 250 ms (its
+        // mirror or peers cover it meanwhile: a fail-over takes about a lease), and
+        // an idle cluster's supervisor barely wakes.
+        std::thread::sleep(Duration::from_millis(250));
     }
     event("stopping".into());
     stop_all(children);

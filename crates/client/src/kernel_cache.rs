@@ -64,7 +64,7 @@ const UNWATCH_AGE: Duration = Duration::from_millis(100);
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
 /// The longest the callback thread waits without a look at its lease and stop flag
 /// (a stop wakes it at once: [`KernelCache::stop`]; the queue's own wait looks at its
-/// peers every 50 ms meanwhile).
+/// peers every `DAEMON_PEER_LOOKS` meanwhile).
 const LONGEST_WAIT: Duration = Duration::from_secs(1);
 
 /// Recalls remembered to tell whether a watch asked for was recalled before it is
@@ -413,6 +413,7 @@ fn session(
     kc: &KernelCache,
 ) -> Result<(), String> {
     let cq = Arc::new(domain.completion_queue().map_err(|e| e.to_string())?);
+    cq.look_at_peers_every(orion_fabric::DAEMON_PEER_LOOKS);
     *lock(&kc.sleeping_on) = Some(cq.clone());
     let mut ch =
         (patience.attempt(k, |p| open_mds(domain, &cq, addr, p))).map_err(|e| e.to_string())?;

@@ -276,6 +276,7 @@ impl Remote {
             instance: self.instance,
         };
         let asked = Instant::now();
+        self.opens.hello_sent();
         let reply = self.call_once(&MdsRequest::Hello(hello.clone()))?;
         let ReplyBody::Hello(h) = reply else {
             return Err(io_err("unexpected reply to hello"));
@@ -323,7 +324,8 @@ impl Remote {
         Ok(())
     }
 
-    /// Asks the MDS for the data stores again and connects to new ones.
+    /// Asks the MDS for the data stores again (stores are connected to when a
+    /// transfer next needs them).
     pub fn refresh_stores(&mut self) -> Res<()> {
         match self.hello() {
             Ok(()) => Ok(()),

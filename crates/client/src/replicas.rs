@@ -1,6 +1,6 @@
 //! The data stores as this client reaches them (Orion §3.1, §5.4): the cluster map the
-//! MDS gave, a connection per member of a replication group, and the transfers of
-//! pages. A page is written to every member of its group that takes writes and read
+//! MDS gave, this host's own store's pool mapped, a connection to each other member
+//! made when a transfer first needs it, and the transfers of pages. A page is written to every member of its group that takes writes and read
 //! from one that serves (this host's own pool first, then the others in turn). A
 //! transfer that fails asks the MDS for the map again and runs again (it moves whole
 //! pages to fixed addresses, so twice is once), until the map no longer names the
@@ -64,6 +64,9 @@ pub struct Store {
     pub page_count: u64,
     /// The store's pool, mapped, when it is on this host (internal client).
     pub local: Option<(Pool, u64)>,
+    /// The identity of the pool mapped (a store that came back with another pool
+    /// at the same path is mapped again).
+    pub pool_uuid: [u8; 16],
 }
 
 impl Remote {
@@ -84,7 +87,7 @@ impl Remote {
         self.stores.retain(|m, s| {
             named(m).is_some_and(|i| {
                 let info = &map[i];
-                let same_pool = s.local.is_none() || info.pool_uuid == local_uuid(s);
+                let same_pool = s.local.is_none() || info.pool_uuid == s.pool_uuid;
                 info.state.takes_writes()
                     && same_pool
                     && s.ch.as_ref().is_none_or(|c| c.conn.is_alive())
@@ -104,9 +107,9 @@ impl Remote {
             .filter(|s| s.state.takes_writes())
             .find_map(|s| {
                 let (pool, base, sb) = map_local_pool(&s.pool_path, s.pool_uuid, s.member.group)?;
-                Some((s.member, pool, base, sb.page_count))
+                Some((s.member, pool, base, sb))
             });
-        if let Some((m, pool, base, page_count)) = own {
+        if let Some((m, pool, base, sb)) = own {
             self.internal = Some(m);
             let region = RemoteRegion {
                 key: 0,
@@ -118,8 +121,9 @@ impl Remote {
                 Store {
                     ch: None,
                     region,
-                    page_count,
+                    page_count: sb.page_count,
                     local: Some((pool, base)),
+                    pool_uuid: sb.pool_uuid,
                 },
             );
         }
@@ -180,6 +184,7 @@ impl Remote {
             region: info.region,
             page_count: info.page_count,
             local: None,
+            pool_uuid: info.pool_uuid,
         })
     }
 
@@ -370,7 +375,9 @@ impl Remote {
         let mut k = 0;
         while let Some(m) = self.member(gpa.group(), k, |s| s.state.takes_writes()) {
             k += 1;
-            let Ok(store) = self.reach(m) else {
+            // Best effort: a store not reached yet is not connected to here (a
+            // dead one would hold the write up for a connect timeout).
+            let Some(store) = self.stores.get(&m) else {
                 continue;
             };
             if gpa.page() + pages > store.page_count {
@@ -505,6 +512,9 @@ impl Remote {
     fn flush_once(&mut self, m: MemberId) -> Res<()> {
         let id = self.fresh_id();
         let mut other = Vec::new();
+        // A member whose connection broke since is connected to again (a map that
+        // names it says it takes writes).
+        self.reach(m)?;
         let Some(ch) = self.stores.get_mut(&m).and_then(|s| s.ch.as_mut()) else {
             return Err(Fail::Fs(io_err(format!("no connection to {m}"))));
         };
@@ -544,13 +554,4 @@ fn remote_conn(s: &Store) -> Res<orion_fabric::Connection> {
         Some(ch) => Ok(ch.conn.clone()),
         None => Err(Fail::Fs(io_err("this host's store has no connection"))),
     }
-}
-
-/// The identity of the pool a store of this host is mapped from.
-fn local_uuid(s: &Store) -> [u8; 16] {
-    s.local
-        .as_ref()
-        .and_then(|(pool, _)| pool.read_vec(0, SUPERBLOCK_SIZE).ok())
-        .and_then(|b| Superblock::decode(&b).ok())
-        .map_or([0; 16], |sb| sb.pool_uuid)
 }

@@ -32,7 +32,8 @@ mod tcp;
 mod wait;
 
 pub use api::{
-    Completion, CompletionQueue, ConnId, Connection, Domain, Listener, OpKind, MAX_MESSAGE,
+    Completion, CompletionQueue, ConnId, Connection, Domain, Listener, OpKind, DAEMON_PEER_LOOKS,
+    MAX_MESSAGE,
 };
 pub use config::{Backend, FabricConfig, Secret};
 pub use error::{Error, Result};

@@ -130,9 +130,9 @@ pub fn mount(
                         }
                         return;
                     }
-                    // Ten looks a second: a stop waits at most that long to unmount,
+                    // Four looks a second: a stop waits at most that long to unmount,
                     // and an idle mount barely wakes.
-                    std::thread::sleep(Duration::from_millis(100));
+                    std::thread::sleep(Duration::from_millis(250));
                 }
             })?
     };

@@ -60,7 +60,8 @@ impl Mds {
             nonce: h.nonce,
             instance: h.instance,
         };
-        peer.name = format!("{} ({})", h.name, peer.ch.conn.peer());
+        let peer_addr = peer.ch.conn.peer().to_string();
+        peer.name = format!("{} ({peer_addr})", h.name);
         self.next_client += 1;
         let open_table = self.open_tables.table_of(&self.domain, h.instance, conn)?;
         // A next MDS must know to wait for this table before the client learns of it.
@@ -71,7 +72,7 @@ impl Mds {
             pool: self.pool_region.remote(),
             open_table,
             epoch: self.map.epoch(),
-            stores: self.stores_with_progress(),
+            stores: self.stores_for_host_of(&peer_addr),
             map_lease_ms: self.cfg.map_lease_ms,
             grace_ms: self.cfg.grace_ms,
             grant_quiet_ms: self.cfg.grant_quiet_ms,

@@ -30,8 +30,9 @@ pub struct MdsConfig {
     /// again, in milliseconds. A store that leaves the map takes no commit of its
     /// group's pages for that long, so no client reads from it a page it lacks.
     pub map_lease_ms: u64,
-    /// A data store that sends nothing for this long (it sends a heartbeat every 100
-    /// ms) is taken for dead, in milliseconds.
+    /// A data store that sends nothing for this long (it sends a heartbeat every
+    /// quarter of it, the period the MDS gives it at join) is taken for dead, in
+    /// milliseconds.
     pub heartbeat_timeout_ms: u64,
     /// The cluster manager that says which MDS is primary: "" (none: this MDS serves
     /// alone), "embedded:HOST:PORT" or "etcd:HOST:PORT[,HOST:PORT...]".

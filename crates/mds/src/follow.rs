@@ -62,6 +62,7 @@ impl Follower<'_> {
     ) -> Result<Option<(PrimaryRole, ReplyTable)>> {
         let mode: ModeChoice = self.cfg.pool_mode.parse().map_err(anyhow::Error::msg)?;
         let cq = self.domain.completion_queue()?;
+        cq.look_at_peers_every(orion_fabric::DAEMON_PEER_LOOKS);
         let mut said = None;
         let mut last_failure: Option<String> = None;
         loop {
@@ -281,7 +282,7 @@ impl Follower<'_> {
             // second while idle).
             let wait = next_check
                 .saturating_duration_since(Instant::now())
-                .clamp(Duration::from_millis(1), Duration::from_millis(100));
+                .clamp(Duration::from_millis(1), Duration::from_millis(200));
             match cq.wait(&mut batch, 16, wait) {
                 Ok(_) | Err(FabricError::Timeout(_)) => {}
                 Err(e) => return Err(e.into()),
@@ -311,7 +312,10 @@ impl Follower<'_> {
             }
             self.turn_clients_away();
             if Instant::now() >= next_check {
-                next_check = Instant::now() + self.lease / 10;
+                // Five looks a lease: a lapse is seen within a fifth of it (a
+                // fail-over takes the lease itself first), and an idle mirror wakes
+                // ten times a second with the manager's answers, not twenty.
+                next_check = Instant::now() + self.lease / 5;
                 match manager.primary() {
                     Ok(Some(q)) if q.epoch == epoch => {}
                     Ok(_) => {

@@ -84,7 +84,7 @@ struct RingSide {
 const STAGING: usize = 1 << 20;
 /// A mirror durable on delivery is woken (an immediate with the last write of a turn)
 /// once this much was written since it was last woken, or when the ring is short of
-/// room; else it looks every 20 ms. Waking it for every turn cost the primary's
+/// room; else it looks at its next look at the manager (a fifth of the lease). Waking it for every turn cost the primary's
 /// clients ~10 µs per update here: two cores shared by client, primary and mirror.
 const WAKE_BYTES: u64 = 1 << 20;
 

@@ -304,15 +304,17 @@ impl Mds {
     /// How long the loop may wait for completions when nothing is queued: short while
     /// updates are parked for stores' notices (their timeouts run), a replica
     /// resyncs, or replies wait for the mirror's removal from the map; otherwise the
-    /// 100 ms at which heartbeats are looked at (`check_heartbeats`), since requests
-    /// wake the loop. An idle MDS's loop then wakes at most twenty times a second (the
-    /// queue's wait looks at its peers every 50 ms), where a fixed 20 ms bound woke
-    /// it fifty.
+    /// period at which heartbeats are looked at (`check_heartbeats`: a quarter of
+    /// the heartbeat timeout, 250 ms by default), since requests wake the loop. An
+    /// idle MDS's loop then wakes for its stores' heartbeats, its clients' lease
+    /// renewals and four times a second (a fixed 20 ms bound woke it fifty times,
+    /// 100 ms and the queue's 50 ms slices twenty).
     fn idle_wait(&self) -> Duration {
         if self.strong.waiting().0 > 0 || !self.resyncs.is_empty() || self.mirror.unlisting() {
             Duration::from_millis(20)
         } else {
-            Duration::from_millis(100)
+            self.heartbeat_period()
+                .clamp(Duration::from_millis(20), Duration::from_millis(250))
         }
     }
 

@@ -198,8 +198,8 @@ fn check_config(cfg: &MdsConfig) -> Result<()> {
     }
     if cfg.heartbeat_timeout_ms < 300 {
         bail!(
-            "heartbeat_timeout_ms = {}: stores send a heartbeat every 100 ms, so the \
-             timeout is at least 300 ms",
+            "heartbeat_timeout_ms = {}: stores send a heartbeat every quarter of it, \
+             which must be 75 ms or more: the timeout is at least 300 ms",
             cfg.heartbeat_timeout_ms
         );
     }
@@ -235,6 +235,7 @@ impl Listening {
             .with_context(|| format!("listening on {}", cfg.listen))?;
         let addr = listener.local_addr();
         let cq = Arc::new(domain.completion_queue()?);
+        cq.look_at_peers_every(orion_fabric::DAEMON_PEER_LOOKS);
         let (acceptor, incoming) = orion_proto::channel::spawn_acceptor(
             "mds-accept",
             &domain,

@@ -158,6 +158,10 @@ impl Mds {
         Ok(ReplyBody::Joined {
             cluster_uuid: ours,
             resync,
+            heartbeat_ms: self
+                .heartbeat_period()
+                .as_millis()
+                .clamp(1, u32::MAX as u128) as u32,
         })
     }
 
@@ -191,6 +195,21 @@ impl Mds {
         self.epoch_changed();
     }
 
+    /// The map as the client at `client_addr` gets it: the pool paths only of stores
+    /// on its host (by address; all loopback counts as one host), the only ones it
+    /// may map. A path is a hint the client checks against the pool's identity; the
+    /// others would only fill the hello (a map of 1024 stores with their paths would
+    /// not fit a message).
+    pub(crate) fn stores_for_host_of(&self, client_addr: &str) -> Vec<orion_proto::StoreInfo> {
+        let mut stores = self.stores_with_progress();
+        for s in &mut stores {
+            if !same_host(&s.addr, client_addr) {
+                s.pool_path.clear();
+            }
+        }
+        stores
+    }
+
     /// The cluster map as clients get it, with each resync's progress.
     pub(crate) fn stores_with_progress(&self) -> Vec<orion_proto::StoreInfo> {
         let mut stores = self.map.stores();
@@ -202,15 +221,22 @@ impl Mds {
         stores
     }
 
+    /// How often stores send heartbeats (they learn it at join), and how often the
+    /// MDS looks for silent ones: a quarter of the heartbeat timeout.
+    pub(crate) fn heartbeat_period(&self) -> Duration {
+        Duration::from_millis(self.cfg.heartbeat_timeout_ms / 4)
+    }
+
     /// A data store that sent nothing (not even its heartbeat) for the configured
     /// time is taken for dead, as if its connection had closed: it may hang rather
     /// than crash, or be cut off.
     pub(crate) fn check_heartbeats(&mut self, now: Instant) {
-        // A look every 100 ms is enough for a timeout of 300 ms or more.
+        // A look every heartbeat period: a silent store is dropped within a
+        // quarter of the timeout after it.
         if now < self.heartbeats_due {
             return;
         }
-        self.heartbeats_due = now + Duration::from_millis(100);
+        self.heartbeats_due = now + self.heartbeat_period();
         let timeout = Duration::from_millis(self.cfg.heartbeat_timeout_ms);
         let silent: Vec<ConnId> = self
             .peers
@@ -366,5 +392,37 @@ impl Mds {
         if let Some(g) = self.groups.get_mut(&group) {
             g.release();
         }
+    }
+}
+
+/// Whether two "host:port" addresses name one host: the same host part, or both
+/// loopback.
+fn same_host(a: &str, b: &str) -> bool {
+    let host = |s: &str| -> String {
+        let h = s.rsplit_once(':').map_or(s, |(h, _)| h);
+        h.trim_start_matches('[').trim_end_matches(']').to_string()
+    };
+    let loopback = |h: &str| {
+        h.parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+            || h == "localhost"
+    };
+    let (a, b) = (host(a), host(b));
+    a == b || (loopback(&a) && loopback(&b))
+}
+
+#[cfg(test)]
+mod host_tests {
+    use super::same_host;
+
+    #[test]
+    fn hosts_match_by_address_and_loopback_is_one_host() {
+        assert!(same_host("10.0.0.5:7000", "10.0.0.5:51234"));
+        assert!(!same_host("10.0.0.5:7000", "10.0.0.6:51234"));
+        assert!(same_host("127.0.0.1:7000", "127.0.0.2:1"));
+        assert!(same_host("[::1]:7000", "127.0.0.1:1"));
+        assert!(same_host("localhost:7000", "127.0.0.1:1"));
+        assert!(!same_host("127.0.0.1:7000", "10.0.0.5:1"));
+        assert!(same_host("[fe80::1]:7000", "[fe80::1]:9"));
     }
 }

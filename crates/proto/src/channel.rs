@@ -246,9 +246,10 @@ impl Channel {
 pub const ACCEPT_THREADS: usize = 4;
 
 /// How long an acceptor thread sleeps in `accept` before it looks at its stop flag:
-/// long, since [`AcceptorThreads::join`] wakes it (an idle server's threads then
-/// barely wake; each wake-up costs tens of microseconds of CPU on a VM).
-const ACCEPT_WAIT: Duration = Duration::from_secs(1);
+/// long, since [`AcceptorThreads::join`] and the threads' drop wake it (every
+/// backend's listener wakes its sleepers); each wake-up of an idle server's four
+/// threads costs tens of microseconds of CPU on a VM.
+const ACCEPT_WAIT: Duration = Duration::from_secs(60);
 
 /// A server's acceptor threads, as [`spawn_acceptor`] started them. Dropped, they
 /// end soon (the listener is woken and accepts no one after); joined, they are

@@ -21,14 +21,17 @@ pub use msg::*;
 
 /// Magic of every message ("OR") and the protocol version both ends must speak.
 pub const MAGIC: u16 = 0x524F;
-/// Version 15: a callback may recall a file's watch (`Invalidation::Recall`; version
-/// 14: an inode's attributes carry its slot generation; 13: a
+/// Version 16: the cluster map names the pool of each store on the client's host
+/// (`StoreInfo::pool_path`, `pool_uuid`; `DsHello::pool_path`), and the MDS tells a
+/// store its heartbeat period (`ReplyBody::Joined::heartbeat_ms`); 15: a callback
+/// may recall a file's watch (`Invalidation::Recall`); 14: an inode's attributes
+/// carry its slot generation; 13: a
 /// client says when it wrote its whole open table (`MdsRequest::OpenTableWritten`),
 /// which a new MDS waits for; 12: open tables (`open_table`) keep every client's
 /// open files through another's unlink; 11: a rename by a client that holds its
 /// target open keeps the target; 10: callbacks that keep clients' kernel caches
 /// true).
-pub const VERSION: u8 = 15;
+pub const VERSION: u8 = 16;
 /// Bytes of the header: magic, version, kind, pad, request id.
 pub const HEADER: usize = 16;
 

@@ -756,7 +756,8 @@ fn cpus_to_run_on() -> usize {
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return 1;
+            // More CPUs than a cpu_set_t holds (EINVAL): ask the long way.
+            return std::thread::available_parallelism().map_or(1, |n| n.get());
         }
         (libc::CPU_COUNT(&set) as usize).max(1)
     }

@@ -50,6 +50,8 @@ pub(crate) struct State {
     unheld: Vec<u64>,
     /// Some hello has handed this instance a table (see [`Remote::keep_table_written`]).
     told: bool,
+    /// Hellos this instance has sent, answered or not.
+    hellos: u64,
 }
 
 pub(crate) struct OpenTable {
@@ -65,6 +67,7 @@ impl Default for OpenTable {
                 written: None,
                 unheld: Vec::new(),
                 told: false,
+                hellos: 0,
             }),
         }
     }
@@ -73,6 +76,11 @@ impl Default for OpenTable {
 impl OpenTable {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A hello of this instance is about to go (any lane's, a reconnection's).
+    pub(crate) fn hello_sent(&self) {
+        self.lock().hellos += 1;
     }
 
     /// Whether the MDS's table needs the keeper's look (`fs::keeper`): this client
@@ -238,11 +246,14 @@ impl Remote {
         if table.len < BYTES {
             return Err(Fail::Fs(io_err("the MDS's open table is too small")));
         }
-        // The first hello of this instance: the MDS made its table at that hello,
-        // zeroed, and awaits nothing of an instance its pool never named; with
-        // nothing open yet, there is nothing to write or say. (A short process of
-        // the preload library saved a one-sided write and a round trip at start.)
-        if !std::mem::replace(&mut st.told, true) && st.held.is_empty() && st.unheld.is_empty() {
+        // The answer to the only hello this instance ever sent: the MDS made its
+        // table at that hello, zeroed, and awaits nothing of an instance its pool
+        // never named; with nothing open yet, there is nothing to write or say. (A
+        // short process of the preload library saves a one-sided write and a round
+        // trip at start.) After a hello whose answer was lost, the next MDS may have
+        // found this instance in its predecessor's record: it is told as usual.
+        let first = !std::mem::replace(&mut st.told, true) && st.hellos == 1;
+        if first && st.held.is_empty() && st.unheld.is_empty() {
             st.written = Some(table);
             return Ok(());
         }

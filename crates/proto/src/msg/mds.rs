@@ -160,8 +160,9 @@ pub enum StoreToMds {
     Persisted { pages: Vec<Gpa> },
     /// The store copied every page its resync plan named: it serves reads now.
     Resynced,
-    /// The store is alive (sent every 100 ms); answered with `Empty` (a store that
-    /// hears nothing for a while takes the MDS for gone and joins another).
+    /// The store is alive (sent every quarter of the MDS's heartbeat timeout);
+    /// answered with `Empty` (a store that hears nothing for a while takes the MDS
+    /// for gone and joins another).
     Heartbeat,
     /// Which pages a resyncing store copies, from `from_page` on, and from which peer
     /// (answered with `ReplyBody::ResyncPlan`). Its resync thread asks on a connection

@@ -297,6 +297,11 @@ pub enum ReplyBody {
         cluster_uuid: [u8; 16],
         /// The store must copy what it missed from a peer before it serves reads.
         resync: bool,
+        /// How often the store says it is alive: a quarter of the MDS's heartbeat
+        /// timeout (the store keeps it within 20–500 ms), so that a store is taken
+        /// for dead after four silent periods whatever the timeout (a fixed 100 ms woke an idle MDS twenty times a
+        /// second for two stores, and each store as often).
+        heartbeat_ms: u32,
     },
     /// A piece of a resync plan: pages `first_page + i` whose bit `i` is set in
     /// `bits` are copied from the store at `source`; an empty `bits` ends the plan.
@@ -470,10 +475,11 @@ pub fn encode_reply(out: &mut Vec<u8>, id: u64, reply: &Reply) {
             ReplyBody::Joined {
                 cluster_uuid,
                 resync,
+                heartbeat_ms,
             } => {
                 w.u8(ReplyKind::Joined as u8);
                 w.buf.extend_from_slice(cluster_uuid);
-                w.bool(*resync);
+                w.bool(*resync).u32(*heartbeat_ms);
             }
             ReplyBody::ResyncPlan {
                 source,
@@ -592,6 +598,7 @@ pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
         ReplyKind::Joined => Reply::Ok(ReplyBody::Joined {
             cluster_uuid: uuid(&mut r)?,
             resync: r.bool("resync")?,
+            heartbeat_ms: r.u32("heartbeat period")?,
         }),
         ReplyKind::ResyncPlan => {
             let source = text(&mut r, "source address")?;

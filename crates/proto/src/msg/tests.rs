@@ -182,6 +182,7 @@ fn requests_and_replies_round_trip() {
         ReplyBody::Joined {
             cluster_uuid: [3; 16],
             resync: true,
+            heartbeat_ms: 250,
         },
         ReplyBody::ResyncPlan {
             source: "ds1:7420".into(),
