@@ -1,32 +1,16 @@
 #!/usr/bin/env bash
-# What a short process pays for the preload library (issue 45): `perf stat` of
-# /bin/true with the library loaded and without; of `cat` of a small file of the
-# mount under `orion run` and through the mount; and `make -j2` of 40 small C files
-# on the mount both ways. Each build runs its own `orion up` (local fabric, pools in
-# /dev/shm, mirror on).
-#   bench/process-start.sh [BUILD_DIR...]   (default: target/release; each holds
-#                                            orion and liborion_preload.so)
+# What a short process pays for the preload library (issue 45, design note 83):
+# `perf stat` of /bin/true with the library loaded and without; of `cat` of a small
+# file of the mount under `orion run` and through the mount; and `make -j2` of 40
+# small C files on the mount both ways. For each binary in turn, a fresh cluster
+# (bench/ab-cluster.sh); the library is the one next to the binary.
+#   bench/process-start.sh [ROUNDS] BIN...   (default: 1 round of the release build)
 # Needs perf, gcc and make.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILDS=("$@")
-[ ${#BUILDS[@]} -eq 0 ] && BUILDS=("$PWD/target/release")
 RUNS=${RUNS:-200}
-STATE=
-POOLS=
-UP_PID=
-stop() {
-    if [ -n "$UP_PID" ] && kill -0 "$UP_PID" 2>/dev/null; then
-        kill -INT "$UP_PID"
-        for _ in $(seq 100); do kill -0 "$UP_PID" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$UP_PID" 2>/dev/null || true
-    fi
-    [ -n "$STATE" ] && { "${ORION:-true}" umount "$STATE/mnt" 2>/dev/null || true; }
-    [ -n "$POOLS" ] && rm -rf "$POOLS"
-    [ -n "$STATE" ] && rm -rf "$STATE"
-    UP_PID= STATE= POOLS=
-}
-trap stop EXIT
+source bench/ab-cluster.sh
+ab_args "-p orion-cli -p orion-preload" "$@"
 
 # Mean elapsed and task-clock of RUNS runs of a command, in µs.
 stat_of() {
@@ -47,7 +31,7 @@ make_tree() {
     printf 'OBJS := $(patsubst %%.c,%%.o,$(wildcard *.c))\nall: $(OBJS)\n%%.o: %%.c\n\tgcc -O0 -c $< -o $@\nclean:\n\trm -f *.o\n' >"$1/Makefile"
 }
 
-# Seconds of the best of three `make -j2` runs in $1, each after a clean; "$2..." is
+# Milliseconds of the best of three `make -j2` runs in $1, each after a clean; "$2..." is
 # the prefix that runs make (nothing, or `orion run --dir ... --`).
 make_time() {
     local dir=$1 best=
@@ -64,25 +48,22 @@ make_time() {
     echo "${best} ms"
 }
 
-for build in "${BUILDS[@]}"; do
-    ORION=$build/orion
-    LIB=$build/liborion_preload.so
-    STATE=$(mktemp -d /tmp/orion-start.XXXXXX)
-    POOLS=/dev/shm/$(basename "$STATE")
-    "$ORION" up --dir "$STATE" --pools "$POOLS" >"$STATE/up.log" 2>&1 &
-    UP_PID=$!
-    for _ in $(seq 600); do grep -q "orion up ready" "$STATE/up.log" && break; sleep 0.2; done
-    grep -q "orion up ready" "$STATE/up.log" || { tail "$STATE/up.log"; exit 1; }
-    MNT=$STATE/mnt
-    echo hello >"$MNT/small"
-    make_tree "$MNT/proj"
-    RUN=("$ORION" run --dir "$STATE" --)
-    echo "== $build ($(git -C "$(dirname "$build")" rev-parse --short HEAD 2>/dev/null || echo ?))"
+run_one() {
+    local orion=$1 mnt
+    local lib
+    lib=$(dirname "$orion")/liborion_preload.so
+    start_cluster "$orion"
+    mnt=$dir/mnt
+    echo hello >"$mnt/small"
+    make_tree "$mnt/proj"
+    local run=("$orion" run --dir "$dir" --)
+    echo "== $orion"
     echo "/bin/true:                       $(stat_of /bin/true)"
-    echo "/bin/true, library loaded:       $(LD_PRELOAD=$LIB stat_of /bin/true)"
-    echo "cat small through the mount:     $(stat_of cat "$MNT/small")"
-    echo "cat small under orion run:       $("${RUN[@]}" bash -c "$(declare -f stat_of); RUNS=$RUNS stat_of cat $MNT/small")"
-    echo "make -j2, 40 files, mount:       $(make_time "$MNT/proj")"
-    echo "make -j2, 40 files, orion run:   $(make_time "$MNT/proj" "${RUN[@]}")"
-    stop
-done
+    echo "/bin/true, library loaded:       $(LD_PRELOAD=$lib stat_of /bin/true)"
+    echo "cat small through the mount:     $(stat_of cat "$mnt/small")"
+    echo "cat small under orion run:       $("${run[@]}" bash -c "$(declare -f stat_of); RUNS=$RUNS stat_of cat $mnt/small")"
+    echo "make -j2, 40 files, mount:       $(make_time "$mnt/proj")"
+    echo "make -j2, 40 files, orion run:   $(make_time "$mnt/proj" "${run[@]}")"
+    stop_cluster
+}
+take_turns "$rounds" run_one "${bins[@]}"

@@ -6,6 +6,12 @@
 //! client -> server  PROOF     HMAC(secret, "client", nonces, client epoch)
 //! server -> client  VERDICT   accepted | epoch mismatch (server epoch) | refused (reason)
 //! ```
+//! A backend whose setup is one frame each way (the local one) sends its frame right
+//! behind the PROOF, and the server answers with the VERDICT and its own frame in one
+//! write ([`client_with_setup`], [`server_with_setup`]): two round trips in all, not
+//! three, each a wake-up of a sleeping acceptor. The client has verified the server's
+//! proof before it sends its frame; the server reads the frame only once the client's
+//! proof verified.
 //! The secret never crosses the wire; each side proves it knows it over both fresh nonces, so a
 //! recorded handshake cannot be replayed. After an accepted verdict, the backend exchanges its
 //! own setup frames (endpoint names, shared-memory file names) on the same stream, sealed with
@@ -24,7 +30,8 @@ use crate::config::{Backend, Secret};
 use crate::error::{Error, Result};
 
 const MAGIC: &[u8; 4] = b"ORFB";
-const VERSION: u16 = 1;
+/// Version 2: the local backend's setup frames ride with the PROOF and the VERDICT.
+const VERSION: u16 = 2;
 const MAX_FRAME: usize = 64 * 1024;
 const HELLO_LEN: usize = 4 + 2 + 1 + 1 + 8 + 32;
 const MAC_LEN: usize = 32;
@@ -80,9 +87,14 @@ impl Session {
     }
 
     pub(crate) fn send<S: Write>(&self, s: &mut S, p: &Params<'_>, body: &[u8]) -> Result<()> {
+        send_frame(s, &p.peer, &self.sealed(body))
+    }
+
+    /// `body` with this side's seal: a setup frame's bytes.
+    fn sealed(&self, body: &[u8]) -> Vec<u8> {
         let mut f = body.to_vec();
         f.extend_from_slice(&self.seal(self.client, body).finalize().into_bytes());
-        send_frame(s, &p.peer, &f)
+        f
     }
 
     pub(crate) fn recv<S: Read>(&self, s: &mut S, p: &Params<'_>) -> Result<Vec<u8>> {
@@ -102,10 +114,17 @@ impl Session {
 }
 
 pub(crate) fn send_frame<S: Write>(s: &mut S, peer: &str, body: &[u8]) -> Result<()> {
-    debug_assert!(body.len() <= MAX_FRAME);
-    let mut buf = Vec::with_capacity(4 + body.len());
-    buf.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    buf.extend_from_slice(body);
+    send_frames(s, peer, &[body])
+}
+
+/// Sends frames in one write (one segment on a stream with Nagle off).
+fn send_frames<S: Write>(s: &mut S, peer: &str, bodies: &[&[u8]]) -> Result<()> {
+    let mut buf = Vec::with_capacity(bodies.iter().map(|b| 4 + b.len()).sum());
+    for body in bodies {
+        debug_assert!(body.len() <= MAX_FRAME);
+        buf.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        buf.extend_from_slice(body);
+    }
     s.write_all(&buf)
         .and_then(|_| s.flush())
         .map_err(|e| stream_error(peer, e))
@@ -211,6 +230,36 @@ fn nonce() -> [u8; 32] {
 
 /// The client side; returns once the server accepted.
 pub(crate) fn client<S: Read + Write>(s: &mut S, p: &Params<'_>) -> Result<Session> {
+    let (nc, ns) = challenged(s, p)?;
+    let proof = mac(p.secret, b"client", &nc, &ns, p.epoch)
+        .finalize()
+        .into_bytes();
+    send_frame(s, &p.peer, &proof)?;
+    verdict(s, p)?;
+    Ok(Session::new(p.secret, &nc, &ns, true))
+}
+
+/// The client side with the backend's setup frame sent behind the proof; returns
+/// once the server accepted, with the server's setup frame.
+pub(crate) fn client_with_setup<S: Read + Write>(
+    s: &mut S,
+    p: &Params<'_>,
+    setup: &[u8],
+) -> Result<(Session, Vec<u8>)> {
+    let (nc, ns) = challenged(s, p)?;
+    let proof = mac(p.secret, b"client", &nc, &ns, p.epoch)
+        .finalize()
+        .into_bytes();
+    let session = Session::new(p.secret, &nc, &ns, true);
+    send_frames(s, &p.peer, &[&proof, &session.sealed(setup)])?;
+    verdict(s, p)?;
+    let reply = session.recv(s, p)?;
+    Ok((session, reply))
+}
+
+/// Sends the HELLO and checks the server's CHALLENGE: the nonces, once the server
+/// proved it knows the secret.
+fn challenged<S: Read + Write>(s: &mut S, p: &Params<'_>) -> Result<([u8; 32], [u8; 32])> {
     let nc = nonce();
     let mut hello = Vec::with_capacity(HELLO_LEN);
     hello.extend_from_slice(MAGIC);
@@ -228,9 +277,9 @@ pub(crate) fn client<S: Read + Write>(s: &mut S, p: &Params<'_>) -> Result<Sessi
     if ch.len() != 1 + 32 + 8 + MAC_LEN || ch[0] != VERDICT_OK {
         return Err(protocol(&p.peer, "malformed challenge"));
     }
-    let ns = &ch[1..33];
+    let ns: [u8; 32] = ch[1..33].try_into().expect("length checked");
     let server_epoch = u64::from_le_bytes(ch[33..41].try_into().unwrap());
-    if mac(p.secret, b"server", &nc, ns, server_epoch)
+    if mac(p.secret, b"server", &nc, &ns, server_epoch)
         .verify_slice(&ch[41..])
         .is_err()
     {
@@ -242,14 +291,14 @@ pub(crate) fn client<S: Read + Write>(s: &mut S, p: &Params<'_>) -> Result<Sessi
             why: "the server does not know the cluster secret".into(),
         });
     }
-    let proof = mac(p.secret, b"client", &nc, ns, p.epoch)
-        .finalize()
-        .into_bytes();
-    send_frame(s, &p.peer, &proof)?;
+    Ok((nc, ns))
+}
 
+/// Reads the server's VERDICT.
+fn verdict<S: Read>(s: &mut S, p: &Params<'_>) -> Result<()> {
     let verdict = recv_frame(s, &p.peer, p.deadline)?;
     match verdict.first() {
-        Some(&VERDICT_OK) => Ok(Session::new(p.secret, &nc, ns, true)),
+        Some(&VERDICT_OK) if verdict.len() == 1 => Ok(()),
         Some(&VERDICT_EPOCH) if verdict.len() == 9 => Err(Error::EpochMismatch {
             peer: p.peer.clone(),
             ours: p.epoch,
@@ -271,7 +320,37 @@ fn refusal(p: &Params<'_>, frame: &[u8]) -> Error {
 /// The server side; returns once the client is accepted. Refusals are logged and told to the
 /// client before the error returns.
 pub(crate) fn server<S: Read + Write>(s: &mut S, p: &Params<'_>) -> Result<Session> {
-    let result = server_inner(s, p);
+    let result = proven(s, p).and_then(|session| {
+        send_frame(s, &p.peer, &[VERDICT_OK])?;
+        Ok(session)
+    });
+    if let Err(e) = &result {
+        tracing::warn!(peer = %p.peer, "refused fabric connection: {e}");
+    }
+    result
+}
+
+/// The server side of [`client_with_setup`]: once the client's proof verified, reads
+/// its setup frame and answers with the VERDICT and `respond`'s frame in one write. A
+/// setup `respond` refuses is refused to the client, with the reason.
+pub(crate) fn server_with_setup<S: Read + Write>(
+    s: &mut S,
+    p: &Params<'_>,
+    respond: impl FnOnce(&[u8]) -> Result<Vec<u8>>,
+) -> Result<Session> {
+    let result = proven(s, p).and_then(|session| {
+        let setup = session.recv(s, p)?;
+        match respond(&setup) {
+            Ok(reply) => {
+                send_frames(s, &p.peer, &[&[VERDICT_OK], &session.sealed(&reply)])?;
+                Ok(session)
+            }
+            Err(e) => {
+                refuse(s, p, &format!("setup: {e}"));
+                Err(e)
+            }
+        }
+    });
     if let Err(e) = &result {
         tracing::warn!(peer = %p.peer, "refused fabric connection: {e}");
     }
@@ -284,7 +363,9 @@ fn refuse<S: Write>(s: &mut S, p: &Params<'_>, why: &str) {
     let _ = send_frame(s, &p.peer, &f);
 }
 
-fn server_inner<S: Read + Write>(s: &mut S, p: &Params<'_>) -> Result<Session> {
+/// Runs the server's side up to its VERDICT: the session, once the client proved it
+/// knows the secret and speaks this epoch (a refusal is told to it).
+fn proven<S: Read + Write>(s: &mut S, p: &Params<'_>) -> Result<Session> {
     let hello = recv_frame(s, &p.peer, p.deadline)?;
     if hello.len() != HELLO_LEN || &hello[0..4] != MAGIC {
         refuse(s, p, "not an OrionFS fabric handshake");
@@ -352,7 +433,6 @@ fn server_inner<S: Read + Write>(s: &mut S, p: &Params<'_>) -> Result<Session> {
             theirs: client_epoch,
         });
     }
-    send_frame(s, &p.peer, &[VERDICT_OK])?;
     Ok(Session::new(p.secret, nc, &ns, false))
 }
 
@@ -402,6 +482,53 @@ mod tests {
     fn run(cs: &[u8], ss: &[u8], ce: u64, se: u64) -> (Result<()>, Result<()>) {
         let (c, s, _, _) = sessions(cs, ss, ce, se);
         (c.map(|_| ()), s.map(|_| ()))
+    }
+
+    /// Runs the pipelined handshake: the client's result (the server's frame) and
+    /// whether the server's `respond` ran.
+    fn pipelined(cs: &[u8], ss: &[u8], refuse_setup: bool) -> (Result<Vec<u8>>, bool) {
+        let (mut a, b) = UnixStream::pair().unwrap();
+        let (cs, ss) = (
+            Secret::from_bytes(cs).unwrap(),
+            Secret::from_bytes(ss).unwrap(),
+        );
+        let server = std::thread::spawn(move || {
+            let mut b = b;
+            let be = Backend::Local;
+            let mut ran = false;
+            let _ = server_with_setup(&mut b, &params(&ss, 1, &be, "client"), |setup| {
+                ran = true;
+                assert_eq!(setup, b"ring and bell");
+                if refuse_setup {
+                    return Err(protocol("client", "not a ring file"));
+                }
+                Ok(b"domain and bell".to_vec())
+            });
+            ran
+        });
+        let be = Backend::Local;
+        let c = client_with_setup(&mut a, &params(&cs, 1, &be, "server"), b"ring and bell");
+        let ran = server.join().unwrap();
+        (c.map(|(_, reply)| reply), ran)
+    }
+
+    #[test]
+    fn setup_frames_ride_with_the_proof_and_the_verdict() {
+        let same = b"0123456789abcdef";
+        let (reply, ran) = pipelined(same, same, false);
+        assert_eq!(reply.unwrap(), b"domain and bell");
+        assert!(ran);
+        // A setup the server refuses is refused to the client, with the reason.
+        let (reply, ran) = pipelined(same, same, true);
+        assert!(ran);
+        match reply {
+            Err(Error::AuthFailed { why, .. }) => assert!(why.contains("not a ring file"), "{why}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        // A client without the secret is refused before its setup is looked at.
+        let (reply, ran) = pipelined(b"fedcba9876543210", same, false);
+        assert!(!ran);
+        assert!(matches!(reply, Err(Error::AuthFailed { .. })), "{reply:?}");
     }
 
     #[test]

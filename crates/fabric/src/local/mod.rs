@@ -336,8 +336,8 @@ impl DomainImpl for LocalDomain {
         let lcq = cq.backend::<LocalCq>()?;
         let mut s = tcp::connect(addr, timeout)?;
         let p = auth::Params::new(&self.cfg, addr.to_string());
-        let session = auth::client(&mut s, &p)?;
-        // The connector creates the ring file; the acceptor maps it and removes its name.
+        // The connector creates the ring file; the acceptor maps it, and the name goes
+        // once it answered.
         let ring_path = unique_path("ring");
         let f = private_file(&ring_path)
             .map_err(|e| Error::io(format!("creating {}", ring_path.display()), e))?;
@@ -358,10 +358,10 @@ impl DomainImpl for LocalDomain {
             &(lcq.bell as u32).to_le_bytes(),
             ring_path.as_os_str().as_encoded_bytes(),
         ]);
-        let sent = session.send(&mut s, &p, &hello);
-        let reply = sent.and_then(|_| session.recv(&mut s, &p));
+        // The setup rides with the handshake's proof (`auth::client_with_setup`).
+        let shaken = auth::client_with_setup(&mut s, &p, &hello);
         let _ = std::fs::remove_file(&ring_path);
-        let reply = reply?;
+        let (_session, reply) = shaken?;
         let parts = decode_blob(&reply, 2).ok_or_else(|| Error::Protocol {
             peer: addr.into(),
             why: "malformed local setup reply".into(),
@@ -438,31 +438,34 @@ impl ListenerImpl for LocalListener {
         let d = &self.domain;
         let peer = from.to_string();
         let p = auth::Params::new(&d.cfg, peer.clone());
-        let session = auth::server(&mut s, &p)?;
-        let hello = session.recv(&mut s, &p)?;
         let bad = |why: &str| Error::Protocol {
             peer: peer.clone(),
             why: why.into(),
         };
-        let parts = decode_blob(&hello, 3).ok_or_else(|| bad("malformed local setup"))?;
-        let peer_dom = d.peer_domain(&path_of(&parts[0]))?;
-        let bell = bell_of(&parts[1], &peer)?;
-        let ring_path = path_of(&parts[2]);
-        if !ring_path.starts_with(shm_dir()) {
-            return Err(bad("ring file outside the shared-memory directory"));
-        }
-        let (_f, ring) = Region::open_file(&ring_path, 0, RING_FILE_LEN, true)?;
-        let mut magic = [0u8; 8];
-        ring.read(0, &mut magic)?;
-        if u64::from_le_bytes(magic) != RING_MAGIC {
-            return Err(bad("not a ring file"));
-        }
         let lcq = cq.backend::<LocalCq>()?;
-        let reply = encode_blob(&[
-            d.shared.file.path.as_os_str().as_encoded_bytes(),
-            &(lcq.bell as u32).to_le_bytes(),
-        ]);
-        session.send(&mut s, &p, &reply)?;
+        let mut mapped = None;
+        // The client's setup comes with its proof; the answer goes with the verdict.
+        auth::server_with_setup(&mut s, &p, |hello| {
+            let parts = decode_blob(hello, 3).ok_or_else(|| bad("malformed local setup"))?;
+            let peer_dom = d.peer_domain(&path_of(&parts[0]))?;
+            let bell = bell_of(&parts[1], &peer)?;
+            let ring_path = path_of(&parts[2]);
+            if !ring_path.starts_with(shm_dir()) {
+                return Err(bad("ring file outside the shared-memory directory"));
+            }
+            let (_f, ring) = Region::open_file(&ring_path, 0, RING_FILE_LEN, true)?;
+            let mut magic = [0u8; 8];
+            ring.read(0, &mut magic)?;
+            if u64::from_le_bytes(magic) != RING_MAGIC {
+                return Err(bad("not a ring file"));
+            }
+            mapped = Some((peer_dom, bell, ring));
+            Ok(encode_blob(&[
+                d.shared.file.path.as_os_str().as_encoded_bytes(),
+                &(lcq.bell as u32).to_le_bytes(),
+            ]))
+        })?;
+        let (peer_dom, bell, ring) = mapped.expect("set by an accepted setup");
         tcp::into_liveness(&s)?;
         let conn = d.new_conn(cq, s, ring, 1, peer_dom, bell, peer.clone())?;
         Ok(Connection::new(
