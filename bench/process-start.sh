@@ -51,7 +51,9 @@ make_time() {
 run_one() {
     local orion=$1 mnt
     local lib
-    lib=$(dirname "$orion")/liborion_preload.so
+    # Where `orion run` finds it: beside the binary, links resolved.
+    lib=$(dirname "$(readlink -f "$(command -v "$orion")")")/liborion_preload.so
+    [[ -f $lib ]] || { echo "no $lib" >&2; return 1; }
     start_cluster "$orion"
     mnt=$dir/mnt
     echo hello >"$mnt/small"

@@ -403,16 +403,35 @@ fn bad_input_is_refused_with_an_error_and_the_mds_keeps_serving() {
     let (e, m) = errno_of(call(&cq, &mut ch, 1, &MdsRequest::Statfs));
     assert_eq!(e, libc::EIO, "{m}");
     assert!(m.contains("hello"), "{m}");
-    let hello = Hello {
+    // A client of another host is told no store's pool file (it could map none);
+    // one of the stores' host is told theirs, with each pool's identity.
+    let hello = |host| Hello {
         internal: None,
         strong: true,
         name: "test".into(),
         nonce: 1,
         instance: 1,
+        host,
     };
-    let Reply::Ok(ReplyBody::Hello(h)) = call(&cq, &mut ch, 2, &MdsRequest::Hello(hello)) else {
+    let Reply::Ok(ReplyBody::Hello(h)) = call(&cq, &mut ch, 2, &MdsRequest::Hello(hello([9; 16])))
+    else {
         panic!("no hello")
     };
+    assert!(
+        h.stores.iter().all(|s| s.pool_path.is_empty()),
+        "{:?}",
+        h.stores
+    );
+    let here = orion_proto::this_host();
+    let Reply::Ok(ReplyBody::Hello(h)) = call(&cq, &mut ch, 100, &MdsRequest::Hello(hello(here)))
+    else {
+        panic!("no hello")
+    };
+    assert!(!h.stores.is_empty());
+    for s in &h.stores {
+        assert!(s.pool_path.starts_with('/'), "{s:?}");
+        assert_ne!(s.pool_uuid, [0; 16], "{s:?}");
+    }
     let epoch = h.epoch;
     // An unknown inode.
     let w = |gpa| {
@@ -701,6 +720,7 @@ fn a_request_asked_about_after_a_broken_connection_is_answered_once_not_run_agai
             name: "retry".into(),
             nonce,
             instance: nonce,
+            host: [0; 16],
         })
     };
     let create = MdsRequest::Create(Create {

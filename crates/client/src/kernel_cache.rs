@@ -424,6 +424,7 @@ fn session(
         name: format!("{} callbacks", cfg.shown_name()),
         nonce: orion_format::random_u64(),
         instance,
+        host: orion_proto::this_host(),
     });
     let mut other = Vec::new();
     match ch.call(&cq, 1, &hello, timeout, &mut other) {

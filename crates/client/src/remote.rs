@@ -274,6 +274,7 @@ impl Remote {
             name,
             nonce: self.nonce,
             instance: self.instance,
+            host: orion_proto::this_host(),
         };
         let asked = Instant::now();
         self.opens.hello_sent();

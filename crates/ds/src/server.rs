@@ -358,6 +358,7 @@ impl Store {
             durable_on_delivery: self.pool.durable_on_delivery(),
             restarted_host: self.restarted_host,
             pool_path: self.pool_path(),
+            host: orion_proto::this_host(),
         });
         let mut other = Vec::new();
         let reply = ch.call(&self.cq, 1, &hello, Duration::from_secs(10), &mut other);

@@ -332,7 +332,8 @@ pub(crate) fn server<S: Read + Write>(s: &mut S, p: &Params<'_>) -> Result<Sessi
 
 /// The server side of [`client_with_setup`]: once the client's proof verified, reads
 /// its setup frame and answers with the VERDICT and `respond`'s frame in one write. A
-/// setup `respond` refuses is refused to the client, with the reason.
+/// setup `respond` refuses is refused to the client without the reason, which is
+/// logged here (it may name this host's files).
 pub(crate) fn server_with_setup<S: Read + Write>(
     s: &mut S,
     p: &Params<'_>,
@@ -346,7 +347,11 @@ pub(crate) fn server_with_setup<S: Read + Write>(
                 Ok(session)
             }
             Err(e) => {
-                refuse(s, p, &format!("setup: {e}"));
+                refuse(
+                    s,
+                    p,
+                    "the server could not use the connection's setup (its log says why)",
+                );
                 Err(e)
             }
         }
@@ -487,6 +492,10 @@ mod tests {
     /// Runs the pipelined handshake: the client's result (the server's frame) and
     /// whether the server's `respond` ran.
     fn pipelined(cs: &[u8], ss: &[u8], refuse_setup: bool) -> (Result<Vec<u8>>, bool) {
+        pipelined_at(cs, ss, 1, refuse_setup)
+    }
+
+    fn pipelined_at(cs: &[u8], ss: &[u8], ce: u64, refuse_setup: bool) -> (Result<Vec<u8>>, bool) {
         let (mut a, b) = UnixStream::pair().unwrap();
         let (cs, ss) = (
             Secret::from_bytes(cs).unwrap(),
@@ -507,7 +516,7 @@ mod tests {
             ran
         });
         let be = Backend::Local;
-        let c = client_with_setup(&mut a, &params(&cs, 1, &be, "server"), b"ring and bell");
+        let c = client_with_setup(&mut a, &params(&cs, ce, &be, "server"), b"ring and bell");
         let ran = server.join().unwrap();
         (c.map(|(_, reply)| reply), ran)
     }
@@ -518,17 +527,26 @@ mod tests {
         let (reply, ran) = pipelined(same, same, false);
         assert_eq!(reply.unwrap(), b"domain and bell");
         assert!(ran);
-        // A setup the server refuses is refused to the client, with the reason.
+        // A setup the server refuses is refused to the client (the reason stays in
+        // the server's log).
         let (reply, ran) = pipelined(same, same, true);
         assert!(ran);
         match reply {
-            Err(Error::AuthFailed { why, .. }) => assert!(why.contains("not a ring file"), "{why}"),
+            Err(Error::AuthFailed { why, .. }) => assert!(why.contains("setup"), "{why}"),
             other => panic!("expected a refusal, got {other:?}"),
         }
-        // A client without the secret is refused before its setup is looked at.
+        // A client without the secret stops at the server's challenge.
         let (reply, ran) = pipelined(b"fedcba9876543210", same, false);
         assert!(!ran);
         assert!(matches!(reply, Err(Error::AuthFailed { .. })), "{reply:?}");
+        // A client of another epoch sends its proof and its setup: the server
+        // refuses the proof's epoch and never looks at the setup.
+        let (reply, ran) = pipelined_at(same, same, 2, false);
+        assert!(!ran);
+        assert!(
+            matches!(reply, Err(Error::EpochMismatch { theirs: 1, .. })),
+            "{reply:?}"
+        );
     }
 
     #[test]

@@ -60,8 +60,7 @@ impl Mds {
             nonce: h.nonce,
             instance: h.instance,
         };
-        let peer_addr = peer.ch.conn.peer().to_string();
-        peer.name = format!("{} ({peer_addr})", h.name);
+        peer.name = format!("{} ({})", h.name, peer.ch.conn.peer());
         self.next_client += 1;
         let open_table = self.open_tables.table_of(&self.domain, h.instance, conn)?;
         // A next MDS must know to wait for this table before the client learns of it.
@@ -72,7 +71,7 @@ impl Mds {
             pool: self.pool_region.remote(),
             open_table,
             epoch: self.map.epoch(),
-            stores: self.stores_for_host_of(&peer_addr),
+            stores: self.stores_for_host(h.host),
             map_lease_ms: self.cfg.map_lease_ms,
             grace_ms: self.cfg.grace_ms,
             grant_quiet_ms: self.cfg.grant_quiet_ms,

@@ -52,8 +52,10 @@ pub struct Member {
     /// A write delivered into its pool is durable there (`DsHello::durable_on_delivery`):
     /// strong commits do not wait for its notices.
     pub durable_on_delivery: bool,
-    /// Where its pool is on its host ([`DsHello::pool_path`]; empty until it joins).
+    /// Where its pool is on its host ([`DsHello::pool_path`]; empty until it joins),
+    /// and that host ([`DsHello::host`]; zeros until then).
     pub pool_path: String,
+    pub host: [u8; 16],
 }
 
 /// Missed pages recorded per member before its resync copies every page instead
@@ -174,6 +176,7 @@ impl ClusterMap {
                             left_at: Some(Instant::now()),
                             durable_on_delivery: false,
                             pool_path: String::new(),
+                            host: [0; 16],
                         },
                     );
                 }
@@ -272,6 +275,11 @@ impl ClusterMap {
         self.members
             .range(MemberId::new(group, 0)..=MemberId::new(group, u16::MAX))
             .map(|(_, m)| m)
+    }
+
+    /// The host of member `m`, once it joined.
+    pub fn host_of(&self, m: MemberId) -> Option<[u8; 16]> {
+        self.members.get(&m).map(|m| m.host)
     }
 
     /// Every member, as clients see the map.
@@ -394,6 +402,7 @@ impl ClusterMap {
                 left_at: self.members.get(&id).and_then(|m| m.left_at),
                 durable_on_delivery: d.durable_on_delivery,
                 pool_path: d.pool_path.clone(),
+                host: d.host,
             },
         );
         self.bump()?;
@@ -493,6 +502,7 @@ mod tests {
             durable_on_delivery: false,
             restarted_host: false,
             pool_path: format!("/pools/ds{group}.{index}"),
+            host: [7; 16],
         }
     }
 

@@ -195,15 +195,15 @@ impl Mds {
         self.epoch_changed();
     }
 
-    /// The map as the client at `client_addr` gets it: the pool paths only of stores
-    /// on its host (by address; all loopback counts as one host), the only ones it
-    /// may map. A path is a hint the client checks against the pool's identity; the
-    /// others would only fill the hello (a map of 1024 stores with their paths would
-    /// not fit a message).
-    pub(crate) fn stores_for_host_of(&self, client_addr: &str) -> Vec<orion_proto::StoreInfo> {
+    /// The map as a client on `host` gets it: the pool paths only of stores on that
+    /// host (same boot id, `orion_proto::this_host`), the only ones it may map. A
+    /// path is a hint the client checks against the pool's identity; the others
+    /// would only fill the hello (a map of 1024 stores with their paths would not
+    /// fit a message).
+    pub(crate) fn stores_for_host(&self, host: [u8; 16]) -> Vec<orion_proto::StoreInfo> {
         let mut stores = self.stores_with_progress();
         for s in &mut stores {
-            if !same_host(&s.addr, client_addr) {
+            if host == [0; 16] || self.map.host_of(s.member) != Some(host) {
                 s.pool_path.clear();
             }
         }
@@ -392,37 +392,5 @@ impl Mds {
         if let Some(g) = self.groups.get_mut(&group) {
             g.release();
         }
-    }
-}
-
-/// Whether two "host:port" addresses name one host: the same host part, or both
-/// loopback.
-fn same_host(a: &str, b: &str) -> bool {
-    let host = |s: &str| -> String {
-        let h = s.rsplit_once(':').map_or(s, |(h, _)| h);
-        h.trim_start_matches('[').trim_end_matches(']').to_string()
-    };
-    let loopback = |h: &str| {
-        h.parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-            || h == "localhost"
-    };
-    let (a, b) = (host(a), host(b));
-    a == b || (loopback(&a) && loopback(&b))
-}
-
-#[cfg(test)]
-mod host_tests {
-    use super::same_host;
-
-    #[test]
-    fn hosts_match_by_address_and_loopback_is_one_host() {
-        assert!(same_host("10.0.0.5:7000", "10.0.0.5:51234"));
-        assert!(!same_host("10.0.0.5:7000", "10.0.0.6:51234"));
-        assert!(same_host("127.0.0.1:7000", "127.0.0.2:1"));
-        assert!(same_host("[::1]:7000", "127.0.0.1:1"));
-        assert!(same_host("localhost:7000", "127.0.0.1:1"));
-        assert!(!same_host("127.0.0.1:7000", "10.0.0.5:1"));
-        assert!(same_host("[fe80::1]:7000", "[fe80::1]:9"));
     }
 }

@@ -27,6 +27,7 @@ fn hello(pool_uuid: [u8; 16]) -> DsHello {
         durable_on_delivery: false,
         restarted_host: false,
         pool_path: String::new(),
+        host: [0; 16],
     }
 }
 

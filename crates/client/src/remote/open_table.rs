@@ -14,7 +14,7 @@
 //! wait behind it, one reconnection after another, when the cluster is gone.
 
 use std::collections::HashMap;
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use orion_fabric::RemoteRegion;
@@ -50,12 +50,13 @@ pub(crate) struct State {
     unheld: Vec<u64>,
     /// Some hello has handed this instance a table (see [`Remote::keep_table_written`]).
     told: bool,
-    /// Hellos this instance has sent, answered or not.
-    hellos: u64,
 }
 
 pub(crate) struct OpenTable {
     state: Mutex<State>,
+    /// Hellos this instance has sent, answered or not (outside the lock: a hello
+    /// must not wait for a lane that holds the table through a call).
+    hellos: AtomicU64,
 }
 
 impl Default for OpenTable {
@@ -67,8 +68,8 @@ impl Default for OpenTable {
                 written: None,
                 unheld: Vec::new(),
                 told: false,
-                hellos: 0,
             }),
+            hellos: AtomicU64::new(0),
         }
     }
 }
@@ -80,7 +81,7 @@ impl OpenTable {
 
     /// A hello of this instance is about to go (any lane's, a reconnection's).
     pub(crate) fn hello_sent(&self) {
-        self.lock().hellos += 1;
+        self.hellos.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Whether the MDS's table needs the keeper's look (`fs::keeper`): this client
@@ -252,7 +253,8 @@ impl Remote {
         // short process of the preload library saves a one-sided write and a round
         // trip at start.) After a hello whose answer was lost, the next MDS may have
         // found this instance in its predecessor's record: it is told as usual.
-        let first = !std::mem::replace(&mut st.told, true) && st.hellos == 1;
+        let first =
+            !std::mem::replace(&mut st.told, true) && self.opens.hellos.load(Ordering::SeqCst) == 1;
         if first && st.held.is_empty() && st.unheld.is_empty() {
             st.written = Some(table);
             return Ok(());

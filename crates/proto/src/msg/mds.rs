@@ -243,6 +243,7 @@ impl MdsRequest {
                     .bytes(h.name.as_bytes())
                     .u64(h.nonce)
                     .u64(h.instance);
+                w.buf.extend_from_slice(&h.host);
             }
             MdsRequest::CacheLease { keep_watches } => {
                 w.bool(*keep_watches);
@@ -334,6 +335,7 @@ impl MdsRequest {
                 name: text(r, "client name")?,
                 nonce: r.u64("client nonce")?,
                 instance: r.u64("client instance")?,
+                host: uuid(r)?,
             }),
             MdsKind::CacheLease => MdsRequest::CacheLease {
                 keep_watches: r.bool("keep watches")?,
@@ -498,6 +500,7 @@ impl StoreToMds {
                 durable_on_delivery: r.bool("durable on delivery")?,
                 restarted_host: r.bool("restarted host")?,
                 pool_path: text(r, "pool path")?,
+                host: uuid(r)?,
             }),
             StoreToMdsKind::Persisted => StoreToMds::Persisted { pages: pages(r)? },
             StoreToMdsKind::Resynced => StoreToMds::Resynced,
@@ -527,6 +530,7 @@ impl Message for StoreToMds {
                     .bool(d.durable_on_delivery)
                     .bool(d.restarted_host)
                     .bytes(d.pool_path.as_bytes());
+                w.buf.extend_from_slice(&d.host);
             }
             StoreToMds::Persisted { pages } => put_pages(&mut w, pages),
             StoreToMds::Resynced | StoreToMds::Heartbeat => {}

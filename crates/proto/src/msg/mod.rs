@@ -54,6 +54,9 @@ pub struct Hello {
     /// Drawn once by each client library instance and shared by all its connections:
     /// the MDS calls back no instance about the changes it made itself.
     pub instance: u64,
+    /// The client's host ([`crate::this_host`]): the map it gets names the pool
+    /// files of the stores on the same host only.
+    pub host: [u8; 16],
 }
 
 /// A log commit (paper §4.3): entries for one inode, appended by the MDS in its order.
@@ -119,6 +122,8 @@ pub struct DsHello {
     /// Where its pool file is on its host (absolute), for the map: a client on the
     /// same host maps the pool from it without connecting to the store.
     pub pool_path: String,
+    /// Its host ([`crate::this_host`]).
+    pub host: [u8; 16],
 }
 
 /// What an advisory lock does.

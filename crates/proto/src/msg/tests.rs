@@ -15,6 +15,7 @@ fn sample_requests() -> Vec<MdsRequest> {
             name: "host:42".into(),
             nonce: 99,
             instance: 5,
+            host: [0xAB; 16],
         }),
         MdsRequest::Watch {
             inos: vec![1, 7, u64::MAX],
@@ -110,6 +111,7 @@ fn sample_store_messages() -> Vec<StoreToMds> {
             durable_on_delivery: true,
             restarted_host: true,
             pool_path: "/dev/shm/pools/ds-1-2.pool".into(),
+            host: [0xCD; 16],
         }),
         StoreToMds::Persisted {
             pages: vec![Gpa::new(0, 1), Gpa::new(0, 2)],
