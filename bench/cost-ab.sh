@@ -2,7 +2,7 @@
 # An A/B of what operations cost the whole machine, for one or more `orion` binaries
 # in turn, each on a fresh `orion up` cluster (local fabric, pools in /dev/shm, MDS
 # mirror on), in reverse order every other round. For each it prints:
-#   idle     CPU of every process of the idle cluster (% of one core, over 5 s,
+#   idle     CPU of every process of the idle cluster (bench/idle_cpu.py: % of one core, over 5 s,
 #            after 3 s of rest), and their wake-ups per second;
 #   write    4 KiB random writes through the mount, one job: p50, p99, and µs of CPU
 #            per write summed over every process, with the split by process;
@@ -34,29 +34,8 @@ trap 'stop_second; stop_cluster' EXIT
 cluster_pids() { echo "$up_pid $(pgrep -P "$up_pid" | tr '\n' ' ')"; }
 idle() {
     sleep 3
-    python3 - $(cluster_pids) <<'PY'
-import os, sys, time
-pids = sys.argv[1:]
-def snap():
-    ns = wakes = 0
-    for p in pids:
-        try:
-            tasks = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for t in tasks:
-            try:
-                ns += int(open(f"/proc/{p}/task/{t}/schedstat").read().split()[0])
-                st = open(f"/proc/{p}/task/{t}/status").read()
-            except OSError:
-                continue
-            for l in st.splitlines():
-                if l.startswith(("voluntary_ctxt", "nonvoluntary_ctxt")):
-                    wakes += int(l.split()[1])
-    return ns, wakes
-a, wa = snap(); time.sleep(5); b, wb = snap()
-print(f"idle: {(b - a) / 5e7:.2f}% of a core, {(wb - wa) / 5:.0f} wake-ups/s over {len(pids)} processes")
-PY
+    # shellcheck disable=SC2046
+    python3 bench/idle_cpu.py 5 $(cluster_pids)
 }
 summary() {
     python3 -c '

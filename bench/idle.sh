@@ -13,30 +13,7 @@ run_one() {
     start_cluster "$1"
     sleep 5
     # shellcheck disable=SC2046
-    python3 - "$1" "$WINDOW" "$up_pid" $(pgrep -P "$up_pid" | tr '\n' ' ') <<'PY'
-import os, sys, time
-bin_, window, pids = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
-def snap():
-    ns = wakes = 0
-    for p in pids:
-        try:
-            tasks = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for t in tasks:
-            try:
-                ns += int(open(f"/proc/{p}/task/{t}/schedstat").read().split()[0])
-                st = open(f"/proc/{p}/task/{t}/status").read()
-            except OSError:
-                continue
-            for l in st.splitlines():
-                if l.startswith(("voluntary_ctxt", "nonvoluntary_ctxt")):
-                    wakes += int(l.split()[1])
-    return ns, wakes
-a, wa = snap(); time.sleep(window); b, wb = snap()
-print(f"{bin_}: idle {(b - a) / window / 1e7:.2f}% of a core, "
-      f"{(wb - wa) / window:.0f} wake-ups/s over {len(pids)} processes")
-PY
+    echo "$1: $(python3 bench/idle_cpu.py "$WINDOW" "$up_pid" $(pgrep -P "$up_pid" | tr '\n' ' '))"
     stop_cluster
 }
 take_turns "$rounds" run_one "${bins[@]}"

@@ -460,6 +460,13 @@ mod tests {
         }
     }
 
+    fn secrets(cs: &[u8], ss: &[u8]) -> (Secret, Secret) {
+        (
+            Secret::from_bytes(cs).unwrap(),
+            Secret::from_bytes(ss).unwrap(),
+        )
+    }
+
     /// Runs both sides; returns each side's result and the client's stream.
     fn sessions(
         cs: &[u8],
@@ -468,10 +475,7 @@ mod tests {
         se: u64,
     ) -> (Result<Session>, Result<Session>, UnixStream, UnixStream) {
         let (mut a, b) = UnixStream::pair().unwrap();
-        let (cs, ss) = (
-            Secret::from_bytes(cs).unwrap(),
-            Secret::from_bytes(ss).unwrap(),
-        );
+        let (cs, ss) = secrets(cs, ss);
         let server = std::thread::spawn(move || {
             let mut b = b;
             let be = Backend::Local;
@@ -497,10 +501,7 @@ mod tests {
 
     fn pipelined_at(cs: &[u8], ss: &[u8], ce: u64, refuse_setup: bool) -> (Result<Vec<u8>>, bool) {
         let (mut a, b) = UnixStream::pair().unwrap();
-        let (cs, ss) = (
-            Secret::from_bytes(cs).unwrap(),
-            Secret::from_bytes(ss).unwrap(),
-        );
+        let (cs, ss) = secrets(cs, ss);
         let server = std::thread::spawn(move || {
             let mut b = b;
             let be = Backend::Local;
