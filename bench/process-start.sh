@@ -12,15 +12,22 @@ RUNS=${RUNS:-200}
 source bench/ab-cluster.sh
 ab_args "-p orion-cli -p orion-preload" "$@"
 
-# Mean elapsed and task-clock of RUNS runs of a command, in µs.
+# Mean task-clock of RUNS runs of a command (its own CPU), then its elapsed time and
+# the whole machine's CPU per run (every process: the cluster's daemons too; busy
+# clock ticks of /proc/stat, less idle, iowait and steal), in µs.
 stat_of() {
     perf stat -r "$RUNS" -x, -e task-clock "$@" 2>&1 >/dev/null |
         awk -F, '/task-clock/ {cpu=$1} END {printf "cpu %.0f us", cpu*1000}'
-    local t0 t1
+    busy() { awk '/^cpu / {print $2+$3+$4+$7+$8}' /proc/stat; }
+    local t0 t1 b0 b1 hz
+    hz=$(getconf CLK_TCK)
+    b0=$(busy)
     t0=$(date +%s%N)
     for _ in $(seq "$RUNS"); do "$@" >/dev/null; done
     t1=$(date +%s%N)
-    printf ", elapsed %.0f us\n" "$(((t1 - t0) / RUNS / 1000))"
+    b1=$(busy)
+    printf ", elapsed %.0f us, machine cpu %.0f us\n" "$(((t1 - t0) / RUNS / 1000))" \
+        "$(((b1 - b0) * 1000000 / hz / RUNS))"
 }
 
 make_tree() {

@@ -1,7 +1,8 @@
 //! The data stores as this client reaches them (Orion §3.1, §5.4): the cluster map the
 //! MDS gave, this host's own store's pool mapped, a connection to each other member
-//! made when a transfer first needs it, and the transfers of pages. A page is written to every member of its group that takes writes and read
-//! from one that serves (this host's own pool first, then the others in turn). A
+//! made when a transfer first needs it, and the transfers of pages. A page is written
+//! to every member of its group that takes writes and read from one that serves
+//! (this host's own pool first, then the others in turn). A
 //! transfer that fails asks the MDS for the map again and runs again (it moves whole
 //! pages to fixed addresses, so twice is once), until the map no longer names the
 //! member that failed or it is back, for up to `reconnect_ms`: the application sees no

@@ -726,9 +726,7 @@ impl Store {
             Ok((_, StoreRequest::Info)) => Reply::Ok(ReplyBody::DsInfo(DsInfoReply {
                 group: self.cfg.group,
                 region: self.region.remote(),
-                pool_path: self.pool_path(),
                 pool_uuid: self.sb.pool_uuid,
-                page_area_off: self.sb.page_area_off,
                 page_count: self.sb.page_count,
             })),
             Ok((_, StoreRequest::Flush)) => {

@@ -26,7 +26,7 @@ pub(crate) struct Growth {
     slow: std::sync::Mutex<()>,
 }
 
-fn fallocate(fd: RawFd, mode: i32, at: u64, len: u64) -> std::io::Result<()> {
+pub(crate) fn fallocate(fd: RawFd, mode: i32, at: u64, len: u64) -> std::io::Result<()> {
     // SAFETY: fallocate on a descriptor the pool holds open; no memory is passed.
     let r = unsafe { libc::fallocate(fd, mode, at as libc::off_t, len as libc::off_t) };
     match r {

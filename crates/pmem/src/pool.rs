@@ -672,16 +672,10 @@ fn allocate(file: &File, size: u64, done: &mut dyn FnMut(u64)) -> std::io::Resul
     let mut at = 0;
     while at < size {
         let len = STEP.min(size - at);
-        // SAFETY: fallocate on a file descriptor this function borrows; no memory is
-        // passed.
-        let r =
-            unsafe { libc::fallocate(file.as_raw_fd(), 0, at as libc::off_t, len as libc::off_t) };
-        if r != 0 {
-            let e = std::io::Error::last_os_error();
-            return match e.raw_os_error() {
-                Some(libc::EOPNOTSUPP) => Ok(()),
-                _ => Err(e),
-            };
+        match crate::grow::fallocate(file.as_raw_fd(), 0, at, len) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => return Ok(()),
+            Err(e) => return Err(e),
         }
         at += len;
         done(at);

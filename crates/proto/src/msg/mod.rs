@@ -273,12 +273,10 @@ pub struct HelloReply {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DsInfoReply {
     pub group: u16,
-    /// The data pool, readable and writable one-sided.
+    /// The data pool, readable and writable one-sided. (A client on the store's
+    /// host maps the pool from the cluster map instead: `StoreInfo::pool_path`.)
     pub region: RemoteRegion,
-    /// Where the pool file is, for a client on the same host to map it.
-    pub pool_path: String,
     pub pool_uuid: [u8; 16],
-    pub page_area_off: u64,
     pub page_count: u64,
 }
 
@@ -502,9 +500,8 @@ pub fn encode_reply(out: &mut Vec<u8>, id: u64, reply: &Reply) {
             ReplyBody::DsInfo(d) => {
                 w.u8(ReplyKind::DsInfo as u8).u16(d.group);
                 w.buf.extend_from_slice(&d.region.encode());
-                w.bytes(d.pool_path.as_bytes());
                 w.buf.extend_from_slice(&d.pool_uuid);
-                w.u64(d.page_area_off).u64(d.page_count);
+                w.u64(d.page_count);
             }
             ReplyBody::Lock(l) => {
                 w.u8(ReplyKind::Lock as u8).bool(l.is_some());
@@ -625,9 +622,7 @@ pub fn decode_reply(b: &[u8]) -> Result<(u64, Reply), ProtoError> {
         ReplyKind::DsInfo => Reply::Ok(ReplyBody::DsInfo(DsInfoReply {
             group: r.u16("group")?,
             region: region(&mut r)?,
-            pool_path: text(&mut r, "pool path")?,
             pool_uuid: uuid(&mut r)?,
-            page_area_off: r.u64("page area")?,
             page_count: r.u64("page count")?,
         })),
         ReplyKind::Lock => Reply::Ok(ReplyBody::Lock(if r.bool("lock present")? {
