@@ -123,6 +123,9 @@ impl Chunks {
                     }
                 }
             };
+            // Runs are queued non-empty (a grant of pages, a remainder, pages given
+            // back): an empty one would be handed out as a write of no pages.
+            debug_assert!(k > 0, "an empty run among the chunks at {g:?}");
             let use_now = k.min(n - have);
             if use_now < k {
                 self.runs.push_front((g.offset_by(use_now), k - use_now));

@@ -318,6 +318,11 @@ impl InodeCache {
                 Some((prev, tail)) if prev == before => {
                     let c = self.map.get_mut(&ino);
                     let c = c.expect("nothing else uses a copy while its commit is on its way");
+                    // `apply_ahead` left it there, and no slot holds that tail.
+                    assert_eq!(
+                        c.tail, IN_FLIGHT,
+                        "inode {ino}: a copy moved under its commit"
+                    );
                     c.tail = tail;
                     Some(true)
                 }
@@ -401,6 +406,10 @@ impl InodeCache {
             self.contended.clear();
         }
         self.contended.insert(ino, 0);
+        debug_assert!(
+            self.contended.len() <= MAX_CONTENDED,
+            "the contended set is bounded"
+        );
     }
 
     pub fn ftype(&self, ino: u64) -> Option<FileType> {

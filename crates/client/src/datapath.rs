@@ -82,6 +82,8 @@ impl PageCache {
     }
 
     pub(crate) fn put(&self, g: Gpa, page: &[u8]) {
+        // `get_into` copies an entry over a whole page.
+        assert_eq!(page.len(), PS as usize, "the cache holds whole pages");
         let mut lru = self.lru();
         lru.put(g, (Instant::now(), page.into()));
         while lru.len() > self.cap {

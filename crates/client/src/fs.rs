@@ -218,9 +218,17 @@ impl Client {
         }
         let (cfg, domain) = (self.lanes.cfg.clone(), self.lanes.domain.clone());
         let instance = self.lanes.instance;
+        // Open files keep the lease (the kernel may read their mapped pages without a
+        // call); weak: the thread is joined before the lanes go.
+        let lanes = Arc::downgrade(&self.lanes);
+        let files_open = Box::new(move || {
+            lanes
+                .upgrade()
+                .is_some_and(|l| !lock(&l.open).handles.is_empty())
+        });
         let t = std::thread::Builder::new()
             .name("orion-callbacks".into())
-            .spawn(move || callback_loop(cfg, domain, instance, kc))
+            .spawn(move || callback_loop(cfg, domain, instance, kc, files_open))
             .map_err(|e| io_err(format!("starting the callback thread: {e}")))?;
         *lock(&self.kernel.get().expect("set above").1) = Some(t);
         Ok(())

@@ -19,6 +19,18 @@
 //! new watch first; and a watch asked before the recall came is not noted after it
 //! (the MDS may have ended it when the answer reached it): [`KernelCache::recalled`].
 //!
+//! The lease is renewed only while it is used (design note 85): a renewal is due every
+//! third of the lease, and it is sent if a front-end call asked about watches since the
+//! last one, or files are open (the kernel may map their pages and read them without a
+//! call), or the kernel keeps files' data. An idle mount lets its lease run out and
+//! sends nothing; its next call finds no lease and waits for one round trip of the
+//! callback thread ([`LEASE_WAIT`] at most, else it hands the kernel nothing). The MDS
+//! keeps a lapsed instance's watches and calls it back as before, but no change waits
+//! for it: its kernel holds nothing any more. A call that read under one lease must
+//! not hand its reads over under a lease granted after a lapse (a change acknowledged
+//! in the gap may be in what it read), so each lease granted after a lapse starts a
+//! new *run*, and [`KernelCache::ttl`] is zero for a [`Watched`] of an earlier run.
+//!
 //! Watches end when the kernel forgets an inode (FUSE's `forget`, once as many
 //! lookups were forgotten as the mount answered), in batches (`Unwatch`). Two
 //! locks keep that from dropping a watch the kernel relies on: a call that hands the
@@ -47,6 +59,9 @@ use crate::ClientConfig;
 /// What the front-end does with invalidations (it must not call the client).
 pub type Invalidate = Box<dyn Fn(&[Invalidation]) + Send + Sync>;
 
+/// Whether the client holds files open (then the lease is kept even when unused).
+pub(crate) type FilesOpen = Box<dyn Fn() -> bool + Send>;
+
 /// Below this much lease left, the kernel is told to cache nothing.
 const MIN_TTL: Duration = Duration::from_millis(2);
 /// Taken off every lifetime handed to the kernel: it counts in jiffies (up to 10 ms
@@ -67,6 +82,11 @@ const RETRY_PAUSE: Duration = Duration::from_millis(20);
 /// peers every `DAEMON_PEER_LOOKS` meanwhile).
 const LONGEST_WAIT: Duration = Duration::from_secs(1);
 
+/// How long a front-end call waits for a lease to be granted when it finds none (the
+/// callback thread renews a lapsed lease at once when asked; an MDS that does not
+/// answer within this leaves the call to hand the kernel nothing).
+const LEASE_WAIT: Duration = Duration::from_millis(50);
+
 /// Recalls remembered to tell whether a watch asked for was recalled before it is
 /// noted (older ones: any watch asked before them is refused, as if recalled).
 const RECALLS_KEPT: usize = 4096;
@@ -81,6 +101,8 @@ pub struct Watched {
     recalls: u64,
     /// The stamp of the last note when it was asked for.
     notes: u64,
+    /// The lease's run when it was asked for (see the module's text).
+    run: u64,
 }
 
 /// The inodes watched for this client in the current session, each with the stamp of
@@ -108,6 +130,15 @@ struct Recalls {
 impl Recalls {
     /// Whether `ino` may have been recalled after `since` (the count then).
     fn since(&self, since: u64, ino: u64) -> bool {
+        // The walk below stops at the first recall not after `since`: the recalls
+        // kept are the newest, in order, right after those forgotten.
+        debug_assert!(
+            self.recent
+                .front()
+                .is_none_or(|&(n, _)| n == self.forgotten_upto + 1)
+                && self.recent.back().is_none_or(|&(n, _)| n == self.count),
+            "the recalls kept are not the latest ones"
+        );
         since < self.forgotten_upto
             || self
                 .recent
@@ -124,6 +155,17 @@ pub struct KernelCache {
     lease_until: AtomicU64,
     /// Counts callback connections; watches of an earlier one are void.
     session: AtomicU64,
+    /// Counts leases granted after the one before had run out (or none was held).
+    run: AtomicU64,
+    /// Whether a front-end call asked about watches since the last renewal.
+    used: AtomicBool,
+    /// A call found no lease and waits for one: the callback thread renews at once.
+    wanted: AtomicBool,
+    /// Whether the callback connection is up (hello answered): only then does a call
+    /// wait for a lease.
+    connected: AtomicBool,
+    /// Signalled when a lease is granted or the connection goes.
+    lease_granted: (Mutex<()>, std::sync::Condvar),
     watched: Mutex<WatchSet>,
     /// Entries the kernel holds per inode (lookups answered, less those forgotten).
     held: Mutex<HashMap<u64, u64>>,
@@ -147,6 +189,11 @@ impl KernelCache {
             base: Instant::now(),
             lease_until: AtomicU64::new(0),
             session: AtomicU64::new(0),
+            run: AtomicU64::new(0),
+            used: AtomicBool::new(false),
+            wanted: AtomicBool::new(false),
+            connected: AtomicBool::new(false),
+            lease_granted: (Mutex::new(()), std::sync::Condvar::new()),
             watched: Mutex::new(WatchSet::default()),
             held: Mutex::new(HashMap::new()),
             forgotten: Mutex::new((Vec::new(), None)),
@@ -238,14 +285,24 @@ impl KernelCache {
         // lease seen after reading the session belongs to it (a watch asked under a
         // session that ends meanwhile is not noted: `note`).
         let session = self.session.load(Ordering::Acquire);
+        // The run before the lease: a run that changes after this makes `ttl` zero.
+        let mut run = self.run.load(Ordering::Acquire);
+        if !self.used.load(Ordering::Relaxed) {
+            self.used.store(true, Ordering::Relaxed);
+        }
         if self.left() < MIN_TTL {
-            return None;
+            if !self.await_lease() {
+                return None;
+            }
+            // Nothing is read yet: the lease just granted covers this call.
+            run = self.run.load(Ordering::Acquire);
         }
         let w = lock(&self.watched);
         let watched = Watched {
             session,
             recalls: w.recalls.count,
             notes: w.stamp,
+            run,
         };
         if inos.is_empty() {
             // Only the session is asked for (a change's own inodes are noted after).
@@ -300,6 +357,8 @@ impl KernelCache {
             if r.recent.len() > RECALLS_KEPT {
                 let (old, _) = r.recent.pop_front().expect("longer than kept");
                 r.forgotten_upto = old;
+                // Counted one by one: the oldest kept is the next after it.
+                debug_assert_eq!(r.recent.front().map(|&(n, _)| n), Some(old + 1));
             }
         }
     }
@@ -328,10 +387,69 @@ impl KernelCache {
     /// if the session changed meanwhile or little lease is left.
     pub(crate) fn ttl(&self, w: Watched) -> Duration {
         let left = self.left().saturating_sub(KERNEL_SLACK);
-        if self.session.load(Ordering::Acquire) != w.session || left < MIN_TTL {
+        if self.session.load(Ordering::Acquire) != w.session
+            || self.run.load(Ordering::Acquire) != w.run
+            || left < MIN_TTL
+        {
             return Duration::ZERO;
         }
         left
+    }
+
+    /// No lease (it ran out while the mount was idle): asks the callback thread for
+    /// one and waits up to [`LEASE_WAIT`] for it. True if one was granted.
+    fn await_lease(&self) -> bool {
+        if !self.connected.load(Ordering::Acquire) {
+            return false;
+        }
+        if !self.wanted.swap(true, Ordering::AcqRel) {
+            if let Some(cq) = lock(&self.sleeping_on).as_ref() {
+                cq.wake();
+            }
+        }
+        let deadline = Instant::now() + LEASE_WAIT;
+        let (m, cv) = &self.lease_granted;
+        let mut g = lock(m);
+        loop {
+            if self.left() >= MIN_TTL {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || !self.connected.load(Ordering::Acquire) {
+                return false;
+            }
+            g = cv
+                .wait_timeout(g, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// A lease granted until `until` (its renewal was sent then less the lease): a
+    /// new run if the one before had run out.
+    fn grant_lease(&self, until: Instant) {
+        if self.left().is_zero() {
+            self.run.fetch_add(1, Ordering::AcqRel);
+        }
+        self.set_lease(Some(until));
+        debug_assert!(!self.left().is_zero() || until <= Instant::now());
+        let _g = lock(&self.lease_granted.0);
+        self.lease_granted.1.notify_all();
+    }
+
+    /// Whether the lease is worth renewing now (taking back the word of use).
+    fn renewal_wanted(&self, files_open: bool) -> bool {
+        let asked = self.wanted.swap(false, Ordering::AcqRel);
+        let used = self.used.swap(false, Ordering::AcqRel);
+        asked || used || files_open || self.keep_watches
+    }
+
+    fn set_connected(&self, up: bool) {
+        self.connected.store(up, Ordering::Release);
+        if !up {
+            let _g = lock(&self.lease_granted.0);
+            self.lease_granted.1.notify_all();
+        }
     }
 
     fn left(&self) -> Duration {
@@ -381,6 +499,7 @@ pub(crate) fn callback_loop(
     domain: Domain,
     instance: u64,
     kc: Arc<KernelCache>,
+    files_open: FilesOpen,
 ) {
     let addrs = orion_proto::mds_addresses(&cfg.mds);
     // As a lane's reconnection (`Remote::reconnect`): a vanished host costs a second.
@@ -391,7 +510,17 @@ pub(crate) fn callback_loop(
         let k = at % addrs.len().max(1);
         let addr = &addrs[k];
         at += 1;
-        match session(&cfg, &domain, (addr, k), &mut patience, instance, &kc) {
+        let r = session(
+            &cfg,
+            &domain,
+            (addr, k),
+            &mut patience,
+            instance,
+            &kc,
+            &files_open,
+        );
+        kc.set_connected(false);
+        match r {
             Ok(()) => {}
             Err(e) => {
                 debug!("callback connection to {addr}: {e}");
@@ -411,6 +540,7 @@ fn session(
     patience: &mut Patience,
     instance: u64,
     kc: &KernelCache,
+    files_open: &FilesOpen,
 ) -> Result<(), String> {
     let cq = Arc::new(domain.completion_queue().map_err(|e| e.to_string())?);
     cq.look_at_peers_every(orion_fabric::DAEMON_PEER_LOOKS);
@@ -428,13 +558,15 @@ fn session(
     });
     let mut other = Vec::new();
     match ch.call(&cq, 1, &hello, timeout, &mut other) {
-        Ok(Reply::Ok(ReplyBody::Hello(_))) => {}
+        Ok(Reply::Ok(ReplyBody::Hello(_))) => kc.set_connected(true),
         Ok(r) => return Err(format!("hello refused: {r:?}")),
         Err(e) => return Err(e.to_string()),
     }
     let mut next_id = 2;
     let mut renewal: Option<(u64, Instant)> = None;
     let mut renew_at = Instant::now();
+    // The first lease is taken at once: a mount is about to be used.
+    kc.wanted.store(true, Ordering::Release);
     let mut lease = Duration::from_millis(200);
     let mut batch = Vec::new();
     let mut msg = Vec::new();
@@ -456,7 +588,15 @@ fn session(
         if renewal.is_some_and(|(_, sent)| now >= sent + lease * UNANSWERED_LEASES) {
             break Err("the MDS does not answer".into());
         }
-        if renewal.is_none() && now >= renew_at {
+        let due = now >= renew_at || kc.wanted.load(Ordering::Acquire);
+        if renewal.is_none() && due && !kc.renewal_wanted(files_open()) {
+            // Unused since the last renewal: the lease runs out (the module's text).
+            // Looked at again at the next third, or once it ran out, when a call asks.
+            renew_at = match kc.left().is_zero() {
+                true => now + LONGEST_WAIT,
+                false => now + lease / 3,
+            };
+        } else if renewal.is_none() && due {
             next_id += 1;
             let ask = MdsRequest::CacheLease {
                 keep_watches: kc.keep_watches,
@@ -504,7 +644,7 @@ fn session(
                         match reply {
                             Reply::Ok(ReplyBody::Lease { ms }) if ms > 0 => {
                                 lease = Duration::from_millis(ms as u64);
-                                kc.set_lease(Some(sent + lease));
+                                kc.grant_lease(sent + lease);
                                 renew_at = sent + lease / 3;
                             }
                             // Not renewed while callbacks are outstanding: soon again.

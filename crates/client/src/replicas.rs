@@ -96,6 +96,14 @@ impl Remote {
         });
         self.unreachable.clear();
         self.internal = self.internal.filter(|m| self.stores.contains_key(m));
+        // The store a client is internal to was found by mapping its pool (below),
+        // and kept only with the same pool: it is reached by the mapping.
+        debug_assert!(
+            self.internal
+                .is_none_or(|m| self.stores.get(&m).is_some_and(|s| s.local.is_some())),
+            "the internal store {:?} is not mapped",
+            self.internal
+        );
         if self.internal.is_some() || !self.cfg.internal {
             return;
         }

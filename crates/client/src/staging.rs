@@ -157,6 +157,8 @@ impl Staging {
             f.end = f.end.max(w.size);
         }
         f.entries.extend(entries);
+        // Each entry added its run above: a refused commit gives back what it named.
+        debug_assert_eq!(f.entries.len(), f.runs.len(), "one run per staged entry");
         f.persisted_locally &= persisted_locally;
         f.written_epoch = f.written_epoch.min(written_epoch);
         f.entries.len() >= MAX_STAGED_ENTRIES
@@ -184,6 +186,12 @@ impl Staging {
         if self.files.is_empty() {
             self.since = None;
         }
+        // `stage` starts the clock before it adds a file.
+        debug_assert_eq!(
+            self.since.is_some(),
+            !self.files.is_empty(),
+            "timed while staged"
+        );
         f
     }
 
@@ -207,6 +215,12 @@ impl Staging {
 
     /// How long until the oldest staged write is due (`None`: nothing staged).
     pub fn due_in(&self) -> Option<Duration> {
+        // None tells the flusher that nothing is staged (see `take`).
+        debug_assert_eq!(
+            self.since.is_some(),
+            !self.files.is_empty(),
+            "timed while staged"
+        );
         self.since.map(|t| self.max_age.saturating_sub(t.elapsed()))
     }
 

@@ -141,6 +141,11 @@ pub fn run(job: &Job) -> Result<Copied> {
             while i < n && i - start < RUN_PAGES && bits[(i / 64) as usize] & (1 << (i % 64)) != 0 {
                 i += 1;
             }
+            // Bit `start` was set, and a run stops at RUN_PAGES (the copy buffer's size).
+            debug_assert!(
+                i > start && i - start <= RUN_PAGES,
+                "a run of the plan is empty or longer than the copy buffer"
+            );
             let Some(at) = first_page.checked_add(start) else {
                 bail!("a resync plan past the last page");
             };
@@ -159,6 +164,11 @@ pub fn run(job: &Job) -> Result<Copied> {
                     job.page_count
                 );
             }
+            // The pair of the cut into runs above: the read lands in `buf`, whole.
+            assert!(
+                (1..=RUN_PAGES).contains(&count),
+                "a run of {count} pages does not fit the copy buffer"
+            );
             let len = (count * PAGE_SIZE) as usize;
             if let Err(e) = read_from(p, &cq, &buf, page * PAGE_SIZE, len, timeout) {
                 failures += 1;
@@ -176,6 +186,12 @@ pub fn run(job: &Job) -> Result<Copied> {
             bytes.resize(len, 0);
             buf.read(0, &mut bytes)?;
             let off = job.page_area_off + page * PAGE_SIZE;
+            // Checked just above against the page count, which `server::run` checked
+            // against the pool: the copy lands in the page area.
+            assert!(
+                off + len as u64 <= job.pool.len(),
+                "a resync writes past the page area"
+            );
             job.pool.write_data(off, &bytes)?;
             job.pool.persist(off, len)?;
             copied += count;

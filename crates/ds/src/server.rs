@@ -384,6 +384,8 @@ impl Store {
                     );
                 }
                 info!("joined the MDS at {mds}");
+                // Joins are tried only without one (`run`): none is replaced unclosed.
+                assert!(self.mds.is_none(), "a store joined a second MDS");
                 self.mds = Some(ch);
                 self.mds_heard = Instant::now();
                 self.cancel_resync();
@@ -547,6 +549,9 @@ impl Store {
 
     /// Starts copying what this store missed from a peer, on a thread of its own.
     fn start_resync(&mut self) {
+        // From a join's answer, or a retry while joined (`poll_resync`): the plan is
+        // asked of the MDS the store joined.
+        debug_assert!(self.mds.is_some(), "a resync starts while joined to no MDS");
         self.cancel_resync();
         // The new thread waits for the old one (cancelled: it stops at its next run of
         // pages or wait), so this loop goes on serving and sending heartbeats.

@@ -176,6 +176,11 @@ impl Mapping {
                 }
                 None => (len, len),
             };
+            // Each piece moves on and stays inside the copy, whatever the file's holes.
+            debug_assert!(
+                at < end && end <= len,
+                "piece {at}..{end} of a {len}-byte read"
+            );
             // SAFETY: [at, end) of the copy lies inside both mappings (checked
             // above): zeros for the hole before `data`, then the bytes from there
             // (`copy` tolerates overlap when a region is read into itself).

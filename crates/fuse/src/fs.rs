@@ -432,7 +432,10 @@ impl Filesystem for OrionFs {
             false => Ok(()),
         };
         match killed(before.and_then(|_| self.client.pwrite(Fd(fh.0), offset, data))) {
-            Ok(n) => reply.written(n as u32),
+            Ok(n) => {
+                debug_assert!(n <= data.len(), "wrote {n} of {} bytes", data.len());
+                reply.written(n as u32)
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -577,6 +580,10 @@ impl Filesystem for OrionFs {
         let r = (self.may_current(req, ino.0, perm::MAY_READ))
             .and_then(|_| self.client.open_ino(ino.0, OpenFlags::read()))
             .map(|fd| {
+                debug_assert_ne!(
+                    fd.0, REMOVED_DIR,
+                    "a descriptor has the removed dir's handle"
+                );
                 self.listings.open(fd.0);
                 fd.0
             });

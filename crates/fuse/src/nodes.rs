@@ -64,6 +64,12 @@ impl Nodes {
             n.generation = a.generation;
             n.lookups = 0;
         }
+        // An earlier generation went back above; a later one took the node over.
+        debug_assert_eq!(
+            n.generation, a.generation,
+            "inode {} of another generation",
+            a.ino
+        );
         n.last = a.clone();
         n.lookups += 1;
         true
@@ -109,6 +115,8 @@ impl Nodes {
     pub fn forgot(&self, ino: u64, lookups: u64) {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(n) = held.get_mut(&ino) {
+            // A node is held from its first lookup told and goes with its last one.
+            debug_assert!(n.lookups > 0, "inode {ino} held with no lookups");
             n.lookups = n.lookups.saturating_sub(lookups);
             if n.lookups == 0 {
                 held.remove(&ino);

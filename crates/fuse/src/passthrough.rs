@@ -112,10 +112,12 @@ impl Passthrough {
 
     fn keep(&self, f: File) -> FileHandle {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.files
+        let old = self
+            .files
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(fh, Arc::new(f));
+        debug_assert!(old.is_none(), "file handle {fh} handed out twice");
         FileHandle(fh)
     }
 }
@@ -314,6 +316,8 @@ impl Filesystem for Passthrough {
                     Err(e) => return Err(err(e)),
                 }
             }
+            // A reply holds no more than the kernel asked for (a longer one is refused).
+            debug_assert!(got <= buf.len(), "read {got} bytes of {size} asked");
             buf.truncate(got);
             Ok(buf)
         });

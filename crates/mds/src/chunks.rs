@@ -186,6 +186,11 @@ impl ChunkGrants {
                 .holder(g)
                 .unwrap_or_else(|| panic!("page {g:?} committed outside this client's grants"));
             let l = &mut self.0[at];
+            // `holder` found page `i` uncommitted: the count of those cannot be zero.
+            assert!(
+                l.left > 0,
+                "a grant holding an uncommitted page has none left"
+            );
             l.committed[(i / 64) as usize] |= 1 << (i % 64);
             l.left -= 1;
         }
@@ -214,6 +219,12 @@ impl ChunkGrants {
                 }
             }
         }
+        // The pair of `commit`'s count: what goes back to the groups is what is left.
+        debug_assert_eq!(
+            out.iter().map(|&(_, n)| n).sum::<u64>(),
+            self.0.iter().map(|l| l.left as u64).sum::<u64>(),
+            "a grant's count of pages left disagrees with its bitmap"
+        );
         out
     }
 }

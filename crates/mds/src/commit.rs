@@ -135,6 +135,12 @@ pub fn apply(
         .iter()
         .any(|e| matches!(e, Entry::SetAttr(a) if a.mask & attr_mask::SIZE != 0 && a.size < size));
     let r = engine.commit_entries(c.ino, c.entries, shrinking)?;
+    // Nothing ran between the check of the tail above and the append: the entries
+    // follow the tail the client computed them from.
+    assert!(
+        c.expect.is_none_or(|t| t == r.0),
+        "a commit appended after a tail other than the one it expected"
+    );
     for (g, n) in pages {
         grants.commit(g, n);
     }

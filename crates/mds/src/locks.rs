@@ -109,6 +109,13 @@ impl Locks {
                 }
                 true
             });
+            // The holder's ranges were cut out of the request's, and those merged into it
+            // were its own and disjoint; the request's conflicts were refused above.
+            debug_assert!(
+                kept.iter().all(|h| !overlaps(h, new.start, new.end)
+                    || (h.holder != holder && !h.write && !new.write)),
+                "a lock overlaps its holder's ranges or conflicts with another's"
+            );
             kept.push(new);
         }
         if kept.is_empty() {

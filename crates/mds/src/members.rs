@@ -365,6 +365,12 @@ impl ClusterMap {
             self.members.get(&id).is_none_or(|m| m.conn.is_none()),
             "a connected member leaves before it joins again"
         );
+        // Kept so by `committed_to`, `resynced` and `parse`: a member admitted in sync
+        // takes no copy, so none may be owed to it.
+        debug_assert!(
+            !in_sync || missed.as_ref().is_some_and(|s| s.is_empty()),
+            "an in-sync member has missed pages"
+        );
         let admission = match (in_sync, peer) {
             (true, _) => Admission::Up,
             (false, Some(from)) => Admission::Resync { from },
@@ -419,6 +425,11 @@ impl ClusterMap {
         let Some(m) = self.members.values_mut().find(|m| m.conn == Some(conn)) else {
             return Ok(None);
         };
+        // A connection is recorded only by `join`, as up or resyncing.
+        assert!(
+            m.state.takes_writes(),
+            "a member down still has a connection"
+        );
         m.conn = None;
         m.state = MemberState::Down;
         m.left_at = Some(Instant::now());
@@ -457,6 +468,11 @@ impl ClusterMap {
             if m.state.takes_writes() {
                 continue;
             }
+            // The pair of `leave`'s: one that takes no writes has left (or never joined).
+            debug_assert!(
+                m.conn.is_none(),
+                "a member that takes no writes is connected"
+            );
             if m.in_sync {
                 m.in_sync = false;
                 changed = true;

@@ -217,6 +217,11 @@ impl Mds {
         let listed = self.role.as_ref().map(|r| r.set_eligible(Some(&name)));
         match listed {
             Some(Ok(true)) => {
+                // Checked on entry, and the shipping above loses no mirror (it fails).
+                assert!(
+                    self.mirror.copying && !self.mirror.synced && self.mirror.conn == Some(conn),
+                    "a mirror gets in sync only from copying the pool"
+                );
                 self.mirror.copying = false;
                 self.mirror.synced = true;
                 // The list names this primary and the new mirror only: an old mirror
@@ -287,6 +292,12 @@ impl Mds {
                 }
             }
         }
+        // Returned above unless the manager heard it; a mirror dropped since (the one
+        // closed above) was not in sync, since `must_unlist` is never set with `synced`.
+        assert!(
+            !self.mirror.must_unlist,
+            "replies leave while the manager may list a lost mirror"
+        );
         for (conn, id, reply) in std::mem::take(&mut self.mirror.outbox) {
             self.send_reply_now(conn, id, reply);
         }
@@ -497,6 +508,11 @@ impl Mds {
             while k < n && staged + ring.frames.writes[k].1.len() <= STAGING {
                 let (off, range) = ring.frames.writes[k].clone();
                 let len = range.len();
+                // Framed within DATA..DATA + cap, which `RingWriter::new` fit in the ring.
+                debug_assert!(
+                    off + len as u64 <= ring.writer.region.len,
+                    "a write runs past the mirror's ring"
+                );
                 ring.staging
                     .write(staged as u64, &ring.frames.bytes[range])
                     .map_err(|e| e.to_string())?;

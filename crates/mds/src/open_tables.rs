@@ -199,7 +199,17 @@ impl OpenTables {
         // Back in the record if it had left it.
         self.holders_changed |= !t.recorded();
         t.left_at = None;
-        Ok(t.region.remote())
+        let remote = t.region.remote();
+        // Taken out of every other table above: its departure ends one instance's use.
+        debug_assert_eq!(
+            self.tables
+                .values()
+                .filter(|t| t.conns.contains(&conn))
+                .count(),
+            1,
+            "a connection writes the table of one instance"
+        );
+        Ok(remote)
     }
 
     /// A connection went: its instance's table stays for the grace period, or, if
@@ -290,6 +300,12 @@ impl OpenTables {
             let Some(at) = t.left_at else {
                 return true;
             };
+            // Set only when its last connection went, and cleared by the next one
+            // (`table_of`): a table dropped below has nobody writing it.
+            debug_assert!(
+                t.conns.is_empty(),
+                "a table left by its last connection has one"
+            );
             if t.empty_when_left && now >= at + SETTLE {
                 if t.holds_nothing() {
                     return false;
@@ -398,6 +414,12 @@ impl Mds {
             let at = HOLDERS_OFFSET + (t.record.next_copy * HOLDERS_COPY) as u64;
             debug_assert!(at + HOLDERS_COPY as u64 <= PAGE_SIZE);
             let bytes = encode_holders(t.record.next_seq, &holders);
+            // A copy longer than its slot would run over the other copy.
+            assert_eq!(
+                bytes.len(),
+                HOLDERS_COPY,
+                "a record copy fills its slot exactly"
+            );
             let pool = self.engine.pool();
             (pool
                 .write(at, &bytes)

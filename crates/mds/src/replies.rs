@@ -41,6 +41,12 @@ impl ReplyTable {
         // Most replies are a few dozen bytes: one allocation, not a doubling series.
         let mut bytes = Vec::with_capacity(128);
         encode_reply(&mut bytes, id, reply);
+        // What a retry under this id, or the mirror, is answered with.
+        debug_assert_eq!(
+            orion_proto::peek_id(&bytes),
+            Some(id),
+            "a remembered reply names another request"
+        );
         if let Some(p) = &mut self.pending {
             put_entry(p, nonce, id, &bytes);
         }
@@ -71,6 +77,11 @@ impl ReplyTable {
                 self.by_client.remove(&n);
             }
         }
+        // Its use is the newest (`uses` only grows): never the one forgotten.
+        debug_assert!(
+            self.by_client.contains_key(&nonce),
+            "the client just remembered was forgotten"
+        );
     }
 
     /// The reply to request `id` of client `nonce`, if it was applied and is remembered.

@@ -92,6 +92,11 @@ impl Frames {
 
     /// Appends `header` and `payload`, zero-padded to `size`, to go at `at`.
     fn push(&mut self, at: u64, header: &[u8], payload: &[u8], size: usize) {
+        // `framed_len` rounds up: the padding below must not cut the entry short.
+        assert!(
+            header.len() + payload.len() <= size,
+            "an entry overruns its frame"
+        );
         let start = self.bytes.len();
         self.bytes.extend_from_slice(header);
         self.bytes.extend_from_slice(payload);
@@ -169,6 +174,13 @@ impl RingWriter {
     /// does not fit before the ring's end. False when the mirror has not yet freed the
     /// room (read its head, then try again).
     pub(crate) fn frame(&mut self, payload: &[u8], out: &mut Frames) -> Result<bool, String> {
+        // Kept by `set_head` (within what was framed) and by the room check below.
+        assert!(
+            self.head <= self.tail && self.tail - self.head <= self.cap,
+            "the ring's head passed its tail, or it holds more than a lap"
+        );
+        // Every entry, and every lap, starts on a multiple of ALIGN (so does `cap`).
+        debug_assert_eq!(self.tail % ALIGN, 0, "a ring entry starts unaligned");
         let size = framed_len(payload.len());
         if size > self.cap / 2 || payload.len() >= WRAP as usize {
             return Err(format!("a ring entry of {} bytes", payload.len()));
@@ -187,6 +199,11 @@ impl RingWriter {
             out.push(DATA + at, &marker, &[], ENTRY_HEADER);
         }
         let len = payload.len() as u32;
+        // A wrap starts the next lap, where the entry (at most half a lap) fits.
+        assert!(
+            pos % self.cap + size <= self.cap,
+            "a ring entry runs past its end"
+        );
         out.push(
             DATA + pos % self.cap,
             &header(pos, len, payload),

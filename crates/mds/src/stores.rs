@@ -111,6 +111,11 @@ impl Mds {
             let g = Group::new(d.group, d.page_count, &self.engine, grace)?;
             self.groups.insert(d.group, g);
         }
+        // Refused above if it differed: the pages named below are the group's.
+        debug_assert_eq!(
+            self.groups[&d.group].page_count, d.page_count,
+            "a store joined a group of another layout"
+        );
         let peer = self.peers.get_mut(&conn).expect("caller holds it");
         peer.role = Role::Store { member: id };
         let resync = match admission {
@@ -125,6 +130,11 @@ impl Mds {
                 if let Some(set) = only {
                     pages.retain(|p| set.contains(p));
                 }
+                // `resync_plan` finds its place in them by bisection.
+                debug_assert!(
+                    pages.windows(2).all(|w| w[0] < w[1]),
+                    "a resync's pages ascend, each once"
+                );
                 info!(
                     "{id} resyncs {} pages ({} MiB) from {from}{}",
                     pages.len(),
@@ -341,6 +351,13 @@ impl Mds {
             }
         }
         let source = self.map.get(r.source).expect("up").addr.clone();
+        // The pair of `hold` at its join: no page of the plan is reused before it is copied.
+        assert!(
+            self.groups
+                .get(&member.group)
+                .is_some_and(|g| g.held.is_some()),
+            "a group hands freed pages out again while a replica resyncs"
+        );
         let first_page = from_page / 64 * 64;
         let end = first_page.saturating_add(MAX_PLAN_WORDS as u64 * 64);
         let mut bits = Vec::new();

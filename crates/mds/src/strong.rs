@@ -145,6 +145,11 @@ impl StrongWaits {
             groups,
             written,
         } = pending;
+        // `groups` gates the pages' notices (`applies`), and names them when they expire.
+        debug_assert!(
+            pages.iter().all(|g| groups.contains(&g.group())),
+            "an update waits for pages outside its groups"
+        );
         let now = Instant::now();
         self.parked_ever += 1;
         self.parked.push_back(Parked {

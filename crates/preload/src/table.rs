@@ -146,13 +146,18 @@ fn standard_stream(fd: c_int) -> Result<(), c_int> {
 fn put(fd: c_int, file: Arc<OpenFile>, cloexec: bool) {
     file.descriptors.fetch_add(1, Ordering::AcqRel);
     let mut t = TABLE.write().unwrap_or_else(|e| e.into_inner());
-    let old = t
-        .get_or_insert_with(HashMap::new)
-        .insert(fd, Slot { file, cloexec });
+    let map = t.get_or_insert_with(HashMap::new);
+    let old = map.insert(fd, Slot { file, cloexec });
     if old.is_none() {
         COUNT.fetch_add(1, Ordering::AcqRel);
     }
     debug_assert!(old.is_none(), "descriptor {fd} was served twice");
+    // Both change under the write lock only: the count is the table's.
+    debug_assert_eq!(
+        COUNT.load(Ordering::Relaxed),
+        map.len(),
+        "descriptor count drifted"
+    );
 }
 
 /// Stops serving `fd` (its number stays reserved: the caller closes or replaces
@@ -162,11 +167,16 @@ fn put(fd: c_int, file: Arc<OpenFile>, cloexec: bool) {
 fn take(fd: c_int) -> Option<Result<(), c_int>> {
     let file = {
         let mut t = TABLE.write().unwrap_or_else(|e| e.into_inner());
-        let slot = t.as_mut()?.remove(&fd)?;
-        COUNT.fetch_sub(1, Ordering::AcqRel);
+        let map = t.as_mut()?;
+        let slot = map.remove(&fd)?;
+        let was = COUNT.fetch_sub(1, Ordering::AcqRel);
+        debug_assert_eq!(was, map.len() + 1, "descriptor count drifted");
         slot.file
     };
-    let last = file.descriptors.fetch_sub(1, Ordering::AcqRel) == 1;
+    let was = file.descriptors.fetch_sub(1, Ordering::AcqRel);
+    // Each descriptor counted itself in when it was put in the table.
+    debug_assert!(was > 0, "descriptor {fd} of an open file counting none");
+    let last = was == 1;
     crate::hooks::locks_closed(&file, last);
     Some(match last {
         true => file.client.close(file.fd).map_err(|e| e.errno()),

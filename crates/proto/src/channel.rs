@@ -93,7 +93,10 @@ impl Channel {
                 len: c.len,
             },
             OpKind::Send if c.wr_id & SEND_TAG != 0 => {
-                self.free_send.push(c.wr_id & !SEND_TAG);
+                let slot = c.wr_id & !SEND_TAG;
+                // Tagged sends are posted from the free list only, whose slots are < DEPTH.
+                debug_assert!(slot < DEPTH, "send buffer {slot} of {DEPTH}");
+                self.free_send.push(slot);
                 Event::Done
             }
             _ => Event::Done,
@@ -127,6 +130,13 @@ impl Channel {
         let mut b = std::mem::take(&mut self.scratch);
         b.clear();
         req.encode(&mut b, id);
+        // Every encoder starts with the header the peer reads the request's id from.
+        debug_assert_eq!(
+            crate::peek_id(&b),
+            Some(id),
+            "{} without its header",
+            req.name()
+        );
         let r = self.send_bytes(&b);
         self.scratch = b;
         r
@@ -136,6 +146,10 @@ impl Channel {
         let mut b = std::mem::take(&mut self.scratch);
         b.clear();
         encode_reply(&mut b, id, reply);
+        debug_assert!(
+            crate::is_reply(&b) && crate::peek_id(&b) == Some(id),
+            "a reply to {id} without its header"
+        );
         let r = self.send_bytes(&b);
         self.scratch = b;
         r

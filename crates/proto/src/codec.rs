@@ -52,6 +52,12 @@ impl Writer {
     }
     /// Bytes with a u32 length in front.
     pub fn bytes(&mut self, v: &[u8]) -> &mut Self {
+        // A prefix that truncated the length would misframe every field after it.
+        debug_assert!(
+            u32::try_from(v.len()).is_ok(),
+            "{} bytes overflow their length prefix",
+            v.len()
+        );
         self.u32(v.len() as u32);
         self.buf.extend_from_slice(v);
         self

@@ -16,11 +16,15 @@ pub const BYTES: u64 = BUCKETS * WAYS as u64 * 8;
 
 /// The bucket of `ino` (Fibonacci hashing: inode numbers come in runs).
 pub fn bucket(ino: u64) -> u64 {
-    ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - BUCKETS.trailing_zeros())
+    let b = ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - BUCKETS.trailing_zeros());
+    debug_assert!(b < BUCKETS, "bucket {b} of inode {ino} past the table");
+    b
 }
 
 /// Where slot `way` of bucket `b` is.
 pub fn offset(b: u64, way: usize) -> u64 {
+    // A way past its bucket would land in the next one, where the MDS never looks.
+    debug_assert!(b < BUCKETS && way < WAYS, "slot {way} of bucket {b}");
     (b * WAYS as u64 + way as u64) * 8
 }
 

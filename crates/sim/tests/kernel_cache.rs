@@ -251,3 +251,69 @@ fn a_look_at_a_file_costs_its_writers_one_callback_until_the_next_look() {
     assert!(!b.watched_for_kernel(Some(before), k));
     assert!(b.watched_for_kernel(b.watch_for_kernel(&[1]), k));
 }
+
+/// The MDS's count of cache leases granted and renewed so far.
+fn leases_granted(cluster: &Cluster) -> u64 {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &cluster.mds_metrics.registry()).unwrap();
+    text.lines()
+        .find(|l| l.starts_with("orion_mds_requests_total{kind=\"cache_lease\"}"))
+        .and_then(|l| l.split(' ').nth(1))
+        .expect("the cache lease counter")
+        .parse()
+        .unwrap()
+}
+
+/// A client whose kernel cache is not used lets its lease run out and renews
+/// nothing (an idle mount wakes nobody); it is still called back meanwhile; its next
+/// look takes a new lease, and nothing read under the old one gets a lifetime in the
+/// kernel from the new one.
+#[test]
+fn an_idle_client_lets_its_lease_run_out_and_its_next_look_takes_a_new_one() {
+    const LEASE_MS: u64 = 300;
+    let cluster = Cluster::start(ClusterConfig {
+        seed: 14,
+        cache_lease_ms: LEASE_MS,
+        ..Default::default()
+    })
+    .unwrap();
+    let a = cluster.client(ClientKind::EXTERNAL).unwrap();
+    let b = cluster.client(ClientKind::EXTERNAL).unwrap();
+    let ino = a.mknod("/f", FileType::Regular, 0o644).unwrap().ino;
+    let seen = recording(&b);
+    let old = wait_for_lease(&b, ino);
+    // Idle for long enough that the lease ran out: then no renewal goes out.
+    std::thread::sleep(Duration::from_millis(3 * LEASE_MS));
+    let granted = leases_granted(&cluster);
+    std::thread::sleep(Duration::from_millis(3 * LEASE_MS));
+    assert_eq!(
+        leases_granted(&cluster),
+        granted,
+        "an idle client renewed its lease"
+    );
+    assert_eq!(b.kernel_ttl(Some(old)), Duration::ZERO);
+    // Called back while its lease is out; the change waits for nobody.
+    seen.lock().unwrap().clear();
+    chmod(&a, ino, 0o600);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while seen.lock().unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "B was not called back");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(*seen.lock().unwrap(), vec![Invalidation::Recall(ino)]);
+    // The next look takes a lease again (it asks for one and waits a round trip).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let new = loop {
+        if let Some(w) = b.watch_for_kernel(&[ino]) {
+            if !b.kernel_ttl(Some(w)).is_zero() {
+                break w;
+            }
+        }
+        assert!(Instant::now() < deadline, "no new lease within 10 s");
+    };
+    assert!(leases_granted(&cluster) > granted);
+    assert!(b.watched_for_kernel(Some(new), ino));
+    assert_eq!(b.getattr(ino).unwrap().mode & 0o7777, 0o600);
+    // What was read under the lease that ran out is not handed over under this one.
+    assert_eq!(b.kernel_ttl(Some(old)), Duration::ZERO);
+}

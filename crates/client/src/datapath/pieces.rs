@@ -20,6 +20,11 @@ impl PartialEnds {
     pub(crate) fn new(off: u64, end: u64, first: u64, npages: u64) -> PartialEnds {
         let head_at = (off - first * PS) as usize;
         let tail_end = (end - (first + npages - 1) * PS) as usize;
+        // `first` is the page of `off` and the last page the page of `end - 1`.
+        debug_assert!(
+            head_at < PS as usize && tail_end > 0 && tail_end <= PS as usize,
+            "the write's ends lie in its first and last pages: {head_at}, {tail_end}"
+        );
         PartialEnds {
             head: head_at != 0 || (npages == 1 && tail_end != PS as usize),
             tail: npages > 1 && tail_end != PS as usize,
@@ -42,6 +47,13 @@ impl PartialEnds {
 
     /// Copies the caller's bytes over the old contents of the partial pages.
     pub(crate) fn fill(&self, assembled: &mut [(u64, Vec<u8>)], data: &[u8]) {
+        // `data` is the write these ends were computed from: it runs from `head_at`
+        // in the first page to `tail_end` in the last.
+        debug_assert_eq!(
+            self.head_at + data.len(),
+            (self.npages - 1) as usize * PS as usize + self.tail_end,
+            "the bytes are the write's whose ends these are"
+        );
         for (j, buf) in assembled.iter_mut() {
             // The write's bytes that land in page j, and where in the page.
             let page_start = *j * PS;
@@ -94,6 +106,11 @@ impl<'a> PageSources<'a> {
             let at = ((self.first + start) * PS - self.off) as usize;
             out.push((start, &self.data[at..at + ((j - start) * PS) as usize]));
         }
+        debug_assert_eq!(
+            out.iter().map(|(_, b)| b.len() as u64).sum::<u64>(),
+            n * PS,
+            "the segments cover the pages asked, whole"
+        );
         out
     }
 }

@@ -29,6 +29,12 @@ impl DataPath<'_> {
         let skip = (off - first * PS) as usize;
         buf.drain(..skip);
         buf.truncate((end - off) as usize);
+        // The pages fetched run from `off`'s page through `end - 1`'s.
+        assert_eq!(
+            buf.len() as u64,
+            end - off,
+            "the pages read cover the bytes read"
+        );
         assert!(buf.len() <= len, "a read returns at most what was asked");
         Ok(buf)
     }
@@ -41,6 +47,12 @@ pub(crate) fn fetch(
     gpas: &[Option<Gpa>],
     out: &mut [u8],
 ) -> Res<()> {
+    // Every caller sizes `out` by the pages it asks for: no byte is left unfilled.
+    assert_eq!(
+        out.len(),
+        gpas.len() * PS as usize,
+        "pages are fetched whole"
+    );
     let mut i = 0;
     while i < gpas.len() {
         let at = i * PS as usize;

@@ -33,6 +33,13 @@ impl DataPath<'_> {
             };
             let (commit, sent) = send_commit(self.remote, self.cache, commit);
             f.entries = commit.entries;
+            // The commit gave its entries back whole: a run per entry (`Staging::stage`),
+            // which a refusal gives back and a changed map copies again.
+            assert_eq!(
+                f.entries.len(),
+                f.runs.len(),
+                "inode {ino}: staged entries lost"
+            );
             match sent {
                 Ok(_) => return Ok(()),
                 // A store took writes only after these pages went out: copy them to

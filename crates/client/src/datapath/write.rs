@@ -274,6 +274,13 @@ impl DataPath<'_> {
                         assembled: &w.assembled,
                     };
                     let runs = taken.as_deref().expect("a committed write's pages");
+                    // Each attempt keeps `taken` only if it has as many pages as its
+                    // plan: the pages committed are those of the last attempt's plan.
+                    debug_assert_eq!(
+                        runs.iter().map(|r| r.1).sum::<u64>(),
+                        w.plan.npages,
+                        "the pages committed are the last attempt's"
+                    );
                     let mut k = 0u64;
                     for &(g, n) in runs {
                         if Some(g.group()) != self.remote.internal_group() {

@@ -203,6 +203,12 @@ impl Inner {
             let written_epoch = remote.epoch;
             let mut local = false;
             if let Some((pg, old)) = cut_page {
+                // Only a new size inside page `pg` cuts it: the bytes from there go.
+                debug_assert!(
+                    req.size
+                        .is_some_and(|s| s / PAGE_SIZE == pg && s % PAGE_SIZE != 0),
+                    "the page cut is not the one the new size ends inside"
+                );
                 let mut buf = vec![0u8; PAGE_SIZE as usize];
                 fetch(remote, pages, &[Some(old)], &mut buf)?;
                 buf[(req.size.unwrap_or(0) % PAGE_SIZE) as usize..].fill(0);

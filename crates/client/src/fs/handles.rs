@@ -304,7 +304,7 @@ impl Inner {
         let mut open = lock(&self.open);
         let fd = open.next_fd;
         open.next_fd += 1;
-        open.handles.insert(
+        let reused = open.handles.insert(
             fd,
             Handle {
                 ino,
@@ -314,6 +314,8 @@ impl Inner {
                 held,
             },
         );
+        // Descriptor numbers only grow: another open file's handle is never replaced.
+        assert!(reused.is_none(), "descriptor {fd} handed out twice");
         Ok(Fd(fd))
     }
 

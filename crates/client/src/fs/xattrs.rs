@@ -118,6 +118,12 @@ impl Inner {
     /// A caller whose request is then refused gives the page back.
     pub(crate) fn value_page(&mut self, bytes: &[u8]) -> Res<(Gpa, bool, Epoch)> {
         let runs = self.chunks.take(&mut self.remote, 1)?;
+        // One page is one run: callers give back `(g, 1)` when refused.
+        assert_eq!(
+            (runs.len(), runs[0].1),
+            (1, 1),
+            "one page taken as {runs:?}"
+        );
         let g = runs[0].0;
         let mut buf = vec![0u8; PAGE_SIZE as usize];
         buf[..bytes.len()].copy_from_slice(bytes);

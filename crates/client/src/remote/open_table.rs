@@ -100,6 +100,8 @@ impl OpenTable {
             debug_assert!(false, "inode {ino} closed more often than opened");
             return None;
         };
+        // A held inode is counted from its first open and forgotten at its last close.
+        debug_assert!(h.count > 0, "inode {ino} held with no descriptor");
         h.count -= 1;
         if h.count > 0 {
             return None;

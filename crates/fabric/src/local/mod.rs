@@ -216,7 +216,10 @@ impl Drop for LocalRegion {
     fn drop(&mut self) {
         if let Some(s) = self.slot {
             self.shared.file.revoke(s, self.key);
-            self.shared.slots.lock().unwrap()[s] = false;
+            let mut slots = self.shared.slots.lock().unwrap();
+            // Marked taken when the region was published, freed here only.
+            debug_assert!(slots[s], "region slot {s} freed while free");
+            slots[s] = false;
         }
         if let Some(p) = &self.unlink {
             let _ = std::fs::remove_file(p);
@@ -498,7 +501,10 @@ pub(crate) struct LocalCq {
 
 impl Drop for LocalCq {
     fn drop(&mut self) {
-        self.shared.bells.lock().unwrap()[self.bell] = false;
+        let mut bells = self.shared.bells.lock().unwrap();
+        // Marked taken when the queue was made, freed here only.
+        debug_assert!(bells[self.bell], "doorbell {} freed while free", self.bell);
+        bells[self.bell] = false;
     }
 }
 

@@ -122,12 +122,23 @@ impl Ring {
                 return Ok(false);
             }
         }
+        // Room is granted only for what the ring can hold besides the cleared line.
+        debug_assert!(
+            total + ALIGN <= self.size,
+            "room granted for {total} bytes in a ring of {}",
+            self.size
+        );
         let (mut pos, mut at) = (tail, idx);
         if need > contig {
             self.publish(m, at, pos, contig - HEADER, KIND_SKIP, 0)?;
             pos += contig as u64;
             at = 0;
         }
+        // Past a skip record the record starts the ring; else it fit before the end.
+        debug_assert!(
+            at + need <= self.size,
+            "a record of {need} bytes at {at} would straddle the ring's end"
+        );
         let end = pos + need as u64;
         self.stamp(m, (end % self.size as u64) as usize)
             .store(0, Ordering::Relaxed);
@@ -170,12 +181,15 @@ impl Ring {
                     continue;
                 }
                 KIND_MSG | KIND_IMM => {
+                    // The head was checked aligned and the span is rounded: so is the next.
+                    let next = head.wrapping_add(span as u64);
+                    debug_assert!(next.is_multiple_of(ALIGN as u64), "next head {next}");
                     return Ok(Some(Record {
                         kind,
                         imm,
                         len,
                         payload: self.data + at + HEADER,
-                        next: head.wrapping_add(span as u64),
+                        next,
                     }));
                 }
                 _ => return bad("unknown record kind"),
@@ -184,6 +198,13 @@ impl Ring {
     }
 
     pub(crate) fn consume(&self, m: &Mapping, r: &Record) {
+        // Only `peek` makes records: a misaligned head would make our next peek refuse
+        // the ring as the peer's fault.
+        debug_assert!(
+            r.next.is_multiple_of(ALIGN as u64),
+            "consuming up to a misaligned head {}",
+            r.next
+        );
         self.head(m).store(r.next, Ordering::Release);
     }
 }

@@ -126,6 +126,9 @@ impl DomainFile {
 
     /// Rings doorbell `bell` if anyone sleeps on it. Call after publishing work.
     pub(crate) fn ring(&self, bell: usize) {
+        // A peer's bell was range-checked when it came (`bell_of`), ours found in the
+        // table: past the doorbells lie the region table's slots.
+        debug_assert!(bell < DOORBELLS, "doorbell {bell} out of range");
         fence(Ordering::SeqCst);
         if self.sleepers(bell).load(Ordering::Relaxed) > 0 {
             self.seq(bell).fetch_add(1, Ordering::SeqCst);
@@ -136,6 +139,10 @@ impl DomainFile {
     /// Sleeps on doorbell `bell` unless `ready()` says there is work (checked after announcing
     /// the sleep, so a producer that publishes concurrently either sees the sleeper or is seen).
     pub(crate) fn sleep(&self, bell: usize, timeout: Duration, ready: impl Fn() -> bool) {
+        debug_assert!(
+            bell < DOORBELLS,
+            "sleeping on doorbell {bell}, out of range"
+        );
         self.sleepers(bell).fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         let s = self.seq(bell).load(Ordering::SeqCst);
@@ -164,6 +171,8 @@ impl DomainFile {
                 std::io::Error::other(format!("path longer than {PATH_MAX} bytes")),
             ));
         }
+        // The slot was found free in the domain's table of TABLE_SLOTS.
+        debug_assert!(slot < TABLE_SLOTS, "region slot {slot} out of the table");
         let b = Self::slot_base(slot);
         self.map.write((b + 8) as u64, &e.len.to_le_bytes())?;
         self.map.write((b + 16) as u64, &e.file_off.to_le_bytes())?;

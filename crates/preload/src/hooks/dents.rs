@@ -133,6 +133,12 @@ fn fill(out: &mut [u8], entries: &[DirEntry], from: usize) -> (usize, usize) {
         at += len;
         i += 1;
     }
+    // Each record was checked to fit and rounded to 8 bytes, as the kernel's are.
+    debug_assert!(
+        at <= out.len() && at.is_multiple_of(8),
+        "records of {at} bytes in a buffer of {}",
+        out.len()
+    );
     (at, i)
 }
 
@@ -144,7 +150,9 @@ pub(crate) fn closed(fd: c_int) {
         return;
     }
     if with_listings(|m| m.remove(&fd)).flatten().is_some() {
-        HELD.fetch_sub(1, Ordering::Relaxed);
+        // Counted when it went in, under the lock its removal took after.
+        let was = HELD.fetch_sub(1, Ordering::Relaxed);
+        debug_assert!(was > 0, "a snapshot dropped that was never counted");
     }
 }
 
@@ -159,7 +167,8 @@ pub(crate) fn closed_range(first: c_uint, last: c_uint) {
         m.retain(|fd, _| !inside(fd));
         before - m.len()
     }) {
-        HELD.fetch_sub(gone, Ordering::Relaxed);
+        let was = HELD.fetch_sub(gone, Ordering::Relaxed);
+        debug_assert!(was >= gone, "{gone} snapshots dropped of {was} counted");
     }
 }
 

@@ -29,6 +29,12 @@ fn read_into(f: &OpenFile, buf: &mut [u8], off: Option<u64>) -> Result<usize, c_
             None => f.client.read(f.fd, want),
         }
         .map_err(|e| e.errno())?;
+        // The client returns at most what was asked: the copy stays in `want`.
+        debug_assert!(
+            got.len() <= want,
+            "{} bytes read of {want} asked",
+            got.len()
+        );
         orion_client::copy_bytes(&mut buf[done..done + got.len()], &got);
         done += got.len();
         if got.len() < want {
@@ -51,6 +57,7 @@ fn write_from(f: &OpenFile, data: &[u8], off: Option<u64>) -> Result<usize, c_in
         None => f.client.write(f.fd, data),
     }
     .map_err(|e| e.errno())?;
+    debug_assert!(n <= data.len(), "{n} bytes written of {} given", data.len());
     if n > 0 {
         kill_setid(f).map_err(|e| e.errno())?;
     }
@@ -240,6 +247,8 @@ unsafe fn readv_at(fd: c_int, iov: *const iovec, n: c_int, off: Option<off_t>) -
         unsafe { std::ptr::copy_nonoverlapping(buf[at..].as_ptr(), x.iov_base.cast(), k) };
         at += k;
     }
+    // What was read fits the buffers it was read for: all of it went out.
+    debug_assert_eq!(at, got, "{at} bytes of {got} read reached the caller");
     got as ssize_t
 }
 

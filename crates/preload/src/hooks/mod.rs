@@ -79,7 +79,11 @@ pub(crate) unsafe fn route(dirfd: c_int, path: *const c_char, empty_path: bool) 
     RELATIVE.set(p.to_bytes().first() != Some(&b'/'));
     let _in = Inside::enter();
     let r = match classify(dirfd, p, empty_path) {
-        Target::Orion(s) => serving_client().map_or(Route::Kernel, |c| Route::Serve(c, s)),
+        Target::Orion(s) => {
+            // The client walks from the file system's root: `classify` makes it absolute.
+            debug_assert!(s.starts_with('/'), "a path {s:?} not from the root");
+            serving_client().map_or(Route::Kernel, |c| Route::Serve(c, s))
+        }
         Target::OrionFd(fd) => table::get(fd).map_or(Route::Kernel, Route::Fd),
         Target::NotDir => Route::NotDir,
         Target::Kernel => Route::Kernel,

@@ -57,6 +57,12 @@ pub(crate) fn ftype(r: &mut Reader) -> Result<FileType, ProtoError> {
 
 /// A list of data pages (a store's notice, the MDS's request to persist).
 pub(crate) fn put_pages(w: &mut Writer, pages: &[Gpa]) {
+    // Senders cut their lists at the limit (`chunks(MAX_PERSISTED)`): the peer refuses more.
+    debug_assert!(
+        pages.len() <= MAX_PERSISTED,
+        "{} pages in one list",
+        pages.len()
+    );
     w.u32(pages.len() as u32);
     for g in pages {
         w.u64(g.0);

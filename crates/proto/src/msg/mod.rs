@@ -419,6 +419,10 @@ pub fn encode_reply(out: &mut Vec<u8>, id: u64, reply: &Reply) {
                 .rev()
                 .find(|&i| message.is_char_boundary(i))
                 .unwrap_or(0);
+            debug_assert!(
+                cut <= MAX_TEXT,
+                "an error text of {cut} bytes, past the limit"
+            );
             w.u8(ReplyKind::Err as u8)
                 .i32(*errno)
                 .bytes(&message.as_bytes()[..cut]);
