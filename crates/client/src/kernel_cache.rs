@@ -20,8 +20,8 @@
 //! (the MDS may have ended it when the answer reached it): [`KernelCache::recalled`].
 //!
 //! The lease is renewed only while it is used (design note 85): a renewal is due every
-//! third of the lease, and it is sent if a front-end call asked about watches since the
-//! last one, or files are open (the kernel may map their pages and read them without a
+//! third of the lease, and it is sent if a front-end call asked about watches in the
+//! last [`KEEP_LEASES`] leases, or files are open (the kernel may map their pages and read them without a
 //! call), or the kernel keeps files' data. An idle mount lets its lease run out and
 //! sends nothing; its next call finds no lease and waits for one round trip of the
 //! callback thread ([`LEASE_WAIT`] at most, else it hands the kernel nothing). The MDS
@@ -82,6 +82,10 @@ const RETRY_PAUSE: Duration = Duration::from_millis(20);
 /// peers every `DAEMON_PEER_LOOKS` meanwhile).
 const LONGEST_WAIT: Duration = Duration::from_secs(1);
 
+/// Leases an unused lease is still renewed for after the last call that asked about
+/// watches: a mount used now and then keeps it (its next call would wait a round trip
+/// for a new one), an idle one lets it go.
+const KEEP_LEASES: u32 = 10;
 /// How long a front-end call waits for a lease to be granted when it finds none (the
 /// callback thread renews a lapsed lease at once when asked; an MDS that does not
 /// answer within this leaves the call to hand the kernel nothing).
@@ -157,8 +161,9 @@ pub struct KernelCache {
     session: AtomicU64,
     /// Counts leases granted after the one before had run out (or none was held).
     run: AtomicU64,
-    /// Whether a front-end call asked about watches since the last renewal.
-    used: AtomicBool,
+    /// When a front-end call last asked about watches, in nanoseconds from `base`
+    /// (written at most once a millisecond).
+    last_use: AtomicU64,
     /// A call found no lease and waits for one: the callback thread renews at once.
     wanted: AtomicBool,
     /// Whether the callback connection is up (hello answered): only then does a call
@@ -190,7 +195,7 @@ impl KernelCache {
             lease_until: AtomicU64::new(0),
             session: AtomicU64::new(0),
             run: AtomicU64::new(0),
-            used: AtomicBool::new(false),
+            last_use: AtomicU64::new(0),
             wanted: AtomicBool::new(false),
             connected: AtomicBool::new(false),
             lease_granted: (Mutex::new(()), std::sync::Condvar::new()),
@@ -287,8 +292,9 @@ impl KernelCache {
         let session = self.session.load(Ordering::Acquire);
         // The run before the lease: a run that changes after this makes `ttl` zero.
         let mut run = self.run.load(Ordering::Acquire);
-        if !self.used.load(Ordering::Relaxed) {
-            self.used.store(true, Ordering::Relaxed);
+        let now = self.base.elapsed().as_nanos() as u64;
+        if now.saturating_sub(self.last_use.load(Ordering::Relaxed)) > 1_000_000 {
+            self.last_use.store(now, Ordering::Relaxed);
         }
         if self.left() < MIN_TTL {
             if !self.await_lease() {
@@ -437,11 +443,14 @@ impl KernelCache {
         self.lease_granted.1.notify_all();
     }
 
-    /// Whether the lease is worth renewing now (taking back the word of use).
-    fn renewal_wanted(&self, files_open: bool) -> bool {
+    /// Whether the lease of length `lease` is worth renewing now.
+    fn renewal_wanted(&self, lease: Duration, files_open: bool) -> bool {
         let asked = self.wanted.swap(false, Ordering::AcqRel);
-        let used = self.used.swap(false, Ordering::AcqRel);
-        asked || used || files_open || self.keep_watches
+        let idle = self
+            .base
+            .elapsed()
+            .saturating_sub(Duration::from_nanos(self.last_use.load(Ordering::Relaxed)));
+        asked || idle < lease * KEEP_LEASES || files_open || self.keep_watches
     }
 
     fn set_connected(&self, up: bool) {
@@ -589,8 +598,8 @@ fn session(
             break Err("the MDS does not answer".into());
         }
         let due = now >= renew_at || kc.wanted.load(Ordering::Acquire);
-        if renewal.is_none() && due && !kc.renewal_wanted(files_open()) {
-            // Unused since the last renewal: the lease runs out (the module's text).
+        if renewal.is_none() && due && !kc.renewal_wanted(lease, files_open()) {
+            // Unused for a while: the lease runs out (the module's text).
             // Looked at again at the next third, or once it ran out, when a call asks.
             renew_at = match kc.left().is_zero() {
                 true => now + LONGEST_WAIT,
