@@ -238,8 +238,23 @@ impl Client {
     /// client (a request for those not watched yet). None: the kernel keeps nothing
     /// (no kernel cache, no lease, or the MDS refused).
     pub fn watch_for_kernel(&self, inos: &[u64]) -> Option<Watched> {
+        self.watch(inos, true)
+    }
+
+    /// A file was opened (the open table holds it): its kernel may map it and read
+    /// pages in without a getattr, so the MDS watches it from now on for this client,
+    /// with a lease (waited for if it ran out: an open holds no lock the callback
+    /// thread needs).
+    pub fn watch_open_file(&self, ino: u64) {
+        if let Some((kc, _)) = self.kernel.get() {
+            kc.await_lease();
+            let _ = self.watch(&[ino], false);
+        }
+    }
+
+    fn watch(&self, inos: &[u64], need_lease: bool) -> Option<Watched> {
         let kc = &self.kernel.get()?.0;
-        let (missing, w) = kc.missing(inos)?;
+        let (missing, w) = kc.missing(inos, need_lease)?;
         if !missing.is_empty() {
             let req = MdsRequest::Watch {
                 inos: missing.clone(),

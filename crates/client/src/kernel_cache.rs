@@ -4,10 +4,10 @@
 //! that caches nothing.
 //!
 //! A thread of its own keeps a callback connection to the MDS: it holds the cache
-//! lease there (renewed every third of its length), and answers each invalidation
+//! lease there (renewed every third of its length while used), and answers each invalidation
 //! once the front-end's `invalidate` has run (the kernel forgot). The front-end asks,
 //! before it reads what it will hand the kernel, that the inodes concerned be
-//! watched ([`KernelCache::watch`], a `Watch` request for those not yet watched), and
+//! watched ([`KernelCache::missing`], a `Watch` request for those not yet watched), and
 //! hands the kernel nothing that outlives the lease ([`KernelCache::ttl`]). When the
 //! callback connection breaks, the lease and every watch are void: the kernel's
 //! copies run out with the lease, and the next connection starts afresh.
@@ -21,15 +21,18 @@
 //!
 //! The lease is renewed only while it is used (design note 85): a renewal is due every
 //! third of the lease, and it is sent if a front-end call asked about watches in the
-//! last [`KEEP_LEASES`] leases, or files are open (the kernel may map their pages and read them without a
-//! call), or the kernel keeps files' data. An idle mount lets its lease run out and
-//! sends nothing; its next call finds no lease and waits for one round trip of the
-//! callback thread ([`LEASE_WAIT`] at most, else it hands the kernel nothing). The MDS
-//! keeps a lapsed instance's watches and calls it back as before, but no change waits
-//! for it: its kernel holds nothing any more. A call that read under one lease must
-//! not hand its reads over under a lease granted after a lapse (a change acknowledged
-//! in the gap may be in what it read), so each lease granted after a lapse starts a
-//! new *run*, and [`KernelCache::ttl`] is zero for a [`Watched`] of an earlier run.
+//! last `KEEP_LEASES` leases, or files are open (the kernel may map their pages and
+//! read them without a call), or the kernel keeps files' data. An idle mount lets its
+//! lease run out and sends nothing. Its next call finds no lease, asks the callback
+//! thread for one and hands the kernel nothing (it does not wait: it holds the gate,
+//! and maybe a directory's lock in the kernel, which the thread may need to answer a
+//! callback queued before the lease's grant); an open waits for the lease, up to
+//! `LEASE_WAIT`, before it asks for the file's watch (it holds neither). The MDS keeps
+//! a lapsed instance's watches and calls it back as before, but no change waits for
+//! it: its kernel holds nothing any more. A call that read under one lease must not
+//! hand its reads over under a lease granted after a lapse (a change acknowledged in
+//! the gap may be in what it read), so each lease granted after a lapse starts a new
+//! *run*, and [`KernelCache::ttl`] is zero for a [`Watched`] of an earlier run.
 //!
 //! Watches end when the kernel forgets an inode (FUSE's `forget`, once as many
 //! lookups were forgotten as the mount answered), in batches (`Unwatch`). Two
@@ -86,9 +89,9 @@ const LONGEST_WAIT: Duration = Duration::from_secs(1);
 /// watches: a mount used now and then keeps it (its next call would wait a round trip
 /// for a new one), an idle one lets it go.
 const KEEP_LEASES: u32 = 10;
-/// How long a front-end call waits for a lease to be granted when it finds none (the
-/// callback thread renews a lapsed lease at once when asked; an MDS that does not
-/// answer within this leaves the call to hand the kernel nothing).
+/// How long an open that finds no lease waits for one (the callback thread asks at
+/// once; an MDS that does not answer within this leaves the file watched without a
+/// lease until the grant comes).
 const LEASE_WAIT: Duration = Duration::from_millis(50);
 
 /// Recalls remembered to tell whether a watch asked for was recalled before it is
@@ -166,9 +169,12 @@ pub struct KernelCache {
     last_use: AtomicU64,
     /// A call found no lease and waits for one: the callback thread renews at once.
     wanted: AtomicBool,
-    /// Whether the callback connection is up (hello answered): only then does a call
-    /// wait for a lease.
+    /// Whether the callback connection is up (hello answered): only then is a lease
+    /// asked for.
     connected: AtomicBool,
+    /// The MDS answered the last renewal with no lease (`cache_lease_ms` 0): calls do
+    /// not ask again (the thread tries every second).
+    no_leases: AtomicBool,
     /// Signalled when a lease is granted or the connection goes.
     lease_granted: (Mutex<()>, std::sync::Condvar),
     watched: Mutex<WatchSet>,
@@ -198,6 +204,7 @@ impl KernelCache {
             last_use: AtomicU64::new(0),
             wanted: AtomicBool::new(false),
             connected: AtomicBool::new(false),
+            no_leases: AtomicBool::new(false),
             lease_granted: (Mutex::new(()), std::sync::Condvar::new()),
             watched: Mutex::new(WatchSet::default()),
             held: Mutex::new(HashMap::new()),
@@ -284,24 +291,23 @@ impl KernelCache {
     }
 
     /// Those of `inos` that are not watched in the current session, and the session;
-    /// None without a lease.
-    pub(crate) fn missing(&self, inos: &[u64]) -> Option<(Vec<u64>, Watched)> {
+    /// None without a lease if `need_lease` (a renewal is asked for; nothing waits).
+    pub(crate) fn missing(&self, inos: &[u64], need_lease: bool) -> Option<(Vec<u64>, Watched)> {
         // The session before the lease: a new session voids the lease first, so a
         // lease seen after reading the session belongs to it (a watch asked under a
         // session that ends meanwhile is not noted: `note`).
         let session = self.session.load(Ordering::Acquire);
         // The run before the lease: a run that changes after this makes `ttl` zero.
-        let mut run = self.run.load(Ordering::Acquire);
+        let run = self.run.load(Ordering::Acquire);
         let now = self.base.elapsed().as_nanos() as u64;
         if now.saturating_sub(self.last_use.load(Ordering::Relaxed)) > 1_000_000 {
             self.last_use.store(now, Ordering::Relaxed);
         }
         if self.left() < MIN_TTL {
-            if !self.await_lease() {
+            self.want_lease();
+            if need_lease {
                 return None;
             }
-            // Nothing is read yet: the lease just granted covers this call.
-            run = self.run.load(Ordering::Acquire);
         }
         let w = lock(&self.watched);
         let watched = Watched {
@@ -402,17 +408,28 @@ impl KernelCache {
         left
     }
 
-    /// No lease (it ran out while the mount was idle): asks the callback thread for
-    /// one and waits up to [`LEASE_WAIT`] for it. True if one was granted.
-    fn await_lease(&self) -> bool {
-        if !self.connected.load(Ordering::Acquire) {
-            return false;
+    /// No lease (it ran out while the mount was idle): the callback thread is asked
+    /// for one at once, unless the MDS grants none.
+    fn want_lease(&self) {
+        if !self.connected.load(Ordering::Acquire) || self.no_leases.load(Ordering::Acquire) {
+            return;
         }
         if !self.wanted.swap(true, Ordering::AcqRel) {
             if let Some(cq) = lock(&self.sleeping_on).as_ref() {
                 cq.wake();
             }
         }
+    }
+
+    /// Asks for a lease if none is held, and waits up to [`LEASE_WAIT`] for it; true
+    /// if one is held. Only for a caller that holds neither the gate nor a lock the
+    /// kernel takes to drop an entry (an open): the thread may need them to answer a
+    /// callback before it reads the grant.
+    pub(crate) fn await_lease(&self) -> bool {
+        if self.left() >= MIN_TTL {
+            return true;
+        }
+        self.want_lease();
         let deadline = Instant::now() + LEASE_WAIT;
         let (m, cv) = &self.lease_granted;
         let mut g = lock(m);
@@ -421,7 +438,8 @@ impl KernelCache {
                 return true;
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || !self.connected.load(Ordering::Acquire) {
+            let refused = self.no_leases.load(Ordering::Acquire);
+            if left.is_zero() || refused || !self.connected.load(Ordering::Acquire) {
                 return false;
             }
             g = cv
@@ -439,6 +457,14 @@ impl KernelCache {
         }
         self.set_lease(Some(until));
         debug_assert!(!self.left().is_zero() || until <= Instant::now());
+        self.no_leases.store(false, Ordering::Release);
+        let _g = lock(&self.lease_granted.0);
+        self.lease_granted.1.notify_all();
+    }
+
+    /// The MDS grants no leases: a waiting open goes on, and calls stop asking.
+    fn refused(&self) {
+        self.no_leases.store(true, Ordering::Release);
         let _g = lock(&self.lease_granted.0);
         self.lease_granted.1.notify_all();
     }
@@ -454,6 +480,7 @@ impl KernelCache {
     }
 
     fn set_connected(&self, up: bool) {
+        self.no_leases.store(false, Ordering::Release);
         self.connected.store(up, Ordering::Release);
         if !up {
             let _g = lock(&self.lease_granted.0);
@@ -656,9 +683,12 @@ fn session(
                                 kc.grant_lease(sent + lease);
                                 renew_at = sent + lease / 3;
                             }
-                            // Not renewed while callbacks are outstanding: soon again.
-                            // No leases at this MDS (`cache_lease_ms` 0).
-                            _ => renew_at = Instant::now() + Duration::from_secs(1),
+                            // No leases at this MDS (`cache_lease_ms` 0): asked again
+                            // in a second, not at each call.
+                            _ => {
+                                kc.refused();
+                                renew_at = Instant::now() + Duration::from_secs(1);
+                            }
                         }
                         continue;
                     }

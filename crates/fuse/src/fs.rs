@@ -379,7 +379,7 @@ impl Filesystem for OrionFs {
         // which keeps the MDS from ending the watch at a recall meanwhile; see
         // `orion_mds::callbacks`).
         if r.is_ok() {
-            let _ = self.client.watch_for_kernel(&[ino.0]);
+            self.client.watch_open_file(ino.0);
         }
         match r {
             Ok(fd) => reply.opened(FileHandle(fd.0), fopen(self.data_cache)),

@@ -462,7 +462,7 @@ impl Mds {
         let now = Instant::now();
         let (msgs, cut) = self.callbacks.take_outgoing(now);
         for conn in cut {
-            self.drop_peer(conn, "too many invalidations outstanding");
+            self.drop_peer(conn, "a callback unanswered for a lease past its lease");
         }
         for (conn, id, m) in msgs {
             let Some(peer) = self.peers.get_mut(&conn) else {

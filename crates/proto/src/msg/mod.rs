@@ -326,8 +326,8 @@ pub enum ReplyBody {
     },
     /// The answer to `Outcome` for a request the MDS did not apply.
     Unknown,
-    /// A cache lease from now for `ms` milliseconds; 0: not renewed (callbacks are
-    /// outstanding).
+    /// A cache lease from now for `ms` milliseconds; 0: this MDS grants no leases
+    /// (`cache_lease_ms` 0).
     Lease {
         ms: u32,
     },
