@@ -44,8 +44,8 @@ pub(crate) struct Mirroring {
     must_unlist: bool,
     /// When the manager was last asked in vain (to say so once a second).
     unlist_failed: Option<Instant>,
-    /// The connection of a mirror dropped while listed, closed once it is not.
-    closing: Option<ConnId>,
+    /// The connections of mirrors dropped while listed, closed once they are not.
+    closing: Vec<ConnId>,
     /// The mirror's ring, once it copied the pool.
     ring: Option<RingSide>,
     /// Numbers the ring's entries.
@@ -160,7 +160,7 @@ impl Mds {
             // term: a needless fail-over).
             must_unlist: self.mirror.must_unlist,
             unlist_failed: self.mirror.unlist_failed,
-            closing: self.mirror.closing.take(),
+            closing: std::mem::take(&mut self.mirror.closing),
             outbox: std::mem::take(&mut self.mirror.outbox),
             ..Default::default()
         };
@@ -228,7 +228,7 @@ impl Mds {
                 // still to be taken off it is off it.
                 self.mirror.must_unlist = false;
                 self.mirror.unlist_failed = None;
-                if let Some(c) = self.mirror.closing.take() {
+                for c in std::mem::take(&mut self.mirror.closing) {
                     self.drop_peer(c, "another mirror took its place");
                 }
                 info!(
@@ -269,7 +269,7 @@ impl Mds {
                     // Only now is its connection closed: a mirror that saw it close
                     // while still listed would take the role (it may: it holds every
                     // update acknowledged), a needless fail-over.
-                    if let Some(c) = self.mirror.closing.take() {
+                    for c in std::mem::take(&mut self.mirror.closing) {
                         self.drop_peer(c, "dropped as out of sync");
                     }
                 }
@@ -337,9 +337,20 @@ impl Mds {
         );
         let gone = !self.peers.get(&conn).is_some_and(|p| p.ch.conn.is_alive());
         if self.mirror.must_unlist && !gone {
-            self.mirror.closing = Some(conn);
+            self.mirror.closing.push(conn);
         } else {
             self.drop_peer(conn, why);
+        }
+    }
+
+    /// A connection of a mirror closed (`drop_peer`): the mirror is lost if it is the
+    /// current one; an old one, replaced or waiting to be closed, only goes.
+    pub(crate) fn mirror_departed(&mut self, conn: ConnId, why: &str) {
+        if self.mirror.conn == Some(conn) {
+            self.mirror_lost(why);
+        } else {
+            self.mirror.closing.retain(|&c| c != conn);
+            info!("a former mirror's connection closed: {why}");
         }
     }
 

@@ -101,6 +101,15 @@ impl Table {
         self.overflow.is_empty() && (0..BYTES / 8).all(|i| word(i) == 0)
     }
 
+    /// Its last connection went at `now`; true if that takes it out of the record
+    /// (it holds nothing).
+    fn leave(&mut self, now: Instant) -> bool {
+        debug_assert!(self.conns.is_empty(), "a table left with connections");
+        self.left_at = Some(now);
+        self.empty_when_left = self.holds_nothing();
+        self.empty_when_left
+    }
+
     /// Whether the pool's record names its instance.
     fn recorded(&self) -> bool {
         self.left_at.is_none() || !self.empty_when_left
@@ -191,8 +200,14 @@ impl OpenTables {
             });
             self.holders_changed = true;
         }
-        for t in self.tables.values_mut() {
-            t.conns.remove(&conn);
+        // A connection that spoke for another instance (a hello under a new one on
+        // it) no longer does: for that instance it is a departure, or its table would
+        // never be swept and would stay in the record of holders.
+        let now = Instant::now();
+        for (&i, t) in self.tables.iter_mut() {
+            if t.conns.remove(&conn) && i != instance && t.conns.is_empty() {
+                self.holders_changed |= t.leave(now);
+            }
         }
         let t = self.tables.get_mut(&instance).expect("made above");
         t.conns.insert(conn);
@@ -217,9 +232,7 @@ impl OpenTables {
     pub fn departed(&mut self, conn: ConnId, now: Instant) {
         for t in self.tables.values_mut() {
             if t.conns.remove(&conn) && t.conns.is_empty() {
-                t.left_at = Some(now);
-                t.empty_when_left = t.holds_nothing();
-                self.holders_changed |= t.empty_when_left;
+                self.holders_changed |= t.leave(now);
             }
         }
     }
@@ -568,6 +581,15 @@ mod tests {
         t.fresh = true;
         t.sweep(t0 + grace + SETTLE);
         assert!(t.tables.is_empty());
+        // A hello under another instance on a connection ends the first instance's
+        // use of it as a departure would: out of the record, then swept.
+        t.table_of(&domain, 4, 40).unwrap();
+        t.table_of(&domain, 5, 40).unwrap();
+        assert_eq!(t.holders(), Holders::Known(vec![holder_tag(5)]));
+        let later = Instant::now() + SETTLE;
+        t.fresh = true;
+        t.sweep(later);
+        assert!(!t.tables.contains_key(&4) && t.tables.contains_key(&5));
     }
 
     /// A blank record (a new pool, or one whose clients all left holding nothing)

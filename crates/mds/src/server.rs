@@ -387,7 +387,7 @@ impl Mds {
             // A connection that never said who it is (a probe, a store's resync
             // asking for its source): not an operator's event.
             Role::New => tracing::debug!("connection from {} closed: {why}", peer.name),
-            Role::Mirror => self.mirror_lost(why),
+            Role::Mirror => self.mirror_departed(conn, why),
         }
     }
 

@@ -211,10 +211,25 @@ impl LocalConn {
             }
         }
         let mut out = Vec::new();
-        {
-            tx.push_back(o);
-            self.flush_tx(&mut tx, &mut out)?;
+        tx.push_back(o);
+        if let Err(e) = self.flush_tx(&mut tx, &mut out) {
+            // The flush stops at the record it could not write, and this one is last:
+            // it is still queued. Taken back, since the caller hears of it by this
+            // error (a completion too would free its send buffer twice). The peer
+            // wrote nonsense into the ring: the connection is over.
+            let ours = tx.pop_back();
+            debug_assert!(
+                ours.is_some(),
+                "a failed flush took the record it failed on"
+            );
+            drop(tx);
+            self.fail(e.clone(), &mut out);
+            for c in out {
+                self.complete(c);
+            }
+            return Err(e);
         }
+        drop(tx);
         for c in out {
             self.complete(c);
         }
