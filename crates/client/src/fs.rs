@@ -218,13 +218,14 @@ impl Client {
         }
         let (cfg, domain) = (self.lanes.cfg.clone(), self.lanes.domain.clone());
         let instance = self.lanes.instance;
-        // Open files keep the lease (the kernel may read their mapped pages without a
-        // call); weak: the thread is joined before the lanes go.
+        // Open files keep the lease and are watched again by a new callback
+        // connection (the kernel may read their mapped pages without a call); weak:
+        // the thread is joined before the lanes go.
         let lanes = Arc::downgrade(&self.lanes);
         let files_open = Box::new(move || {
-            lanes
-                .upgrade()
-                .is_some_and(|l| !lock(&l.open).handles.is_empty())
+            lanes.upgrade().map_or_else(Vec::new, |l| {
+                lock(&l.open).handles.values().map(|h| h.ino).collect()
+            })
         });
         let t = std::thread::Builder::new()
             .name("orion-callbacks".into())

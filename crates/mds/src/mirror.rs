@@ -307,7 +307,9 @@ impl Mds {
     /// seeing the connection close, does not take over (it copies anew when the
     /// cluster starts again).
     pub(crate) fn mirror_stop(&mut self) {
-        if self.mirror.synced {
+        // A lost mirror still listed (`must_unlist`) is unlisted too: closing its
+        // connection while listed would let it take over.
+        if self.mirror.synced || self.mirror.must_unlist {
             if let Some(role) = self.role.as_ref() {
                 if let Err(e) = role.set_eligible(None) {
                     warn!("telling the cluster manager that the mirror stays behind: {e:#}");
@@ -631,7 +633,7 @@ impl Mds {
                         match MdsInbound::decode(&msg) {
                             Ok((_, MdsInbound::Mirror(MirrorToMds::Applied { upto }))) => {
                                 let before = self.mirror.ring.as_ref().map_or(0, |r| r.applied);
-                                self.mirror_applied(upto);
+                                self.mirror_applied(conn, upto);
                                 if upto > before {
                                     *deadline = Instant::now() + self.mirror_timeout();
                                 }
@@ -651,7 +653,12 @@ impl Mds {
     }
 
     /// The mirror says it applied its ring up to `upto`.
-    pub(crate) fn mirror_applied(&mut self, upto: u64) {
+    pub(crate) fn mirror_applied(&mut self, conn: ConnId, upto: u64) {
+        // Only the current mirror's word counts: an old one (closing) applies another
+        // ring, whose positions say nothing of this one.
+        if self.mirror.conn != Some(conn) {
+            return;
+        }
         if let Some(ring) = self.mirror.ring.as_mut() {
             ring.applied = ring.applied.max(upto);
         }

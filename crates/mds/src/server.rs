@@ -510,7 +510,7 @@ impl Mds {
                 return None;
             }
             (Role::Mirror, MdsInbound::Mirror(MirrorToMds::Applied { upto })) => {
-                self.mirror_applied(upto);
+                self.mirror_applied(conn, upto);
                 return None;
             }
             (&Role::Store { member }, MdsInbound::Store(StoreToMds::Persisted { pages })) => {

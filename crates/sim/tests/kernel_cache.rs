@@ -318,3 +318,62 @@ fn an_idle_client_lets_its_lease_run_out_and_its_next_look_takes_a_new_one() {
     // What was read under the lease that ran out is not handed over under this one.
     assert_eq!(b.kernel_ttl(Some(old)), Duration::ZERO);
 }
+
+/// A file a client holds open is watched at a new MDS too: the kernel may read its
+/// mapped pages without a call that would watch it again, so after the MDS restarts
+/// (its watches gone), another client's writes to the file still call the holder
+/// back.
+#[test]
+fn an_open_file_is_watched_again_after_the_mds_restarts() {
+    let mut cluster = Cluster::start(ClusterConfig {
+        seed: 15,
+        cache_lease_ms: 200,
+        ..Default::default()
+    })
+    .unwrap();
+    let a = cluster.client(ClientKind::EXTERNAL).unwrap();
+    let b = cluster.client(ClientKind::EXTERNAL).unwrap();
+    let ino = a.mknod("/f", FileType::Regular, 0o644).unwrap().ino;
+    let seen = recording(&b);
+    // As the mount's open does: held open, then watched.
+    let held = b.open("/f", orion_client::OpenFlags::read(), 0).unwrap();
+    b.watch_open_file(ino);
+    let fd = a
+        .open("/f", orion_client::OpenFlags::read_write_create(), 0o644)
+        .unwrap();
+    let page = [3u8; 4096];
+    let before = callbacks_sent(&cluster);
+    a.pwrite(fd, 0, &page).unwrap();
+    assert!(
+        callbacks_sent(&cluster) > before,
+        "B holds /f open and watched"
+    );
+    cluster.restart_mds().unwrap();
+    // A's writes reach the new MDS; each calls B back once B watches /f there.
+    seen.lock().unwrap().clear();
+    let before = callbacks_sent(&cluster);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut i = 0u64;
+    while callbacks_sent(&cluster) == before {
+        assert!(
+            Instant::now() < deadline,
+            "no callback to B for a file it holds open, after the MDS restarted"
+        );
+        a.pwrite(fd, i * 4096, &page).unwrap();
+        i += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // B's kernel dropped what it read of /f before the new watch (B looked nothing
+    // up, so only the watch's answer drops it), and was called back about /f.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = seen.lock().unwrap().clone();
+        if got.contains(&Invalidation::Inode(ino)) && got.len() >= 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "B was told {got:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    b.close(held).unwrap();
+    a.close(fd).unwrap();
+}

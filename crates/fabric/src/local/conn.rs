@@ -183,6 +183,10 @@ impl LocalConn {
 
     pub(crate) fn enqueue(&self, o: Outgoing) -> Result<()> {
         let mut tx = self.tx.lock().unwrap();
+        // `fail` marks the connection broken before it drains `tx`: checked under the
+        // lock, a send is either drained (completed as failed) or refused, never left
+        // queued on a connection nobody polls any more.
+        self.state()?;
         if tx.is_empty() {
             // The common case: straight into the ring, no queueing.
             let ring = self.tx_ring();
@@ -213,15 +217,14 @@ impl LocalConn {
         let mut out = Vec::new();
         tx.push_back(o);
         if let Err(e) = self.flush_tx(&mut tx, &mut out) {
-            // The flush stops at the record it could not write, and this one is last:
-            // it is still queued. Taken back, since the caller hears of it by this
-            // error (a completion too would free its send buffer twice). The peer
-            // wrote nonsense into the ring: the connection is over.
+            // The flush pops records from the front only as they are written, and
+            // stops at the first it cannot write: this one, pushed last under the lock,
+            // is still queued. Taken back, since the caller hears of it by this error
+            // (a completion too would return its send buffer a second time); those
+            // queued before it fail with the connection, which cannot go on (the ring's
+            // head is inconsistent, or a copy failed).
             let ours = tx.pop_back();
-            debug_assert!(
-                ours.is_some(),
-                "a failed flush took the record it failed on"
-            );
+            debug_assert!(ours.is_some(), "a failed flush emptied the queue");
             drop(tx);
             self.fail(e.clone(), &mut out);
             for c in out {
