@@ -244,11 +244,13 @@ impl Client {
 
     /// A file was opened (the open table holds it): its kernel may map it and read
     /// pages in without a getattr, so the MDS watches it from now on for this client,
-    /// with a lease (waited for if it ran out: an open holds no lock the callback
-    /// thread needs).
-    pub fn watch_open_file(&self, ino: u64) {
+    /// with a lease if `wait` (waited for if it ran out; only for a caller that holds
+    /// no lock the callback thread needs: not the kernel gate) and without otherwise.
+    pub fn watch_open_file(&self, ino: u64, wait: bool) {
         if let Some((kc, _)) = self.kernel.get() {
-            kc.await_lease();
+            if wait {
+                kc.await_lease();
+            }
             let _ = self.watch(&[ino], false);
         }
     }

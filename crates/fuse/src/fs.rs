@@ -379,7 +379,7 @@ impl Filesystem for OrionFs {
         // which keeps the MDS from ending the watch at a recall meanwhile; see
         // `orion_mds::callbacks`).
         if r.is_ok() {
-            self.client.watch_open_file(ino.0);
+            self.client.watch_open_file(ino.0, true);
         }
         match r {
             Ok(fd) => reply.opened(FileHandle(fd.0), fopen(self.data_cache)),
@@ -764,6 +764,10 @@ impl Filesystem for OrionFs {
                 self.client.changed_for_kernel(w, &[parent.0, a.ino]);
             }
             let fd = self.client.open_ino(a.ino, open_flags(flags))?;
+            if !made {
+                // Open, so watched as an open's file is (the gate is held: no wait).
+                self.client.watch_open_file(a.ino, false);
+            }
             let a = self.client.getattr(a.ino)?;
             // Counted from now: nothing handed over outlives the lease.
             let ttl = match made {

@@ -337,7 +337,7 @@ fn an_open_file_is_watched_again_after_the_mds_restarts() {
     let seen = recording(&b);
     // As the mount's open does: held open, then watched.
     let held = b.open("/f", orion_client::OpenFlags::read(), 0).unwrap();
-    b.watch_open_file(ino);
+    b.watch_open_file(ino, true);
     let fd = a
         .open("/f", orion_client::OpenFlags::read_write_create(), 0o644)
         .unwrap();
