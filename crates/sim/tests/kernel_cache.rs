@@ -264,16 +264,12 @@ fn leases_granted(cluster: &Cluster) -> u64 {
         .unwrap()
 }
 
-/// A client whose kernel cache is not used (for ten leases) lets its lease run out
-/// and renews nothing (an idle mount wakes nobody); it is still called back meanwhile; its next
-/// look takes a new lease, and nothing read under the old one gets a lifetime in the
-/// kernel from the new one.
-#[test]
-fn an_idle_client_lets_its_lease_run_out_and_its_next_look_takes_a_new_one() {
-    const LEASE_MS: u64 = 100;
+/// A cluster of `seed` with cache leases of `lease_ms`, clients A and B, a file `/f`
+/// that A made, and what B's kernel cache is told.
+fn file_b_records(seed: u64, lease_ms: u64) -> (Cluster, Client, Client, u64, Seen) {
     let cluster = Cluster::start(ClusterConfig {
-        seed: 14,
-        cache_lease_ms: LEASE_MS,
+        seed,
+        cache_lease_ms: lease_ms,
         ..Default::default()
     })
     .unwrap();
@@ -281,6 +277,17 @@ fn an_idle_client_lets_its_lease_run_out_and_its_next_look_takes_a_new_one() {
     let b = cluster.client(ClientKind::EXTERNAL).unwrap();
     let ino = a.mknod("/f", FileType::Regular, 0o644).unwrap().ino;
     let seen = recording(&b);
+    (cluster, a, b, ino, seen)
+}
+
+/// A client whose kernel cache is not used (for ten leases) lets its lease run out
+/// and renews nothing (an idle mount wakes nobody); it is still called back meanwhile; its next
+/// look takes a new lease, and nothing read under the old one gets a lifetime in the
+/// kernel from the new one.
+#[test]
+fn an_idle_client_lets_its_lease_run_out_and_its_next_look_takes_a_new_one() {
+    const LEASE_MS: u64 = 100;
+    let (cluster, a, b, ino, seen) = file_b_records(14, LEASE_MS);
     let old = wait_for_lease(&b, ino);
     // Idle for long enough that the lease ran out (it is renewed for ten leases
     // after the last use): then no renewal goes out.
@@ -325,16 +332,7 @@ fn an_idle_client_lets_its_lease_run_out_and_its_next_look_takes_a_new_one() {
 /// back.
 #[test]
 fn an_open_file_is_watched_again_after_the_mds_restarts() {
-    let mut cluster = Cluster::start(ClusterConfig {
-        seed: 15,
-        cache_lease_ms: 200,
-        ..Default::default()
-    })
-    .unwrap();
-    let a = cluster.client(ClientKind::EXTERNAL).unwrap();
-    let b = cluster.client(ClientKind::EXTERNAL).unwrap();
-    let ino = a.mknod("/f", FileType::Regular, 0o644).unwrap().ino;
-    let seen = recording(&b);
+    let (mut cluster, a, b, ino, seen) = file_b_records(15, 200);
     // As the mount's open does: held open, then watched.
     let held = b.open("/f", orion_client::OpenFlags::read(), 0).unwrap();
     b.watch_open_file(ino, true);
