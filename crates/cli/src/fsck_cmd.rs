@@ -31,6 +31,11 @@ pub struct FsckArgs {
 }
 
 pub fn fsck(a: FsckArgs) -> anyhow::Result<ExitCode> {
+    for pool in std::iter::once(&a.pool).chain(a.mirror.as_ref()) {
+        if copying(pool) {
+            return Ok(exit(false));
+        }
+    }
     let meta = Pool::open(&a.pool, ModeChoice::Auto)?;
     if !a.replicas.is_empty() {
         return fsck_replicas(&a.pool, &meta, &a.replicas);
@@ -51,6 +56,23 @@ pub fn fsck(a: FsckArgs) -> anyhow::Result<ExitCode> {
     }
     println!("orion fsck {}: {}", a.pool.display(), report.summary());
     Ok(exit(report.is_clean()))
+}
+
+/// Whether `pool` is a mirror's copy in progress (its copy marker is there), said
+/// instead of the damage a check would find in it: such a pool is not whole by
+/// design, is never served from, and is copied again when its MDS starts.
+fn copying(pool: &Path) -> bool {
+    let marker = orion_mds::copy_marker(pool);
+    if !marker.exists() {
+        return false;
+    }
+    println!(
+        "orion fsck {}: a mirror's copy of its primary's pool, not finished ({} is \
+         there): not a whole pool; its MDS copies it again when it starts",
+        pool.display(),
+        marker.display()
+    );
+    true
 }
 
 fn exit(clean: bool) -> ExitCode {

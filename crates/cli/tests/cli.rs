@@ -57,6 +57,17 @@ fn mkfs_then_fsck_is_clean_and_damage_exits_1() {
         text.contains("problem: ") && text.contains("INCONSISTENT"),
         "{text}"
     );
+    // A mirror's copy in progress (its copy marker beside it) is said to be one, not
+    // reported as damage.
+    let marker = pool.with_extension("copying");
+    std::fs::write(&marker, b"copying\n").unwrap();
+    let (code, text) = orion(&["fsck", "--pool", p]);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("not a whole pool") && !text.contains("problem: "),
+        "{text}"
+    );
+    std::fs::remove_file(&marker).unwrap();
     let (code, text) = orion(&[
         "fsck",
         "--pool",

@@ -138,7 +138,7 @@ impl Follower<'_> {
     }
 
     fn marker(&self) -> std::path::PathBuf {
-        self.cfg.pool.with_extension("copying")
+        copy_marker(&self.cfg.pool)
     }
 
     /// Whether this MDS's pool is a whole MDS pool (not absent, not being copied).
@@ -369,6 +369,13 @@ impl Follower<'_> {
 /// would find its own file). While the copied pool is being completed (the first
 /// turn, what the primary persisted during the copy, which may outgrow the ring) the
 /// entries apply one by one: the mirror may not take over before it is whole.
+/// The file beside an MDS pool that says a mirror is copying its primary's pool into
+/// it: until the copy and its first turn are applied, the pool is not whole (never
+/// served from, copied again at the next start, and not a file system fsck can read).
+pub fn copy_marker(pool: &std::path::Path) -> std::path::PathBuf {
+    pool.with_extension("copying")
+}
+
 struct Applier<'a> {
     ring: RingReader,
     pool: &'a Pool,
@@ -528,12 +535,7 @@ mod tests {
         })
         .unwrap();
         let mut replies = ReplyTable::default();
-        let mut a = Applier::new(
-            ring,
-            &pool,
-            &mut replies,
-            pool_path.with_extension("copying"),
-        );
+        let mut a = Applier::new(ring, &pool, &mut replies, copy_marker(&pool_path));
         assert!(a.whole, "no copy marker: the pool is whole");
         // A turn of two entries, of which only the first has landed.
         let deliver = |out: &Frames| {

@@ -38,6 +38,7 @@ pub mod stores;
 pub mod strong;
 
 pub use config::MdsConfig;
+pub use follow::copy_marker;
 pub use metrics::MdsMetrics;
 pub use server::Ready;
 pub use startup::{format_pool, run, serve};

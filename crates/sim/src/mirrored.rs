@@ -337,14 +337,25 @@ impl MirroredCluster {
         orion_meta::fsck::differing_pages(&open(0)?, &open(1)?).map_err(anyhow::Error::msg)
     }
 
-    /// Checks both MDS pools with fsck (the cluster stopped).
+    /// Checks both MDS pools with fsck (the cluster stopped). A mirror stopped while
+    /// it copied its primary's pool left a copy marker: its pool is not whole by
+    /// design (its MDS copies it again at its next start, and never serves from it),
+    /// so it is not checked; the other pool must then be the primary's.
     pub fn fsck(&self) -> Result<()> {
+        let mut checked = 0;
         for (k, (name, _)) in MDSS.iter().enumerate() {
+            if orion_mds::copy_marker(&self.pool(k)).exists() {
+                continue;
+            }
             let pool = Pool::open(&self.pool(k), ModeChoice::Force(Mode::Volatile))?;
             let r = orion_meta::fsck::check(&pool, None);
             if !r.is_clean() {
                 bail!("fsck of {name}: {}: {:?}", r.summary(), r.problems);
             }
+            checked += 1;
+        }
+        if checked == 0 {
+            bail!("both MDS pools carry a copy marker: neither is whole");
         }
         Ok(())
     }
