@@ -59,7 +59,7 @@ fn mkfs_then_fsck_is_clean_and_damage_exits_1() {
     );
     // A mirror's copy in progress (its copy marker beside it) is said to be one, not
     // reported as damage.
-    let marker = pool.with_extension("copying");
+    let marker = orion_mds::copy_marker(&pool);
     std::fs::write(&marker, b"copying\n").unwrap();
     let (code, text) = orion(&["fsck", "--pool", p]);
     assert_eq!(code, 1, "{text}");

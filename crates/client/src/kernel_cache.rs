@@ -304,7 +304,7 @@ impl KernelCache {
         if now.saturating_sub(self.last_use.load(Ordering::Relaxed)) > 1_000_000 {
             self.last_use.store(now, Ordering::Relaxed);
         }
-        if self.left() < MIN_TTL {
+        if self.left_at(now) < MIN_TTL {
             self.want_lease();
             if need_lease {
                 return None;
@@ -473,13 +473,14 @@ impl KernelCache {
     }
 
     /// Whether the lease of length `lease` is worth renewing now.
-    fn renewal_wanted(&self, lease: Duration, files_open: bool) -> bool {
+    /// (`files_open` is asked last: it looks at the open files under their lock.)
+    fn renewal_wanted(&self, lease: Duration, files_open: impl FnOnce() -> bool) -> bool {
         let asked = self.wanted.swap(false, Ordering::AcqRel);
         let idle = self
             .base
             .elapsed()
             .saturating_sub(Duration::from_nanos(self.last_use.load(Ordering::Relaxed)));
-        asked || idle < lease * KEEP_LEASES || files_open || self.keep_watches
+        asked || idle < lease * KEEP_LEASES || self.keep_watches || files_open()
     }
 
     fn set_connected(&self, up: bool) {
@@ -492,8 +493,12 @@ impl KernelCache {
     }
 
     fn left(&self) -> Duration {
+        self.left_at(self.base.elapsed().as_nanos() as u64)
+    }
+
+    /// The lease left at `now` nanoseconds from `base`.
+    fn left_at(&self, now: u64) -> Duration {
         let until = self.lease_until.load(Ordering::Acquire);
-        let now = self.base.elapsed().as_nanos() as u64;
         Duration::from_nanos(until.saturating_sub(now))
     }
 

@@ -362,13 +362,6 @@ impl Follower<'_> {
     }
 }
 
-/// Applies ring entries to the mirror's pool in order, a whole turn of the primary
-/// at a time: a turn's remembered replies come after its records, and a mirror that
-/// took over with the records of a turn but not its replies would answer "unknown" to
-/// a client whose request did apply, which then runs it again (an exclusive create
-/// would find its own file). While the copied pool is being completed (the first
-/// turn, what the primary persisted during the copy, which may outgrow the ring) the
-/// entries apply one by one: the mirror may not take over before it is whole.
 /// The file beside an MDS pool that says a mirror is copying its primary's pool into
 /// it: until the copy and its first turn are applied, the pool is not whole (never
 /// served from, copied again at the next start, and not a file system fsck can read).
@@ -376,6 +369,13 @@ pub fn copy_marker(pool: &std::path::Path) -> std::path::PathBuf {
     pool.with_extension("copying")
 }
 
+/// Applies ring entries to the mirror's pool in order, a whole turn of the primary
+/// at a time: a turn's remembered replies come after its records, and a mirror that
+/// took over with the records of a turn but not its replies would answer "unknown" to
+/// a client whose request did apply, which then runs it again (an exclusive create
+/// would find its own file). While the copied pool is being completed (the first
+/// turn, what the primary persisted during the copy, which may outgrow the ring) the
+/// entries apply one by one: the mirror may not take over before it is whole.
 struct Applier<'a> {
     ring: RingReader,
     pool: &'a Pool,

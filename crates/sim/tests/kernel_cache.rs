@@ -175,12 +175,17 @@ fn a_client_that_does_not_answer_holds_a_change_up_only_for_its_lease() {
 
 /// The MDS's count of callback messages sent so far.
 fn callbacks_sent(cluster: &Cluster) -> u64 {
+    mds_counter(cluster, "orion_mds_cache_callbacks_total")
+}
+
+/// The MDS's metric `series` (its name and labels as the text format shows them).
+fn mds_counter(cluster: &Cluster, series: &str) -> u64 {
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &cluster.mds_metrics.registry()).unwrap();
     text.lines()
-        .find(|l| l.split(' ').next() == Some("orion_mds_cache_callbacks_total"))
+        .find(|l| l.split(' ').next() == Some(series))
         .and_then(|l| l.split(' ').nth(1))
-        .expect("the callback counter")
+        .unwrap_or_else(|| panic!("no {series} in the MDS's metrics"))
         .parse()
         .unwrap()
 }
@@ -254,14 +259,7 @@ fn a_look_at_a_file_costs_its_writers_one_callback_until_the_next_look() {
 
 /// The MDS's count of cache leases granted and renewed so far.
 fn leases_granted(cluster: &Cluster) -> u64 {
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &cluster.mds_metrics.registry()).unwrap();
-    text.lines()
-        .find(|l| l.starts_with("orion_mds_requests_total{kind=\"cache_lease\"}"))
-        .and_then(|l| l.split(' ').nth(1))
-        .expect("the cache lease counter")
-        .parse()
-        .unwrap()
+    mds_counter(cluster, "orion_mds_requests_total{kind=\"cache_lease\"}")
 }
 
 /// A cluster of `seed` with cache leases of `lease_ms`, clients A and B, a file `/f`

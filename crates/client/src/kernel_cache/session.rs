@@ -105,7 +105,7 @@ fn session(
             break Err("the MDS does not answer".into());
         }
         let due = now >= renew_at || kc.wanted.load(Ordering::Acquire);
-        if renewal.is_none() && due && !kc.renewal_wanted(lease, !files_open().is_empty()) {
+        if renewal.is_none() && due && !kc.renewal_wanted(lease, || !files_open().is_empty()) {
             // Unused for a while: the lease runs out (the module's text).
             // Looked at again at the next third, or once it ran out, when a call asks.
             renew_at = match kc.left().is_zero() {
